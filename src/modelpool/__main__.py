@@ -1,0 +1,3 @@
+from modelpool.cli.main import run
+
+run()

@@ -1,0 +1,41 @@
+"""The ASGI app: routes, error rendering, middleware, and the pool's lifetime."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from modelpool import __version__
+from modelpool.api.errors import install_error_handlers
+from modelpool.api.middleware import BodyLimit, RequestContext
+from modelpool.api.routes import chat, completions, embeddings, health, models
+from modelpool.config.schema import Config
+from modelpool.runtime.pool import ModelPool, build_pool
+
+
+def create_app(config: Config, pool: ModelPool | None = None) -> FastAPI:
+    """Build the app. The pool preloads in the background after start-up, so /healthz
+    answers at once and /readyz turns 200 when the preloaded models are ready."""
+    pool = pool or build_pool(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        preload = asyncio.create_task(pool.preload(), name="preload")
+        try:
+            yield
+        finally:
+            await pool.close()
+            await asyncio.gather(preload, return_exceptions=True)
+
+    app = FastAPI(title="modelpool", version=__version__, lifespan=lifespan)
+    app.state.pool = pool
+    app.state.config = config
+    install_error_handlers(app)
+    for module in (chat, completions, embeddings, models, health):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
+    app.add_middleware(RequestContext, metrics=pool.metrics)  # added last: outermost
+    return app

@@ -1,0 +1,132 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it breaks streaming and cancellation).
+
+RequestContext: X-Request-ID in and out, one access-log line per request, request
+metrics, and the last-resort 500 for bugs. BodyLimit: 413 before an oversized body is
+read whole.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from modelpool.api.errors import error_body, internal_error_body
+from modelpool.logs import current_request_id
+from modelpool.runtime.metrics import Metrics
+
+access_log = logging.getLogger("modelpool.access")
+log = logging.getLogger("modelpool.api")
+_REQUEST_ID_MAX = 128
+
+
+class RequestContext:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _incoming_request_id(scope) or uuid.uuid4().hex
+        token = current_request_id.set(request_id)
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status = {"code": 500, "sent": False}
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"], status["sent"] = message["status"], True
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error")
+            if not status["sent"]:
+                await _send_json(send_with_id, 500, internal_error_body(request_id))
+        finally:
+            self._record(scope, status["code"], time.perf_counter() - started, request_id)
+            current_request_id.reset(token)
+
+    def _record(self, scope: Scope, status: int, seconds: float, request_id: str) -> None:
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        model = scope.get("state", {}).get("model_id", "")
+        self.metrics.observe_request(model, route, status, seconds)
+        access_log.info(
+            "%s %s %s %.1fms", scope["method"], scope["path"], status, seconds * 1000,
+            extra={"method": scope["method"], "path": scope["path"], "status": status,
+                   "duration_ms": round(seconds * 1000, 2), "model": model or None, "request_id": request_id},
+        )
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._reject(send)
+            return
+        if declared is not None:
+            await self.app(scope, receive, send)
+            return
+        # No Content-Length (chunked): read up to the limit here, then replay.
+        messages, size = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await self._reject(send)
+                return
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        await self.app(scope, _replay(messages, receive), send)
+
+    async def _reject(self, send: Send) -> None:
+        body = error_body(
+            f"Request body exceeds the limit of {self.max_bytes} bytes.", "invalid_request_error", "request_too_large"
+        )
+        await _send_json(send, 413, body)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    pending = list(messages)
+
+    async def replay() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return replay
+
+
+async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
+    body = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _incoming_request_id(scope: Scope) -> str | None:
+    value = _header(scope, b"x-request-id")
+    if value and len(value) <= _REQUEST_ID_MAX and value.isprintable():
+        return value
+    return None

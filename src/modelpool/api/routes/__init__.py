@@ -1,0 +1,1 @@
+"""HTTP routes: validate → call the runtime → render. Nothing else."""

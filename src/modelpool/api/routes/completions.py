@@ -1,0 +1,93 @@
+"""POST /v1/completions (the legacy text completions API)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from modelpool.api.deps import ResponseMeta, note_model, pool_of
+from modelpool.api.render import completion_logprobs_json, envelope, usage_json
+from modelpool.api.schemas.completions import CompletionBody
+from modelpool.api.sse import DONE, EventStreamResponse, sse
+from modelpool.backends.base import CompletionRequest, Usage
+from modelpool.runtime.generation import GenerationStream, collect
+from modelpool.runtime.pool import ModelPool
+
+router = APIRouter()
+
+
+@router.post("/v1/completions", response_model=None)
+async def create_completion(body: CompletionBody, request: Request) -> Response:
+    note_model(request, body.model)
+    pool, requests = pool_of(request), body.to_requests()
+    # The first prompt is opened before answering, so a bad request still gets a 4xx.
+    first = await pool.complete(body.model, requests[0])
+    meta = ResponseMeta.new("cmpl", first.model_id)
+    want_logprobs = body.logprobs is not None
+    if body.stream:
+        events = _events(pool, body.model, first, requests[1:], meta, want_logprobs, body.include_usage())
+        return EventStreamResponse(events, on_close=first.aclose)
+    choices, usage = [], Usage(0, 0)
+    index = 0
+    async for stream in _each_stream(pool, body.model, first, requests[1:]):
+        try:
+            generation = await collect(stream)
+        finally:
+            await stream.aclose()
+        choices.append(
+            _choice(index, generation.text, generation.finish_reason,
+                    completion_logprobs_json(generation.logprobs, 0) if want_logprobs else None)
+        )
+        usage = _add(usage, generation.usage)
+        index += 1
+    return JSONResponse(envelope(meta, "text_completion", choices, usage_json(usage)))
+
+
+async def _events(
+    pool: ModelPool,
+    model: str,
+    first: GenerationStream,
+    rest: list[CompletionRequest],
+    meta: ResponseMeta,
+    want_logprobs: bool,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
+    usage = Usage(0, 0)
+    usage_field = {"usage": None} if include_usage else {}
+    index = 0
+    async for stream in _each_stream(pool, model, first, rest):
+        try:
+            offset = 0
+            async for chunk in stream:
+                logprobs = completion_logprobs_json(chunk.logprobs, offset) if want_logprobs else None
+                offset += len(chunk.text)
+                if chunk.text or chunk.finish_reason or chunk.logprobs:
+                    choice = _choice(index, chunk.text, chunk.finish_reason, logprobs)
+                    yield sse(envelope(meta, "text_completion", [choice], **usage_field))
+                usage = _add(usage, chunk.usage) if chunk.usage else usage
+        finally:
+            await stream.aclose()
+        index += 1
+    if include_usage:
+        yield sse(envelope(meta, "text_completion", [], usage_json(usage)))
+    yield DONE
+
+
+async def _each_stream(
+    pool: ModelPool, model: str, first: GenerationStream, rest: list[CompletionRequest]
+) -> AsyncIterator[GenerationStream]:
+    """Each prompt's stream in turn; later prompts are opened only when they are reached."""
+    yield first
+    for request in rest:
+        yield await pool.complete(model, request)
+
+
+def _choice(index: int, text: str, finish_reason: str | None, logprobs: dict[str, Any] | None) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def _add(a: Usage, b: Usage) -> Usage:
+    return Usage(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens)

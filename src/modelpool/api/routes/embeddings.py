@@ -1,0 +1,42 @@
+"""POST /v1/embeddings."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from modelpool.api.deps import note_model, pool_of
+from modelpool.api.schemas.embeddings import EmbeddingsBody
+from modelpool.errors import InvalidRequest
+
+router = APIRouter()
+
+
+@router.post("/v1/embeddings")
+async def create_embeddings(body: EmbeddingsBody, request: Request) -> JSONResponse:
+    note_model(request, body.model)
+    pool = pool_of(request)
+    slot = pool.slot(body.model)
+    result = await pool.embed(body.model, body.to_request())
+    dimensions = result.vectors.shape[1]
+    if body.dimensions is not None and body.dimensions != dimensions:
+        raise InvalidRequest(
+            f"model '{slot.id}' makes {dimensions}-dimensional embeddings and cannot shorten them",
+            param="dimensions",
+        )
+    vectors = result.vectors.astype("<f4", copy=False)
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encode(vector, body.encoding_format)}
+        for i, vector in enumerate(vectors)
+    ]
+    usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
+    return JSONResponse({"object": "list", "data": data, "model": slot.id, "usage": usage})
+
+
+def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
+    if encoding_format == "base64":
+        return base64.b64encode(vector.tobytes()).decode("ascii")
+    return vector.tolist()

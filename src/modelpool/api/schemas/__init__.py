@@ -1,0 +1,1 @@
+"""Wire schemas: what clients send, validated strictly (unknown fields are rejected)."""

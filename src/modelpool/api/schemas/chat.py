@@ -1,0 +1,84 @@
+"""POST /v1/chat/completions request body."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from modelpool.api.schemas.common import GenerationFields, WireModel
+from modelpool.backends.base import ChatMessage, ChatRequest
+from modelpool.errors import InvalidRequest
+
+
+class TextPart(WireModel):
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(WireModel):
+    type: Literal["image_url"]
+    image_url: dict[str, Any]
+
+
+class AudioPart(WireModel):
+    type: Literal["input_audio"]
+    input_audio: dict[str, Any]
+
+
+ContentPart = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
+
+
+class Message(WireModel):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class ResponseFormat(WireModel):
+    type: Literal["text"]
+
+
+class ChatCompletionBody(GenerationFields):
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=0)
+    tool_choice: Literal["none"] | None = None
+    parallel_tool_calls: bool | None = None
+
+    @model_validator(mode="after")
+    def _logprob_fields_agree(self) -> ChatCompletionBody:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs requires logprobs=true")
+        return self
+
+    def to_request(self) -> ChatRequest:
+        messages = tuple(_to_message(i, m) for i, m in enumerate(self.messages))
+        if messages[-1].role == "assistant" and not messages[-1].content:
+            raise InvalidRequest("the last message is an empty assistant message", param="messages")
+        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        max_tokens = self.max_completion_tokens or self.max_tokens
+        return ChatRequest(messages, self.sampling(max_tokens=max_tokens, logprobs=logprobs))
+
+
+def _to_message(index: int, message: Message) -> ChatMessage:
+    role = "system" if message.role == "developer" else message.role
+    if isinstance(message.content, list):
+        texts = []
+        for part_index, part in enumerate(message.content):
+            if not isinstance(part, TextPart):
+                raise InvalidRequest(
+                    f"content of type '{part.type}' is not supported by this model",
+                    param=f"messages[{index}].content[{part_index}]",
+                )
+            texts.append(part.text)
+        content = "\n".join(texts)
+    else:
+        content = message.content or ""
+    if not content and role != "assistant":
+        raise InvalidRequest(f"a {message.role} message must have content", param=f"messages[{index}].content")
+    return ChatMessage(role=role, content=content, name=message.name)

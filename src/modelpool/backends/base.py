@@ -1,0 +1,153 @@
+"""The backend contract: one Protocol per task, and the plain data that crosses it.
+
+Backends are small and dumb. They run requests; they never decide when to load, never
+queue across requests and never know HTTP. There is one generation path per task, and it
+streams: non-streaming answers are assembled from the stream by the runtime.
+Closing a generation iterator stops the generation. A generation raises problems with the
+request itself (prompt too long, ...) before its first chunk, and its first chunk comes
+early (it may be empty), so the API can still answer such problems with a 4xx.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from modelpool.tasks import Task
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_concurrency: int = 1
+    """Requests the engine can run at once (1 for a single llama.cpp context)."""
+    context_length: int | None = None
+    """Most tokens a prompt plus its completion may hold; None when not applicable."""
+    max_batch_size: int = 1
+    """Most inputs one engine call takes (embeddings)."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int | None = None
+    """None: until end of sequence or the context is full."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k."""
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None
+    """None: no logprobs; N ≥ 0: the chosen token's logprob plus N top alternatives."""
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: tuple[ChatMessage, ...]
+    sampling: SamplingParams = SamplingParams()
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    prompt: str | tuple[int, ...]
+    """Text, or token ids in the model's own vocabulary."""
+    sampling: SamplingParams = SamplingParams()
+    echo: bool = False
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class GenerationChunk:
+    """A piece of generated text. The last chunk of a generation has `finish_reason`
+    ('stop' or 'length') and `usage` set."""
+
+    text: str = ""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    inputs: tuple[str | tuple[int, ...], ...]
+    """Texts, or token-id sequences in the model's own vocabulary (no special tokens)."""
+    truncate: bool = False
+    """Cut over-long inputs to the model's maximum instead of rejecting them."""
+
+
+@dataclass(frozen=True)
+class EmbeddingResult:
+    vectors: npt.NDArray[np.float32]
+    """Shape (len(inputs), dimensions), in input order."""
+    prompt_tokens: int
+    token_counts: tuple[int, ...] = field(default=())
+
+
+@runtime_checkable
+class Backend(Protocol):
+    tasks: frozenset[Task]
+    limits: Limits
+
+    async def start(self) -> None:
+        """Load weights / spawn the process. Raises ModelLoadFailed (or a subclass)."""
+
+    async def stop(self) -> None:
+        """Free everything. Safe to call after a failed or partial start."""
+
+    async def check_health(self) -> None:
+        """Raise if the backend can no longer serve."""
+
+
+@runtime_checkable
+class ChatBackend(Backend, Protocol):
+    def chat(self, request: ChatRequest) -> AsyncIterator[GenerationChunk]: ...
+
+
+@runtime_checkable
+class CompletionBackend(Backend, Protocol):
+    def complete(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]: ...
+
+
+@runtime_checkable
+class EmbeddingBackend(Backend, Protocol):
+    dimensions: int
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult: ...

@@ -1,0 +1,148 @@
+"""LlamaCppBackend: GGUF models for chat and completions, on a thread of their own."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelpool.backends.base import ChatRequest, CompletionRequest, GenerationChunk, Limits
+from modelpool.backends.llama_cpp.chat_template import ChatTemplate
+from modelpool.backends.llama_cpp.engine import LlamaEngine
+from modelpool.backends.threads import EngineThread
+from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import HubLocation, resolve_source
+from modelpool.errors import InvalidRequest, ModelLoadFailed
+from modelpool.tasks import Task
+
+
+class LlamaCppOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    n_ctx: int = Field(default=4096, ge=16)
+    """Context length in tokens (prompt + completion)."""
+    n_threads: int | None = Field(default=None, ge=1)
+    """CPU threads for generation (default: all cores)."""
+    n_batch: int = Field(default=512, ge=1)
+    """Prompt tokens evaluated per step."""
+    n_gpu_layers: int = 0
+    """Layers offloaded to the GPU (-1: all); needs a GPU build of llama-cpp-python."""
+    use_mmap: bool = True
+    """Map the GGUF file instead of reading it into memory."""
+    chat_template: str | None = None
+    """A Jinja chat template that replaces the one inside the GGUF."""
+    reuse_prompt_cache: bool = False
+    """Reuse the KV cache of a shared prompt prefix. Faster for long multi-turn chats, but
+    the output of a seeded or greedy request may then differ at near-ties."""
+
+
+class LlamaCppBackend:
+    Options = LlamaCppOptions
+    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION})
+
+    def __init__(self, model: ModelConfig, options: LlamaCppOptions, hub: HubLocation) -> None:
+        self.model = model
+        self.options = options
+        self.hub = hub
+        self.tasks = frozenset(model.tasks) if model.tasks is not None else self.supported_tasks
+        self.limits = Limits(max_concurrency=1, context_length=options.n_ctx)
+        self._thread = EngineThread(model.id)
+        self._engine: LlamaEngine | None = None
+        self._template: ChatTemplate | None = None
+
+    async def start(self) -> None:
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError as exc:
+            raise ModelLoadFailed(
+                f"model '{self.model.id}' needs llama-cpp-python: pip install 'modelpool[llama]'"
+            ) from exc
+        path = await asyncio.to_thread(resolve_source, self.model.source, model_id=self.model.id, hub=self.hub)
+        self._engine = await self._thread.call(self._load, str(path))
+        if Task.CHAT in self.tasks:
+            self._template = self._chat_template()
+
+    async def stop(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await self._thread.call(engine.llm.close)
+        await asyncio.to_thread(self._thread.shutdown)
+
+    async def check_health(self) -> None:
+        if self._engine is None:
+            raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[GenerationChunk]:
+        engine, template = self._require_engine(), self._template
+        if template is None:
+            raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
+        prompt_text = template.render(request.messages)
+        prompt = await self._thread.call(engine.tokenize, prompt_text, add_bos=self._add_bos(prompt_text))
+        async for chunk in self._thread.stream(
+            lambda cancel: engine.generate(prompt, request.sampling, cancel, param="messages")
+        ):
+            yield chunk
+
+    async def complete(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]:
+        engine = self._require_engine()
+        if request.echo and request.sampling.logprobs is not None:
+            raise InvalidRequest("echo together with logprobs is not supported by llama_cpp models", param="echo")
+        if isinstance(request.prompt, str):
+            prompt = await self._thread.call(engine.tokenize, request.prompt, add_bos=self._add_bos(request.prompt))
+            echo_text = request.prompt
+        else:
+            prompt = engine.check_token_ids(request.prompt, param="prompt")
+            echo_text = await self._thread.call(engine.token_text, prompt)
+        first = True
+        async for chunk in self._thread.stream(
+            lambda cancel: engine.generate(prompt, request.sampling, cancel, param="prompt")
+        ):
+            if first and request.echo:
+                chunk = GenerationChunk(echo_text + chunk.text, chunk.logprobs, chunk.finish_reason, chunk.usage)
+            first = False
+            yield chunk
+
+    def _load(self, path: str) -> LlamaEngine:
+        from llama_cpp import Llama
+
+        opts = self.options
+        try:
+            llm = Llama(
+                model_path=path,
+                n_ctx=opts.n_ctx,
+                n_threads=opts.n_threads or os.cpu_count() or 1,
+                n_batch=opts.n_batch,
+                n_gpu_layers=opts.n_gpu_layers,
+                use_mmap=opts.use_mmap,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise ModelLoadFailed(f"model '{self.model.id}': llama.cpp could not load {path}: {exc}") from exc
+        return LlamaEngine(llm, reuse_prompt_cache=opts.reuse_prompt_cache)
+
+    def _chat_template(self) -> ChatTemplate | None:
+        llm = self._require_engine().llm
+        source = self.options.chat_template or llm.metadata.get("tokenizer.chat_template")
+        if not source:
+            return None
+        return ChatTemplate(source, bos_token=self._token_text(llm.token_bos()), eos_token=self._token_text(llm.token_eos()))
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self._require_engine().llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+    def _add_bos(self, text: str) -> bool:
+        """Add BOS when the model asks for it, unless the text (a rendered template) has it."""
+        llm = self._require_engine().llm
+        if not llm._model.add_bos_token():  # noqa: SLF001
+            return False
+        bos = self._token_text(llm.token_bos())
+        return not (bos and text.startswith(bos))
+
+    def _require_engine(self) -> LlamaEngine:
+        if self._engine is None:
+            raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
+        return self._engine

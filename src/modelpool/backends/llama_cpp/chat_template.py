@@ -1,0 +1,41 @@
+"""Render chat messages with the model's own Jinja chat template (from the GGUF metadata),
+the way Hugging Face tokenizers do: sandboxed, trim_blocks/lstrip_blocks, bos/eos names."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, NoReturn
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from modelpool.backends.base import ChatMessage
+from modelpool.errors import InvalidRequest
+
+
+class ChatTemplate:
+    def __init__(self, source: str, *, bos_token: str, eos_token: str) -> None:
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        self._template = env.from_string(source)
+        self._bos_token = bos_token
+        self._eos_token = eos_token
+
+    def render(self, messages: Sequence[ChatMessage], **template_kwargs: Any) -> str:
+        data = [{"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})} for m in messages]
+        try:
+            return self._template.render(
+                messages=data,
+                add_generation_prompt=True,
+                bos_token=self._bos_token,
+                eos_token=self._eos_token,
+                **template_kwargs,
+            )
+        except TemplateError as exc:
+            raise InvalidRequest(f"the model's chat template rejected these messages: {exc}", param="messages") from exc
+
+
+def _raise_exception(message: str) -> NoReturn:
+    raise TemplateError(message)

@@ -1,0 +1,141 @@
+"""The blocking side of the llama.cpp backend. Everything here runs on the backend's
+engine thread: a llama.cpp context is not free-threaded."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from modelpool.backends.base import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
+from modelpool.backends.decoding import StopMatcher, Utf8Stream
+from modelpool.errors import ContextLengthExceeded, InvalidRequest
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+
+class LlamaEngine:
+    def __init__(self, llm: Llama, *, reuse_prompt_cache: bool) -> None:
+        import llama_cpp
+
+        self.llm = llm
+        self._vocab = llm._model.vocab  # noqa: SLF001 - the public API has no is-end-of-generation test
+        self._is_eog = llama_cpp.llama_vocab_is_eog
+        self._reuse_prompt_cache = reuse_prompt_cache
+
+    @property
+    def context_length(self) -> int:
+        return int(self.llm.n_ctx())
+
+    def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True))
+
+    def check_token_ids(self, tokens: tuple[int, ...], param: str) -> list[int]:
+        n_vocab = self.llm.n_vocab()
+        bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})", param=param)
+        return list(tokens)
+
+    def token_text(self, tokens: list[int]) -> str:
+        return self.llm.detokenize(tokens).decode("utf-8", errors="replace")
+
+    def generate(
+        self, prompt: list[int], sampling: SamplingParams, cancel: threading.Event, *, param: str
+    ) -> Iterator[GenerationChunk]:
+        """Stream the completion of `prompt`. The first chunk is empty and comes once the
+        request is known to fit, so request errors are raised before anything streams."""
+        max_new = self._check_fits(prompt, sampling.max_tokens, param)
+        yield GenerationChunk()
+        if max_new == 0:
+            yield GenerationChunk(finish_reason="length", usage=Usage(len(prompt), 0))
+            return
+        llm = self.llm
+        llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
+        if not self._reuse_prompt_cache:
+            # A fresh evaluation of the whole prompt keeps seeded and greedy output
+            # reproducible; reusing a cached prefix changes the arithmetic slightly.
+            llm.reset()
+        utf8, stops = Utf8Stream(), StopMatcher(sampling.stop)
+        pending: list[TokenLogprob] = []
+        generated, finish, hit_stop = 0, "length", False
+        for token in llm.generate(prompt, **_sampler_args(sampling)):
+            if cancel.is_set():
+                return
+            if self._is_eog(self._vocab, token):
+                finish = "stop"
+                break
+            generated += 1
+            piece = llm.detokenize([token])
+            if sampling.logprobs is not None:
+                pending.append(self._logprob(token, piece, sampling.logprobs))
+            text, hit_stop = stops.feed(utf8.feed(piece))
+            if text or hit_stop:
+                yield GenerationChunk(text, tuple(pending))
+                pending = []
+            if hit_stop:
+                finish = "stop"
+                break
+            if generated >= max_new:
+                break
+        tail = ""
+        if not hit_stop:  # release what was held back for a stop sequence that never came
+            tail, hit_stop = stops.feed(utf8.flush())
+            tail += "" if hit_stop else stops.flush()
+        yield GenerationChunk(tail, tuple(pending), finish_reason=finish, usage=Usage(len(prompt), generated))
+
+    def _check_fits(self, prompt: list[int], max_tokens: int | None, param: str) -> int:
+        room = self.context_length - len(prompt)
+        if room <= 0:
+            raise ContextLengthExceeded(
+                f"the prompt is {len(prompt)} tokens; this model's context holds {self.context_length}",
+                param=param,
+            )
+        if max_tokens is not None and max_tokens > room:
+            raise ContextLengthExceeded(
+                f"the prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
+                f"context of {self.context_length} tokens; ask for at most {room} tokens",
+                param="max_tokens",
+            )
+        return room if max_tokens is None else max_tokens
+
+    def _logprob(self, token: int, piece: bytes, top_n: int) -> TokenLogprob:
+        """Log-probabilities under the model's own distribution (before sampling settings)."""
+        llm = self.llm
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))  # noqa: SLF001
+        logprobs = _log_softmax(logits)
+        top: tuple[TopLogprob, ...] = ()
+        if top_n:
+            best = np.argpartition(-logprobs, top_n)[:top_n]
+            best = best[np.argsort(-logprobs[best])]
+            top = tuple(self._top(int(t), float(logprobs[t])) for t in best)
+        return TokenLogprob(_text(piece), float(logprobs[token]), tuple(piece), top)
+
+    def _top(self, token: int, logprob: float) -> TopLogprob:
+        piece = self.llm.detokenize([token], special=True)  # show <|im_end|>, not ""
+        return TopLogprob(_text(piece), logprob, tuple(piece))
+
+
+def _sampler_args(s: SamplingParams) -> dict[str, float | int]:
+    return {
+        "temp": s.temperature,
+        "top_p": s.top_p,
+        "top_k": s.top_k,
+        "min_p": s.min_p,
+        "repeat_penalty": s.repetition_penalty,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+    }
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits.astype(np.float64) - float(np.max(logits))
+    return shifted - np.log(np.exp(shifted).sum())
+
+
+def _text(piece: bytes) -> str:
+    return piece.decode("utf-8", errors="replace")

@@ -1,0 +1,175 @@
+"""SentenceTransformersBackend: embedding models in the sentence-transformers format."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelpool.backends.base import EmbeddingRequest, EmbeddingResult, Limits
+from modelpool.backends.threads import EngineThread
+from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import HubLocation, resolve_source
+from modelpool.errors import ContextLengthExceeded, InvalidRequest, ModelLoadFailed
+from modelpool.tasks import Task
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+
+class SentenceTransformersOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    device: str = "cpu"
+    """torch device: cpu, cuda, cuda:N, mps, or auto (CUDA, then MPS, then CPU)."""
+    batch_size: int = Field(default=32, ge=1)
+    """Inputs encoded per forward pass."""
+    normalize: bool = False
+    """L2-normalise even when the model's own pipeline has no Normalize step."""
+    max_seq_length: int | None = Field(default=None, ge=1)
+    """Override the model's maximum input length in tokens."""
+    trust_remote_code: bool = False
+    """Allow custom model code shipped with the weights."""
+
+
+class SentenceTransformersBackend:
+    Options = SentenceTransformersOptions
+    supported_tasks = frozenset({Task.EMBEDDING})
+
+    def __init__(self, model: ModelConfig, options: SentenceTransformersOptions, hub: HubLocation) -> None:
+        self.model = model
+        self.options = options
+        self.hub = hub
+        self.tasks = self.supported_tasks
+        self.limits = Limits(max_concurrency=1, max_batch_size=options.batch_size)
+        self.dimensions = 0
+        self._thread = EngineThread(model.id)
+        self._st: SentenceTransformer | None = None
+
+    async def start(self) -> None:
+        try:
+            import sentence_transformers  # noqa: F401
+        except ImportError as exc:
+            raise ModelLoadFailed(
+                f"model '{self.model.id}' needs sentence-transformers: pip install 'modelpool[embeddings]'"
+            ) from exc
+        path = await asyncio.to_thread(resolve_source, self.model.source, model_id=self.model.id, hub=self.hub)
+        self._st = await self._thread.call(self._load, str(path))
+        dimension_of = getattr(self._st, "get_embedding_dimension", None) or self._st.get_sentence_embedding_dimension
+        self.dimensions = int(dimension_of() or 0)
+        self.limits = Limits(max_concurrency=1, max_batch_size=self.options.batch_size,
+                             context_length=self._st.max_seq_length)
+
+    async def stop(self) -> None:
+        self._st = None
+        await asyncio.to_thread(self._thread.shutdown)
+        _free_torch_caches()
+
+    async def check_health(self) -> None:
+        self._require_model()
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        st = self._require_model()
+        return await self._thread.call(self._embed, st, request)
+
+    def _load(self, path: str) -> SentenceTransformer:
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            st = SentenceTransformer(
+                path, device=_pick_device(self.options.device), trust_remote_code=self.options.trust_remote_code,
+                local_files_only=True,
+            )
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ModelLoadFailed(f"model '{self.model.id}': sentence-transformers could not load {path}: {exc}") from exc
+        if self.options.max_seq_length:
+            st.max_seq_length = self.options.max_seq_length
+        st.eval()
+        return st
+
+    def _embed(self, st: SentenceTransformer, request: EmbeddingRequest) -> EmbeddingResult:
+        ids = [self._token_ids(st, item, i, request.truncate) for i, item in enumerate(request.inputs)]
+        if all(isinstance(item, str) for item in request.inputs):
+            vectors = st.encode(
+                list(request.inputs),  # type: ignore[arg-type]
+                batch_size=self.options.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=self.options.normalize,
+                show_progress_bar=False,
+            )
+        else:
+            vectors = self._encode_ids(st, ids)
+        counts = tuple(len(i) for i in ids)
+        return EmbeddingResult(np.asarray(vectors, dtype=np.float32), sum(counts), counts)
+
+    def _token_ids(self, st: SentenceTransformer, item: str | tuple[int, ...], index: int, truncate: bool) -> list[int]:
+        """The ids the model will see, special tokens included (they count as usage)."""
+        tokenizer, limit = st.tokenizer, st.max_seq_length
+        if isinstance(item, str):
+            ids = tokenizer(item, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        else:
+            bad = next((t for t in item if not 0 <= t < tokenizer.vocab_size), None)
+            if bad is not None:
+                raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{tokenizer.vocab_size - 1})",
+                                     param=f"input[{index}]")
+            ids = tokenizer.build_inputs_with_special_tokens(list(item))
+        if len(ids) > limit:
+            if not truncate:
+                raise ContextLengthExceeded(
+                    f"input {index} is {len(ids)} tokens; model '{self.model.id}' takes at most {limit} "
+                    "(send truncate=true to cut it)", param=f"input[{index}]",
+                )
+            ids = ids[: limit - 1] + ids[-1:]  # keep the closing special token
+        return list(ids)
+
+    def _encode_ids(self, st: SentenceTransformer, ids: list[list[int]]) -> np.ndarray:
+        import torch
+
+        outputs = []
+        pad = st.tokenizer.pad_token_id or 0
+        for start in range(0, len(ids), self.options.batch_size):
+            batch = ids[start : start + self.options.batch_size]
+            width = max(len(i) for i in batch)
+            input_ids = torch.tensor([i + [pad] * (width - len(i)) for i in batch], device=st.device)
+            mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in batch], device=st.device)
+            features: dict[str, Any] = {"input_ids": input_ids, "attention_mask": mask}
+            if "token_type_ids" in st.tokenizer.model_input_names:
+                features["token_type_ids"] = torch.zeros_like(input_ids)
+            with torch.inference_mode():
+                embedded = st.forward(features)["sentence_embedding"]
+            if self.options.normalize:
+                embedded = torch.nn.functional.normalize(embedded, p=2, dim=1)
+            outputs.append(embedded.float().cpu().numpy())
+        return np.concatenate(outputs)
+
+    def _require_model(self) -> SentenceTransformer:
+        if self._st is None:
+            raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
+        return self._st
+
+
+def _pick_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def _free_torch_caches() -> None:
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass

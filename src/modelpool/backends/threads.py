@@ -1,0 +1,74 @@
+"""Run a blocking engine on one thread that the backend owns.
+
+llama.cpp contexts (and CUDA contexts) are not free-threaded, so every call into an
+engine goes through the same single worker thread, in submission order. The event loop
+only ever awaits futures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_DONE = object()
+
+
+class EngineThread:
+    def __init__(self, name: str) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"engine-{name}")
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.wrap_future(self._executor.submit(fn, *args, **kwargs))
+
+    async def stream(self, produce: Callable[[threading.Event], Iterator[T]]) -> AsyncIterator[T]:
+        """Iterate `produce(cancel)` on the engine thread and yield its items here.
+
+        Closing the returned iterator sets `cancel`; the producer checks it between
+        items, so generation stops within one step and the thread is free again.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[Any, BaseException | None]] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def deliver(item: Any, error: BaseException | None = None) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (item, error))
+            except RuntimeError:  # the loop is gone (shutdown); nobody is listening
+                cancel.set()
+
+        def run() -> None:
+            if cancel.is_set():  # the consumer left while we were queued behind another call
+                return
+            iterator = produce(cancel)
+            try:
+                for item in iterator:
+                    if cancel.is_set():
+                        break
+                    deliver(item)
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer, who re-raises
+                deliver(_DONE, exc)
+            else:
+                deliver(_DONE)
+            finally:
+                close = getattr(iterator, "close", None)
+                if close is not None:
+                    close()
+
+        self._executor.submit(run)
+        try:
+            while True:
+                item, error = await queue.get()
+                if item is _DONE:
+                    if error is not None:
+                        raise error
+                    return
+                yield item
+        finally:
+            cancel.set()
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,76 @@
+"""`modelpool` commands. Server-side verbs (serve, models) build from the config directly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from modelpool.cli.output import echo_err, print_models_table
+from modelpool.config import load_config
+from modelpool.config.redact import redacted_config
+from modelpool.config.schema import Config, LogFormat
+from modelpool.errors import ConfigError
+
+app = typer.Typer(name="modelpool", help="A pool of local and remote AI models behind one OpenAI-compatible API.",
+                  no_args_is_help=True, add_completion=False)
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.", dir_okay=False)]
+LocalOpt = Annotated[Path | None, typer.Option("--local-config", help="Local override file (default: <config>.local.yaml).", dir_okay=False)]
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to bind (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default 8000).")] = None,
+    config: ConfigOpt = None,
+    local_config: LocalOpt = None,
+    models: Annotated[str | None, typer.Option("--models", help="Comma-separated ids to serve (default: all).")] = None,
+    log_format: Annotated[LogFormat | None, typer.Option(help="text or json.")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error.")] = None,
+    print_config: Annotated[bool, typer.Option("--print-config", help="Print the effective config (secrets redacted) and exit.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Load every served model, report, exit non-zero on any failure.")] = False,
+) -> None:
+    """Start the OpenAI-compatible server."""
+    overrides: dict[str, Any] = {"server": _given(host=host, port=port, log_format=log_format, log_level=log_level)}
+    if models:
+        overrides["enabled_models"] = [m.strip() for m in models.split(",") if m.strip()]
+    cfg = _load(config, local_config, overrides)
+    if print_config:
+        typer.echo(json.dumps(redacted_config(cfg), indent=2))
+        return
+    from modelpool.cli.serving import dry_run_models, run_server
+
+    if dry_run:
+        raise typer.Exit(dry_run_models(cfg))
+    run_server(cfg)
+
+
+@app.command("models")
+def list_models(config: ConfigOpt = None, local_config: LocalOpt = None) -> None:
+    """List the catalog: each model, what it does, whether it is served and installed."""
+    print_models_table(_load(config, local_config, {}))
+
+
+@app.command("config-schema")
+def config_schema() -> None:
+    """Print the JSON schema of the config file."""
+    typer.echo(json.dumps(Config.model_json_schema(), indent=2))
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {k: v.value if hasattr(v, "value") else v for k, v in values.items() if v is not None}
+
+
+def _load(config: Path | None, local_config: Path | None, cli: dict[str, Any]) -> Config:
+    try:
+        return load_config(config, local_file=local_config, cli=cli)
+    except ConfigError as exc:
+        echo_err(f"error: {exc.message}")
+        raise typer.Exit(2) from None
+
+
+def run() -> None:
+    app()

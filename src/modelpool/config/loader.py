@@ -1,0 +1,149 @@
+"""Resolve the effective config once, from layers of increasing strength:
+
+    defaults < config file < local override file < MODELPOOL_* env < CLI flags
+
+Mappings merge key by key (so a layer can change one field of one model); any other
+value is replaced whole. The result is validated once by pydantic. This is the only
+module that reads the environment (secrets aside, which backends read from the env var
+that the config names).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from modelpool.config.schema import Config
+from modelpool.errors import ConfigError
+
+ENV_PREFIX = "MODELPOOL_"
+ENV_CONFIG_FILE = "MODELPOOL_CONFIG"
+ENV_LOCAL_FILE = "MODELPOOL_LOCAL_CONFIG"
+_FILE_VARS = {ENV_CONFIG_FILE, ENV_LOCAL_FILE}
+
+
+def load_config(
+    config_file: Path | None = None,
+    *,
+    local_file: Path | None = None,
+    cli: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the effective config. Raises ConfigError with every problem spelled out."""
+    env = os.environ if environ is None else environ
+    config_file = config_file or _path_from_env(env, ENV_CONFIG_FILE)
+    local_file = local_file or _path_from_env(env, ENV_LOCAL_FILE) or _sibling_local_file(config_file)
+    layers = [
+        _read_file_layer(config_file) if config_file else {},
+        _read_file_layer(local_file) if local_file else {},
+        env_layer(env),
+        dict(cli or {}),
+    ]
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged = deep_merge(merged, layer)
+    if merged.get("starter_models", True) not in (False, "false", "0", 0):
+        merged["models"] = deep_merge(starter_catalog(), merged.get("models") or {})
+    return validate_config(merged)
+
+
+def validate_config(data: Mapping[str, Any]) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{_dotted(e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over` wins; nested mappings merge instead of replacing each other."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    """`MODELPOOL_SERVER__PORT=9000` → `{"server": {"port": 9000}}`. Values are read as
+    YAML scalars/flow collections, so `true`, `8000` and `[a, b]` arrive typed."""
+    layer: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or name in _FILE_VARS:
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__") if part]
+        if path:
+            layer = deep_merge(layer, _nest(path, _parse_env_value(raw)))
+    return layer
+
+
+def starter_catalog() -> dict[str, Any]:
+    """The built-in catalog of models that ship inside PyPI packages."""
+    text = resources.files("modelpool.config").joinpath("starter_models.yaml").read_text("utf-8")
+    return yaml.safe_load(text)
+
+
+def _read_file_layer(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return _anchor_relative_sources(data, path.parent)
+
+
+def _anchor_relative_sources(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A plain relative `source:` means relative to the file that says it, not to the cwd."""
+    models = data.get("models")
+    if not isinstance(models, dict):
+        return data
+    anchored = {}
+    for key, entry in models.items():
+        source = entry.get("source") if isinstance(entry, dict) else None
+        if isinstance(source, str) and ":" not in source and not Path(source).expanduser().is_absolute():
+            entry = {**entry, "source": str((base / source).resolve())}
+        anchored[key] = entry
+    return {**data, "models": anchored}
+
+
+def _sibling_local_file(config_file: Path | None) -> Path | None:
+    """`models.yaml` gets its overrides from `models.local.yaml` beside it, when present."""
+    if config_file is None:
+        return None
+    candidate = config_file.with_name(f"{config_file.stem}.local{config_file.suffix or '.yaml'}")
+    return candidate if candidate.is_file() else None
+
+
+def _path_from_env(environ: Mapping[str, str], name: str) -> Path | None:
+    value = environ.get(name)
+    return Path(value) if value else None
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def _nest(path: list[str], value: Any) -> dict[str, Any]:
+    for key in reversed(path):
+        value = {key: value}
+    return value
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(top level)"

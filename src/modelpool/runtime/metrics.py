@@ -1,0 +1,50 @@
+"""Prometheus metrics of one pool. Each pool owns its registry: no process-wide globals,
+so several apps (tests) never share counters."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "modelpool_requests", "HTTP requests by model, route and status.",
+            ["model", "route", "status"], registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "modelpool_request_duration_seconds", "Time from request received to response finished.",
+            ["model", "route"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.input_tokens = Counter(
+            "modelpool_input_tokens", "Prompt/input tokens processed.", ["model"], registry=self.registry
+        )
+        self.output_tokens = Counter(
+            "modelpool_output_tokens", "Tokens generated.", ["model"], registry=self.registry
+        )
+        self.model_state = Gauge(
+            "modelpool_model_state", "1 for the state each model is in, 0 for the others.",
+            ["model", "state"], registry=self.registry,
+        )
+        self.load_seconds = Histogram(
+            "modelpool_model_load_seconds", "Time to load a model.", ["model"],
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+
+    def set_model_state(self, model: str, state: str, all_states: list[str]) -> None:
+        for name in all_states:
+            self.model_state.labels(model=model, state=name).set(1 if name == state else 0)
+
+    def count_tokens(self, model: str, *, input_tokens: int, output_tokens: int) -> None:
+        self.input_tokens.labels(model=model).inc(input_tokens)
+        self.output_tokens.labels(model=model).inc(output_tokens)
+
+    def observe_request(self, model: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(model=model, route=route, status=str(status)).inc()
+        self.request_seconds.labels(model=model, route=route).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
