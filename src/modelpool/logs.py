@@ -17,7 +17,8 @@ from modelpool.config.schema import LogFormat
 current_request_id: ContextVar[str] = ContextVar("current_request_id", default="-")
 
 # Attributes every LogRecord has; anything else was passed with `extra=` and is ours to show.
-_STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "request_id", "color_message"}
+_STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
+_STANDARD_ATTRS |= {"message", "asctime", "request_id", "color_message"}
 
 
 class _RequestIdFilter(logging.Filter):

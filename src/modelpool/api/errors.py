@@ -86,10 +86,7 @@ async def _on_validation_error(_: Request, exc: RequestValidationError) -> JSONR
 
 async def _on_http_exception(request: Request, exc: HTTPException) -> JSONResponse:
     type_, code = _HTTP_CODES.get(exc.status_code, ("invalid_request_error", None))
-    if exc.status_code == 404:
-        message = f"Unknown route: {request.method} {request.url.path}"
-    else:
-        message = str(exc.detail)
+    message = f"Unknown route: {request.method} {request.url.path}" if exc.status_code == 404 else str(exc.detail)
     return JSONResponse(error_body(message, type_, code), status_code=exc.status_code, headers=exc.headers)
 
 

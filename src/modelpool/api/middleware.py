@@ -60,9 +60,19 @@ class RequestContext:
         model = scope.get("state", {}).get("model_id", "")
         self.metrics.observe_request(model, route, status, seconds)
         access_log.info(
-            "%s %s %s %.1fms", scope["method"], scope["path"], status, seconds * 1000,
-            extra={"method": scope["method"], "path": scope["path"], "status": status,
-                   "duration_ms": round(seconds * 1000, 2), "model": model or None, "request_id": request_id},
+            "%s %s %s %.1fms",
+            scope["method"],
+            scope["path"],
+            status,
+            seconds * 1000,
+            extra={
+                "method": scope["method"],
+                "path": scope["path"],
+                "status": status,
+                "duration_ms": round(seconds * 1000, 2),
+                "model": model or None,
+                "request_id": request_id,
+            },
         )
 
 

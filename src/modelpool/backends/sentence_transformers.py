@@ -59,8 +59,9 @@ class SentenceTransformersBackend:
         self._st = await self._thread.call(self._load, str(path))
         dimension_of = getattr(self._st, "get_embedding_dimension", None) or self._st.get_sentence_embedding_dimension
         self.dimensions = int(dimension_of() or 0)
-        self.limits = Limits(max_concurrency=1, max_batch_size=self.options.batch_size,
-                             context_length=self._st.max_seq_length)
+        self.limits = Limits(
+            max_concurrency=1, max_batch_size=self.options.batch_size, context_length=self._st.max_seq_length
+        )
 
     async def stop(self) -> None:
         self._st = None
@@ -79,11 +80,15 @@ class SentenceTransformersBackend:
 
         try:
             st = SentenceTransformer(
-                path, device=_pick_device(self.options.device), trust_remote_code=self.options.trust_remote_code,
+                path,
+                device=_pick_device(self.options.device),
+                trust_remote_code=self.options.trust_remote_code,
                 local_files_only=True,
             )
         except (OSError, ValueError, RuntimeError) as exc:
-            raise ModelLoadFailed(f"model '{self.model.id}': sentence-transformers could not load {path}: {exc}") from exc
+            raise ModelLoadFailed(
+                f"model '{self.model.id}': sentence-transformers could not load {path}: {exc}"
+            ) from exc
         if self.options.max_seq_length:
             st.max_seq_length = self.options.max_seq_length
         st.eval()
@@ -112,14 +117,16 @@ class SentenceTransformersBackend:
         else:
             bad = next((t for t in item if not 0 <= t < tokenizer.vocab_size), None)
             if bad is not None:
-                raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{tokenizer.vocab_size - 1})",
-                                     param=f"input[{index}]")
+                raise InvalidRequest(
+                    f"token id {bad} is outside the vocabulary (0..{tokenizer.vocab_size - 1})", param=f"input[{index}]"
+                )
             ids = tokenizer.build_inputs_with_special_tokens(list(item))
         if len(ids) > limit:
             if not truncate:
                 raise ContextLengthExceeded(
                     f"input {index} is {len(ids)} tokens; model '{self.model.id}' takes at most {limit} "
-                    "(send truncate=true to cut it)", param=f"input[{index}]",
+                    "(send truncate=true to cut it)",
+                    param=f"input[{index}]",
                 )
             ids = ids[: limit - 1] + ids[-1:]  # keep the closing special token
         return list(ids)

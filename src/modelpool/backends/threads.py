@@ -49,7 +49,7 @@ class EngineThread:
                     if cancel.is_set():
                         break
                     deliver(item)
-            except BaseException as exc:  # noqa: BLE001 - handed to the consumer, who re-raises
+            except BaseException as exc:
                 deliver(_DONE, exc)
             else:
                 deliver(_DONE)

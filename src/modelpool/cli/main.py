@@ -14,11 +14,19 @@ from modelpool.config.redact import redacted_config
 from modelpool.config.schema import Config, LogFormat
 from modelpool.errors import ConfigError
 
-app = typer.Typer(name="modelpool", help="A pool of local and remote AI models behind one OpenAI-compatible API.",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    name="modelpool",
+    help="A pool of local and remote AI models behind one OpenAI-compatible API.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 
+PRINT_CONFIG_HELP = "Print the effective config (secrets redacted) and exit."
+DRY_RUN_HELP = "Load every served model, report, and exit non-zero on any load failure."
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.", dir_okay=False)]
-LocalOpt = Annotated[Path | None, typer.Option("--local-config", help="Local override file (default: <config>.local.yaml).", dir_okay=False)]
+LocalOpt = Annotated[
+    Path | None, typer.Option("--local-config", help="Local override file (default: <config>.local.yaml).")
+]
 
 
 @app.command()
@@ -30,8 +38,8 @@ def serve(
     models: Annotated[str | None, typer.Option("--models", help="Comma-separated ids to serve (default: all).")] = None,
     log_format: Annotated[LogFormat | None, typer.Option(help="text or json.")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error.")] = None,
-    print_config: Annotated[bool, typer.Option("--print-config", help="Print the effective config (secrets redacted) and exit.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Load every served model, report, exit non-zero on any failure.")] = False,
+    print_config: Annotated[bool, typer.Option("--print-config", help=PRINT_CONFIG_HELP)] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=DRY_RUN_HELP)] = False,
 ) -> None:
     """Start the OpenAI-compatible server."""
     overrides: dict[str, Any] = {"server": _given(host=host, port=port, log_format=log_format, log_level=log_level)}

@@ -30,7 +30,7 @@ def print_models_table(config: Config) -> None:
         rows.append((model.id, tasks, model.backend, _yes(model.id in served), _yes(installed), model.source))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip())
     if hints:
         typer.echo("\nNot installed; to install:")
         typer.echo("\n".join(hints))

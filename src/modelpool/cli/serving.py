@@ -25,10 +25,19 @@ def run_server(config: Config) -> None:
         typer.secho(f"error: {exc.message}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
     server = config.server
-    log.info("starting modelpool", extra={"host": server.host, "port": server.port,
-                                           "models": [m.id for m in config.served_models()]})
-    uvicorn.run(app, host=server.host, port=server.port, log_config=None, access_log=False,
-                lifespan="on", timeout_graceful_shutdown=10)
+    log.info(
+        "starting modelpool",
+        extra={"host": server.host, "port": server.port, "models": [m.id for m in config.served_models()]},
+    )
+    uvicorn.run(
+        app,
+        host=server.host,
+        port=server.port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
 
 
 def dry_run_models(config: Config) -> int:

@@ -47,6 +47,23 @@ class ServerConfig(_Strict):
     `model_not_ready` with a Retry-After header."""
 
 
+class SamplingDefaults(_Strict):
+    """Used for any sampling field a request leaves out (the model card's recommendations)."""
+
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """Default temperature (OpenAI's default is 1.0)."""
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Default nucleus-sampling mass."""
+    top_k: int | None = Field(default=None, ge=0)
+    """Default top-k (0 disables it)."""
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Default min-p."""
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    """Default repetition penalty (1.0 disables it)."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Default cap on generated tokens for chat requests that set none."""
+
+
 class ModelConfig(_Strict):
     id: str = Field(pattern=MODEL_ID_PATTERN)
     """Public model id clients put in `model`. Taken from the key under `models:`."""
@@ -80,6 +97,9 @@ class ModelConfig(_Strict):
 
     install_hint: str | None = None
     """What to run when the source is missing (shown by `modelpool models` and in errors)."""
+
+    sampling: SamplingDefaults = Field(default_factory=SamplingDefaults)
+    """Sampling values used when a request leaves them out."""
 
     options: dict[str, Any] = Field(default_factory=dict)
     """Backend options, validated by the backend (see the backend reference)."""

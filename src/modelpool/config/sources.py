@@ -1,8 +1,8 @@
 """Turn a model `source` string into a local path.
 
-    /abs/path or rel/path        a file or folder on disk
-    package:PKG/relative/path    inside an installed Python package (found without importing it)
-    hf:org/repo[:file]           through huggingface_hub's cache; downloads unless offline
+/abs/path or rel/path        a file or folder on disk
+package:PKG/relative/path    inside an installed Python package (found without importing it)
+hf:org/repo[:file]           through huggingface_hub's cache; downloads unless offline
 """
 
 from __future__ import annotations
@@ -73,12 +73,12 @@ def _resolve_hf(spec: str, model_id: str, hub: HubLocation) -> Path:
         raise ModelSourceError(f"model '{model_id}': 'hf:{spec}' must look like hf:org/repo[:file]")
     try:
         return _hub_fetch(repo_id, filename or None, hub, local_only=True)
-    except Exception as cached_miss:  # noqa: BLE001 - huggingface_hub raises many kinds here
+    except Exception as cached_miss:
         if hub.offline:
             raise ModelSourceError(_not_cached_message(model_id, spec, hub)) from cached_miss
     try:
         return _hub_fetch(repo_id, filename or None, hub, local_only=False)
-    except Exception as download_error:  # noqa: BLE001
+    except Exception as download_error:
         raise ModelSourceError(
             f"{_not_cached_message(model_id, spec, hub)} Download failed: {download_error}"
         ) from download_error

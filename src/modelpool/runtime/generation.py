@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -32,10 +33,8 @@ class GenerationStream:
     async def prefetch(self) -> None:
         """Run the generation up to its first chunk, so that problems with the request itself
         (prompt too long, bad template) raise here, before any response has started."""
-        try:
+        with contextlib.suppress(StopAsyncIteration):  # an empty generation closes itself
             self._first = await self.__anext__()
-        except StopAsyncIteration:  # an empty generation; the stream is closed already
-            pass
 
     def __aiter__(self) -> GenerationStream:
         return self

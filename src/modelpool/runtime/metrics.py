@@ -12,26 +12,34 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "modelpool_requests", "HTTP requests by model, route and status.",
-            ["model", "route", "status"], registry=self.registry,
+            "modelpool_requests",
+            "HTTP requests by model, route and status.",
+            ["model", "route", "status"],
+            registry=self.registry,
         )
         self.request_seconds = Histogram(
-            "modelpool_request_duration_seconds", "Time from request received to response finished.",
-            ["model", "route"], buckets=LATENCY_BUCKETS, registry=self.registry,
+            "modelpool_request_duration_seconds",
+            "Time from request received to response finished.",
+            ["model", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.input_tokens = Counter(
             "modelpool_input_tokens", "Prompt/input tokens processed.", ["model"], registry=self.registry
         )
-        self.output_tokens = Counter(
-            "modelpool_output_tokens", "Tokens generated.", ["model"], registry=self.registry
-        )
+        self.output_tokens = Counter("modelpool_output_tokens", "Tokens generated.", ["model"], registry=self.registry)
         self.model_state = Gauge(
-            "modelpool_model_state", "1 for the state each model is in, 0 for the others.",
-            ["model", "state"], registry=self.registry,
+            "modelpool_model_state",
+            "1 for the state each model is in, 0 for the others.",
+            ["model", "state"],
+            registry=self.registry,
         )
         self.load_seconds = Histogram(
-            "modelpool_model_load_seconds", "Time to load a model.", ["model"],
-            buckets=LATENCY_BUCKETS, registry=self.registry,
+            "modelpool_model_load_seconds",
+            "Time to load a model.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
 
     def set_model_state(self, model: str, state: str, all_states: list[str]) -> None:

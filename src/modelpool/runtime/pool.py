@@ -120,4 +120,3 @@ def build_pool(config: Config, *, metrics: Metrics | None = None) -> ModelPool:
         make = partial(build_backend, model, options, hub)
         slots.append(ModelSlot(model, model_tasks(model), make, metrics))
     return ModelPool(slots, metrics, model_wait_s=config.server.model_wait_s)
-

@@ -117,7 +117,7 @@ class ModelSlot:
         if backend is not None:
             try:
                 await backend.stop()
-            except Exception:  # noqa: BLE001 - the load error is the one worth reporting
+            except Exception:
                 log.exception("stopping a backend after a failed start also failed")
 
     def _as_load_error(self, exc: BaseException) -> BaseException:

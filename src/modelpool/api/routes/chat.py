@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from modelpool.api.deps import ResponseMeta, note_model, pool_of
-from modelpool.api.schemas.chat import ChatCompletionBody
 from modelpool.api.render import chat_logprobs_json, envelope, usage_json
+from modelpool.api.schemas.chat import ChatCompletionBody
 from modelpool.api.sse import DONE, EventStreamResponse, sse
 from modelpool.backends.base import Usage
 from modelpool.runtime.generation import GenerationStream, collect
@@ -19,7 +20,8 @@ router = APIRouter()
 @router.post("/v1/chat/completions", response_model=None)
 async def create_chat_completion(body: ChatCompletionBody, request: Request) -> Response:
     note_model(request, body.model)
-    stream = await pool_of(request).chat(body.model, body.to_request())
+    pool = pool_of(request)
+    stream = await pool.chat(body.model, body.to_request(pool.slot(body.model).config.sampling))
     meta = ResponseMeta.new("chatcmpl", stream.model_id)
     if body.stream:
         return EventStreamResponse(_events(stream, meta, body.include_usage()), on_close=stream.aclose)

@@ -22,7 +22,8 @@ router = APIRouter()
 @router.post("/v1/completions", response_model=None)
 async def create_completion(body: CompletionBody, request: Request) -> Response:
     note_model(request, body.model)
-    pool, requests = pool_of(request), body.to_requests()
+    pool = pool_of(request)
+    requests = body.to_requests(pool.slot(body.model).config.sampling)
     # The first prompt is opened before answering, so a bad request still gets a 4xx.
     first = await pool.complete(body.model, requests[0])
     meta = ResponseMeta.new("cmpl", first.model_id)
@@ -38,8 +39,12 @@ async def create_completion(body: CompletionBody, request: Request) -> Response:
         finally:
             await stream.aclose()
         choices.append(
-            _choice(index, generation.text, generation.finish_reason,
-                    completion_logprobs_json(generation.logprobs, 0) if want_logprobs else None)
+            _choice(
+                index,
+                generation.text,
+                generation.finish_reason,
+                completion_logprobs_json(generation.logprobs, 0) if want_logprobs else None,
+            )
         )
         usage = _add(usage, generation.usage)
         index += 1

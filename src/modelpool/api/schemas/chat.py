@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from modelpool.api.schemas.common import GenerationFields, WireModel
 from modelpool.backends.base import ChatMessage, ChatRequest
+from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
 
 
@@ -56,13 +57,13 @@ class ChatCompletionBody(GenerationFields):
             raise ValueError("top_logprobs requires logprobs=true")
         return self
 
-    def to_request(self) -> ChatRequest:
+    def to_request(self, defaults: SamplingDefaults) -> ChatRequest:
         messages = tuple(_to_message(i, m) for i, m in enumerate(self.messages))
         if messages[-1].role == "assistant" and not messages[-1].content:
             raise InvalidRequest("the last message is an empty assistant message", param="messages")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        max_tokens = self.max_completion_tokens or self.max_tokens
-        return ChatRequest(messages, self.sampling(max_tokens=max_tokens, logprobs=logprobs))
+        max_tokens = self.max_completion_tokens or self.max_tokens or defaults.max_tokens
+        return ChatRequest(messages, self.sampling(defaults, max_tokens=max_tokens, logprobs=logprobs))
 
 
 def _to_message(index: int, message: Message) -> ChatMessage:

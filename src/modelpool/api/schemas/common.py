@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from modelpool.backends.base import SamplingParams
+from modelpool.config.schema import SamplingDefaults
 
 MAX_STOP_SEQUENCES = 16
 
@@ -65,14 +66,15 @@ class GenerationFields(WireModel):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
-    def sampling(self, *, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    def sampling(self, defaults: SamplingDefaults, *, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        """The request's sampling; a field it leaves out takes the model's default, then OpenAI's."""
         stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
         given: dict[str, Any] = {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "min_p": self.min_p,
-            "repetition_penalty": self.repetition_penalty,
+            "temperature": _first(self.temperature, defaults.temperature),
+            "top_p": _first(self.top_p, defaults.top_p),
+            "top_k": _first(self.top_k, defaults.top_k),
+            "min_p": _first(self.min_p, defaults.min_p),
+            "repetition_penalty": _first(self.repetition_penalty, defaults.repetition_penalty),
             "presence_penalty": self.presence_penalty,
             "frequency_penalty": self.frequency_penalty,
         }
@@ -83,3 +85,7 @@ class GenerationFields(WireModel):
             logprobs=logprobs,
             **{k: v for k, v in given.items() if v is not None},
         )
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)

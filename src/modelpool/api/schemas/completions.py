@@ -6,6 +6,7 @@ from pydantic import Field, field_validator, model_validator
 
 from modelpool.api.schemas.common import GenerationFields
 from modelpool.backends.base import CompletionRequest
+from modelpool.config.schema import SamplingDefaults
 
 Prompt = str | list[str] | list[int] | list[list[int]]
 MAX_PROMPTS = 64
@@ -58,6 +59,6 @@ class CompletionBody(GenerationFields):
             return [tuple(self.prompt)]  # type: ignore[arg-type]
         return [p if isinstance(p, str) else tuple(p) for p in self.prompt]  # type: ignore[misc]
 
-    def to_requests(self) -> list[CompletionRequest]:
-        sampling = self.sampling(max_tokens=self.max_tokens, logprobs=self.logprobs)
+    def to_requests(self, defaults: SamplingDefaults) -> list[CompletionRequest]:
+        sampling = self.sampling(defaults, max_tokens=self.max_tokens, logprobs=self.logprobs)
         return [CompletionRequest(prompt, sampling, self.echo) for prompt in self.prompts()]

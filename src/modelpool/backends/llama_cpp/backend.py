@@ -127,7 +127,9 @@ class LlamaCppBackend:
         source = self.options.chat_template or llm.metadata.get("tokenizer.chat_template")
         if not source:
             return None
-        return ChatTemplate(source, bos_token=self._token_text(llm.token_bos()), eos_token=self._token_text(llm.token_eos()))
+        return ChatTemplate(
+            source, bos_token=self._token_text(llm.token_bos()), eos_token=self._token_text(llm.token_eos())
+        )
 
     def _token_text(self, token: int) -> str:
         if token < 0:
@@ -137,7 +139,7 @@ class LlamaCppBackend:
     def _add_bos(self, text: str) -> bool:
         """Add BOS when the model asks for it, unless the text (a rendered template) has it."""
         llm = self._require_engine().llm
-        if not llm._model.add_bos_token():  # noqa: SLF001
+        if not llm._model.add_bos_token():
             return False
         bos = self._token_text(llm.token_bos())
         return not (bos and text.startswith(bos))

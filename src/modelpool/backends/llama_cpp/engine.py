@@ -23,7 +23,7 @@ class LlamaEngine:
         import llama_cpp
 
         self.llm = llm
-        self._vocab = llm._model.vocab  # noqa: SLF001 - the public API has no is-end-of-generation test
+        self._vocab = llm._model.vocab
         self._is_eog = llama_cpp.llama_vocab_is_eog
         self._reuse_prompt_cache = reuse_prompt_cache
 
@@ -106,7 +106,7 @@ class LlamaEngine:
     def _logprob(self, token: int, piece: bytes, top_n: int) -> TokenLogprob:
         """Log-probabilities under the model's own distribution (before sampling settings)."""
         llm = self.llm
-        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))  # noqa: SLF001
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
         logprobs = _log_softmax(logits)
         top: tuple[TopLogprob, ...] = ()
         if top_n:
