@@ -47,6 +47,7 @@ class SentenceTransformersBackend:
         self.dimensions = 0
         self._thread = EngineThread(model.id)
         self._st: SentenceTransformer | None = None
+        self._special_wrap: tuple[list[int], list[int]] = ([], [])
 
     async def start(self) -> None:
         try:
@@ -57,6 +58,7 @@ class SentenceTransformersBackend:
             ) from exc
         path = await asyncio.to_thread(resolve_source, self.model.source, model_id=self.model.id, hub=self.hub)
         self._st = await self._thread.call(self._load, str(path))
+        self._special_wrap = special_tokens_around(self._st.tokenizer)
         dimension_of = getattr(self._st, "get_embedding_dimension", None) or self._st.get_sentence_embedding_dimension
         self.dimensions = int(dimension_of() or 0)
         self.limits = Limits(
@@ -120,7 +122,8 @@ class SentenceTransformersBackend:
                 raise InvalidRequest(
                     f"token id {bad} is outside the vocabulary (0..{tokenizer.vocab_size - 1})", param=f"input[{index}]"
                 )
-            ids = tokenizer.build_inputs_with_special_tokens(list(item))
+            prefix, suffix = self._special_wrap
+            ids = [*prefix, *item, *suffix]
         if len(ids) > limit:
             if not truncate:
                 raise ContextLengthExceeded(
@@ -155,6 +158,17 @@ class SentenceTransformersBackend:
         if self._st is None:
             raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
         return self._st
+
+
+def special_tokens_around(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The special ids the tokenizer puts before and after a text ([CLS] … [SEP] for BERT),
+    learnt from the tokenizer itself so that token-id input is wrapped exactly like text."""
+    plain = tokenizer("probe", add_special_tokens=False)["input_ids"]
+    full = tokenizer("probe", add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start : start + len(plain)] == plain:
+            return list(full[:start]), list(full[start + len(plain) :])
+    return [], []
 
 
 def _pick_device(device: str) -> str:

@@ -1,0 +1,48 @@
+"""Shared fixtures. The e2e fixtures serve the REAL starter models (SmolLM2 GGUF through
+llama.cpp, all-MiniLM-L6-v2 through sentence-transformers), loaded once per session."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import openai
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from modelpool.api.app import create_app
+from modelpool.config import Config, load_config
+
+CHAT_MODEL = "smollm2-135m-instruct"
+EMBED_MODEL = "all-minilm-l6-v2"
+BASE_URL = "http://modelpool.test"
+
+
+def starter_config(**server: object) -> Config:
+    """The starter catalog, as `make serve` runs it, with test-only server settings."""
+    cli = {"server": {"max_body_bytes": 1_000_000, **server}}
+    return load_config(None, cli=cli, environ={})
+
+
+@pytest.fixture(scope="session")
+async def app() -> AsyncIterator[FastAPI]:
+    application = create_app(starter_config())
+    async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60):
+        for slot in application.state.pool.slots():
+            await slot.ensure_ready(None)
+        yield application
+
+
+@pytest.fixture(scope="session")
+async def http(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL, timeout=120) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+async def oai(http: httpx.AsyncClient) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The official OpenAI SDK, talking to the in-process app."""
+    client = openai.AsyncOpenAI(base_url=f"{BASE_URL}/v1", api_key="unused", http_client=http, max_retries=0)
+    yield client
