@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -14,6 +15,8 @@ from modelpool.api.middleware import BodyLimit, RequestContext
 from modelpool.api.routes import chat, completions, embeddings, health, models
 from modelpool.config.schema import Config
 from modelpool.runtime.pool import ModelPool, build_pool
+
+log = logging.getLogger("modelpool")
 
 
 def create_app(config: Config, pool: ModelPool | None = None) -> FastAPI:
@@ -29,6 +32,7 @@ def create_app(config: Config, pool: ModelPool | None = None) -> FastAPI:
         finally:
             await pool.close()
             await asyncio.gather(preload, return_exceptions=True)
+            log.info("models unloaded")
 
     app = FastAPI(title="modelpool", version=__version__, lifespan=lifespan)
     app.state.pool = pool
@@ -37,5 +41,5 @@ def create_app(config: Config, pool: ModelPool | None = None) -> FastAPI:
     for module in (chat, completions, embeddings, models, health):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
-    app.add_middleware(RequestContext, metrics=pool.metrics)  # added last: outermost
+    app.add_middleware(RequestContext, metrics=pool.metrics, model_label=pool.metrics_label)  # added last: outermost
     return app

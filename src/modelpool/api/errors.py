@@ -79,7 +79,9 @@ async def _on_modelpool_error(_: Request, exc: ModelpoolError) -> JSONResponse:
     return render_error(exc)
 
 
-async def _on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+async def _on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    if isinstance(exc.body, dict) and isinstance(exc.body.get("model"), str):
+        request.state.model_id = exc.body["model"]  # so metrics and the access log name the model
     message, param = validation_message(exc.errors())
     return JSONResponse(error_body(message, "invalid_request_error", "invalid_value", param), status_code=400)
 

@@ -11,6 +11,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -25,9 +26,10 @@ _REQUEST_ID_MAX = 128
 
 
 class RequestContext:
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, model_label: Callable[[str], str]) -> None:
         self.app = app
         self.metrics = metrics
+        self.model_label = model_label
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -57,7 +59,8 @@ class RequestContext:
 
     def _record(self, scope: Scope, status: int, seconds: float, request_id: str) -> None:
         route = getattr(scope.get("route"), "path", None) or "unmatched"
-        model = scope.get("state", {}).get("model_id", "")
+        asked = scope.get("state", {}).get("model_id")
+        model = self.model_label(asked) if isinstance(asked, str) else ""
         self.metrics.observe_request(model, route, status, seconds)
         access_log.info(
             "%s %s %s %.1fms",

@@ -50,6 +50,12 @@ class ModelPool:
         except KeyError:
             raise ModelNotFound(name, list(self._slots)) from None
 
+    def metrics_label(self, name: str) -> str:
+        """The model label for metrics: the canonical id, or "unknown" so that clients cannot
+        grow the label set without bound by inventing model names."""
+        slot = self._names.get(name)
+        return slot.id if slot is not None else "unknown"
+
     def slot_for(self, name: str, task: Task) -> ModelSlot:
         if self._closing:
             raise ShuttingDown("the server is shutting down")

@@ -1,0 +1,130 @@
+"""A table of bad requests: each gets a 4xx in the OpenAI envelope naming the offending
+param, never a 500 or a hang, and the server keeps serving afterwards."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.conftest import CHAT_MODEL, EMBED_MODEL
+
+OK_MESSAGES = [{"role": "user", "content": "hi"}]
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+EMBEDDINGS = "/v1/embeddings"
+
+
+def chat(**fields: object) -> dict[str, object]:
+    return {"model": CHAT_MODEL, "messages": OK_MESSAGES, **fields}
+
+
+# (id, method, path, body (dict → JSON; str/bytes sent raw), status, code, param)
+CASES = [
+    ("invalid-json", "POST", CHAT, '{"model": "x", "messages": [', 400, "invalid_value", None),
+    ("body-not-object", "POST", CHAT, "[1, 2]", 400, "invalid_value", None),
+    ("empty-body", "POST", CHAT, "", 400, "invalid_value", None),
+    ("missing-model", "POST", CHAT, {"messages": OK_MESSAGES}, 400, "invalid_value", "model"),
+    ("model-wrong-type", "POST", CHAT, chat(model=42), 400, "invalid_value", "model"),
+    ("messages-wrong-type", "POST", CHAT, chat(messages="hi"), 400, "invalid_value", "messages"),
+    ("messages-empty", "POST", CHAT, chat(messages=[]), 400, "invalid_value", "messages"),
+    ("unknown-role", "POST", CHAT, chat(messages=[{"role": "robot", "content": "x"}]), 400, "invalid_value",
+     "messages[0].role"),
+    ("empty-user-content", "POST", CHAT, chat(messages=[{"role": "user", "content": ""}]), 400, "invalid_value",
+     "messages[0].content"),
+    ("image-part", "POST", CHAT,
+     chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]),
+     400, "invalid_value", "messages[0].content[0]"),
+    ("unknown-field", "POST", CHAT, chat(frobnicate=True), 400, "invalid_value", "frobnicate"),
+    ("n-two", "POST", CHAT, chat(n=2), 400, "invalid_value", "n"),
+    ("temperature-negative", "POST", CHAT, chat(temperature=-0.5), 400, "invalid_value", "temperature"),
+    ("temperature-huge", "POST", CHAT, chat(temperature=9), 400, "invalid_value", "temperature"),
+    ("top-p-over-one", "POST", CHAT, chat(top_p=1.5), 400, "invalid_value", "top_p"),
+    ("max-tokens-zero", "POST", CHAT, chat(max_tokens=0), 400, "invalid_value", "max_tokens"),
+    ("max-tokens-string", "POST", CHAT, chat(max_tokens="many"), 400, "invalid_value", "max_tokens"),
+    ("top-logprobs-alone", "POST", CHAT, chat(top_logprobs=2), 400, "invalid_value", None),
+    ("top-logprobs-too-many", "POST", CHAT, chat(logprobs=True, top_logprobs=50), 400, "invalid_value",
+     "top_logprobs"),
+    ("too-many-stops", "POST", CHAT, chat(stop=[f"s{i}" for i in range(20)]), 400, "invalid_value", "stop"),
+    ("tools", "POST", CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400, "invalid_value",
+     "tools"),
+    ("logit-bias", "POST", CHAT, chat(logit_bias={"1": 5}), 400, "invalid_value", "logit_bias"),
+    ("unknown-model", "POST", CHAT, chat(model="no-such-model"), 404, "model_not_found", "model"),
+    ("embedder-for-chat", "POST", CHAT, chat(model=EMBED_MODEL), 400, "unsupported_task", "model"),
+    ("max-tokens-past-context", "POST", CHAT, chat(max_tokens=100_000), 400, "context_length_exceeded",
+     "max_tokens"),
+    ("prompt-longer-than-context", "POST", COMPLETIONS,
+     {"model": CHAT_MODEL, "prompt": "hello " * 5000, "max_tokens": 1}, 400, "context_length_exceeded", "prompt"),
+    ("messages-longer-than-context", "POST", CHAT,
+     chat(messages=[{"role": "user", "content": "hello " * 5000}]), 400, "context_length_exceeded", "messages"),
+    ("completion-empty-list", "POST", COMPLETIONS, {"model": CHAT_MODEL, "prompt": []}, 400, "invalid_value",
+     "prompt"),
+    ("completion-suffix", "POST", COMPLETIONS, {"model": CHAT_MODEL, "prompt": "a", "suffix": "b"}, 400,
+     "invalid_value", "suffix"),
+    ("completion-best-of", "POST", COMPLETIONS, {"model": CHAT_MODEL, "prompt": "a", "best_of": 3}, 400,
+     "invalid_value", "best_of"),
+    ("completion-bad-token-id", "POST", COMPLETIONS, {"model": CHAT_MODEL, "prompt": [1, 99_999_999]}, 400,
+     "invalid_value", "prompt"),
+    ("completion-logprobs-too-many", "POST", COMPLETIONS, {"model": CHAT_MODEL, "prompt": "a", "logprobs": 99},
+     400, "invalid_value", "logprobs"),
+    ("embeddings-empty-string", "POST", EMBEDDINGS, {"model": EMBED_MODEL, "input": ""}, 400, "invalid_value",
+     "input"),
+    ("embeddings-empty-list", "POST", EMBEDDINGS, {"model": EMBED_MODEL, "input": []}, 400, "invalid_value",
+     "input"),
+    ("embeddings-bad-format", "POST", EMBEDDINGS, {"model": EMBED_MODEL, "input": "a", "encoding_format": "hex"},
+     400, "invalid_value", "encoding_format"),
+    ("embeddings-token-out-of-vocab", "POST", EMBEDDINGS, {"model": EMBED_MODEL, "input": [[5, 10_000_000]]},
+     400, "invalid_value", "input[0]"),
+    ("embeddings-dimensions", "POST", EMBEDDINGS, {"model": EMBED_MODEL, "input": "a", "dimensions": 64}, 400,
+     "invalid_value", "dimensions"),
+    ("chat-model-for-embeddings", "POST", EMBEDDINGS, {"model": CHAT_MODEL, "input": "a"}, 400,
+     "unsupported_task", "model"),
+    ("body-too-large", "POST", CHAT, chat(messages=[{"role": "user", "content": "x" * 2_000_000}]), 413,
+     "request_too_large", None),
+    ("unknown-route", "GET", "/v1/nothing-here", None, 404, "not_found", None),
+    ("wrong-method", "GET", CHAT, None, 405, "method_not_allowed", None),
+    ("unknown-model-retrieve", "GET", "/v1/models/nope", None, 404, "model_not_found", "model"),
+]
+
+
+async def send(http: httpx.AsyncClient, method: str, path: str, body: object) -> httpx.Response:
+    if body is None:
+        return await http.request(method, path)
+    if isinstance(body, dict):
+        return await http.request(method, path, json=body)
+    return await http.request(method, path, content=body, headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "code", "param"),
+                         [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+async def test_bad_request_gets_a_clear_4xx(
+    http: httpx.AsyncClient, method: str, path: str, body: object, status: int, code: str, param: str | None
+) -> None:
+    response = await send(http, method, path, body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == code
+    assert error["param"] == param
+    assert error["type"] == "invalid_request_error"
+    assert error["message"] and "Traceback" not in error["message"]
+
+
+async def test_server_keeps_serving_after_the_whole_table(http: httpx.AsyncClient) -> None:
+    for _, method, path, body, *_ in CASES:
+        assert (await send(http, method, path, body)).status_code < 500
+    chat_ok = await http.post(CHAT, json=chat(max_tokens=4))
+    assert chat_ok.status_code == 200 and chat_ok.json()["choices"][0]["message"]["content"]
+    embed_ok = await http.post(EMBEDDINGS, json={"model": EMBED_MODEL, "input": "still here"})
+    assert embed_ok.status_code == 200
+
+
+async def test_chunked_body_over_the_limit_is_413(http: httpx.AsyncClient) -> None:
+    async def chunks():  # no Content-Length: the server must count as it reads
+        for _ in range(30):
+            yield json.dumps({"pad": "x" * 50_000}).encode()
+
+    response = await http.post(CHAT, content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"

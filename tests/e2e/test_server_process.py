@@ -1,0 +1,124 @@
+"""A real `modelpool serve` subprocess on a free loopback port, as `make serve` runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import CHAT_MODEL, EMBED_MODEL
+
+START_TIMEOUT_S = 180
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+    ready_after_s: float
+
+    def log_lines(self) -> list[dict[str, object]]:
+        lines = self.log_path.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    with log_path.open("wb") as log:
+        started = time.monotonic()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "modelpool", "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--log-format", "json"],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MODELPOOL_SERVER__MODEL_WAIT_S": "60"},
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        ready_after = wait_ready(process, url, started, log_path)
+        print(f"\nmodelpool serve: start-to-ready {ready_after:.1f}s")  # noqa: T201 - a number for the notes
+        yield Server(process, url, log_path, ready_after)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_ready(process: subprocess.Popen[bytes], url: str, started: float, log_path: Path) -> float:
+    saw_not_ready = False
+    while time.monotonic() - started < START_TIMEOUT_S:
+        if process.poll() is not None:
+            pytest.fail(f"server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            response = httpx.get(f"{url}/readyz", timeout=2)
+        except httpx.TransportError:
+            time.sleep(0.2)
+            continue
+        if response.status_code == 200:
+            assert response.json()["status"] == "ready"
+            return time.monotonic() - started
+        assert response.status_code == 503 and response.json()["status"] == "not_ready"
+        saw_not_ready = True
+        time.sleep(0.2)
+    pytest.fail(f"not ready after {START_TIMEOUT_S}s (saw 503 first: {saw_not_ready})")
+
+
+def test_openai_sdk_against_the_subprocess(server: Server) -> None:
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    assert {m.id for m in client.models.list().data} == {CHAT_MODEL, EMBED_MODEL}
+    reply = client.chat.completions.create(
+        model=CHAT_MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8,
+        extra_headers={"X-Request-ID": "subprocess-req-1"},
+    )
+    assert reply.choices[0].message.content
+    stream = client.chat.completions.create(
+        model=CHAT_MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    vectors = client.embeddings.create(model=EMBED_MODEL, input=["one", "two"])
+    assert len(vectors.data) == 2 and len(vectors.data[0].embedding) == 384
+
+
+def test_json_log_lines_carry_the_request_id(server: Server) -> None:
+    response = httpx.get(f"{server.url}/healthz", headers={"X-Request-ID": "subprocess-req-2"})
+    assert response.headers["x-request-id"] == "subprocess-req-2"
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        access = [e for e in server.log_lines() if e.get("logger") == "modelpool.access"]
+        mine = [e for e in access if e.get("request_id") == "subprocess-req-2"]
+        if mine:
+            break
+        time.sleep(0.1)
+    assert mine and mine[0]["status"] == 200 and mine[0]["path"] == "/healthz"
+    assert {"ts", "level", "message"} <= set(mine[0])
+
+
+def test_sigterm_stops_the_server_cleanly(server: Server) -> None:
+    server.process.send_signal(signal.SIGTERM)
+    # uvicorn shuts down gracefully, then re-raises the signal so the exit status says why.
+    assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
+    messages = [e["message"] for e in server.log_lines()]
+    assert "Application shutdown complete." in messages
+    assert "models unloaded" in messages
