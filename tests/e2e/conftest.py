@@ -22,7 +22,7 @@ def smollm2_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
-def vocab():  # noqa: ANN201 - llama_cpp.Llama, imported lazily
+def vocab():
     """An independent tokenizer for the chat model (vocab only: no weights, no context)."""
     from llama_cpp import Llama
 

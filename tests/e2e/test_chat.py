@@ -24,8 +24,9 @@ async def test_non_streaming_answer_has_text_usage_and_finish_reason(oai: openai
     assert choice.message.content.strip()
     assert choice.finish_reason in {"stop", "length"}
     assert reply.model == CHAT_MODEL and reply.object == "chat.completion" and reply.id.startswith("chatcmpl-")
-    expected_prompt = vocab.tokenize(chatml(("system", SYSTEM_DEFAULT), ("user", HI[0]["content"])).encode(),
-                                     add_bos=False, special=True)
+    expected_prompt = vocab.tokenize(
+        chatml(("system", SYSTEM_DEFAULT), ("user", HI[0]["content"])).encode(), add_bos=False, special=True
+    )
     assert reply.usage.prompt_tokens == len(expected_prompt)
     assert 0 < reply.usage.completion_tokens <= 40
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
@@ -46,8 +47,10 @@ async def test_multi_turn_messages_are_rendered_with_the_models_template(oai: op
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
 async def test_token_cap_ends_with_length(oai: openai.AsyncOpenAI, field: str) -> None:
     reply = await oai.chat.completions.create(
-        model=CHAT_MODEL, messages=[{"role": "user", "content": "Write a long story about a dragon."}],
-        temperature=0, **{field: 6},
+        model=CHAT_MODEL,
+        messages=[{"role": "user", "content": "Write a long story about a dragon."}],
+        temperature=0,
+        **{field: 6},
     )
     assert reply.choices[0].finish_reason == "length"
     assert reply.usage.completion_tokens == 6
@@ -56,7 +59,11 @@ async def test_token_cap_ends_with_length(oai: openai.AsyncOpenAI, field: str) -
 async def test_stream_matches_non_stream_and_reports_usage(oai: openai.AsyncOpenAI) -> None:
     whole = await oai.chat.completions.create(model=CHAT_MODEL, messages=HI, max_tokens=30, temperature=0)
     stream = await oai.chat.completions.create(
-        model=CHAT_MODEL, messages=HI, max_tokens=30, temperature=0, stream=True,
+        model=CHAT_MODEL,
+        messages=HI,
+        max_tokens=30,
+        temperature=0,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = [chunk async for chunk in stream]
@@ -84,8 +91,12 @@ async def test_stream_ends_with_done_marker(http) -> None:
 async def test_same_seed_same_output_different_seed_differs(oai: openai.AsyncOpenAI) -> None:
     async def sample(seed: int) -> str:
         reply = await oai.chat.completions.create(
-            model=CHAT_MODEL, messages=[{"role": "user", "content": "Invent a name for a cat."}],
-            max_tokens=24, temperature=1.0, top_p=1.0, seed=seed,
+            model=CHAT_MODEL,
+            messages=[{"role": "user", "content": "Invent a name for a cat."}],
+            max_tokens=24,
+            temperature=1.0,
+            top_p=1.0,
+            seed=seed,
         )
         return reply.choices[0].message.content
 

@@ -47,7 +47,7 @@ async def test_generated_token_logprobs(oai: openai.AsyncOpenAI) -> None:
     assert "".join(logprobs.tokens) == reply.choices[0].text
     assert len(logprobs.token_logprobs) == len(logprobs.tokens) == reply.usage.completion_tokens
     assert all(len(top) == 2 for top in logprobs.top_logprobs)
-    for token, logprob, top in zip(logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs):
+    for token, logprob, top in zip(logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=False):
         assert max(top.values()) == pytest.approx(logprob)  # greedy: the chosen token is the best
         assert token in top
     offsets = logprobs.text_offset

@@ -15,7 +15,7 @@ SENTENCES = ["The cat sits on the mat.", "A dog runs in the park.", "Quantum phy
 
 
 @pytest.fixture(scope="session")
-def reference():  # noqa: ANN201 - sentence_transformers.SentenceTransformer
+def reference():
     """The same weights loaded directly by sentence-transformers, outside modelpool."""
     from sentence_transformers import SentenceTransformer
 
@@ -47,13 +47,14 @@ async def test_base64_equals_float(http, oai: openai.AsyncOpenAI) -> None:
     body = {"model": EMBED_MODEL, "input": SENTENCES[:2]}
     floats = (await http.post("/v1/embeddings", json={**body, "encoding_format": "float"})).json()
     raw = (await http.post("/v1/embeddings", json={**body, "encoding_format": "base64"})).json()
-    for f, b in zip(floats["data"], raw["data"]):
+    for f, b in zip(floats["data"], raw["data"], strict=False):
         decoded = np.frombuffer(base64.b64decode(b["embedding"]), dtype="<f4")
         np.testing.assert_array_equal(decoded, np.array(f["embedding"], dtype=np.float32))
     # The SDK asks for base64 by default and decodes it itself.
     sdk = await oai.embeddings.create(model=EMBED_MODEL, input=SENTENCES[:2])
-    np.testing.assert_array_equal(np.array(sdk.data[0].embedding, dtype=np.float32),
-                                  np.array(floats["data"][0]["embedding"], dtype=np.float32))
+    np.testing.assert_array_equal(
+        np.array(sdk.data[0].embedding, dtype=np.float32), np.array(floats["data"][0]["embedding"], dtype=np.float32)
+    )
 
 
 async def test_token_id_input_equals_text_input(oai: openai.AsyncOpenAI, reference) -> None:

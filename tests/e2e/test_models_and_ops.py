@@ -47,8 +47,9 @@ async def test_request_id_is_echoed_or_made(http: httpx.AsyncClient) -> None:
 
 async def test_access_log_line_carries_the_request_id(http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture):
     with caplog.at_level(logging.INFO, logger="modelpool.access"):
-        await http.post("/v1/embeddings", json={"model": EMBED_MODEL, "input": "log me"},
-                        headers={"X-Request-ID": "log-me-42"})
+        await http.post(
+            "/v1/embeddings", json={"model": EMBED_MODEL, "input": "log me"}, headers={"X-Request-ID": "log-me-42"}
+        )
     lines = [r for r in caplog.records if r.name == "modelpool.access" and getattr(r, "request_id", "") == "log-me-42"]
     assert len(lines) == 1
     assert lines[0].status == 200 and lines[0].model == EMBED_MODEL and lines[0].path == "/v1/embeddings"
@@ -66,9 +67,12 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 async def test_metrics_count_requests_tokens_latency_and_state(http: httpx.AsyncClient) -> None:
     before = (await http.get("/metrics")).text
-    reply = (await http.post("/v1/chat/completions",
-                             json={"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}],
-                                   "max_tokens": 5})).json()
+    reply = (
+        await http.post(
+            "/v1/chat/completions",
+            json={"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
+        )
+    ).json()
     await http.post("/v1/chat/completions", json={"model": CHAT_MODEL, "messages": []})
     after_response = await http.get("/metrics")
     after = after_response.text

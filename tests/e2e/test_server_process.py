@@ -47,14 +47,26 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with log_path.open("wb") as log:
         started = time.monotonic()
         process = subprocess.Popen(
-            [sys.executable, "-m", "modelpool", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--log-format", "json"],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MODELPOOL_SERVER__MODEL_WAIT_S": "60"},
+            [
+                sys.executable,
+                "-m",
+                "modelpool",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-format",
+                "json",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "MODELPOOL_SERVER__MODEL_WAIT_S": "60"},
         )
     url = f"http://127.0.0.1:{port}"
     try:
         ready_after = wait_ready(process, url, started, log_path)
-        print(f"\nmodelpool serve: start-to-ready {ready_after:.1f}s")  # noqa: T201 - a number for the notes
+        print(f"\nmodelpool serve: start-to-ready {ready_after:.1f}s")
         yield Server(process, url, log_path, ready_after)
     finally:
         if process.poll() is None:
@@ -89,7 +101,9 @@ def test_openai_sdk_against_the_subprocess(server: Server) -> None:
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
     assert {m.id for m in client.models.list().data} == {CHAT_MODEL, EMBED_MODEL}
     reply = client.chat.completions.create(
-        model=CHAT_MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8,
+        model=CHAT_MODEL,
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=8,
         extra_headers={"X-Request-ID": "subprocess-req-1"},
     )
     assert reply.choices[0].message.content

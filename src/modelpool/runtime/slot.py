@@ -68,6 +68,7 @@ class ModelSlot:
         if self.state is SlotState.FAILED:
             raise ModelLoadFailed(f"model '{self.id}' failed to load: {self.error}")
         if self._load is None:
+            self._set_state(SlotState.LOADING)  # at once, so nobody sees "unloaded" meanwhile
             self._load = asyncio.create_task(self._start_backend(), name=f"load-{self.id}")
         try:
             return await asyncio.wait_for(asyncio.shield(self._load), timeout=wait_s)
@@ -91,7 +92,6 @@ class ModelSlot:
         self._set_state(SlotState.UNLOADED)
 
     async def _start_backend(self) -> Backend:
-        self._set_state(SlotState.LOADING)
         started = time.monotonic()
         backend: Backend | None = None
         try:

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import pytest
+
+from modelpool.backends.decoding import StopMatcher, Utf8Stream
+
+
+def run(stops: tuple[str, ...], pieces: list[str]) -> tuple[list[str], bool]:
+    matcher, emitted = StopMatcher(stops), []
+    for piece in pieces:
+        text, hit = matcher.feed(piece)
+        emitted.append(text)
+        if hit:
+            return emitted, True
+    emitted.append(matcher.flush())
+    return emitted, False
+
+
+@pytest.mark.parametrize(
+    ("stops", "pieces", "emitted", "hit"),
+    [
+        ((), ["a", "b"], ["a", "b", ""], False),
+        (("END",), ["hello ", "world"], ["hello ", "world", ""], False),
+        (("END",), ["abc", "E", "N", "D", "zzz"], ["abc", "", "", ""], True),  # split over three tokens
+        (("END",), ["abE", "Nx"], ["ab", "ENx", ""], False),  # a false start is released
+        (("END",), ["xxEN"], ["xx", "EN"], False),  # held back, then released at the end
+        (("\n\n", "###"), ["one\n", "\ntwo"], ["one", ""], True),
+        (("ab", "b"), ["xab"], ["x"], True),  # the earliest stop wins
+        (("stop",), ["nonstop"], ["non"], True),
+    ],
+)
+def test_stop_matcher(stops: tuple[str, ...], pieces: list[str], emitted: list[str], hit: bool) -> None:
+    assert run(stops, pieces) == (emitted, hit)
+
+
+def test_stop_text_never_leaks_whatever_the_split() -> None:
+    text, stop = "The answer is 42. Next question", ". Next"
+    for cut in range(1, len(text)):
+        emitted, hit = run((stop,), [text[:cut], text[cut:]])
+        assert hit and "".join(emitted) == "The answer is 42"
+
+
+def test_utf8_characters_split_across_tokens_come_out_whole() -> None:
+    data = "né ✓ 🙂".encode()
+    stream = Utf8Stream()
+    out = [stream.feed(data[i : i + 1]) for i in range(len(data))]
+    assert "".join(out) + stream.flush() == "né ✓ 🙂"
+    assert all(part in ("", "n", "é", " ", "✓", "🙂") for part in out)
+    assert Utf8Stream().feed(b"\xff") == "\ufffd"
