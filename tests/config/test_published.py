@@ -1,0 +1,48 @@
+"""What we publish about the config stays true: the JSON schema, the examples, the README."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from modelpool.cli.reference import END, START, reference_markdown
+from modelpool.config import load_config
+from modelpool.config.schema import Config
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+def test_published_schema_is_current() -> None:
+    published = json.loads((ROOT / "docs" / "config.schema.json").read_text())
+    assert published == Config.model_json_schema(), "run: modelpool config-schema > docs/config.schema.json"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_examples_pass_the_schema(example: Path) -> None:
+    schema = Config.model_json_schema()
+    # Entries under `models:` may be partial (they merge onto the starter catalog), so no
+    # field of theirs is required here; unknown fields and wrong types still fail.
+    schema["$defs"]["ModelConfig"]["required"] = []
+    jsonschema.validate(yaml.safe_load(example.read_text()), schema)
+    broken = {"server": {"prot": 8000}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+def test_example_config_loads_with_its_local_override() -> None:
+    config = load_config(ROOT / "examples" / "modelpool.yaml", environ={})
+    assert config.server.port == 8001  # from modelpool.local.yaml beside it
+    assert config.models["smollm2-135m-instruct"].options == {"n_ctx": 2048}
+    assert config.models["qwen2.5-0.5b-instruct"].options["n_gpu_layers"] == 0
+    assert config.models["qwen2.5-0.5b-instruct"].preload is False
+
+
+def test_readme_config_reference_is_current() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(START, 1)[1].split(END, 1)[0]
+    assert block.strip() == reference_markdown().strip(), "run: modelpool config-reference, paste into README"
