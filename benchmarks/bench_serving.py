@@ -49,11 +49,8 @@ def running(argv: list[str], ready_url: str, timeout_s: float = 180) -> Iterator
         while time.monotonic() - started < timeout_s:
             if process.poll() is not None:
                 raise RuntimeError(f"{argv[:4]} exited with {process.returncode}")
-            try:
-                if httpx.get(ready_url, timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
+            if _answers_200(ready_url):
+                break
             time.sleep(0.1)
         else:
             raise RuntimeError(f"{argv[:4]} not ready after {timeout_s}s")
@@ -64,6 +61,13 @@ def running(argv: list[str], ready_url: str, timeout_s: float = 180) -> Iterator
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+def _answers_200(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:  # not listening yet
+        return False
 
 
 def chat_tokens_per_second(base_url: str, model: str, runs: int, max_tokens: int) -> float:

@@ -13,6 +13,12 @@ from modelpool.cli.main import app
 runner = CliRunner()
 
 
+def write_config(folder: Path, data: dict[str, object]) -> Path:
+    path = folder / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def test_models_lists_the_catalog_and_what_is_installed() -> None:
     result = runner.invoke(app, ["models"])
     assert result.exit_code == 0, result.output
@@ -22,19 +28,17 @@ def test_models_lists_the_catalog_and_what_is_installed() -> None:
 
 
 def test_models_shows_install_hints_for_missing_models(tmp_path: Path) -> None:
-    config = tmp_path / "c.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "models": {
-                    "later": {
-                        "backend": "llama_cpp",
-                        "source": "package:not_installed_pkg/x.gguf",
-                        "install_hint": "pip install it",
-                    }
+    config = write_config(
+        tmp_path,
+        {
+            "models": {
+                "later": {
+                    "backend": "llama_cpp",
+                    "source": "package:not_installed_pkg/x.gguf",
+                    "install_hint": "pip install it",
                 }
             }
-        )
+        },
     )
     result = runner.invoke(app, ["models", "--config", str(config)])
     assert result.exit_code == 0
@@ -42,16 +46,14 @@ def test_models_shows_install_hints_for_missing_models(tmp_path: Path) -> None:
 
 
 def test_print_config_shows_the_effective_config_with_secrets_redacted(tmp_path: Path) -> None:
-    config = tmp_path / "c.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "models": {
-                    "all-minilm-l6-v2": {"options": {"device": "cpu"}},
-                    "x": {"backend": "llama_cpp", "source": "/w.gguf", "options": {"api_key": "sk-live-123"}},
-                }
+    config = write_config(
+        tmp_path,
+        {
+            "models": {
+                "all-minilm-l6-v2": {"options": {"device": "cpu"}},
+                "x": {"backend": "llama_cpp", "source": "/w.gguf", "options": {"api_key": "sk-live-123"}},
             }
-        )
+        },
     )
     result = runner.invoke(app, ["serve", "--config", str(config), "--port", "9999", "--models", "x", "--print-config"])
     assert result.exit_code == 0, result.output
@@ -65,14 +67,12 @@ def test_dry_run_loads_and_reports(tmp_path: Path) -> None:
     ok = runner.invoke(app, ["serve", "--models", "all-minilm-l6-v2", "--dry-run"])
     assert ok.exit_code == 0, ok.output
     assert "ok      all-minilm-l6-v2" in ok.output
-    config = tmp_path / "c.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "starter_models": False,
-                "models": {"ghost": {"backend": "llama_cpp", "source": str(tmp_path / "missing.gguf")}},
-            }
-        )
+    config = write_config(
+        tmp_path,
+        {
+            "starter_models": False,
+            "models": {"ghost": {"backend": "llama_cpp", "source": str(tmp_path / "missing.gguf")}},
+        },
     )
     failed = runner.invoke(app, ["serve", "--config", str(config), "--dry-run"])
     assert failed.exit_code == 1
@@ -88,14 +88,12 @@ def test_bad_config_exits_2_with_the_reason(tmp_path: Path) -> None:
 
 
 def test_bad_backend_options_fail_before_loading(tmp_path: Path) -> None:
-    config = tmp_path / "c.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "starter_models": False,
-                "models": {"m": {"backend": "llama_cpp", "source": "/x.gguf", "options": {"n_ctxx": 5}}},
-            }
-        )
+    config = write_config(
+        tmp_path,
+        {
+            "starter_models": False,
+            "models": {"m": {"backend": "llama_cpp", "source": "/x.gguf", "options": {"n_ctxx": 5}}},
+        },
     )
     result = runner.invoke(app, ["serve", "--config", str(config), "--dry-run"])
     assert result.exit_code == 2
