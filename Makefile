@@ -9,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-test serve test lint bench clean
+.PHONY: install install-test serve test lint bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ test: install-test
 bench: install
 	$(BIN)/pip install -e ".[bench]"
 	$(BIN)/python benchmarks/bench_serving.py
+
+docs: install
+	$(BIN)/modelpool config-schema > docs/config.schema.json
+	$(BIN)/modelpool config-reference --readme README.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

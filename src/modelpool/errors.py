@@ -9,11 +9,17 @@ Nothing maps errors by matching message text.
     ├── InvalidRequest                  400  invalid_request_error / invalid_value (param named)
     │   ├── ContextLengthExceeded       400  invalid_request_error / context_length_exceeded
     │   └── UnsupportedTask             400  invalid_request_error / unsupported_task
+    ├── AuthenticationFailed            401  authentication_error / invalid_api_key
+    ├── PermissionDenied                403  permission_error / insufficient_scope
     ├── ModelNotFound                   404  invalid_request_error / model_not_found
+    ├── ModelNotLoaded                  409  invalid_request_error / model_not_loaded  (autoload off)
     ├── RequestTooLarge                 413  invalid_request_error / request_too_large
+    ├── Overloaded                      429  overloaded / overloaded       (Retry-After)
     ├── ModelNotReady                   503  server_error / model_not_ready   (Retry-After)
-    ├── ModelLoadFailed                 503  server_error / model_load_error
+    ├── ModelLoadFailed                 503  server_error / model_load_error  (Retry-After: the cooldown)
     │   └── ModelSourceError            503  server_error / model_source_error
+    ├── InsufficientCapacity            503  server_error / insufficient_capacity
+    ├── ModelUnloaded                   503  server_error / model_unloaded (a forced unload cut the request)
     ├── ShuttingDown                    503  server_error / shutting_down
     └── GenerationFailed                500  server_error / generation_failed
 """
@@ -55,6 +61,18 @@ class UnsupportedTask(InvalidRequest):
     code = "unsupported_task"
 
 
+class AuthenticationFailed(ModelpoolError):
+    status_code = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(ModelpoolError):
+    status_code = 403
+    type = "permission_error"
+    code = "insufficient_scope"
+
+
 class ModelNotFound(ModelpoolError):
     status_code = 404
     type = "invalid_request_error"
@@ -66,28 +84,57 @@ class ModelNotFound(ModelpoolError):
         self.model_id = model_id
 
 
+class ModelNotLoaded(ModelpoolError):
+    status_code = 409
+    type = "invalid_request_error"
+    code = "model_not_loaded"
+
+
 class RequestTooLarge(ModelpoolError):
     status_code = 413
     type = "invalid_request_error"
     code = "request_too_large"
 
 
-class ModelNotReady(ModelpoolError):
-    status_code = 503
-    code = "model_not_ready"
+class _RetryLater(ModelpoolError):
+    """An error that tells the client when to come back."""
 
-    def __init__(self, message: str, *, retry_after_s: int = 5) -> None:
-        super().__init__(message, param="model")
-        self.retry_after_s = retry_after_s
+    def __init__(self, message: str, *, retry_after_s: float = 5, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.retry_after_s = max(1, round(retry_after_s))
 
     @property
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
 
 
-class ModelLoadFailed(ModelpoolError):
+class Overloaded(_RetryLater):
+    status_code = 429
+    type = "overloaded"
+    code = "overloaded"
+
+
+class ModelNotReady(_RetryLater):
+    status_code = 503
+    code = "model_not_ready"
+
+    def __init__(self, message: str, *, retry_after_s: float = 5) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, param="model")
+
+
+class ModelLoadFailed(_RetryLater):
     status_code = 503
     code = "model_load_error"
+
+
+class InsufficientCapacity(ModelpoolError):
+    status_code = 503
+    code = "insufficient_capacity"
+
+
+class ModelUnloaded(ModelpoolError):
+    status_code = 503
+    code = "model_unloaded"
 
 
 class ModelSourceError(ModelLoadFailed):

@@ -1,27 +1,37 @@
+"""The slot's state machine, with a fake backend gated by events and a hand-moved clock."""
+
 from __future__ import annotations
 
 import asyncio
 
 import pytest
 
-from modelpool.errors import ModelLoadFailed, ModelNotReady
+from modelpool.errors import ModelLoadFailed, ModelNotLoaded, ModelNotReady, ModelUnloaded
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.slot import SlotState
-from tests.fakes import FakeBackend, fake_slot
+from tests.fakes import FakeBackend, ManualClock, fake_slot
+
+
+async def settle() -> None:
+    """A few event-loop turns, so tasks started just now reach their first await."""
+    for _ in range(5):
+        await asyncio.sleep(0)
 
 
 async def test_concurrent_first_requests_share_one_load() -> None:
     gate = asyncio.Event()
     backend = FakeBackend(gate)
-    slot = fake_slot(backend)
-    waiters = [asyncio.create_task(slot.ensure_ready(None)) for _ in range(5)]
-    await asyncio.sleep(0)  # let every waiter reach the load
+    slot = fake_slot(backend, max_concurrency=5)
+    waiters = [asyncio.create_task(slot.lease(None)) for _ in range(5)]
+    await settle()
     assert slot.state is SlotState.LOADING
     gate.set()
-    results = await asyncio.gather(*waiters)
-    assert all(r is backend for r in results)
+    leases = await asyncio.gather(*waiters)
+    assert all(lease.backend is backend for lease in leases)
     assert backend.starts == 1
     assert slot.state is SlotState.READY and slot.load_seconds is not None
+    for lease in leases:
+        lease.release()
 
 
 async def test_waiting_past_the_limit_is_model_not_ready_and_the_load_goes_on() -> None:
@@ -29,21 +39,41 @@ async def test_waiting_past_the_limit_is_model_not_ready_and_the_load_goes_on() 
     backend = FakeBackend(gate)
     slot = fake_slot(backend)
     with pytest.raises(ModelNotReady) as caught:
-        await slot.ensure_ready(0)
+        await slot.lease(0)
     assert caught.value.status_code == 503 and "Retry-After" in caught.value.headers
+    assert slot.admission.running == 0 and slot.admission.waiting == 0  # the ticket went back
     gate.set()
-    assert await slot.ensure_ready(None) is backend
-    assert backend.starts == 1
+    await slot.ensure_ready(None)
+    assert backend.starts == 1 and slot.state is SlotState.READY
 
 
-async def test_failed_load_is_kept_with_its_reason_and_not_retried_per_request() -> None:
+async def test_failed_load_is_kept_then_retried_after_the_cooldown() -> None:
+    clock = ManualClock()
     backend = FakeBackend(fail_with=RuntimeError("weights are corrupt"))
-    slot = fake_slot(backend)
-    for _ in range(3):
-        with pytest.raises(ModelLoadFailed, match="weights are corrupt"):
+    slot = fake_slot(backend, clock=clock, retry_cooldown_s=30)
+    with pytest.raises(ModelLoadFailed, match="weights are corrupt"):
+        await slot.ensure_ready(None)
+    for _ in range(3):  # within the cooldown: the error at once, no new load
+        with pytest.raises(ModelLoadFailed, match="next try in 30s") as caught:
             await slot.ensure_ready(None)
-    assert slot.state is SlotState.FAILED and slot.failed_at is not None
-    assert backend.starts == 1 and backend.stops == 1  # stop() cleans up after a failed start
+        assert caught.value.headers["Retry-After"] == "30"
+    assert slot.state is SlotState.FAILED and backend.starts == 1 and backend.stops == 1
+    clock.advance(31)
+    backend.fail_with = None
+    await slot.ensure_ready(None)
+    assert slot.state is SlotState.READY and backend.starts == 2
+    assert slot.error == "weights are corrupt"  # kept as the last error, for the admin listing
+
+
+async def test_autoload_off_refuses_until_loaded_explicitly() -> None:
+    backend = FakeBackend()
+    slot = fake_slot(backend, autoload=False)
+    with pytest.raises(ModelNotLoaded) as caught:
+        await slot.lease(None)
+    assert caught.value.status_code == 409 and backend.starts == 0
+    await slot.ensure_ready(None, load_if_unloaded=True)
+    lease = await slot.lease(None)
+    lease.release()
 
 
 async def test_unload_stops_the_backend_and_the_next_request_loads_again() -> None:
@@ -52,8 +82,77 @@ async def test_unload_stops_the_backend_and_the_next_request_loads_again() -> No
     await slot.ensure_ready(None)
     await slot.unload()
     assert slot.state is SlotState.UNLOADED and backend.stops == 1
-    await slot.ensure_ready(None)
+    (await slot.lease(None)).release()
     assert backend.starts == 2
+
+
+async def test_keep_alive_sets_the_expiry_and_zero_unloads_after_the_request() -> None:
+    clock = ManualClock()
+    backend = FakeBackend()
+    slot = fake_slot(backend, clock=clock, keep_alive="5m")
+    lease = await slot.lease(None)
+    lease.release()
+    assert slot.expires_at == clock.now + 300 and not slot.expired()
+    clock.advance(301)
+    assert slot.expired()
+    lease = await slot.lease(None, keep_alive=-1)  # a request may say: keep it forever
+    lease.release()
+    assert slot.expires_at is None
+    lease = await slot.lease(None, keep_alive=0)
+    lease.release()
+    await settle()
+    assert slot.state is SlotState.UNLOADED and backend.stops == 1
+
+
+async def test_drain_waits_for_running_work_and_force_cuts_it() -> None:
+    slot = fake_slot(FakeBackend(), max_concurrency=2)
+    lease = await slot.lease(None)
+    unloading = asyncio.create_task(slot.unload(drain=True))
+    await settle()
+    assert slot.state is SlotState.UNLOADING and not unloading.done()
+    lease.release()
+    await unloading
+    assert slot.state is SlotState.UNLOADED
+
+    lease = await slot.lease(None)
+    forced = asyncio.create_task(slot.unload(drain=False))
+    await settle()
+    assert lease.revoked  # the request's stream sees this at its next step and raises ModelUnloaded
+    lease.release()
+    await forced
+    assert slot.state is SlotState.UNLOADED
+    assert ModelUnloaded("x").status_code == 503
+
+
+async def test_replicas_share_work_least_busy_first() -> None:
+    backends = [FakeBackend(), FakeBackend()]
+    slot = fake_slot(backends, replicas=2, max_concurrency=1)
+    first = await slot.lease(None)
+    second = await slot.lease(None)
+    assert {first.replica.index, second.replica.index} == {0, 1}
+    assert first.backend is not second.backend
+    third = asyncio.create_task(slot.lease(None))  # both busy: waits in the shared queue
+    await settle()
+    assert not third.done() and slot.admission.waiting == 1
+    second.release()
+    lease = await third
+    assert lease.replica is second.replica
+    first.release()
+    lease.release()
+
+
+async def test_scale_up_and_down_while_loaded() -> None:
+    backends = [FakeBackend(), FakeBackend(), FakeBackend()]
+    slot = fake_slot(backends, replica_max=3)
+    await slot.ensure_ready(None)
+    await slot.scale(3)
+    assert len(slot.replicas) == 3 and slot.admission.turns == 3
+    busy = await slot.lease(None)
+    await slot.scale(1)
+    assert len(slot.replicas) == 1
+    assert slot.replicas == [busy.replica]  # the idle replicas went; the busy one stayed
+    assert backends[1].stops == 1 and backends[2].stops == 1 and backends[0].stops == 0
+    busy.release()
 
 
 async def test_state_gauge_follows_the_slot() -> None:
@@ -68,12 +167,8 @@ async def test_state_gauge_follows_the_slot() -> None:
     assert gauge("unloaded") == 0 and gauge("ready") == 1
 
 
-async def test_acquire_gives_one_turn_at_a_time() -> None:
-    slot = fake_slot(FakeBackend(), max_concurrency=1)
-    _, release = await slot.acquire(None)
-    second = asyncio.create_task(slot.acquire(None))
-    await asyncio.sleep(0)
-    assert not second.done()
-    release()
-    _, release_second = await second
-    release_second()
+async def test_warmup_runs_once_per_replica_when_configured() -> None:
+    backend = FakeBackend()
+    slot = fake_slot(backend, warmup=True)
+    await slot.ensure_ready(None)
+    assert backend.warmups == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -26,12 +25,11 @@ def create_app(config: Config, pool: ModelPool | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        preload = asyncio.create_task(pool.preload(), name="preload")
+        pool.start()
         try:
             yield
         finally:
             await pool.close()
-            await asyncio.gather(preload, return_exceptions=True)
             log.info("models unloaded")
 
     app = FastAPI(title="modelpool", version=__version__, lifespan=lifespan)

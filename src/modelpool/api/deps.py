@@ -16,6 +16,11 @@ def pool_of(request: Request) -> ModelPool:
     return pool
 
 
+def wants_metrics(request: Request, asked: bool) -> bool:
+    """Timing metrics go into a response when the request asks or the server config says so."""
+    return asked or bool(request.app.state.config.server.timing_metrics)
+
+
 def note_model(request: Request, model: str) -> None:
     """Label this request's metrics and access-log line with the model it asked for."""
     request.state.model_id = model

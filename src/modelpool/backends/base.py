@@ -125,9 +125,17 @@ class EmbeddingResult:
 class Backend(Protocol):
     tasks: frozenset[Task]
     limits: Limits
+    overridable: frozenset[str]
+    """Option names an admin may change for one load (POST /v1/admin/models/{id}/load)."""
+
+    async def estimate_memory_bytes(self) -> int:
+        """Memory the model will need once started, judged before starting (from its files)."""
 
     async def start(self) -> None:
         """Load weights / spawn the process. Raises ModelLoadFailed (or a subclass)."""
+
+    async def warmup(self) -> None:
+        """Run one tiny request so the first real one is not the slow one."""
 
     async def stop(self) -> None:
         """Free everything. Safe to call after a failed or partial start."""
@@ -151,3 +159,9 @@ class EmbeddingBackend(Backend, Protocol):
     dimensions: int
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult: ...
+
+    async def prepare(self, request: EmbeddingRequest) -> list[list[int]]:
+        """Token ids per input, checked against the model's limits (raises a 4xx error)."""
+
+    async def embed_tokens(self, ids: list[list[int]]) -> npt.NDArray[np.float32]:
+        """One row per prepared input, in order. The pool batches several requests into one call."""

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from modelpool.backends.base import EmbeddingRequest, EmbeddingResult, Limits
 from modelpool.backends.threads import EngineThread
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation, resolve_source
+from modelpool.config.sources import HubLocation, files_size, locate
 from modelpool.errors import ContextLengthExceeded, InvalidRequest, ModelLoadFailed
 from modelpool.tasks import Task
 
@@ -37,6 +37,7 @@ class SentenceTransformersOptions(BaseModel):
 class SentenceTransformersBackend:
     Options = SentenceTransformersOptions
     supported_tasks = frozenset({Task.EMBEDDING})
+    overridable = frozenset({"device", "batch_size", "max_seq_length"})
 
     def __init__(self, model: ModelConfig, options: SentenceTransformersOptions, hub: HubLocation) -> None:
         self.model = model
@@ -49,6 +50,12 @@ class SentenceTransformersBackend:
         self._st: SentenceTransformer | None = None
         self._special_wrap: tuple[list[int], list[int]] = ([], [])
 
+    async def estimate_memory_bytes(self) -> int:
+        """Weights plus PyTorch's working memory, before loading (replaced by a measurement after)."""
+        path = await locate(self.model, self.hub)
+        weights = sum(files_size(p) for p in path.rglob("*") if p.suffix in {".safetensors", ".bin", ".pt"})
+        return int(weights * 1.5) + 64 * 1024 * 1024
+
     async def start(self) -> None:
         try:
             import sentence_transformers  # noqa: F401
@@ -56,7 +63,7 @@ class SentenceTransformersBackend:
             raise ModelLoadFailed(
                 f"model '{self.model.id}' needs sentence-transformers: pip install 'modelpool[embeddings]'"
             ) from exc
-        path = await asyncio.to_thread(resolve_source, self.model.source, model_id=self.model.id, hub=self.hub)
+        path = await locate(self.model, self.hub)
         self._st = await self._thread.call(self._load, str(path))
         self._special_wrap = special_tokens_around(self._st.tokenizer)
         dimension_of = getattr(self._st, "get_embedding_dimension", None) or self._st.get_sentence_embedding_dimension
@@ -65,17 +72,33 @@ class SentenceTransformersBackend:
             max_concurrency=1, max_batch_size=self.options.batch_size, context_length=self._st.max_seq_length
         )
 
+    async def warmup(self) -> None:
+        prefix, suffix = self._special_wrap
+        await self.embed_tokens([[*prefix, *suffix]])
+
     async def stop(self) -> None:
         self._st = None
         await asyncio.to_thread(self._thread.shutdown)
-        _free_torch_caches()
 
     async def check_health(self) -> None:
         self._require_model()
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        ids = await self.prepare(request)
+        vectors = await self.embed_tokens(ids)
+        counts = tuple(len(i) for i in ids)
+        return EmbeddingResult(vectors, sum(counts), counts)
+
+    async def prepare(self, request: EmbeddingRequest) -> list[list[int]]:
+        """The token ids of each input, special tokens included, checked against the model's
+        limits. Runs on the engine thread: a tokenizer's settings are not thread-safe."""
         st = self._require_model()
-        return await self._thread.call(self._embed, st, request)
+        return await self._thread.call(self._prepare, st, request)
+
+    async def embed_tokens(self, ids: list[list[int]]) -> np.ndarray:
+        """Embeddings of prepared token ids, one row each, in order."""
+        st = self._require_model()
+        return await self._thread.call(self._encode_ids, st, ids)
 
     def _load(self, path: str) -> SentenceTransformer:
         from sentence_transformers import SentenceTransformer
@@ -96,51 +119,50 @@ class SentenceTransformersBackend:
         st.eval()
         return st
 
-    def _embed(self, st: SentenceTransformer, request: EmbeddingRequest) -> EmbeddingResult:
-        ids = [self._token_ids(st, item, i, request.truncate) for i, item in enumerate(request.inputs)]
-        if all(isinstance(item, str) for item in request.inputs):
-            vectors = st.encode(
-                list(request.inputs),  # type: ignore[arg-type]
-                batch_size=self.options.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=self.options.normalize,
-                show_progress_bar=False,
-            )
-        else:
-            vectors = self._encode_ids(st, ids)
-        counts = tuple(len(i) for i in ids)
-        return EmbeddingResult(np.asarray(vectors, dtype=np.float32), sum(counts), counts)
+    def _prepare(self, st: SentenceTransformer, request: EmbeddingRequest) -> list[list[int]]:
+        texts = [item for item in request.inputs if isinstance(item, str)]
+        encoded = iter(
+            st.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"] if texts else []
+        )
+        prefix, suffix = self._special_wrap
+        prepared = []
+        for index, item in enumerate(request.inputs):
+            if isinstance(item, str):
+                ids = list(next(encoded))
+            else:
+                self._check_vocabulary(st, item, index)
+                ids = [*prefix, *item, *suffix]
+            prepared.append(self._fit(ids, st.max_seq_length, index, request.truncate))
+        return prepared
 
-    def _token_ids(self, st: SentenceTransformer, item: str | tuple[int, ...], index: int, truncate: bool) -> list[int]:
-        """The ids the model will see, special tokens included (they count as usage)."""
-        tokenizer, limit = st.tokenizer, st.max_seq_length
-        if isinstance(item, str):
-            ids = tokenizer(item, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
-        else:
-            bad = next((t for t in item if not 0 <= t < tokenizer.vocab_size), None)
-            if bad is not None:
-                raise InvalidRequest(
-                    f"token id {bad} is outside the vocabulary (0..{tokenizer.vocab_size - 1})", param=f"input[{index}]"
-                )
-            prefix, suffix = self._special_wrap
-            ids = [*prefix, *item, *suffix]
-        if len(ids) > limit:
-            if not truncate:
-                raise ContextLengthExceeded(
-                    f"input {index} is {len(ids)} tokens; model '{self.model.id}' takes at most {limit} "
-                    "(send truncate=true to cut it)",
-                    param=f"input[{index}]",
-                )
-            ids = ids[: limit - 1] + ids[-1:]  # keep the closing special token
-        return list(ids)
+    def _check_vocabulary(self, st: SentenceTransformer, ids: tuple[int, ...], index: int) -> None:
+        size = st.tokenizer.vocab_size
+        bad = next((t for t in ids if not 0 <= t < size), None)
+        if bad is not None:
+            raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{size - 1})", param=f"input[{index}]")
+
+    def _fit(self, ids: list[int], limit: int, index: int, truncate: bool) -> list[int]:
+        if len(ids) <= limit:
+            return ids
+        if not truncate:
+            raise ContextLengthExceeded(
+                f"input {index} is {len(ids)} tokens; model '{self.model.id}' takes at most {limit} "
+                "(send truncate=true to cut it)",
+                param=f"input[{index}]",
+            )
+        suffix = self._special_wrap[1]
+        return ids[: limit - len(suffix)] + suffix
 
     def _encode_ids(self, st: SentenceTransformer, ids: list[list[int]]) -> np.ndarray:
+        """Forward passes in batches of similar length (less padding), rows put back in order."""
         import torch
 
-        outputs = []
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        rows = np.empty((len(ids), self.dimensions or 1), dtype=np.float32)
         pad = st.tokenizer.pad_token_id or 0
-        for start in range(0, len(ids), self.options.batch_size):
-            batch = ids[start : start + self.options.batch_size]
+        for start in range(0, len(order), self.options.batch_size):
+            picked = order[start : start + self.options.batch_size]
+            batch = [ids[i] for i in picked]
             width = max(len(i) for i in batch)
             input_ids = torch.tensor([i + [pad] * (width - len(i)) for i in batch], device=st.device)
             mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in batch], device=st.device)
@@ -151,8 +173,11 @@ class SentenceTransformersBackend:
                 embedded = st.forward(features)["sentence_embedding"]
             if self.options.normalize:
                 embedded = torch.nn.functional.normalize(embedded, p=2, dim=1)
-            outputs.append(embedded.float().cpu().numpy())
-        return np.concatenate(outputs)
+            vectors = embedded.float().cpu().numpy()
+            if rows.shape[1] != vectors.shape[1]:
+                rows = np.empty((len(ids), vectors.shape[1]), dtype=np.float32)
+            rows[picked] = vectors
+        return rows
 
     def _require_model(self) -> SentenceTransformer:
         if self._st is None:
@@ -181,16 +206,3 @@ def _pick_device(device: str) -> str:
     if torch.backends.mps.is_available():
         return "mps"
     return "cpu"
-
-
-def _free_torch_caches() -> None:
-    import gc
-
-    gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:
-        pass

@@ -69,11 +69,16 @@ def config_schema() -> None:
 
 
 @app.command("config-reference")
-def config_reference() -> None:
+def config_reference(
+    readme: Annotated[Path | None, typer.Option(help="Rewrite the reference block of this README in place.")] = None,
+) -> None:
     """Print the config reference (Markdown), as found in the README."""
-    from modelpool.cli.reference import reference_markdown
+    from modelpool.cli.reference import reference_markdown, splice_into
 
-    typer.echo(reference_markdown(), nl=False)
+    if readme is None:
+        typer.echo(reference_markdown(), nl=False)
+    else:
+        readme.write_text(splice_into(readme.read_text(), reference_markdown()))
 
 
 def _given(**values: Any) -> dict[str, Any]:

@@ -27,6 +27,13 @@ def reference_markdown() -> str:
     return "\n\n".join(_table(title, model) for title, model in sections) + "\n"
 
 
+def splice_into(document: str, reference: str) -> str:
+    """`document` with the text between the START and END markers replaced by `reference`."""
+    head, rest = document.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{reference}{END}{tail}"
+
+
 def _table(title: str, model: type[BaseModel]) -> str:
     rows = [f"#### {title}", "", "| field | type | default | meaning |", "|---|---|---|---|"]
     for name, field in model.model_fields.items():

@@ -10,8 +10,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
 
+from modelpool.config.durations import Duration
 from modelpool.tasks import Task
 
 MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$"
@@ -45,6 +46,62 @@ class ServerConfig(_Strict):
     model_wait_s: float = Field(default=120.0, ge=0)
     """How long a request waits for its model to finish loading before it gets 503
     `model_not_ready` with a Retry-After header."""
+
+    timing_metrics: bool = False
+    """Add a `metrics` object (queue wait, load wait, backend time, time to first token,
+    tokens/s) to every response, not only to requests that ask with `return_metrics`."""
+
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    """On SIGTERM/SIGINT, how long in-flight requests may run before the server stops anyway."""
+
+
+class Scope(str, Enum):
+    INFERENCE = "inference"
+    ADMIN = "admin"
+
+
+class ApiKeyConfig(_Strict):
+    name: str
+    """Who holds the key (shown in logs instead of the key)."""
+    scopes: list[Scope] = Field(default_factory=lambda: [Scope.INFERENCE])
+    """`inference` (the /v1 model routes) and/or `admin` (/v1/admin)."""
+    key_env: str | None = None
+    """Name of the environment variable holding the key."""
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+    """Hex SHA-256 of the key, for keys that should not sit in the environment."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiKeyConfig:
+        if (self.key_env is None) == (self.sha256 is None):
+            raise ValueError(f"api key '{self.name}': give exactly one of key_env or sha256")
+        return self
+
+
+class AuthConfig(_Strict):
+    keys: list[ApiKeyConfig] = Field(default_factory=list)
+    """API keys accepted as `Authorization: Bearer <key>`. None: no auth (loopback only)."""
+    allow_unauthenticated_remote: bool = False
+    """Serve on a non-loopback address with no API keys. Off: such a start is refused."""
+
+
+class PoolConfig(_Strict):
+    max_loaded_models: int | None = Field(default=None, ge=1)
+    """Most models loaded at once; least recently used idle ones are unloaded to make room."""
+    memory_budget_bytes: ByteSize | None = None
+    """RAM the loaded models may use in all (e.g. `8GiB`); none: no limit."""
+    gpu_memory_budget_bytes: ByteSize | None = None
+    """GPU memory the loaded models may use in all; none: no limit."""
+    reap_interval_s: float = Field(default=1.0, gt=0)
+    """How often idle models are checked against their keep_alive."""
+
+
+class BatchConfig(_Strict):
+    max_batch_size: int = Field(default=64, ge=1)
+    """Most inputs run in one batch."""
+    max_batch_tokens: int = Field(default=16384, ge=1)
+    """Most tokens (padded) in one batch."""
+    window_ms: float = Field(default=2.0, ge=0)
+    """How long the first request of a batch waits for others to join it."""
 
 
 class SamplingDefaults(_Strict):
@@ -93,7 +150,41 @@ class ModelConfig(_Strict):
     """Load at server start; `/readyz` answers 200 only once every preloaded model is ready."""
 
     max_concurrency: int = Field(default=1, ge=1)
-    """Requests the model runs at once; the rest wait their turn."""
+    """Requests one replica runs at once; the rest wait their turn."""
+
+    max_queue: int = Field(default=64, ge=0)
+    """Requests that may wait per replica; beyond that, 429 `overloaded` at once."""
+
+    replicas: int = Field(default=1, ge=1)
+    """Identical instances of the model; requests go to the least busy one."""
+
+    replica_max: int = Field(default=4, ge=1)
+    """Most replicas the admin API may scale the model to."""
+
+    autoload: bool = True
+    """Load on the first request. Off: requests get 409 until an admin loads the model."""
+
+    keep_alive: Duration = -1.0
+    """Unload after this long idle (seconds or text like `5m`); 0: after each request;
+    -1: never. A request's `keep_alive` field overrides it, as in Ollama."""
+
+    pinned: bool = False
+    """Never unloaded to make room for another model."""
+
+    memory_bytes: ByteSize | None = None
+    """Memory the model needs (e.g. `600MB`); default: estimated from its files."""
+
+    retry_cooldown_s: float = Field(default=30.0, ge=0)
+    """After a failed load, requests get the error at once for this long, then a load is retried."""
+
+    warmup: bool = True
+    """Run one tiny request right after loading, so the first user request is not the slow one."""
+
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    """Micro-batching of batchable requests (embeddings)."""
+
+    embedding_cache_size: int = Field(default=0, ge=0)
+    """Embeddings kept per model, keyed by the exact input (LRU); 0: no cache."""
 
     install_hint: str | None = None
     """What to run when the source is missing (shown by `modelpool models` and in errors)."""
@@ -118,6 +209,12 @@ class Config(_Strict):
     enabled_models: list[str] | None = None
     """Ids or aliases to serve (default: every model in the catalog). `--models` sets it."""
 
+    pool: PoolConfig = Field(default_factory=PoolConfig)
+    """Limits of the pool as a whole."""
+
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    """API keys and their scopes."""
+
     hf_cache_dir: Path | None = None
     """Hugging Face cache for `hf:` sources (default: huggingface_hub's own)."""
 
@@ -139,6 +236,9 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _names_are_unique(self) -> Config:
+        for model in self.models.values():
+            if model.replicas > model.replica_max:
+                raise ValueError(f"models.{model.id}: replicas ({model.replicas}) exceeds replica_max")
         owner: dict[str, str] = {}
         for key, model in self.models.items():
             if model.id != key:

@@ -7,10 +7,12 @@ hf:org/repo[:file]           through huggingface_hub's cache; downloads unless o
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelpool.config.schema import ModelConfig
 from modelpool.errors import ModelSourceError
 
 PACKAGE_PREFIX = "package:"
@@ -35,6 +37,18 @@ def resolve_source(source: str, *, model_id: str, hub: HubLocation = HubLocation
     if not path.exists():
         raise ModelSourceError(f"model '{model_id}': source path {path} does not exist")
     return path
+
+
+async def locate(model: ModelConfig, hub: HubLocation) -> Path:
+    """resolve_source for a model, off the event loop (it may touch the disk or download)."""
+    return await asyncio.to_thread(resolve_source, model.source, model_id=model.id, hub=hub)
+
+
+def files_size(path: Path) -> int:
+    """Bytes of a weights file, or of every file under a weights folder."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def is_source_available(source: str, *, hub: HubLocation = HubLocation()) -> bool:

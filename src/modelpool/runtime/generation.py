@@ -7,6 +7,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from modelpool.backends.base import GenerationChunk, TokenLogprob, Usage
+from modelpool.errors import ModelUnloaded
+from modelpool.runtime.clock import Clock
+from modelpool.runtime.replica import Lease
+from modelpool.runtime.timing import RequestTiming
 
 
 class GenerationStream:
@@ -14,19 +18,23 @@ class GenerationStream:
 
     `aclose()` is idempotent and also works on a stream nobody started iterating, so the
     turn is always given back (an abandoned async generator would never run its finally).
+    A forced unload revokes the lease: the stream then stops at its next chunk.
     """
 
     def __init__(
         self,
         model_id: str,
         chunks: AsyncIterator[GenerationChunk],
-        release: Callable[[], None],
-        on_usage: Callable[[Usage], None],
+        lease: Lease,
+        clock: Clock,
+        on_done: Callable[[RequestTiming], None],
     ) -> None:
         self.model_id = model_id
+        self.timing = lease.timing
         self._chunks = chunks
-        self._release = release
-        self._on_usage = on_usage
+        self._lease = lease
+        self._clock = clock
+        self._on_done = on_done
         self._closed = False
         self._first: GenerationChunk | None = None
 
@@ -45,14 +53,25 @@ class GenerationStream:
             return first
         if self._closed:
             raise StopAsyncIteration
+        if self._lease.revoked:
+            await self.aclose()
+            raise ModelUnloaded(f"model '{self.model_id}' was unloaded while this request ran")
         try:
             chunk = await self._chunks.__anext__()
         except BaseException:
             await self.aclose()
             raise
-        if chunk.usage is not None:
-            self._on_usage(chunk.usage)
+        self._observe(chunk)
         return chunk
+
+    def _observe(self, chunk: GenerationChunk) -> None:
+        timing = self.timing
+        if chunk.text and timing.time_to_first_token_s is None:
+            timing.time_to_first_token_s = self._clock.monotonic() - timing.started
+        if chunk.usage is not None:
+            timing.prompt_tokens = chunk.usage.prompt_tokens
+            timing.output_tokens = chunk.usage.completion_tokens
+            timing.backend_s = self._clock.monotonic() - timing.started
 
     async def aclose(self) -> None:
         if self._closed:
@@ -63,7 +82,10 @@ class GenerationStream:
             if aclose is not None:
                 await aclose()
         finally:
-            self._release()
+            if not self.timing.backend_s:
+                self.timing.backend_s = self._clock.monotonic() - self.timing.started
+            self._lease.release()
+            self._on_done(self.timing)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from modelpool.runtime.timing import RequestTiming
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -34,6 +36,27 @@ class Metrics:
             ["model", "state"],
             registry=self.registry,
         )
+        self.queue_seconds = Histogram(
+            "modelpool_queue_wait_seconds",
+            "Time a request waited for its turn on a loaded model.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.first_token_seconds = Histogram(
+            "modelpool_time_to_first_token_seconds",
+            "Time from a request's turn to its first generated text.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.backend_seconds = Histogram(
+            "modelpool_backend_seconds",
+            "Time a request spent in its backend.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.load_seconds = Histogram(
             "modelpool_model_load_seconds",
             "Time to load a model.",
@@ -49,6 +72,12 @@ class Metrics:
     def count_tokens(self, model: str, *, input_tokens: int, output_tokens: int) -> None:
         self.input_tokens.labels(model=model).inc(input_tokens)
         self.output_tokens.labels(model=model).inc(output_tokens)
+
+    def observe_timing(self, model: str, timing: RequestTiming) -> None:
+        self.backend_seconds.labels(model=model).observe(timing.backend_s)
+        if timing.time_to_first_token_s is not None:
+            self.first_token_seconds.labels(model=model).observe(timing.time_to_first_token_s)
+        self.count_tokens(model, input_tokens=timing.prompt_tokens, output_tokens=timing.output_tokens)
 
     def observe_request(self, model: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(model=model, route=route, status=str(status)).inc()

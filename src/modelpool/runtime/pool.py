@@ -1,5 +1,5 @@
-"""The pool as a library: the served models, found by id or alias, and the one way in
-for every request (task check → ready backend → a turn → run)."""
+"""The pool as a library: the served models, found by id or alias, the one way in for
+every request (task check → lease → run), room-making for loads, and idle reaping."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from functools import partial
-from typing import cast
+from typing import Any, cast
+
+import numpy as np
 
 from modelpool.backends.base import (
     Backend,
@@ -19,27 +21,51 @@ from modelpool.backends.base import (
     EmbeddingRequest,
     EmbeddingResult,
     GenerationChunk,
-    Usage,
 )
-from modelpool.backends.registry import build_backend, model_tasks, parse_options
-from modelpool.config.schema import Config
+from modelpool.backends.registry import backend_class, build_backend, model_tasks, parse_options
+from modelpool.config.schema import Config, ModelConfig
 from modelpool.config.sources import HubLocation
-from modelpool.errors import ModelNotFound, ShuttingDown, UnsupportedTask
+from modelpool.errors import ConfigError, InsufficientCapacity, InvalidRequest, ModelNotFound, UnsupportedTask
+from modelpool.runtime.clock import Clock, SystemClock
+from modelpool.runtime.embedding_cache import EmbeddingCache
+from modelpool.runtime.eviction import Budget, Need, choose_victims
 from modelpool.runtime.generation import GenerationStream
 from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.replica import Lease
 from modelpool.runtime.slot import ModelSlot, SlotState
+from modelpool.runtime.timing import RequestTiming
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
+MiB = 1024 * 1024
 
 
 class ModelPool:
-    def __init__(self, slots: list[ModelSlot], metrics: Metrics, *, model_wait_s: float | None) -> None:
+    def __init__(
+        self,
+        slots: list[ModelSlot],
+        metrics: Metrics,
+        *,
+        model_wait_s: float | None,
+        budget: Budget | None = None,
+        clock: Clock | None = None,
+        reap_interval_s: float = 1.0,
+    ) -> None:
         self.metrics = metrics
         self.model_wait_s = model_wait_s
+        self.budget = budget or Budget()
+        self.clock = clock or SystemClock()
+        self.reap_interval_s = reap_interval_s
         self._slots = {slot.id: slot for slot in slots}
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
+        self._caches = {slot.id: EmbeddingCache(slot.config.embedding_cache_size) for slot in slots}
+        self._room = asyncio.Lock()
+        self._tasks: list[asyncio.Task[Any]] = []
         self._closing = False
+        for slot in slots:
+            slot.capacity = self
+
+    # ----- lookup --------------------------------------------------------------------
 
     def slots(self) -> list[ModelSlot]:
         return list(self._slots.values())
@@ -50,25 +76,37 @@ class ModelPool:
         except KeyError:
             raise ModelNotFound(name, list(self._slots)) from None
 
-    def metrics_label(self, name: str) -> str:
-        """The model label for metrics: the canonical id, or "unknown" so that clients cannot
-        grow the label set without bound by inventing model names."""
-        slot = self._names.get(name)
-        return slot.id if slot is not None else "unknown"
-
     def slot_for(self, name: str, task: Task) -> ModelSlot:
-        if self._closing:
-            raise ShuttingDown("the server is shutting down")
         slot = self.slot(name)
         if task not in slot.tasks:
             can = ", ".join(sorted(t.value for t in slot.tasks))
             raise UnsupportedTask(f"model '{slot.id}' does not do {task.value} (it does: {can})", param="model")
         return slot
 
+    def metrics_label(self, name: str) -> str:
+        """The model label for metrics: the canonical id, or "unknown" so that clients cannot
+        grow the label set without bound by inventing model names."""
+        slot = self._names.get(name)
+        return slot.id if slot is not None else "unknown"
+
+    def cache_of(self, slot: ModelSlot) -> EmbeddingCache:
+        return self._caches[slot.id]
+
+    # ----- lifetime ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Preload and start reaping idle models (call from inside the event loop)."""
+        self._tasks = [
+            asyncio.create_task(self.preload(), name="preload"),
+            asyncio.create_task(self._reap_forever(), name="reaper"),
+        ]
+
     async def preload(self) -> None:
         """Load every `preload: true` model; failures are kept on their slots, not raised."""
         wanted = [slot for slot in self._slots.values() if slot.config.preload]
-        await asyncio.gather(*(slot.ensure_ready(None) for slot in wanted), return_exceptions=True)
+        await asyncio.gather(
+            *(slot.ensure_ready(None, load_if_unloaded=True) for slot in wanted), return_exceptions=True
+        )
 
     def readiness(self) -> tuple[bool, dict[str, str]]:
         """(ready, model → state) where ready means every preloaded model is ready."""
@@ -79,50 +117,185 @@ class ModelPool:
         return ready, states
 
     async def close(self) -> None:
+        """Refuse new work, let running work finish, unload everything."""
         self._closing = True
+        for slot in self._slots.values():
+            slot.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(slot.unload() for slot in self._slots.values()), return_exceptions=True)
 
-    async def chat(self, name: str, request: ChatRequest) -> GenerationStream:
-        return await self._generate(name, Task.CHAT, lambda b: cast(ChatBackend, b).chat(request))
+    async def reap_idle(self) -> list[str]:
+        """Unload every model idle past its keep_alive; returns their ids."""
+        expired = [slot for slot in self._slots.values() if slot.expired()]
+        for slot in expired:
+            log.info("unloading idle model", extra={"model": slot.id})
+            await slot.unload()
+        return [slot.id for slot in expired]
 
-    async def complete(self, name: str, request: CompletionRequest) -> GenerationStream:
-        return await self._generate(name, Task.COMPLETION, lambda b: cast(CompletionBackend, b).complete(request))
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.reap_interval_s)
+            try:
+                await self.reap_idle()
+            except Exception:
+                log.exception("idle reaping failed")
 
-    async def embed(self, name: str, request: EmbeddingRequest) -> EmbeddingResult:
+    # ----- capacity ------------------------------------------------------------------
+
+    async def make_room(self, slot: ModelSlot, need: Need) -> None:
+        """Unload least recently used idle models until `need` fits the budget (CapacityGate)."""
+        async with self._room:
+            residents = [s.as_resident() for s in self._slots.values() if s is not slot and s.holds_memory()]
+            victims = choose_victims(need, residents, self.budget)
+            if victims is None:
+                raise InsufficientCapacity(self._capacity_message(slot, need, residents))
+            for victim in victims:
+                log.info("evicting model to make room", extra={"model": victim, "for_model": slot.id})
+                await self._slots[victim].unload()
+
+    def _capacity_message(self, slot: ModelSlot, need: Need, residents: list[Any]) -> str:
+        loaded = (
+            ", ".join(
+                f"{r.id} ({r.memory_bytes // MiB} MiB{', busy' if r.busy else ''}{', pinned' if r.pinned else ''})"
+                for r in residents
+            )
+            or "nothing"
+        )
+        limits = []
+        if self.budget.max_models is not None:
+            limits.append(f"max_loaded_models={self.budget.max_models}")
+        if self.budget.memory_bytes is not None:
+            limits.append(f"memory budget {self.budget.memory_bytes // MiB} MiB")
+        return (
+            f"cannot load model '{slot.id}': it needs {need.memory_bytes // MiB} MiB and the pool "
+            f"({', '.join(limits)}) cannot make room; loaded: {loaded}"
+        )
+
+    # ----- requests ------------------------------------------------------------------
+
+    async def chat(self, name: str, request: ChatRequest, keep_alive: float | None = None) -> GenerationStream:
+        return await self._generate(name, Task.CHAT, lambda b: cast(ChatBackend, b).chat(request), keep_alive)
+
+    async def complete(
+        self, name: str, request: CompletionRequest, keep_alive: float | None = None
+    ) -> GenerationStream:
+        run = lambda b: cast(CompletionBackend, b).complete(request)  # noqa: E731
+        return await self._generate(name, Task.COMPLETION, run, keep_alive)
+
+    async def embed(
+        self, name: str, request: EmbeddingRequest, keep_alive: float | None = None
+    ) -> tuple[EmbeddingResult, RequestTiming]:
         slot = self.slot_for(name, Task.EMBEDDING)
-        backend, release = await slot.acquire(self.model_wait_s)
+        lease = await slot.lease(self.model_wait_s, keep_alive)
         try:
-            result = await cast(EmbeddingBackend, backend).embed(request)
+            result = await self._embed_on(lease, self.cache_of(slot), request)
         finally:
-            release()
-        self.metrics.count_tokens(slot.id, input_tokens=result.prompt_tokens, output_tokens=0)
-        return result
+            lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
+            lease.release()
+        lease.timing.prompt_tokens = result.prompt_tokens
+        self.metrics.observe_timing(slot.id, lease.timing)
+        return result, lease.timing
+
+    async def _embed_on(self, lease: Lease, cache: EmbeddingCache, request: EmbeddingRequest) -> EmbeddingResult:
+        backend = cast(EmbeddingBackend, lease.backend)
+        ids = await backend.prepare(request)
+        keys = [(item, request.truncate) for item in request.inputs]
+        found = [cache.get(key) if cache.size else None for key in keys]
+        missing = [i for i, hit in enumerate(found) if hit is None]
+        rows: dict[int, np.ndarray] = {i: hit[0] for i, hit in enumerate(found) if hit is not None}
+        if missing:
+            batcher = lease.replica.batcher
+            wanted = [ids[i] for i in missing]
+            computed = await (batcher.run(wanted) if batcher else backend.embed_tokens(wanted))
+            for i, row in zip(missing, computed, strict=True):
+                rows[i] = row
+                cache.put(keys[i], row, len(ids[i]))
+        counts = tuple(len(i) for i in ids)
+        vectors = np.stack([rows[i] for i in range(len(ids))]).astype(np.float32, copy=False)
+        return EmbeddingResult(vectors, sum(counts), counts)
 
     async def _generate(
-        self, name: str, task: Task, run: Callable[[Backend], AsyncIterator[GenerationChunk]]
+        self,
+        name: str,
+        task: Task,
+        run: Callable[[Backend], AsyncIterator[GenerationChunk]],
+        keep_alive: float | None,
     ) -> GenerationStream:
         slot = self.slot_for(name, task)
-        backend, release = await slot.acquire(self.model_wait_s)
+        lease = await slot.lease(self.model_wait_s, keep_alive)
         try:
-            chunks = run(backend)
+            chunks = run(lease.backend)
         except BaseException:
-            release()
+            lease.release()
             raise
-        stream = GenerationStream(slot.id, chunks, release, partial(self._count_usage, slot.id))
+        stream = GenerationStream(slot.id, chunks, lease, self.clock, partial(self.metrics.observe_timing, slot.id))
         await stream.prefetch()
         return stream
 
-    def _count_usage(self, model_id: str, usage: Usage) -> None:
-        self.metrics.count_tokens(model_id, input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
+    # ----- admin ---------------------------------------------------------------------
+
+    async def load(self, name: str, *, overrides: dict[str, Any] | None = None, replicas: int | None = None) -> None:
+        """Load (or reload with live option overrides, or rescale) a model. Config files are
+        never rewritten: overrides last until the next unload-and-reload or restart."""
+        slot = self.slot(name)
+        if replicas is not None and not 1 <= replicas <= slot.config.replica_max:
+            raise InvalidRequest(
+                f"replicas must be between 1 and replica_max ({slot.config.replica_max})", param="replicas"
+            )
+        if overrides:
+            new_config = self._with_overrides(slot.config, overrides)
+            if slot.state is SlotState.READY:
+                await slot.unload()
+            slot.config = new_config
+        if replicas is not None and replicas != slot.config.replicas:
+            await slot.scale(replicas)
+        await slot.ensure_ready(None, load_if_unloaded=True)
+
+    async def unload(self, name: str, *, drain: bool = True) -> None:
+        await self.slot(name).unload(drain=drain)
+
+    def _with_overrides(self, config: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:
+        allowed = backend_class(config.backend).overridable
+        unknown = sorted(set(overrides) - allowed)
+        if unknown:
+            raise InvalidRequest(
+                f"backend '{config.backend}' cannot override {', '.join(unknown)} at load time "
+                f"(it can: {', '.join(sorted(allowed))})",
+                param="overrides",
+            )
+        candidate = config.model_copy(update={"options": {**config.options, **overrides}})
+        try:
+            parse_options(candidate)
+        except ConfigError as exc:
+            raise InvalidRequest(exc.message, param="overrides") from None
+        return candidate
 
 
-def build_pool(config: Config, *, metrics: Metrics | None = None) -> ModelPool:
+def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock | None = None) -> ModelPool:
     """A pool of the config's served models; bad backends or options fail here, before loading."""
     metrics = metrics or Metrics()
+    clock = clock or SystemClock()
     hub = HubLocation(config.hf_cache_dir, config.offline)
     slots = []
     for model in config.served_models():
-        options = parse_options(model)
-        make = partial(build_backend, model, options, hub)
-        slots.append(ModelSlot(model, model_tasks(model), make, metrics))
-    return ModelPool(slots, metrics, model_wait_s=config.server.model_wait_s)
+        parse_options(model)
+
+        def make(cfg: ModelConfig) -> Backend:
+            return build_backend(cfg, parse_options(cfg), hub)
+
+        slots.append(ModelSlot(model, model_tasks(model), make, metrics, clock))
+    budget = Budget(
+        max_models=config.pool.max_loaded_models,
+        memory_bytes=config.pool.memory_budget_bytes,
+        gpu_bytes=config.pool.gpu_memory_budget_bytes,
+    )
+    return ModelPool(
+        slots,
+        metrics,
+        model_wait_s=config.server.model_wait_s,
+        budget=budget,
+        clock=clock,
+        reap_interval_s=config.pool.reap_interval_s,
+    )

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from modelpool.api.deps import ResponseMeta, note_model, pool_of
+from modelpool.api.deps import ResponseMeta, note_model, pool_of, wants_metrics
 from modelpool.api.render import chat_logprobs_json, envelope, usage_json
 from modelpool.api.schemas.chat import ChatCompletionBody
 from modelpool.api.sse import DONE, EventStreamResponse, sse
@@ -21,28 +21,35 @@ router = APIRouter()
 async def create_chat_completion(body: ChatCompletionBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
-    stream = await pool.chat(body.model, body.to_request(pool.slot(body.model).config.sampling))
+    chat_request = body.to_request(pool.slot(body.model).config.sampling)
+    stream = await pool.chat(body.model, chat_request, body.keep_alive)
     meta = ResponseMeta.new("chatcmpl", stream.model_id)
+    with_metrics = wants_metrics(request, body.return_metrics)
     if body.stream:
-        return EventStreamResponse(_events(stream, meta, body.include_usage()), on_close=stream.aclose)
+        events = _events(stream, meta, body.include_usage(), with_metrics)
+        return EventStreamResponse(events, on_close=stream.aclose)
     try:
         generation = await collect(stream)
     finally:
         await stream.aclose()
+    extra = {"metrics": stream.timing.as_json()} if with_metrics else {}
     choice = {
         "index": 0,
         "message": {"role": "assistant", "content": generation.text},
         "logprobs": chat_logprobs_json(generation.logprobs) if body.logprobs else None,
         "finish_reason": generation.finish_reason,
     }
-    return JSONResponse(envelope(meta, "chat.completion", [choice], usage_json(generation.usage)))
+    return JSONResponse(envelope(meta, "chat.completion", [choice], usage_json(generation.usage), **extra))
 
 
-async def _events(stream: GenerationStream, meta: ResponseMeta, include_usage: bool) -> AsyncIterator[bytes]:
+async def _events(
+    stream: GenerationStream, meta: ResponseMeta, include_usage: bool, with_metrics: bool
+) -> AsyncIterator[bytes]:
     usage_field = {"usage": None} if include_usage else {}
     first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
     yield sse(envelope(meta, "chat.completion.chunk", [first], **usage_field))
     usage: Usage | None = None
+    finish: dict[str, object] = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
     async for chunk in stream:
         if chunk.text or chunk.logprobs:
             choice = {
@@ -54,8 +61,12 @@ async def _events(stream: GenerationStream, meta: ResponseMeta, include_usage: b
             yield sse(envelope(meta, "chat.completion.chunk", [choice], **usage_field))
         if chunk.finish_reason:
             usage = chunk.usage
-            last = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": chunk.finish_reason}
-            yield sse(envelope(meta, "chat.completion.chunk", [last], **usage_field))
+            finish = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": chunk.finish_reason}
+    await stream.aclose()  # the turn goes back before the last event, so its timing is final
+    metrics = {"metrics": stream.timing.as_json()} if with_metrics else {}
     if include_usage and usage is not None:
-        yield sse(envelope(meta, "chat.completion.chunk", [], usage_json(usage)))
+        yield sse(envelope(meta, "chat.completion.chunk", [finish], **usage_field))
+        yield sse(envelope(meta, "chat.completion.chunk", [], usage_json(usage), **metrics))
+    else:
+        yield sse(envelope(meta, "chat.completion.chunk", [finish], **usage_field, **metrics))
     yield DONE

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from modelpool.api.deps import ResponseMeta, note_model, pool_of
+from modelpool.api.deps import ResponseMeta, note_model, pool_of, wants_metrics
 from modelpool.api.render import completion_logprobs_json, envelope, usage_json
 from modelpool.api.schemas.completions import CompletionBody
 from modelpool.api.sse import DONE, EventStreamResponse, sse
@@ -25,15 +25,18 @@ async def create_completion(body: CompletionBody, request: Request) -> Response:
     pool = pool_of(request)
     requests = body.to_requests(pool.slot(body.model).config.sampling)
     # The first prompt is opened before answering, so a bad request still gets a 4xx.
-    first = await pool.complete(body.model, requests[0])
+    first = await pool.complete(body.model, requests[0], body.keep_alive)
     meta = ResponseMeta.new("cmpl", first.model_id)
     want_logprobs = body.logprobs is not None
+    opened = _each_stream(pool, body, first, requests[1:])
     if body.stream:
-        events = _events(pool, body.model, first, requests[1:], meta, want_logprobs, body.include_usage())
+        events = _events(
+            opened, first, meta, want_logprobs, body.include_usage(), wants_metrics(request, body.return_metrics)
+        )
         return EventStreamResponse(events, on_close=first.aclose)
     choices, usage = [], Usage(0, 0)
     index = 0
-    async for stream in _each_stream(pool, body.model, first, requests[1:]):
+    async for stream in opened:
         try:
             generation = await collect(stream)
         finally:
@@ -47,23 +50,25 @@ async def create_completion(body: CompletionBody, request: Request) -> Response:
             )
         )
         usage = _add(usage, generation.usage)
+        if index:
+            first.timing.absorb(stream.timing)
         index += 1
-    return JSONResponse(envelope(meta, "text_completion", choices, usage_json(usage)))
+    extra = {"metrics": first.timing.as_json()} if wants_metrics(request, body.return_metrics) else {}
+    return JSONResponse(envelope(meta, "text_completion", choices, usage_json(usage), **extra))
 
 
 async def _events(
-    pool: ModelPool,
-    model: str,
+    opened: AsyncIterator[GenerationStream],
     first: GenerationStream,
-    rest: list[CompletionRequest],
     meta: ResponseMeta,
     want_logprobs: bool,
     include_usage: bool,
+    with_metrics: bool,
 ) -> AsyncIterator[bytes]:
     usage = Usage(0, 0)
     usage_field = {"usage": None} if include_usage else {}
     index = 0
-    async for stream in _each_stream(pool, model, first, rest):
+    async for stream in opened:
         try:
             offset = 0
             async for chunk in stream:
@@ -75,19 +80,22 @@ async def _events(
                 usage = _add(usage, chunk.usage) if chunk.usage else usage
         finally:
             await stream.aclose()
+        if index:
+            first.timing.absorb(stream.timing)
         index += 1
-    if include_usage:
-        yield sse(envelope(meta, "text_completion", [], usage_json(usage)))
+    metrics = {"metrics": first.timing.as_json()} if with_metrics else {}
+    if include_usage or metrics:
+        yield sse(envelope(meta, "text_completion", [], usage_json(usage) if include_usage else None, **metrics))
     yield DONE
 
 
 async def _each_stream(
-    pool: ModelPool, model: str, first: GenerationStream, rest: list[CompletionRequest]
+    pool: ModelPool, body: CompletionBody, first: GenerationStream, rest: list[CompletionRequest]
 ) -> AsyncIterator[GenerationStream]:
     """Each prompt's stream in turn; later prompts are opened only when they are reached."""
     yield first
     for request in rest:
-        yield await pool.complete(model, request)
+        yield await pool.complete(body.model, request, body.keep_alive)
 
 
 def _choice(index: int, text: str, finish_reason: str | None, logprobs: dict[str, Any] | None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from modelpool.api.deps import note_model, pool_of
+from modelpool.api.deps import note_model, pool_of, wants_metrics
 from modelpool.api.schemas.embeddings import EmbeddingsBody
 from modelpool.errors import InvalidRequest
 
@@ -20,7 +20,7 @@ async def create_embeddings(body: EmbeddingsBody, request: Request) -> JSONRespo
     note_model(request, body.model)
     pool = pool_of(request)
     slot = pool.slot(body.model)
-    result = await pool.embed(body.model, body.to_request())
+    result, timing = await pool.embed(body.model, body.to_request(), body.keep_alive)
     dimensions = result.vectors.shape[1]
     if body.dimensions is not None and body.dimensions != dimensions:
         raise InvalidRequest(
@@ -33,7 +33,10 @@ async def create_embeddings(body: EmbeddingsBody, request: Request) -> JSONRespo
         for i, vector in enumerate(vectors)
     ]
     usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
-    return JSONResponse({"object": "list", "data": data, "model": slot.id, "usage": usage})
+    body_json = {"object": "list", "data": data, "model": slot.id, "usage": usage}
+    if wants_metrics(request, body.return_metrics):
+        body_json["metrics"] = timing.as_json()
+    return JSONResponse(body_json)
 
 
 def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:

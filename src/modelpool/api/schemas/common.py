@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from modelpool.backends.base import SamplingParams
+from modelpool.config.durations import Duration
 from modelpool.config.schema import SamplingDefaults
 
 MAX_STOP_SEQUENCES = 16
@@ -16,11 +17,21 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class PoolFields(WireModel):
+    """modelpool's own request fields (send them with the SDK's `extra_body`)."""
+
+    keep_alive: Duration | None = None
+    """Keep the model loaded this long after this request (seconds or '5m'; 0 unloads
+    right after, -1 keeps it), as in Ollama."""
+    return_metrics: bool = False
+    """Add a `metrics` object (queue/load wait, backend time, time to first token, tokens/s)."""
+
+
 class StreamOptions(WireModel):
     include_usage: bool = False
 
 
-class GenerationFields(WireModel):
+class GenerationFields(PoolFields):
     """Sampling fields common to chat and text completions (OpenAI's, plus llama.cpp-style extras)."""
 
     model: str = Field(min_length=1)

@@ -6,14 +6,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from modelpool.api.schemas.common import WireModel
+from modelpool.api.schemas.common import PoolFields
 from modelpool.backends.base import EmbeddingRequest
 
 EmbeddingInput = str | list[str] | list[int] | list[list[int]]
 MAX_INPUTS = 2048
 
 
-class EmbeddingsBody(WireModel):
+class EmbeddingsBody(PoolFields):
     model: str = Field(min_length=1)
     input: EmbeddingInput
     encoding_format: Literal["float", "base64"] = "float"

@@ -8,14 +8,18 @@ from collections.abc import AsyncIterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import ChatRequest, CompletionRequest, GenerationChunk, Limits
+from modelpool.backends.base import ChatRequest, CompletionRequest, GenerationChunk, Limits, SamplingParams
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.threads import EngineThread
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation, resolve_source
+from modelpool.config.sources import HubLocation, files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.tasks import Task
+
+# Rough: small models need ~25 KiB of f16 KV cache per token, 7B ones ~500 KiB. A
+# measurement after loading replaces the estimate; set `memory_bytes` to be exact.
+_KV_BYTES_PER_TOKEN_GUESS = 64 * 1024
 
 
 class LlamaCppOptions(BaseModel):
@@ -41,6 +45,7 @@ class LlamaCppOptions(BaseModel):
 class LlamaCppBackend:
     Options = LlamaCppOptions
     supported_tasks = frozenset({Task.CHAT, Task.COMPLETION})
+    overridable = frozenset({"n_ctx", "n_threads", "n_batch", "n_gpu_layers", "chat_template", "reuse_prompt_cache"})
 
     def __init__(self, model: ModelConfig, options: LlamaCppOptions, hub: HubLocation) -> None:
         self.model = model
@@ -52,6 +57,18 @@ class LlamaCppBackend:
         self._engine: LlamaEngine | None = None
         self._template: ChatTemplate | None = None
 
+    async def estimate_memory_bytes(self) -> int:
+        """The GGUF plus a KV cache for the context, before loading (a measurement replaces it)."""
+        path = await locate(self.model, self.hub)
+        return files_size(path) + self.options.n_ctx * _KV_BYTES_PER_TOKEN_GUESS + 32 * 1024 * 1024
+
+    async def warmup(self) -> None:
+        engine = self._require_engine()
+        prompt = await self._thread.call(engine.tokenize, "Hello", add_bos=True)
+        warm = SamplingParams(max_tokens=1, temperature=0.0)
+        async for _ in self._thread.stream(lambda cancel: engine.generate(prompt, warm, cancel, param="prompt")):
+            pass
+
     async def start(self) -> None:
         try:
             import llama_cpp  # noqa: F401
@@ -59,7 +76,7 @@ class LlamaCppBackend:
             raise ModelLoadFailed(
                 f"model '{self.model.id}' needs llama-cpp-python: pip install 'modelpool[llama]'"
             ) from exc
-        path = await asyncio.to_thread(resolve_source, self.model.source, model_id=self.model.id, hub=self.hub)
+        path = await locate(self.model, self.hub)
         self._engine = await self._thread.call(self._load, str(path))
         if Task.CHAT in self.tasks:
             self._template = self._chat_template()

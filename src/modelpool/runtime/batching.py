@@ -1,0 +1,110 @@
+"""Micro-batching: embedding requests that arrive close together run as one engine call.
+
+The first request of a batch waits `window_ms` for others; a batch is bounded by input
+count and padded tokens. Rows go back to each caller in order. A failing batch fails
+every request in it, and the worker keeps going. Callers that went away are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from modelpool.config.schema import BatchConfig
+from modelpool.errors import ModelUnloaded
+
+log = logging.getLogger("modelpool.runtime")
+EmbedTokens = Callable[[list[list[int]]], Awaitable[npt.NDArray[np.float32]]]
+
+
+@dataclass
+class _Job:
+    ids: list[list[int]]
+    result: asyncio.Future[npt.NDArray[np.float32]] = field(repr=False)
+
+    @property
+    def longest(self) -> int:
+        return max(len(i) for i in self.ids)
+
+
+class EmbeddingBatcher:
+    def __init__(self, embed_tokens: EmbedTokens, config: BatchConfig, name: str) -> None:
+        self._embed_tokens = embed_tokens
+        self._config = config
+        self._name = name
+        self._jobs: deque[_Job] = deque()
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self.batches_run = 0
+
+    async def run(self, ids: list[list[int]]) -> npt.NDArray[np.float32]:
+        """The rows for `ids`, computed in a batch with whatever else arrives meanwhile."""
+        job = _Job(ids, asyncio.get_running_loop().create_future())
+        self._jobs.append(job)
+        self._wake.set()
+        if self._worker is None:
+            self._worker = asyncio.create_task(self._work(), name=f"batcher-{self._name}")
+        return await job.result  # if this caller is cancelled, the future is too: the worker skips it
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+            self._worker = None
+        while self._jobs:
+            job = self._jobs.popleft()
+            if not job.result.done():
+                job.result.set_exception(ModelUnloaded(f"model '{self._name}' was unloaded"))
+
+    async def _work(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._jobs:
+                if self._config.window_ms > 0 and not self._full():
+                    await asyncio.sleep(self._config.window_ms / 1000)
+                batch = self._take()
+                if batch:
+                    await self._run_batch(batch)
+
+    async def _run_batch(self, batch: list[_Job]) -> None:
+        try:
+            rows = await self._embed_tokens([ids for job in batch for ids in job.ids])
+        except Exception as exc:
+            log.warning("embedding batch failed", extra={"model": self._name, "error": str(exc)})
+            for job in batch:
+                if not job.result.done():
+                    job.result.set_exception(exc)
+            return
+        self.batches_run += 1
+        start = 0
+        for job in batch:
+            if not job.result.done():
+                job.result.set_result(rows[start : start + len(job.ids)])
+            start += len(job.ids)
+
+    def _take(self) -> list[_Job]:
+        """Jobs in arrival order while the batch stays within its limits (at least one job)."""
+        batch: list[_Job] = []
+        inputs = longest = 0
+        while self._jobs:
+            job = self._jobs[0]
+            if job.result.done():  # the caller went away
+                self._jobs.popleft()
+                continue
+            grown_inputs, grown_longest = inputs + len(job.ids), max(longest, job.longest)
+            too_many = grown_inputs > self._config.max_batch_size
+            if batch and (too_many or grown_inputs * grown_longest > self._config.max_batch_tokens):
+                break
+            batch.append(self._jobs.popleft())
+            inputs, longest = grown_inputs, grown_longest
+        return batch
+
+    def _full(self) -> bool:
+        return sum(len(job.ids) for job in self._jobs) >= self._config.max_batch_size

@@ -1,0 +1,61 @@
+"""Memory: what a model will need (estimated from its files), what it uses (measured), and
+handing freed memory back to the operating system after an unload."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import sys
+from dataclasses import dataclass
+from functools import cache
+
+import psutil
+
+
+def process_rss() -> int:
+    return int(psutil.Process().memory_info().rss)
+
+
+def release_freed_memory() -> None:
+    """Collect garbage and ask glibc to return free heap pages to the OS, so that an unload
+    shows up in the process RSS instead of sitting in the allocator's free lists."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@cache
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    return getattr(ctypes.CDLL(name), "malloc_trim", None)
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    device: str
+    total_bytes: int
+    free_bytes: int
+
+
+def gpu_memory() -> list[GpuMemory]:
+    """Per-device GPU memory, when PyTorch is already imported and sees a GPU (it is never
+    imported just for this)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return []
+    devices = []
+    for index in range(torch.cuda.device_count()):
+        free, total = torch.cuda.mem_get_info(index)
+        devices.append(GpuMemory(f"cuda:{index}", int(total), int(free)))
+    return devices
+
+
+def system_memory() -> dict[str, int]:
+    vm = psutil.virtual_memory()
+    return {"total_bytes": int(vm.total), "available_bytes": int(vm.available), "process_rss_bytes": process_rss()}

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from modelpool.config.schema import BatchConfig
+from modelpool.runtime.batching import EmbeddingBatcher
+
+
+class GatedEmbedder:
+    """Counts calls; the first call waits for `gate`, so requests pile up behind it."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.calls: list[list[list[int]]] = []
+        self.gate = asyncio.Event()
+        self.fail_on = fail_on
+
+    async def __call__(self, ids: list[list[int]]) -> np.ndarray:
+        self.calls.append(ids)
+        if len(self.calls) == 1:
+            await self.gate.wait()
+        if self.fail_on is not None and len(self.calls) == self.fail_on:
+            raise RuntimeError("engine exploded")
+        return np.array([[float(i[0]), float(len(i))] for i in ids], dtype=np.float32)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_requests_arriving_together_share_one_call_and_get_their_own_rows() -> None:
+    embed = GatedEmbedder()
+    batcher = EmbeddingBatcher(embed, BatchConfig(max_batch_size=10, window_ms=0), "m")
+    blocker = asyncio.create_task(batcher.run([[0]]))
+    await settle()
+    waiting = [asyncio.create_task(batcher.run([[i], [i, i]])) for i in range(1, 4)]
+    await settle()
+    embed.gate.set()
+    await blocker
+    results = await asyncio.gather(*waiting)
+    assert len(embed.calls) == 2 and len(embed.calls[1]) == 6  # three requests, one call
+    for i, rows in enumerate(results, start=1):
+        np.testing.assert_array_equal(rows, [[i, 1], [i, 2]])
+    await batcher.close()
+
+
+async def test_batches_respect_size_and_token_limits() -> None:
+    embed = GatedEmbedder()
+    batcher = EmbeddingBatcher(embed, BatchConfig(max_batch_size=3, max_batch_tokens=8, window_ms=0), "m")
+    blocker = asyncio.create_task(batcher.run([[0]]))
+    await settle()
+    jobs = [asyncio.create_task(batcher.run([[i, i]])) for i in range(1, 6)]
+    await settle()
+    embed.gate.set()
+    await asyncio.gather(blocker, *jobs)
+    sizes = [len(call) for call in embed.calls[1:]]
+    assert sizes == [3, 2]  # 3 inputs of 2 tokens = 6 ≤ 8 padded tokens; size cap 3
+    await batcher.close()
+
+
+async def test_a_failing_batch_fails_each_of_its_requests_and_the_worker_goes_on() -> None:
+    embed = GatedEmbedder(fail_on=2)
+    batcher = EmbeddingBatcher(embed, BatchConfig(max_batch_size=10, window_ms=0), "m")
+    blocker = asyncio.create_task(batcher.run([[0]]))
+    await settle()
+    doomed = [asyncio.create_task(batcher.run([[i]])) for i in range(1, 3)]
+    await settle()
+    embed.gate.set()
+    await blocker
+    for task in doomed:
+        with pytest.raises(RuntimeError, match="engine exploded"):
+            await task
+    rows = await batcher.run([[7]])  # the worker survived
+    np.testing.assert_array_equal(rows, [[7, 1]])
+    await batcher.close()
+
+
+async def test_callers_that_went_away_are_skipped() -> None:
+    embed = GatedEmbedder()
+    batcher = EmbeddingBatcher(embed, BatchConfig(max_batch_size=10, window_ms=0), "m")
+    blocker = asyncio.create_task(batcher.run([[0]]))
+    await settle()
+    gone = asyncio.create_task(batcher.run([[99]]))
+    stays = asyncio.create_task(batcher.run([[5]]))
+    await settle()
+    gone.cancel()
+    await settle()
+    embed.gate.set()
+    await blocker
+    np.testing.assert_array_equal(await stays, [[5, 1]])
+    assert [ids for call in embed.calls for ids in call] == [[0], [5]]
+    await batcher.close()
