@@ -4,13 +4,25 @@ import asyncio
 
 import pytest
 
+import numpy as np
+
 from modelpool.backends.base import ChatMessage, ChatRequest, EmbeddingRequest
-from modelpool.errors import ModelNotFound, ShuttingDown, UnsupportedTask
+from modelpool.errors import (
+    InsufficientCapacity,
+    InvalidRequest,
+    ModelNotFound,
+    ModelUnloaded,
+    ShuttingDown,
+    UnsupportedTask,
+)
+from modelpool.runtime.embedding_cache import EmbeddingCache
+from modelpool.runtime.eviction import Budget
 from modelpool.runtime.generation import collect
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.slot import SlotState
 from modelpool.tasks import Task
-from tests.fakes import FakeBackend, fake_slot
+from tests.fakes import FakeBackend, ManualClock, fake_slot
 
 REQUEST = ChatRequest((ChatMessage("user", "one two three"),))
 
@@ -67,3 +79,89 @@ async def test_closed_pool_refuses_work() -> None:
     await pool.close()
     with pytest.raises(ShuttingDown):
         await pool.chat("fake", REQUEST)
+
+
+def budget_pool(*slots, clock: ManualClock, **budget: int) -> ModelPool:
+    return ModelPool(list(slots), slots[0]._metrics, model_wait_s=None, budget=Budget(**budget), clock=clock)
+
+
+async def test_loading_past_the_budget_evicts_the_least_recently_used_idle_model() -> None:
+    clock, metrics = ManualClock(), Metrics()
+    old, recent, new = (FakeBackend(memory=400) for _ in range(3))
+    slots = [fake_slot(b, name, metrics=metrics, clock=clock) for b, name in ((old, "old"), (recent, "recent"),
+                                                                             (new, "new"))]
+    pool = budget_pool(*slots, clock=clock, memory_bytes=1000)
+    await collect(await pool.chat("old", REQUEST))
+    clock.advance(10)
+    await collect(await pool.chat("recent", REQUEST))
+    clock.advance(10)
+    await collect(await pool.chat("new", REQUEST))
+    states = {s.id: s.state for s in pool.slots()}
+    assert states == {"old": SlotState.UNLOADED, "recent": SlotState.READY, "new": SlotState.READY}
+    assert old.stops == 1 and recent.stops == 0
+
+
+async def test_when_nothing_can_go_the_load_is_refused_with_what_is_loaded() -> None:
+    clock, metrics = ManualClock(), Metrics()
+    step = asyncio.Event()
+    busy = fake_slot(FakeBackend(memory=600, step=step), "busy", metrics=metrics, clock=clock)
+    pinned = fake_slot(FakeBackend(memory=300), "pinned", metrics=metrics, clock=clock, pinned=True)
+    wanted = fake_slot(FakeBackend(memory=500), "wanted", metrics=metrics, clock=clock)
+    pool = budget_pool(busy, pinned, wanted, clock=clock, memory_bytes=1000)
+    await collect(await pool.chat("pinned", REQUEST))
+    running = await pool.chat("busy", REQUEST)  # holds its turn: not evictable
+    with pytest.raises(InsufficientCapacity) as caught:
+        await pool.chat("wanted", REQUEST)
+    message = caught.value.message
+    assert caught.value.status_code == 503
+    assert "cannot load model 'wanted'" in message and "busy (" in message and "pinned" in message
+    assert busy.state is SlotState.READY and pinned.state is SlotState.READY  # nothing was thrown out
+    step.set()
+    await collect(running)
+
+
+async def test_idle_models_are_reaped_by_the_clock() -> None:
+    clock = ManualClock()
+    slot = fake_slot(FakeBackend(), clock=clock, keep_alive=60)
+    pool = budget_pool(slot, clock=clock)
+    await collect(await pool.chat("fake", REQUEST))
+    assert await pool.reap_idle() == []
+    clock.advance(61)
+    assert await pool.reap_idle() == ["fake"]
+    assert slot.state is SlotState.UNLOADED
+
+
+async def test_forced_unload_cuts_a_running_generation() -> None:
+    step = asyncio.Event()
+    pool = pool_of(fake_slot(FakeBackend(step=step)))
+    stream = await pool.chat("fake", REQUEST)
+    unloading = asyncio.create_task(pool.unload("fake", drain=False))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not unloading.done()  # it waits for the revoked request to let go
+    step.set()
+    with pytest.raises(ModelUnloaded):
+        await collect(stream)
+    await unloading
+    assert pool.slot("fake").state is SlotState.UNLOADED
+
+
+async def test_embeddings_go_through_the_batcher_and_the_cache() -> None:
+    backend = FakeBackend()
+    slot = fake_slot(backend, tasks=frozenset({Task.EMBEDDING}), embedding_cache_size=10)
+    pool = pool_of(slot)
+    pool._caches["fake"] = EmbeddingCache(10)
+    first, timing = await pool.embed("fake", EmbeddingRequest(("ab", "abcd")))
+    np.testing.assert_array_equal(first.vectors[:, 0], [2, 4])
+    again, _ = await pool.embed("fake", EmbeddingRequest(("abcd", "xyz")))
+    np.testing.assert_array_equal(again.vectors[:, 0], [4, 3])
+    assert backend.embed_calls == [2, 1]  # "abcd" came from the cache
+    assert again.prompt_tokens == 2 and timing.backend_s >= 0
+
+
+async def test_admin_load_validates_overrides_and_replicas() -> None:
+    slot = fake_slot(FakeBackend(), replica_max=2)
+    pool = pool_of(slot)
+    with pytest.raises(InvalidRequest) as caught:
+        await pool.load("fake", replicas=5)
+    assert caught.value.param == "replicas"
