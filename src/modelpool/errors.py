@@ -15,6 +15,7 @@ Nothing maps errors by matching message text.
     ├── ModelNotLoaded                  409  invalid_request_error / model_not_loaded  (autoload off)
     ├── RequestTooLarge                 413  invalid_request_error / request_too_large
     ├── Overloaded                      429  overloaded / overloaded       (Retry-After)
+    ├── ClientDisconnected              499  invalid_request_error / client_closed_request (never seen: logs only)
     ├── ModelNotReady                   503  server_error / model_not_ready   (Retry-After)
     ├── ModelLoadFailed                 503  server_error / model_load_error  (Retry-After: the cooldown)
     │   └── ModelSourceError            503  server_error / model_source_error
@@ -112,6 +113,12 @@ class Overloaded(_RetryLater):
     status_code = 429
     type = "overloaded"
     code = "overloaded"
+
+
+class ClientDisconnected(ModelpoolError):
+    status_code = 499  # nginx's code for it: the response has nobody to go to
+    type = "invalid_request_error"
+    code = "client_closed_request"
 
 
 class ModelNotReady(_RetryLater):

@@ -131,8 +131,7 @@ def test_json_log_lines_carry_the_request_id(server: Server) -> None:
 
 def test_sigterm_stops_the_server_cleanly(server: Server) -> None:
     server.process.send_signal(signal.SIGTERM)
-    # uvicorn shuts down gracefully, then re-raises the signal so the exit status says why.
-    assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
+    assert server.process.wait(timeout=30) == 0
     messages = [e["message"] for e in server.log_lines()]
     assert "Application shutdown complete." in messages
     assert "models unloaded" in messages

@@ -9,16 +9,17 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from modelpool import __version__
+from modelpool.api.auth import KeyRing, RequireKeys
 from modelpool.api.errors import install_error_handlers
 from modelpool.api.middleware import BodyLimit, RequestContext
-from modelpool.api.routes import chat, completions, embeddings, health, models
+from modelpool.api.routes import admin, chat, completions, embeddings, health, models
 from modelpool.config.schema import Config
 from modelpool.runtime.pool import ModelPool, build_pool
 
 log = logging.getLogger("modelpool")
 
 
-def create_app(config: Config, pool: ModelPool | None = None) -> FastAPI:
+def create_app(config: Config, pool: ModelPool | None = None, keys: KeyRing | None = None) -> FastAPI:
     """Build the app. The pool preloads in the background after start-up, so /healthz
     answers at once and /readyz turns 200 when the preloaded models are ready."""
     pool = pool or build_pool(config)
@@ -36,8 +37,9 @@ def create_app(config: Config, pool: ModelPool | None = None) -> FastAPI:
     app.state.pool = pool
     app.state.config = config
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, models, health):
+    for module in (chat, completions, embeddings, models, health, admin):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
+    app.add_middleware(RequireKeys, keys=keys or KeyRing.from_config(config.auth))
     app.add_middleware(RequestContext, metrics=pool.metrics, model_label=pool.metrics_label)  # added last: outermost
     return app

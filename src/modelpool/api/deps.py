@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from fastapi import Request
 
+from modelpool.errors import ClientDisconnected
 from modelpool.runtime.pool import ModelPool
+
+T = TypeVar("T")
 
 
 def pool_of(request: Request) -> ModelPool:
@@ -37,3 +43,28 @@ class ResponseMeta:
     @classmethod
     def new(cls, prefix: str, model: str) -> ResponseMeta:
         return cls(id=f"{prefix}-{secrets.token_hex(12)}", model=model)
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Run `work`, cancelling it if the client goes away first: a request still in the
+    queue leaves it, a running generation stops at its next token and frees the model."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.Event()
+
+    async def watch() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+                task.cancel()
+                return
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if gone.is_set():
+            raise ClientDisconnected("the client closed the connection before the response") from None
+        raise
+    finally:
+        watcher.cancel()

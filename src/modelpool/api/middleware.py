@@ -52,7 +52,7 @@ class RequestContext:
         except Exception:
             log.exception("unhandled error")
             if not status["sent"]:
-                await _send_json(send_with_id, 500, internal_error_body(request_id))
+                await send_json(send_with_id, 500, internal_error_body(request_id))
         finally:
             self._record(scope, status["code"], time.perf_counter() - started, request_id)
             current_request_id.reset(token)
@@ -112,7 +112,7 @@ class BodyLimit:
         body = error_body(
             f"Request body exceeds the limit of {self.max_bytes} bytes.", "invalid_request_error", "request_too_large"
         )
-        await _send_json(send, 413, body)
+        await send_json(send, 413, body)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
@@ -124,9 +124,10 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replay
 
 
-async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
+async def send_json(send: Send, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> None:
     body = json.dumps(payload).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import signal
 
 import typer
 import uvicorn
 
 from modelpool.api.app import create_app
+from modelpool.api.auth import KeyRing
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError, ModelpoolError
 from modelpool.logs import configure_logging
@@ -20,24 +23,57 @@ log = logging.getLogger("modelpool")
 def run_server(config: Config) -> None:
     configure_logging(config.server.log_format, config.server.log_level)
     try:
-        app = create_app(config)
+        keys = KeyRing.from_config(config.auth)
+        _check_exposure(config, keys)
+        app = create_app(config, keys=keys)
     except ConfigError as exc:
         typer.secho(f"error: {exc.message}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
     server = config.server
     log.info(
         "starting modelpool",
-        extra={"host": server.host, "port": server.port, "models": [m.id for m in config.served_models()]},
+        extra={
+            "host": server.host,
+            "port": server.port,
+            "models": [m.id for m in config.served_models()],
+            "auth": "api keys" if keys.enabled else "none (loopback only)",
+        },
     )
-    uvicorn.run(
+    uv_config = uvicorn.Config(
         app,
         host=server.host,
         port=server.port,
         log_config=None,
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=config.server.shutdown_grace_s,
     )
+    _exit_zero_after_graceful_shutdown()
+    uvicorn.Server(uv_config).run()
+
+
+def _check_exposure(config: Config, keys: KeyRing) -> None:
+    """No keys means anyone who can reach the port can use (and unload) every model."""
+    if keys.enabled or _is_loopback(config.server.host) or config.auth.allow_unauthenticated_remote:
+        return
+    raise ConfigError(
+        f"refusing to serve on {config.server.host} without API keys: configure auth.keys, bind to "
+        "127.0.0.1, or set auth.allow_unauthenticated_remote: true"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _exit_zero_after_graceful_shutdown() -> None:
+    """uvicorn shuts down gracefully on SIGTERM/SIGINT and then re-raises the signal to the
+    handler that was installed before it; a no-op one here makes a clean stop exit 0."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
 
 
 def dry_run_models(config: Config) -> int:

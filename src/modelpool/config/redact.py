@@ -23,6 +23,11 @@ def is_secret_key(key: str) -> bool:
     return any(word in lowered for word in _SECRET_WORDS)
 
 
+def redact(value: Any) -> Any:
+    """A copy of plain data with secret-looking keys masked."""
+    return _redact(value)
+
+
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: (REDACTED if is_secret_key(str(k)) and v is not None else _redact(v)) for k, v in value.items()}

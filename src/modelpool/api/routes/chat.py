@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from modelpool.api.deps import ResponseMeta, note_model, pool_of, wants_metrics
+from modelpool.api.deps import ResponseMeta, note_model, pool_of, unless_disconnected, wants_metrics
 from modelpool.api.render import chat_logprobs_json, envelope, usage_json
 from modelpool.api.schemas.chat import ChatCompletionBody
 from modelpool.api.sse import DONE, EventStreamResponse, sse
@@ -22,14 +22,14 @@ async def create_chat_completion(body: ChatCompletionBody, request: Request) -> 
     note_model(request, body.model)
     pool = pool_of(request)
     chat_request = body.to_request(pool.slot(body.model).config.sampling)
-    stream = await pool.chat(body.model, chat_request, body.keep_alive)
+    stream = await unless_disconnected(request, pool.chat(body.model, chat_request, body.keep_alive))
     meta = ResponseMeta.new("chatcmpl", stream.model_id)
     with_metrics = wants_metrics(request, body.return_metrics)
     if body.stream:
         events = _events(stream, meta, body.include_usage(), with_metrics)
         return EventStreamResponse(events, on_close=stream.aclose)
     try:
-        generation = await collect(stream)
+        generation = await unless_disconnected(request, collect(stream))
     finally:
         await stream.aclose()
     extra = {"metrics": stream.timing.as_json()} if with_metrics else {}

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from modelpool.api.deps import ResponseMeta, note_model, pool_of, wants_metrics
+from modelpool.api.deps import ResponseMeta, note_model, pool_of, unless_disconnected, wants_metrics
 from modelpool.api.render import completion_logprobs_json, envelope, usage_json
 from modelpool.api.schemas.completions import CompletionBody
 from modelpool.api.sse import DONE, EventStreamResponse, sse
@@ -25,7 +25,7 @@ async def create_completion(body: CompletionBody, request: Request) -> Response:
     pool = pool_of(request)
     requests = body.to_requests(pool.slot(body.model).config.sampling)
     # The first prompt is opened before answering, so a bad request still gets a 4xx.
-    first = await pool.complete(body.model, requests[0], body.keep_alive)
+    first = await unless_disconnected(request, pool.complete(body.model, requests[0], body.keep_alive))
     meta = ResponseMeta.new("cmpl", first.model_id)
     want_logprobs = body.logprobs is not None
     opened = _each_stream(pool, body, first, requests[1:])
@@ -38,7 +38,7 @@ async def create_completion(body: CompletionBody, request: Request) -> Response:
     index = 0
     async for stream in opened:
         try:
-            generation = await collect(stream)
+            generation = await unless_disconnected(request, collect(stream))
         finally:
             await stream.aclose()
         choices.append(

@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from modelpool.api.deps import note_model, pool_of, wants_metrics
+from modelpool.api.deps import note_model, pool_of, unless_disconnected, wants_metrics
 from modelpool.api.schemas.embeddings import EmbeddingsBody
 from modelpool.errors import InvalidRequest
 
@@ -20,7 +20,7 @@ async def create_embeddings(body: EmbeddingsBody, request: Request) -> JSONRespo
     note_model(request, body.model)
     pool = pool_of(request)
     slot = pool.slot(body.model)
-    result, timing = await pool.embed(body.model, body.to_request(), body.keep_alive)
+    result, timing = await unless_disconnected(request, pool.embed(body.model, body.to_request(), body.keep_alive))
     dimensions = result.vectors.shape[1]
     if body.dimensions is not None and body.dimensions != dimensions:
         raise InvalidRequest(

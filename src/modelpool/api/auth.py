@@ -1,0 +1,90 @@
+"""API keys and scopes. `/v1/admin/*` needs the `admin` scope, the other `/v1/*` routes
+`inference`; health, readiness and metrics are open. With no keys configured nothing is
+checked (and the CLI refuses to bind beyond loopback unless told to)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from modelpool.api.errors import error_payload
+from modelpool.api.middleware import send_json
+from modelpool.config.schema import AuthConfig
+from modelpool.config.schema import Scope as KeyScope
+from modelpool.errors import AuthenticationFailed, ConfigError, ModelpoolError, PermissionDenied
+
+
+@dataclass(frozen=True)
+class Holder:
+    name: str
+    scopes: frozenset[KeyScope]
+
+
+class KeyRing:
+    """Known keys by their SHA-256, compared in constant time."""
+
+    def __init__(self, holders: dict[str, Holder]) -> None:
+        self._holders = holders
+
+    @classmethod
+    def from_config(cls, auth: AuthConfig, environ: Mapping[str, str] | None = None) -> KeyRing:
+        env = os.environ if environ is None else environ  # secrets: read from the variable the config names
+        holders = {}
+        for key in auth.keys:
+            if key.key_env is not None:
+                secret = env.get(key.key_env)
+                if not secret:
+                    raise ConfigError(f"api key '{key.name}' is read from ${key.key_env}, which is not set")
+                digest = hashlib.sha256(secret.encode()).hexdigest()
+            else:
+                digest = (key.sha256 or "").lower()
+            holders[digest] = Holder(key.name, frozenset(key.scopes))
+        return cls(holders)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._holders)
+
+    def check(self, authorization: str | None, needed: KeyScope) -> Holder:
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise AuthenticationFailed("Missing API key: send 'Authorization: Bearer <key>'.")
+        digest = hashlib.sha256(authorization[7:].strip().encode()).hexdigest()
+        holder = next((h for d, h in self._holders.items() if hmac.compare_digest(d, digest)), None)
+        if holder is None:
+            raise AuthenticationFailed("Incorrect API key provided.")
+        if needed not in holder.scopes:
+            raise PermissionDenied(f"This API key ('{holder.name}') lacks the '{needed.value}' scope.")
+        return holder
+
+
+def needed_scope(path: str) -> KeyScope | None:
+    if path.startswith("/v1/admin"):
+        return KeyScope.ADMIN
+    if path.startswith("/v1/"):
+        return KeyScope.INFERENCE
+    return None
+
+
+class RequireKeys:
+    """Pure ASGI: reject before routing, so no request body is read for a bad key."""
+
+    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        needed = needed_scope(scope.get("path", "")) if scope["type"] == "http" else None
+        if needed is not None and self.keys.enabled:
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            try:
+                holder = self.keys.check(headers.get("authorization"), needed)
+            except ModelpoolError as exc:
+                await send_json(send, exc.status_code, error_payload(exc), exc.headers)
+                return
+            scope.setdefault("state", {})["key_name"] = holder.name
+        await self.app(scope, receive, send)
