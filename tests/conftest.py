@@ -3,6 +3,7 @@ llama.cpp, all-MiniLM-L6-v2 through sentence-transformers), loaded once per sess
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 import httpx
@@ -12,6 +13,7 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from modelpool.api.app import create_app
+from modelpool.api.auth import KeyRing
 from modelpool.config import Config, load_config
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -23,6 +25,24 @@ def starter_config(**server: object) -> Config:
     """The starter catalog, as `make serve` runs it, with test-only server settings."""
     cli = {"server": {"max_body_bytes": 1_000_000, **server}}
     return load_config(None, cli=cli, environ={})
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    cli: dict[str, object], keys: KeyRing | None = None
+) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """A fresh in-process app for the starter catalog changed by `cli` (the CLI layer), with
+    an httpx client on it. Its models load as their config says (preload or on demand)."""
+    config = load_config(None, cli=cli, environ={})
+    application = create_app(config, keys=keys)
+    async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL, timeout=120) as client:
+            yield application, client
+
+
+def sdk(client: httpx.AsyncClient, api_key: str = "unused") -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{BASE_URL}/v1", api_key=api_key, http_client=client, max_retries=0)
 
 
 @pytest.fixture(scope="session")

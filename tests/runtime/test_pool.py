@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 import numpy as np
+import pytest
 
 from modelpool.backends.base import ChatMessage, ChatRequest, EmbeddingRequest
 from modelpool.errors import (
@@ -88,8 +87,9 @@ def budget_pool(*slots, clock: ManualClock, **budget: int) -> ModelPool:
 async def test_loading_past_the_budget_evicts_the_least_recently_used_idle_model() -> None:
     clock, metrics = ManualClock(), Metrics()
     old, recent, new = (FakeBackend(memory=400) for _ in range(3))
-    slots = [fake_slot(b, name, metrics=metrics, clock=clock) for b, name in ((old, "old"), (recent, "recent"),
-                                                                             (new, "new"))]
+    slots = [
+        fake_slot(b, name, metrics=metrics, clock=clock) for b, name in ((old, "old"), (recent, "recent"), (new, "new"))
+    ]
     pool = budget_pool(*slots, clock=clock, memory_bytes=1000)
     await collect(await pool.chat("old", REQUEST))
     clock.advance(10)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from modelpool.cli import admin
 from modelpool.cli.output import echo_err, print_models_table
 from modelpool.config import load_config
 from modelpool.config.redact import redacted_config
@@ -60,6 +61,11 @@ def serve(
 def list_models(config: ConfigOpt = None, local_config: LocalOpt = None) -> None:
     """List the catalog: each model, what it does, whether it is served and installed."""
     print_models_table(_load(config, local_config, {}))
+
+
+app.command("ps")(admin.ps)
+app.command("load")(admin.load)
+app.command("unload")(admin.unload)
 
 
 @app.command("config-schema")

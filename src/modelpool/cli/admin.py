@@ -1,0 +1,96 @@
+"""`modelpool ps / load / unload`: talk to a running server through the client SDK."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from modelpool.client import AdminClient, ClientError
+from modelpool.client.admin import DEFAULT_URL
+
+console = Console()
+UrlOpt = Annotated[str, typer.Option("--url", envvar="MODELPOOL_URL", help="Server to talk to.")]
+KeyOpt = Annotated[
+    str | None, typer.Option("--api-key", envvar="MODELPOOL_API_KEY", help="Admin API key.", show_default=False)
+]
+
+
+def ps(url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None) -> None:
+    """Show every model of a running server: state, replicas, work, memory, expiry."""
+    with _client(url, api_key) as client:
+        models = _or_exit(client.models)
+    table = Table("MODEL", "STATE", "REPLICAS", "RUNNING", "QUEUED", "MEMORY", "EXPIRES IN", "LAST ERROR")
+    for m in models:
+        table.add_row(
+            m["id"],
+            m["state"],
+            f"{len(m['replicas'])}/{m['replicas_wanted']}",
+            str(m["in_flight"]),
+            str(m["queued"]),
+            _mib(m["memory"]["counted_bytes"]),
+            _expiry(m),
+            (m["last_error"] or "")[:60],
+        )
+    console.print(table)
+
+
+def load(
+    model: Annotated[str, typer.Argument(help="Model id or alias.")],
+    replicas: Annotated[int | None, typer.Option(help="Scale to this many replicas.")] = None,
+    option: Annotated[list[str] | None, typer.Option("--set", help="Backend option override, KEY=VALUE.")] = None,
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """Load a model (or reload it with option overrides, or rescale it) and wait until ready."""
+    overrides = dict(_parse_override(item) for item in option or [])
+    with _client(url, api_key) as client, console.status(f"Loading {model}…"):
+        result = _or_exit(lambda: client.load(model, overrides=overrides, replicas=replicas))
+    console.print(
+        f"[green]{result['id']}[/] {result['state']} in {result['load_seconds'] or 0:.2f}s, "
+        f"{len(result['replicas'])} replica(s), {_mib(result['memory']['counted_bytes'])}"
+    )
+
+
+def unload(
+    model: Annotated[str, typer.Argument(help="Model id or alias.")],
+    force: Annotated[bool, typer.Option(help="Cut running requests off instead of waiting for them.")] = False,
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """Unload a model (waiting for its running requests unless --force)."""
+    with _client(url, api_key) as client, console.status(f"Unloading {model}…"):
+        result = _or_exit(lambda: client.unload(model, drain=not force))
+    console.print(f"[green]{result['id']}[/] {result['state']}")
+
+
+def _client(url: str, api_key: str | None) -> AdminClient:
+    return AdminClient(url, api_key)
+
+
+def _or_exit(call: Any) -> Any:
+    try:
+        return call()
+    except ClientError as exc:
+        console.print(f"[red]error:[/] {exc.message}")
+        raise typer.Exit(1) from None
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise typer.BadParameter(f"'{item}' is not KEY=VALUE", param_hint="--set")
+    return key.strip(), yaml.safe_load(value)
+
+
+def _mib(value: int | None) -> str:
+    return "-" if not value else f"{value / 1024 / 1024:.0f} MiB"
+
+
+def _expiry(model: dict[str, Any]) -> str:
+    if model["state"] != "ready":
+        return "-"
+    return "never" if model["expires_in_s"] is None else f"{model['expires_in_s']:.0f}s"

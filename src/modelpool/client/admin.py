@@ -1,0 +1,69 @@
+"""A small synchronous client of the admin API (used by `modelpool ps/load/unload`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class ClientError(Exception):
+    """The server answered with an error envelope, or could not be reached."""
+
+    def __init__(self, message: str, status_code: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.code = code
+
+
+class AdminClient:
+    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None, timeout_s: float = 600) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def models(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/admin/models")["data"])
+
+    def load(
+        self, model: str, *, overrides: dict[str, Any] | None = None, replicas: int | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"overrides": overrides or {}}
+        if replicas is not None:
+            body["replicas"] = replicas
+        return self._call("POST", f"/v1/admin/models/{model}/load", body)
+
+    def unload(self, model: str, *, drain: bool = True) -> dict[str, Any]:
+        return self._call("POST", f"/v1/admin/models/{model}/unload", {"drain": drain})
+
+    def memory(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/admin/memory")
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise ClientError(f"cannot reach {self._http.base_url}: {exc}") from exc
+        if response.status_code >= 400:
+            raise _error_from(response)
+        result: dict[str, Any] = response.json()
+        return result
+
+
+def _error_from(response: httpx.Response) -> ClientError:
+    try:
+        error = response.json()["error"]
+        return ClientError(error["message"], response.status_code, error.get("code"))
+    except (ValueError, KeyError, TypeError):
+        return ClientError(f"HTTP {response.status_code}: {response.text[:200]}", response.status_code)
