@@ -181,6 +181,44 @@ CASES = [
         "request_too_large",
         None,
     ),
+    (
+        "lone-surrogate-content",
+        "POST",
+        CHAT,
+        chat(messages=[{"role": "user", "content": "\ud800"}]),
+        400,
+        "invalid_value",
+        "messages[0].content",
+    ),
+    (
+        "lone-surrogate-prompt",
+        "POST",
+        COMPLETIONS,
+        {"model": CHAT_MODEL, "prompt": "a\ud800"},
+        400,
+        "invalid_value",
+        "prompt",
+    ),
+    (
+        "lone-surrogate-input",
+        "POST",
+        EMBEDDINGS,
+        {"model": EMBED_MODEL, "input": ["ok", "\udfff"]},
+        400,
+        "invalid_value",
+        "input[1]",
+    ),
+    ("stream-as-string", "POST", CHAT, chat(stream="true"), 400, "invalid_value", "stream"),
+    (
+        "booleans-as-token-ids",
+        "POST",
+        COMPLETIONS,
+        {"model": CHAT_MODEL, "prompt[0]": [True, False]},
+        400,
+        "invalid_value",
+        "prompt",
+    ),
+    ("keep-alive-garbage", "POST", CHAT, chat(keep_alive="soon"), 400, "invalid_value", "keep_alive"),
     ("unknown-route", "GET", "/v1/nothing-here", None, 404, "not_found", None),
     ("wrong-method", "GET", CHAT, None, 405, "method_not_allowed", None),
     ("unknown-model-retrieve", "GET", "/v1/models/nope", None, 404, "model_not_found", "model"),
@@ -190,9 +228,9 @@ CASES = [
 async def send(http: httpx.AsyncClient, method: str, path: str, body: object) -> httpx.Response:
     if body is None:
         return await http.request(method, path)
-    if isinstance(body, dict):
-        return await http.request(method, path, json=body)
-    return await http.request(method, path, content=body, headers={"content-type": "application/json"})
+    # json.dumps escapes non-ASCII (\\ud800 stays an escape, as a client would send it).
+    content = json.dumps(body) if isinstance(body, dict) else body
+    return await http.request(method, path, content=content, headers={"content-type": "application/json"})
 
 
 @pytest.mark.parametrize(

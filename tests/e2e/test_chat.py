@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 
@@ -168,3 +170,17 @@ async def test_n_other_than_one_is_a_clear_400(oai: openai.AsyncOpenAI) -> None:
 async def test_model_alias_answers_with_the_canonical_id(oai: openai.AsyncOpenAI) -> None:
     reply = await oai.chat.completions.create(model="smollm2", messages=HI, max_tokens=2)
     assert reply.model == CHAT_MODEL
+
+
+async def test_stream_chunks_carry_usage_null_until_the_last(http) -> None:
+    body = {
+        "model": CHAT_MODEL,
+        "messages": HI,
+        "max_tokens": 3,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    events = [e for e in (await http.post("/v1/chat/completions", json=body)).text.split("\n\n") if e]
+    chunks = [json.loads(e[len("data: ") :]) for e in events[:-1]]
+    assert all("usage" in c and c["usage"] is None for c in chunks[:-1])
+    assert chunks[-1]["usage"]["completion_tokens"] == 3 and chunks[-1]["choices"] == []

@@ -86,3 +86,11 @@ async def test_echo_returns_prompt_first(oai: openai.AsyncOpenAI) -> None:
     reply = await greedy(oai, PROMPT, echo=True)
     plain = await greedy(oai, PROMPT)
     assert reply.choices[0].text == PROMPT + plain.choices[0].text
+
+
+async def test_empty_prompt_starts_from_the_beginning_of_text(oai: openai.AsyncOpenAI) -> None:
+    reply = await greedy(oai, "")
+    assert reply.usage.prompt_tokens == 1  # the BOS token
+    assert reply.choices[0].finish_reason in {"stop", "length"}
+    batch = await greedy(oai, ["", "x"])
+    assert len(batch.choices) == 2

@@ -14,7 +14,6 @@ from modelpool.errors import (
     ShuttingDown,
     UnsupportedTask,
 )
-from modelpool.runtime.embedding_cache import EmbeddingCache
 from modelpool.runtime.eviction import Budget
 from modelpool.runtime.generation import collect
 from modelpool.runtime.metrics import Metrics
@@ -150,7 +149,6 @@ async def test_embeddings_go_through_the_batcher_and_the_cache() -> None:
     backend = FakeBackend()
     slot = fake_slot(backend, tasks=frozenset({Task.EMBEDDING}), embedding_cache_size=10)
     pool = pool_of(slot)
-    pool._caches["fake"] = EmbeddingCache(10)
     first, timing = await pool.embed("fake", EmbeddingRequest(("ab", "abcd")))
     np.testing.assert_array_equal(first.vectors[:, 0], [2, 4])
     again, _ = await pool.embed("fake", EmbeddingRequest(("abcd", "xyz")))

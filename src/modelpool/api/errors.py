@@ -55,7 +55,9 @@ def param_from_loc(loc: Sequence[Any]) -> str | None:
 
 
 def validation_message(errors: Sequence[Any]) -> tuple[str, str | None]:
-    first = errors[0]
+    # A value that fits no member of a union yields one error per member; the deepest one
+    # (["ok", "\ud800"] → input[1], not "input is not a string") says what is wrong.
+    first = max(errors, key=lambda e: len(e.get("loc", ())))
     if first.get("type") == "json_invalid":
         return f"The request body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}", None
     param = param_from_loc(first.get("loc", ()))

@@ -7,6 +7,8 @@ read whole.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -16,7 +18,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from modelpool.api.errors import error_body, internal_error_body
+from modelpool.api.errors import error_body, error_payload, internal_error_body
+from modelpool.errors import ShuttingDown
 from modelpool.logs import current_request_id
 from modelpool.runtime.metrics import Metrics
 
@@ -53,6 +56,12 @@ class RequestContext:
             log.exception("unhandled error")
             if not status["sent"]:
                 await send_json(send_with_id, 500, internal_error_body(request_id))
+        except asyncio.CancelledError:
+            # The server cut the request off (shutdown grace period over): say so in JSON.
+            if not status["sent"]:
+                with contextlib.suppress(Exception):
+                    await send_json(send_with_id, 503, error_payload(ShuttingDown("the server is shutting down")))
+            raise
         finally:
             self._record(scope, status["code"], time.perf_counter() - started, request_id)
             current_request_id.reset(token)

@@ -8,13 +8,11 @@ from modelpool.api.deps import ResponseMeta
 from modelpool.backends.base import TokenLogprob, Usage
 
 
-def envelope(
-    meta: ResponseMeta, obj: str, choices: list[dict[str, Any]], usage: dict[str, int] | None = None, **extra: Any
-) -> dict[str, Any]:
+def envelope(meta: ResponseMeta, obj: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """id/object/created/model/choices, then whatever else this response carries
+    (`usage`, which may be an explicit null on stream chunks, `metrics`)."""
     body: dict[str, Any] = {"id": meta.id, "object": obj, "created": meta.created, "model": meta.model}
     body["choices"] = choices
-    if usage is not None:
-        body["usage"] = usage
     body.update(extra)
     return body
 

@@ -41,6 +41,7 @@ class EmbeddingBatcher:
         self._jobs: deque[_Job] = deque()
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
+        self._running: list[_Job] = []
         self.batches_run = 0
 
     async def run(self, ids: list[list[int]]) -> npt.NDArray[np.float32]:
@@ -57,10 +58,11 @@ class EmbeddingBatcher:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
             self._worker = None
-        while self._jobs:
-            job = self._jobs.popleft()
+        for job in [*self._running, *self._jobs]:
             if not job.result.done():
                 job.result.set_exception(ModelUnloaded(f"model '{self._name}' was unloaded"))
+        self._jobs.clear()
+        self._running = []
 
     async def _work(self) -> None:
         while True:
@@ -74,6 +76,7 @@ class EmbeddingBatcher:
                     await self._run_batch(batch)
 
     async def _run_batch(self, batch: list[_Job]) -> None:
+        self._running = batch
         try:
             rows = await self._embed_tokens([ids for job in batch for ids in job.ids])
         except Exception as exc:

@@ -23,14 +23,20 @@ class GenerationStream:
 
     def __init__(
         self,
-        model_id: str,
         chunks: AsyncIterator[GenerationChunk],
         lease: Lease,
         clock: Clock,
         on_done: Callable[[RequestTiming], None],
+        *,
+        owns_lease: bool = True,
     ) -> None:
-        self.model_id = model_id
-        self.timing = lease.timing
+        """`owns_lease`: closing the stream releases the lease. A request that runs several
+        generations on one lease (multi-prompt completions) releases it itself."""
+        self.model_id = lease.model_id
+        self.timing = (
+            lease.timing if owns_lease else RequestTiming(replica=lease.replica.index, started=clock.monotonic())
+        )
+        self._owns_lease = owns_lease
         self._chunks = chunks
         self._lease = lease
         self._clock = clock
@@ -84,7 +90,8 @@ class GenerationStream:
         finally:
             if not self.timing.backend_s:
                 self.timing.backend_s = self._clock.monotonic() - self.timing.started
-            self._lease.release()
+            if self._owns_lease:
+                self._lease.release()
             self._on_done(self.timing)
 
 

@@ -58,7 +58,6 @@ class ModelPool:
         self.reap_interval_s = reap_interval_s
         self._slots = {slot.id: slot for slot in slots}
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
-        self._caches = {slot.id: EmbeddingCache(slot.config.embedding_cache_size) for slot in slots}
         self._room = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
         self._closing = False
@@ -88,9 +87,6 @@ class ModelPool:
         grow the label set without bound by inventing model names."""
         slot = self._names.get(name)
         return slot.id if slot is not None else "unknown"
-
-    def cache_of(self, slot: ModelSlot) -> EmbeddingCache:
-        return self._caches[slot.id]
 
     # ----- lifetime ------------------------------------------------------------------
 
@@ -176,13 +172,24 @@ class ModelPool:
     # ----- requests ------------------------------------------------------------------
 
     async def chat(self, name: str, request: ChatRequest, keep_alive: float | None = None) -> GenerationStream:
-        return await self._generate(name, Task.CHAT, lambda b: cast(ChatBackend, b).chat(request), keep_alive)
+        lease = await self.lease(name, Task.CHAT, keep_alive)
+        return await self._start(lease, lambda b: cast(ChatBackend, b).chat(request), owns_lease=True)
 
     async def complete(
         self, name: str, request: CompletionRequest, keep_alive: float | None = None
     ) -> GenerationStream:
-        run = lambda b: cast(CompletionBackend, b).complete(request)  # noqa: E731
-        return await self._generate(name, Task.COMPLETION, run, keep_alive)
+        lease = await self.lease(name, Task.COMPLETION, keep_alive)
+        return await self._start(lease, lambda b: cast(CompletionBackend, b).complete(request), owns_lease=True)
+
+    async def complete_on(self, lease: Lease, request: CompletionRequest) -> GenerationStream:
+        """One more completion on a lease the caller holds (and releases): the prompts of one
+        request are admitted once, not each again behind other requests."""
+        return await self._start(lease, lambda b: cast(CompletionBackend, b).complete(request), owns_lease=False)
+
+    async def lease(self, name: str, task: Task, keep_alive: float | None = None) -> Lease:
+        """A turn on a ready replica of the model that `name` names (for callers that run
+        several things on one turn). Release it."""
+        return await self.slot_for(name, task).lease(self.model_wait_s, keep_alive)
 
     async def embed(
         self, name: str, request: EmbeddingRequest, keep_alive: float | None = None
@@ -190,7 +197,7 @@ class ModelPool:
         slot = self.slot_for(name, Task.EMBEDDING)
         lease = await slot.lease(self.model_wait_s, keep_alive)
         try:
-            result = await self._embed_on(lease, self.cache_of(slot), request)
+            result = await self._embed_on(lease, slot.embedding_cache, request)
         finally:
             lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
             lease.release()
@@ -211,26 +218,22 @@ class ModelPool:
             computed = await (batcher.run(wanted) if batcher else backend.embed_tokens(wanted))
             for i, row in zip(missing, computed, strict=True):
                 rows[i] = row
-                cache.put(keys[i], row, len(ids[i]))
+                cache.put(keys[i], row.copy(), len(ids[i]))  # a copy: a view would pin the whole batch
         counts = tuple(len(i) for i in ids)
         vectors = np.stack([rows[i] for i in range(len(ids))]).astype(np.float32, copy=False)
         return EmbeddingResult(vectors, sum(counts), counts)
 
-    async def _generate(
-        self,
-        name: str,
-        task: Task,
-        run: Callable[[Backend], AsyncIterator[GenerationChunk]],
-        keep_alive: float | None,
+    async def _start(
+        self, lease: Lease, run: Callable[[Backend], AsyncIterator[GenerationChunk]], *, owns_lease: bool
     ) -> GenerationStream:
-        slot = self.slot_for(name, task)
-        lease = await slot.lease(self.model_wait_s, keep_alive)
         try:
             chunks = run(lease.backend)
         except BaseException:
-            lease.release()
+            if owns_lease:
+                lease.release()
             raise
-        stream = GenerationStream(slot.id, chunks, lease, self.clock, partial(self.metrics.observe_timing, slot.id))
+        on_done = partial(self.metrics.observe_timing, lease.model_id)
+        stream = GenerationStream(chunks, lease, self.clock, on_done, owns_lease=owns_lease)
         await stream.prefetch()
         return stream
 
@@ -245,10 +248,7 @@ class ModelPool:
                 f"replicas must be between 1 and replica_max ({slot.config.replica_max})", param="replicas"
             )
         if overrides:
-            new_config = self._with_overrides(slot.config, overrides)
-            if slot.state is SlotState.READY:
-                await slot.unload()
-            slot.config = new_config
+            await slot.reconfigure(self._with_overrides(slot.config, overrides))
         if replicas is not None and replicas != slot.config.replicas:
             await slot.scale(replicas)
         await slot.ensure_ready(None, load_if_unloaded=True)

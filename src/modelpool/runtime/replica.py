@@ -35,12 +35,14 @@ class Lease:
 
     def __init__(
         self,
+        model_id: str,
         replica: Replica,
         ticket: Ticket,
         timing: RequestTiming,
         keep_alive: float | None,
         on_release: Callable[[Lease], None],
     ) -> None:
+        self.model_id = model_id
         self.replica = replica
         self.timing = timing
         self.keep_alive = keep_alive

@@ -28,6 +28,7 @@ from modelpool.errors import (
 from modelpool.runtime.admission import Admission
 from modelpool.runtime.batching import EmbeddingBatcher
 from modelpool.runtime.clock import Clock
+from modelpool.runtime.embedding_cache import EmbeddingCache
 from modelpool.runtime.eviction import Need, Resident
 from modelpool.runtime.memory import process_rss, release_freed_memory
 from modelpool.runtime.metrics import Metrics
@@ -92,6 +93,9 @@ class ModelSlot:
         self._none_running = asyncio.Event()
         self._none_running.set()
         self._closing = False
+        self._background: set[asyncio.Task[None]] = set()
+        self.embedding_cache = EmbeddingCache(config.embedding_cache_size)
+        """Rows are only valid for the weights and options they came from: cleared on unload."""
         self._set_state(SlotState.UNLOADED)
 
     @property
@@ -151,7 +155,7 @@ class ModelSlot:
         timing = RequestTiming(
             load_wait_s=loaded - asked, queue_wait_s=now - loaded, replica=replica.index, started=now
         )
-        lease = Lease(replica, ticket, timing, keep_alive, self._on_release)
+        lease = Lease(self.id, replica, ticket, timing, keep_alive, self._on_release)
         self._leases.add(lease)
         self._none_running.clear()
         self._metrics.queue_seconds.labels(model=self.id).observe(timing.queue_wait_s)
@@ -182,8 +186,8 @@ class ModelSlot:
                 )
         elif not may_load:
             raise ModelNotLoaded(
-                f"model '{self.id}' is not loaded and has autoload off; load it with "
-                f"POST /v1/admin/models/{self.id}/load",
+                f"model '{self.id}' is not loaded and has autoload off; an admin must load it first "
+                f"(`modelpool load {self.id}`)",
                 param="model",
             )
         self._set_state(SlotState.LOADING)  # at once, so nobody sees "unloaded" meanwhile
@@ -198,7 +202,9 @@ class ModelSlot:
         if not self._leases:
             self._none_running.set()
         if keep_alive == 0 and not self.busy and self.state is SlotState.READY:
-            asyncio.get_running_loop().create_task(self.unload(), name=f"unload-{self.id}")
+            task = asyncio.get_running_loop().create_task(self.unload(), name=f"unload-{self.id}")
+            self._background.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._background.discard)
 
     def _routable(self) -> list[Replica]:
         return [r for r in self.replicas if not r.retiring]
@@ -299,6 +305,7 @@ class ModelSlot:
         log.info("model unloaded", extra={"model": self.id})
 
     async def _stop_replicas(self) -> None:
+        self.embedding_cache.clear()
         replicas, self.replicas = self.replicas, []
         for replica in replicas:
             if replica.batcher is not None:
@@ -334,6 +341,12 @@ class ModelSlot:
             await _stop_quietly(replica.backend)
         release_freed_memory()
 
+    async def reconfigure(self, config: ModelConfig) -> None:
+        """Take new settings; a loaded model is unloaded (drained) first and loads with them next."""
+        await self.unload()
+        self.config = config
+        self.admission.resize(self._turns(), self._queue_size())
+
     def close(self) -> None:
         self._closing = True
 
@@ -341,6 +354,8 @@ class ModelSlot:
 
     def _turns(self) -> int:
         per_replica = self.config.max_concurrency
+        if self.replicas:  # an engine that runs one request at a time gets one turn, whatever the config
+            per_replica = min(per_replica, self.replicas[0].backend.limits.max_concurrency)
         if Task.EMBEDDING in self.tasks:  # batched: many requests share one engine call
             per_replica = max(per_replica, self.config.batch.max_batch_size)
         return per_replica * max(1, len(self._routable()) if self.replicas else self.config.replicas)

@@ -19,6 +19,8 @@ class RequestTiming:
 
     def absorb(self, other: RequestTiming) -> None:
         """Fold in the timing of a further part of the same response (multi-prompt completions)."""
+        if self.time_to_first_token_s is None and other.time_to_first_token_s is not None:
+            self.time_to_first_token_s = other.started - self.started + other.time_to_first_token_s
         self.load_wait_s += other.load_wait_s
         self.queue_wait_s += other.queue_wait_s
         self.backend_s += other.backend_s

@@ -39,7 +39,7 @@ async def create_chat_completion(body: ChatCompletionBody, request: Request) -> 
         "logprobs": chat_logprobs_json(generation.logprobs) if body.logprobs else None,
         "finish_reason": generation.finish_reason,
     }
-    return JSONResponse(envelope(meta, "chat.completion", [choice], usage_json(generation.usage), **extra))
+    return JSONResponse(envelope(meta, "chat.completion", [choice], usage=usage_json(generation.usage), **extra))
 
 
 async def _events(
@@ -66,7 +66,7 @@ async def _events(
     metrics = {"metrics": stream.timing.as_json()} if with_metrics else {}
     if include_usage and usage is not None:
         yield sse(envelope(meta, "chat.completion.chunk", [finish], **usage_field))
-        yield sse(envelope(meta, "chat.completion.chunk", [], usage_json(usage), **metrics))
+        yield sse(envelope(meta, "chat.completion.chunk", [], usage=usage_json(usage), **metrics))
     else:
         yield sse(envelope(meta, "chat.completion.chunk", [finish], **usage_field, **metrics))
     yield DONE

@@ -1,4 +1,5 @@
-"""POST /v1/completions (the legacy text completions API)."""
+"""POST /v1/completions (the legacy text completions API). All prompts of a request run
+on one turn of the model, one after another."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from modelpool.api.sse import DONE, EventStreamResponse, sse
 from modelpool.backends.base import CompletionRequest, Usage
 from modelpool.runtime.generation import GenerationStream, collect
 from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.replica import Lease
+from modelpool.tasks import Task
 
 router = APIRouter()
 
@@ -24,42 +27,49 @@ async def create_completion(body: CompletionBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
     requests = body.to_requests(pool.slot(body.model).config.sampling)
-    # The first prompt is opened before answering, so a bad request still gets a 4xx.
-    first = await unless_disconnected(request, pool.complete(body.model, requests[0], body.keep_alive))
-    meta = ResponseMeta.new("cmpl", first.model_id)
-    want_logprobs = body.logprobs is not None
-    opened = _each_stream(pool, body, first, requests[1:])
+    lease = await unless_disconnected(request, pool.lease(body.model, Task.COMPLETION, body.keep_alive))
+    try:
+        # The first prompt starts before answering, so a bad request still gets a 4xx.
+        first = await pool.complete_on(lease, requests[0])
+    except BaseException:
+        lease.release()
+        raise
+    meta = ResponseMeta.new("cmpl", lease.model_id)
+    opened = _each_stream(pool, lease, first, requests[1:])
+    with_metrics = wants_metrics(request, body.return_metrics)
     if body.stream:
-        events = _events(
-            opened, first, meta, want_logprobs, body.include_usage(), wants_metrics(request, body.return_metrics)
-        )
-        return EventStreamResponse(events, on_close=first.aclose)
+        events = _events(opened, lease, meta, body.logprobs is not None, body.include_usage(), with_metrics)
+        return EventStreamResponse(events, on_close=_closer(first, lease))
+    try:
+        choices, usage = await unless_disconnected(request, _collect_all(opened, lease, body.logprobs is not None))
+    finally:
+        await first.aclose()
+        lease.release()
+    extra = {"metrics": lease.timing.as_json()} if with_metrics else {}
+    return JSONResponse(envelope(meta, "text_completion", choices, usage=usage_json(usage), **extra))
+
+
+async def _collect_all(
+    opened: AsyncIterator[GenerationStream], lease: Lease, want_logprobs: bool
+) -> tuple[list[dict[str, Any]], Usage]:
     choices, usage = [], Usage(0, 0)
     index = 0
     async for stream in opened:
         try:
-            generation = await unless_disconnected(request, collect(stream))
+            generation = await collect(stream)
         finally:
             await stream.aclose()
-        choices.append(
-            _choice(
-                index,
-                generation.text,
-                generation.finish_reason,
-                completion_logprobs_json(generation.logprobs, 0) if want_logprobs else None,
-            )
-        )
+        logprobs = completion_logprobs_json(generation.logprobs, 0) if want_logprobs else None
+        choices.append(_choice(index, generation.text, generation.finish_reason, logprobs))
         usage = _add(usage, generation.usage)
-        if index:
-            first.timing.absorb(stream.timing)
+        lease.timing.absorb(stream.timing)
         index += 1
-    extra = {"metrics": first.timing.as_json()} if wants_metrics(request, body.return_metrics) else {}
-    return JSONResponse(envelope(meta, "text_completion", choices, usage_json(usage), **extra))
+    return choices, usage
 
 
 async def _events(
     opened: AsyncIterator[GenerationStream],
-    first: GenerationStream,
+    lease: Lease,
     meta: ResponseMeta,
     want_logprobs: bool,
     include_usage: bool,
@@ -80,22 +90,31 @@ async def _events(
                 usage = _add(usage, chunk.usage) if chunk.usage else usage
         finally:
             await stream.aclose()
-        if index:
-            first.timing.absorb(stream.timing)
+        lease.timing.absorb(stream.timing)
         index += 1
-    metrics = {"metrics": first.timing.as_json()} if with_metrics else {}
+    lease.release()  # before the last event, so the timing in it is final
+    metrics = {"metrics": lease.timing.as_json()} if with_metrics else {}
     if include_usage or metrics:
-        yield sse(envelope(meta, "text_completion", [], usage_json(usage) if include_usage else None, **metrics))
+        usage_part = {"usage": usage_json(usage)} if include_usage else {}
+        yield sse(envelope(meta, "text_completion", [], **usage_part, **metrics))
     yield DONE
 
 
 async def _each_stream(
-    pool: ModelPool, body: CompletionBody, first: GenerationStream, rest: list[CompletionRequest]
+    pool: ModelPool, lease: Lease, first: GenerationStream, rest: list[CompletionRequest]
 ) -> AsyncIterator[GenerationStream]:
-    """Each prompt's stream in turn; later prompts are opened only when they are reached."""
+    """Each prompt's stream in turn, on the same lease; later ones start when reached."""
     yield first
     for request in rest:
-        yield await pool.complete(body.model, request, body.keep_alive)
+        yield await pool.complete_on(lease, request)
+
+
+def _closer(first: GenerationStream, lease: Lease) -> Any:
+    async def close() -> None:
+        await first.aclose()
+        lease.release()
+
+    return close
 
 
 def _choice(index: int, text: str, finish_reason: str | None, logprobs: dict[str, Any] | None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from modelpool.api.schemas.common import GenerationFields, WireModel
+from modelpool.api.schemas.common import GenerationFields, Text, WireModel
 from modelpool.backends.base import ChatMessage, ChatRequest
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
@@ -14,7 +14,7 @@ from modelpool.errors import InvalidRequest
 
 class TextPart(WireModel):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ImagePart(WireModel):
@@ -32,8 +32,8 @@ ContentPart = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="t
 
 class Message(WireModel):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
+    content: Text | list[ContentPart] | None = None
+    name: Text | None = None
 
 
 class ResponseFormat(WireModel):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from modelpool.backends.base import SamplingParams
 from modelpool.config.durations import Duration
@@ -14,7 +14,20 @@ MAX_STOP_SEQUENCES = 16
 
 
 class WireModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "true" is not a bool and [true, false] is not a list of token ids.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _utf8_encodable(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (it holds a lone surrogate such as \\ud800)") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_utf8_encodable)]
+"""A string that engines can encode: JSON allows lone surrogates, UTF-8 does not."""
 
 
 class PoolFields(WireModel):
@@ -45,7 +58,7 @@ class GenerationFields(PoolFields):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = None
-    stop: str | list[str] | None = None
+    stop: Text | list[Text] | None = None
     n: int | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None

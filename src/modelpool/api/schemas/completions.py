@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from modelpool.api.schemas.common import GenerationFields
+from modelpool.api.schemas.common import GenerationFields, Text
 from modelpool.backends.base import CompletionRequest
 from modelpool.config.schema import SamplingDefaults
 
-Prompt = str | list[str] | list[int] | list[list[int]]
+Prompt = Text | list[Text] | list[int] | list[list[int]]
 MAX_PROMPTS = 64
 
 

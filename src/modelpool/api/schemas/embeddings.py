@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from modelpool.api.schemas.common import PoolFields
+from modelpool.api.schemas.common import PoolFields, Text
 from modelpool.backends.base import EmbeddingRequest
 
-EmbeddingInput = str | list[str] | list[int] | list[list[int]]
+EmbeddingInput = Text | list[Text] | list[int] | list[list[int]]
 MAX_INPUTS = 2048
 
 

@@ -49,6 +49,7 @@ class LlamaEngine:
     ) -> Iterator[GenerationChunk]:
         """Stream the completion of `prompt`. The first chunk is empty and comes once the
         request is known to fit, so request errors are raised before anything streams."""
+        prompt = self.start_of(prompt, param)
         max_new = self._check_fits(prompt, sampling.max_tokens, param)
         yield GenerationChunk()
         if max_new == 0:
@@ -87,6 +88,15 @@ class LlamaEngine:
             tail, hit_stop = stops.feed(utf8.flush())
             tail += "" if hit_stop else stops.flush()
         yield GenerationChunk(tail, tuple(pending), finish_reason=finish, usage=Usage(len(prompt), generated))
+
+    def start_of(self, prompt: list[int], param: str) -> list[int]:
+        """An empty prompt means "from the start": the BOS token, as OpenAI's API treats it."""
+        if prompt:
+            return prompt
+        bos = self.llm.token_bos()
+        if bos < 0:
+            raise InvalidRequest("the prompt is empty and this model has no start-of-text token", param=param)
+        return [bos]
 
     def _check_fits(self, prompt: list[int], max_tokens: int | None, param: str) -> int:
         room = self.context_length - len(prompt)
