@@ -42,7 +42,8 @@ test: install-test
 
 bench: install
 	$(BIN)/pip install -e ".[bench]"
-	$(BIN)/python benchmarks/bench_serving.py
+	$(BIN)/python -m benchmarks.bench_serving
+	$(BIN)/python -m benchmarks.bench_embeddings
 
 docs: install
 	$(BIN)/modelpool config-schema > docs/config.schema.json

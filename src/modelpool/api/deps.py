@@ -7,12 +7,13 @@ import secrets
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import Request
 
 from modelpool.errors import ClientDisconnected
 from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.timing import RequestTiming
 
 T = TypeVar("T")
 
@@ -22,9 +23,14 @@ def pool_of(request: Request) -> ModelPool:
     return pool
 
 
-def wants_metrics(request: Request, asked: bool) -> bool:
-    """Timing metrics go into a response when the request asks or the server config says so."""
-    return asked or bool(request.app.state.config.server.timing_metrics)
+def metrics_field(request: Request, asked: bool, timing: RequestTiming) -> dict[str, Any]:
+    """`{"metrics": {...}}` when the request asks for timing metrics or the config says to
+    always add them, else {}. `server_ms` is the time since the request reached the server."""
+    if not (asked or request.app.state.config.server.timing_metrics):
+        return {}
+    received = getattr(request.state, "received_at", None)
+    server_ms = None if received is None else round((time.monotonic() - received) * 1000, 3)
+    return {"metrics": {**timing.as_json(), "server_ms": server_ms}}
 
 
 def note_model(request: Request, model: str) -> None:

@@ -40,7 +40,9 @@ class RequestContext:
             return
         request_id = _incoming_request_id(scope) or uuid.uuid4().hex
         token = current_request_id.set(request_id)
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state["received_at"] = time.monotonic()
         started = time.perf_counter()
         status = {"code": 500, "sent": False}
 

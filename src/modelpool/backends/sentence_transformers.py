@@ -47,6 +47,9 @@ class SentenceTransformersBackend:
         self.limits = Limits(max_concurrency=1, max_batch_size=options.batch_size)
         self.dimensions = 0
         self._thread = EngineThread(model.id)
+        # Tokenizing on its own thread lets requests be prepared while a batch computes (the
+        # tokenizer is not thread-safe, so it gets exactly one thread too).
+        self._tokenizer_thread = EngineThread(f"{model.id}-tokenizer")
         self._st: SentenceTransformer | None = None
         self._special_wrap: tuple[list[int], list[int]] = ([], [])
 
@@ -79,6 +82,7 @@ class SentenceTransformersBackend:
     async def stop(self) -> None:
         self._st = None
         await asyncio.to_thread(self._thread.shutdown)
+        await asyncio.to_thread(self._tokenizer_thread.shutdown)
 
     async def check_health(self) -> None:
         self._require_model()
@@ -91,9 +95,9 @@ class SentenceTransformersBackend:
 
     async def prepare(self, request: EmbeddingRequest) -> list[list[int]]:
         """The token ids of each input, special tokens included, checked against the model's
-        limits. Runs on the engine thread: a tokenizer's settings are not thread-safe."""
+        limits."""
         st = self._require_model()
-        return await self._thread.call(self._prepare, st, request)
+        return await self._tokenizer_thread.call(self._prepare, st, request)
 
     async def embed_tokens(self, ids: list[list[int]]) -> np.ndarray:
         """Embeddings of prepared token ids, one row each, in order."""

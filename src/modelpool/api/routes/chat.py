@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from modelpool.api.deps import ResponseMeta, note_model, pool_of, unless_disconnected, wants_metrics
+from modelpool.api.deps import ResponseMeta, metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.render import chat_logprobs_json, envelope, usage_json
 from modelpool.api.schemas.chat import ChatCompletionBody
 from modelpool.api.sse import DONE, EventStreamResponse, sse
@@ -24,15 +25,16 @@ async def create_chat_completion(body: ChatCompletionBody, request: Request) -> 
     chat_request = body.to_request(pool.slot(body.model).config.sampling)
     stream = await unless_disconnected(request, pool.chat(body.model, chat_request, body.keep_alive))
     meta = ResponseMeta.new("chatcmpl", stream.model_id)
-    with_metrics = wants_metrics(request, body.return_metrics)
     if body.stream:
-        events = _events(stream, meta, body.include_usage(), with_metrics)
+        events = _events(
+            stream, meta, body.include_usage(), lambda: metrics_field(request, body.return_metrics, stream.timing)
+        )
         return EventStreamResponse(events, on_close=stream.aclose)
     try:
         generation = await unless_disconnected(request, collect(stream))
     finally:
         await stream.aclose()
-    extra = {"metrics": stream.timing.as_json()} if with_metrics else {}
+    extra = metrics_field(request, body.return_metrics, stream.timing)
     choice = {
         "index": 0,
         "message": {"role": "assistant", "content": generation.text},
@@ -43,7 +45,7 @@ async def create_chat_completion(body: ChatCompletionBody, request: Request) -> 
 
 
 async def _events(
-    stream: GenerationStream, meta: ResponseMeta, include_usage: bool, with_metrics: bool
+    stream: GenerationStream, meta: ResponseMeta, include_usage: bool, metrics_of: Callable[[], dict[str, Any]]
 ) -> AsyncIterator[bytes]:
     usage_field = {"usage": None} if include_usage else {}
     first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
@@ -63,7 +65,7 @@ async def _events(
             usage = chunk.usage
             finish = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": chunk.finish_reason}
     await stream.aclose()  # the turn goes back before the last event, so its timing is final
-    metrics = {"metrics": stream.timing.as_json()} if with_metrics else {}
+    metrics = metrics_of()
     if include_usage and usage is not None:
         yield sse(envelope(meta, "chat.completion.chunk", [finish], **usage_field))
         yield sse(envelope(meta, "chat.completion.chunk", [], usage=usage_json(usage), **metrics))

@@ -3,13 +3,13 @@ on one turn of the model, one after another."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from modelpool.api.deps import ResponseMeta, note_model, pool_of, unless_disconnected, wants_metrics
+from modelpool.api.deps import ResponseMeta, metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.render import completion_logprobs_json, envelope, usage_json
 from modelpool.api.schemas.completions import CompletionBody
 from modelpool.api.sse import DONE, EventStreamResponse, sse
@@ -36,16 +36,16 @@ async def create_completion(body: CompletionBody, request: Request) -> Response:
         raise
     meta = ResponseMeta.new("cmpl", lease.model_id)
     opened = _each_stream(pool, lease, first, requests[1:])
-    with_metrics = wants_metrics(request, body.return_metrics)
     if body.stream:
-        events = _events(opened, lease, meta, body.logprobs is not None, body.include_usage(), with_metrics)
+        metrics_of = lambda: metrics_field(request, body.return_metrics, lease.timing)  # noqa: E731
+        events = _events(opened, lease, meta, body.logprobs is not None, body.include_usage(), metrics_of)
         return EventStreamResponse(events, on_close=_closer(first, lease))
     try:
         choices, usage = await unless_disconnected(request, _collect_all(opened, lease, body.logprobs is not None))
     finally:
         await first.aclose()
         lease.release()
-    extra = {"metrics": lease.timing.as_json()} if with_metrics else {}
+    extra = metrics_field(request, body.return_metrics, lease.timing)
     return JSONResponse(envelope(meta, "text_completion", choices, usage=usage_json(usage), **extra))
 
 
@@ -73,7 +73,7 @@ async def _events(
     meta: ResponseMeta,
     want_logprobs: bool,
     include_usage: bool,
-    with_metrics: bool,
+    metrics_of: Callable[[], dict[str, Any]],
 ) -> AsyncIterator[bytes]:
     usage = Usage(0, 0)
     usage_field = {"usage": None} if include_usage else {}
@@ -93,7 +93,7 @@ async def _events(
         lease.timing.absorb(stream.timing)
         index += 1
     lease.release()  # before the last event, so the timing in it is final
-    metrics = {"metrics": lease.timing.as_json()} if with_metrics else {}
+    metrics = metrics_of()
     if include_usage or metrics:
         usage_part = {"usage": usage_json(usage)} if include_usage else {}
         yield sse(envelope(meta, "text_completion", [], **usage_part, **metrics))

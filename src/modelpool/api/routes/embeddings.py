@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from modelpool.api.deps import note_model, pool_of, unless_disconnected, wants_metrics
+from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.schemas.embeddings import EmbeddingsBody
 from modelpool.errors import InvalidRequest
 
@@ -34,9 +34,7 @@ async def create_embeddings(body: EmbeddingsBody, request: Request) -> JSONRespo
     ]
     usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
     body_json = {"object": "list", "data": data, "model": slot.id, "usage": usage}
-    if wants_metrics(request, body.return_metrics):
-        body_json["metrics"] = timing.as_json()
-    return JSONResponse(body_json)
+    return JSONResponse({**body_json, **metrics_field(request, body.return_metrics, timing)})
 
 
 def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
