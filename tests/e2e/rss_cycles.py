@@ -30,4 +30,4 @@ async def cycles(count: int) -> list[dict[str, int]]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(cycles(int(sys.argv[1])))))  # noqa: T201
+    print(json.dumps(asyncio.run(cycles(int(sys.argv[1])))))

@@ -20,7 +20,7 @@ def test_load_unload_cycles_give_the_memory_back() -> None:
     report = ", ".join(
         f"#{i}: {r['before'] // MiB}→{r['loaded'] // MiB}→{r['unloaded'] // MiB} MiB" for i, r in enumerate(readings)
     )
-    print(f"\nRSS before→loaded→unloaded per cycle: {report}")  # noqa: T201 - numbers for the notes
+    print(f"\nRSS before→loaded→unloaded per cycle: {report}")
     growth = last["unloaded"] - first["unloaded"]
     assert growth < GROWTH_BOUND, f"RSS grew {growth // MiB} MiB over 5 cycles: {report}"
     for reading in readings[1:]:  # the first cycle also imports torch, which stays
