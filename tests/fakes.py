@@ -15,6 +15,7 @@ from modelpool.backends.base import (
     EmbeddingResult,
     GenerationChunk,
     Limits,
+    MemoryEstimate,
     Usage,
 )
 from modelpool.config.schema import ModelConfig
@@ -61,8 +62,8 @@ class FakeBackend:
         self.embed_calls: list[int] = []
         self.words_sent = 0
 
-    async def estimate_memory_bytes(self) -> int:
-        return self.memory
+    async def estimate_memory(self) -> MemoryEstimate:
+        return MemoryEstimate(self.memory)
 
     async def start(self) -> None:
         self.starts += 1

@@ -5,7 +5,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from modelpool.backends.base import ChatMessage, ChatRequest, EmbeddingRequest
+from modelpool.backends.base import ChatMessage, ChatRequest, EmbeddingRequest, MemoryEstimate
 from modelpool.errors import (
     InsufficientCapacity,
     InvalidRequest,
@@ -163,3 +163,36 @@ async def test_admin_load_validates_overrides_and_replicas() -> None:
     with pytest.raises(InvalidRequest) as caught:
         await pool.load("fake", replicas=5)
     assert caught.value.param == "replicas"
+
+
+async def test_gpu_budget_counts_estimated_gpu_memory() -> None:
+    clock, metrics = ManualClock(), Metrics()
+
+    class GpuBackend(FakeBackend):
+        async def estimate_memory(self) -> MemoryEstimate:
+            return MemoryEstimate(ram_bytes=10, gpu_bytes=700)
+
+    first = fake_slot(GpuBackend(), "first", metrics=metrics, clock=clock)
+    second = fake_slot(GpuBackend(), "second", metrics=metrics, clock=clock)
+    pool = ModelPool([first, second], metrics, model_wait_s=None, budget=Budget(gpu_bytes=1000), clock=clock)
+    await collect(await pool.chat("first", REQUEST))
+    clock.advance(1)
+    await collect(await pool.chat("second", REQUEST))
+    assert (first.state, second.state) == (SlotState.UNLOADED, SlotState.READY)
+
+
+async def test_an_unload_racing_a_first_request_leaves_a_consistent_state() -> None:
+    gate = asyncio.Event()
+    backend = FakeBackend(gate)
+    pool = pool_of(fake_slot(backend))
+    request = asyncio.create_task(pool.chat("fake", REQUEST))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    unload = asyncio.create_task(pool.unload("fake"))  # while the load is under way
+    gate.set()
+    stream = await request
+    await collect(stream)
+    await unload
+    slot = pool.slot("fake")
+    assert slot.state is SlotState.UNLOADED and slot.replicas == []
+    assert backend.starts == backend.stops == 1  # nothing left running behind an "unloaded" state

@@ -121,6 +121,14 @@ class EmbeddingResult:
     token_counts: tuple[int, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """What a model will hold once started, judged before starting."""
+
+    ram_bytes: int
+    gpu_bytes: int = 0
+
+
 @runtime_checkable
 class Backend(Protocol):
     tasks: frozenset[Task]
@@ -128,7 +136,7 @@ class Backend(Protocol):
     overridable: frozenset[str]
     """Option names an admin may change for one load (POST /v1/admin/models/{id}/load)."""
 
-    async def estimate_memory_bytes(self) -> int:
+    async def estimate_memory(self) -> MemoryEstimate:
         """Memory the model will need once started, judged before starting (from its files)."""
 
     async def start(self) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import EmbeddingRequest, EmbeddingResult, Limits
+from modelpool.backends.base import EmbeddingRequest, EmbeddingResult, Limits, MemoryEstimate
 from modelpool.backends.threads import EngineThread
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation, files_size, locate
@@ -53,11 +53,14 @@ class SentenceTransformersBackend:
         self._st: SentenceTransformer | None = None
         self._special_wrap: tuple[list[int], list[int]] = ([], [])
 
-    async def estimate_memory_bytes(self) -> int:
+    async def estimate_memory(self) -> MemoryEstimate:
         """Weights plus PyTorch's working memory, before loading (replaced by a measurement after)."""
         path = await locate(self.model, self.hub)
         weights = sum(files_size(p) for p in path.rglob("*") if p.suffix in {".safetensors", ".bin", ".pt"})
-        return int(weights * 1.5) + 64 * 1024 * 1024
+        working = int(weights * 1.5) + 64 * 1024 * 1024
+        if _pick_device(self.options.device).startswith(("cuda", "mps")):
+            return MemoryEstimate(ram_bytes=64 * 1024 * 1024, gpu_bytes=working)
+        return MemoryEstimate(ram_bytes=working)
 
     async def start(self) -> None:
         try:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Protocol
 
-from modelpool.backends.base import Backend
+from modelpool.backends.base import Backend, MemoryEstimate
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import (
     ModelLoadFailed,
@@ -85,7 +85,8 @@ class ModelSlot:
         self.loaded_at: float | None = None
         self.last_used: float = clock.monotonic()
         self.expires_at: float | None = None
-        self.estimate_bytes: int | None = None
+        self.estimate: MemoryEstimate | None = None
+        """Per replica, from the backend before loading (or from `memory_bytes`)."""
         self.created = int(clock.time())
         self._load: asyncio.Task[None] | None = None
         self._unload: asyncio.Task[None] | None = None
@@ -114,16 +115,27 @@ class ModelSlot:
         return self.state in (SlotState.LOADING, SlotState.READY, SlotState.UNLOADING)
 
     def memory_bytes(self) -> int:
-        """Measured use when loaded, else the configured or estimated need."""
+        """RAM: measured use when loaded, else the configured or estimated need."""
+        count = len(self.replicas) or self.config.replicas
         if self.config.memory_bytes is not None:
-            return int(self.config.memory_bytes) * max(1, len(self.replicas) or self.config.replicas)
+            return int(self.config.memory_bytes) * count
         measured = sum(r.memory_bytes for r in self.replicas)
         if self.state is SlotState.READY and measured > 0:
             return measured
-        return (self.estimate_bytes or 0) * self.config.replicas
+        return self._need_per_replica().memory_bytes * count
+
+    def gpu_bytes(self) -> int:
+        return self._need_per_replica().gpu_bytes * (len(self.replicas) or self.config.replicas)
 
     def as_resident(self) -> Resident:
-        return Resident(self.id, self.memory_bytes(), self.last_used, busy=self.busy, pinned=self.config.pinned)
+        return Resident(
+            self.id,
+            self.memory_bytes(),
+            self.last_used,
+            busy=self.busy,
+            pinned=self.config.pinned,
+            gpu_bytes=self.gpu_bytes(),
+        )
 
     def expired(self) -> bool:
         return (
@@ -215,8 +227,12 @@ class ModelSlot:
         started = self._clock.monotonic()
         try:
             first = self._make_backend(self.config)
-            self.estimate_bytes = await first.estimate_memory_bytes()
-            await self.capacity.make_room(self, Need(self._need_per_replica() * self.config.replicas))
+            self.estimate = await first.estimate_memory()
+            per_replica = self._need_per_replica()
+            replicas = self.config.replicas
+            await self.capacity.make_room(
+                self, Need(per_replica.memory_bytes * replicas, per_replica.gpu_bytes * replicas)
+            )
             for index in range(self.config.replicas):
                 backend = first if index == 0 else self._make_backend(self.config)
                 self.replicas.append(await self._start_replica(index, backend))
@@ -252,10 +268,10 @@ class ModelSlot:
             replica.batcher = EmbeddingBatcher(embed_tokens, self.config.batch, f"{self.id}#{index}")
         return replica
 
-    def _need_per_replica(self) -> int:
-        if self.config.memory_bytes is not None:
-            return int(self.config.memory_bytes)
-        return self.estimate_bytes or 0
+    def _need_per_replica(self) -> Need:
+        estimate = self.estimate or MemoryEstimate(0)
+        ram = estimate.ram_bytes if self.config.memory_bytes is None else int(self.config.memory_bytes)
+        return Need(ram, estimate.gpu_bytes)
 
     async def _fail(self, exc: BaseException) -> None:
         self.error = str(exc) or type(exc).__name__
@@ -322,7 +338,10 @@ class ModelSlot:
         active = self._routable()
         if replicas > len(active):
             extra = replicas - len(active)
-            await self.capacity.make_room(self, Need(self._need_per_replica() * extra, new_model=False))
+            need = self._need_per_replica()
+            await self.capacity.make_room(
+                self, Need(need.memory_bytes * extra, need.gpu_bytes * extra, new_model=False)
+            )
             start = max((r.index for r in self.replicas), default=-1) + 1
             for index in range(start, start + extra):
                 self.replicas.append(await self._start_replica(index, self._make_backend(self.config)))

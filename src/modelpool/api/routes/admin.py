@@ -94,9 +94,11 @@ def admin_model_json(pool: ModelPool, slot: ModelSlot) -> dict[str, Any]:
         "max_concurrency": config.max_concurrency,
         "max_queue": config.max_queue,
         "memory": {
-            "estimate_bytes": slot.estimate_bytes,
+            "estimate_bytes": slot.estimate.ram_bytes if slot.estimate else None,
+            "estimate_gpu_bytes": slot.estimate.gpu_bytes if slot.estimate else None,
             "measured_bytes": sum(r.memory_bytes for r in slot.replicas),
             "counted_bytes": slot.memory_bytes(),
+            "counted_gpu_bytes": slot.gpu_bytes(),
         },
         "keep_alive_s": config.keep_alive,
         "expires_in_s": None if slot.expires_at is None else round(max(0.0, slot.expires_at - now), 3),

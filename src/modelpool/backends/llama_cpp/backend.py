@@ -8,7 +8,14 @@ from collections.abc import AsyncIterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import ChatRequest, CompletionRequest, GenerationChunk, Limits, SamplingParams
+from modelpool.backends.base import (
+    ChatRequest,
+    CompletionRequest,
+    GenerationChunk,
+    Limits,
+    MemoryEstimate,
+    SamplingParams,
+)
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.threads import EngineThread
@@ -57,10 +64,14 @@ class LlamaCppBackend:
         self._engine: LlamaEngine | None = None
         self._template: ChatTemplate | None = None
 
-    async def estimate_memory_bytes(self) -> int:
-        """The GGUF plus a KV cache for the context, before loading (a measurement replaces it)."""
+    async def estimate_memory(self) -> MemoryEstimate:
+        """The GGUF plus a KV cache for the context, before loading (a measurement replaces the
+        RAM part). With layers offloaded, the GPU holds them (all of them for -1)."""
         path = await locate(self.model, self.hub)
-        return files_size(path) + self.options.n_ctx * _KV_BYTES_PER_TOKEN_GUESS + 32 * 1024 * 1024
+        total = files_size(path) + self.options.n_ctx * _KV_BYTES_PER_TOKEN_GUESS + 32 * 1024 * 1024
+        if self.options.n_gpu_layers == 0:
+            return MemoryEstimate(ram_bytes=total)
+        return MemoryEstimate(ram_bytes=32 * 1024 * 1024, gpu_bytes=total)
 
     async def warmup(self) -> None:
         engine = self._require_engine()
