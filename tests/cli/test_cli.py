@@ -98,3 +98,16 @@ def test_bad_backend_options_fail_before_loading(tmp_path: Path) -> None:
     result = runner.invoke(app, ["serve", "--config", str(config), "--dry-run"])
     assert result.exit_code == 2
     assert "invalid options for backend 'llama_cpp'" in result.output and "n_ctxx" in result.output
+
+
+def test_no_keys_means_no_serving_beyond_loopback(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["serve", "--host", "0.0.0.0", "--port", "0", "--models", "all-minilm-l6-v2"])
+    assert result.exit_code == 2
+    assert "refusing to serve on 0.0.0.0 without API keys" in result.output
+
+
+def test_a_key_whose_env_var_is_missing_stops_the_start(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"auth": {"keys": [{"name": "ci", "key_env": "MODELPOOL_TEST_UNSET_KEY"}]}})
+    result = runner.invoke(app, ["serve", "--config", str(config), "--port", "0"], env={})
+    assert result.exit_code == 2
+    assert "$MODELPOOL_TEST_UNSET_KEY, which is not set" in result.output

@@ -129,6 +129,28 @@ def test_json_log_lines_carry_the_request_id(server: Server) -> None:
     assert {"ts", "level", "message"} <= set(mine[0])
 
 
+def test_cli_ps_load_unload_against_the_server(server: Server) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "modelpool", *args, "--url", server.url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+
+    unloaded = cli("unload", EMBED_MODEL)
+    assert unloaded.returncode == 0 and f"{EMBED_MODEL} unloaded" in unloaded.stdout
+    table = cli("ps")
+    assert table.returncode == 0
+    rows = {line.split("│")[1].strip(): line for line in table.stdout.splitlines() if line.startswith("│")}
+    assert "unloaded" in rows[EMBED_MODEL] and "ready" in rows[CHAT_MODEL]
+    loaded = cli("load", EMBED_MODEL, "--set", "batch_size=8")
+    assert loaded.returncode == 0 and f"{EMBED_MODEL} ready" in loaded.stdout
+    wrong = cli("load", "no-such-model")
+    assert wrong.returncode == 1 and "does not exist" in wrong.stdout
+
+
 def test_sigterm_stops_the_server_cleanly(server: Server) -> None:
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(timeout=30) == 0
