@@ -23,7 +23,7 @@ def test_models_lists_the_catalog_and_what_is_installed() -> None:
     result = runner.invoke(app, ["models"])
     assert result.exit_code == 0, result.output
     lines = {line.split()[0]: line.split() for line in result.output.splitlines()[1:] if line.strip()}
-    assert lines["smollm2-135m-instruct"][1:5] == ["chat,completion", "llama_cpp", "yes", "yes"]
+    assert lines["smollm2-135m-instruct"][1:5] == ["chat,completion,scoring", "llama_cpp", "yes", "yes"]
     assert lines["all-minilm-l6-v2"][1:5] == ["embedding", "sentence_transformers", "yes", "yes"]
 
 

@@ -20,7 +20,7 @@ async def test_models_list_and_retrieve(oai: openai.AsyncOpenAI, http: httpx.Asy
     assert chat.object == "model" and chat.owned_by == "HuggingFaceTB" and chat.created > 1_600_000_000
     extra = chat.model_extra or {}
     assert extra["state"] == "ready"
-    assert extra["tasks"] == ["chat", "completion"]
+    assert extra["tasks"] == ["chat", "completion", "scoring"]
     one = await oai.models.retrieve(EMBED_MODEL)
     assert one.id == EMBED_MODEL and (one.model_extra or {})["tasks"] == ["embedding"]
     by_alias = (await http.get("/v1/models/sentence-transformers/all-MiniLM-L6-v2")).json()

@@ -12,7 +12,7 @@ from modelpool import __version__
 from modelpool.api.auth import KeyRing, RequireKeys
 from modelpool.api.errors import install_error_handlers
 from modelpool.api.middleware import BodyLimit, RequestContext
-from modelpool.api.routes import admin, chat, completions, embeddings, health, models
+from modelpool.api.routes import admin, chat, completions, embeddings, health, models, scoring
 from modelpool.config.schema import Config
 from modelpool.runtime.pool import ModelPool, build_pool
 
@@ -37,7 +37,7 @@ def create_app(config: Config, pool: ModelPool | None = None, keys: KeyRing | No
     app.state.pool = pool
     app.state.config = config
     install_error_handlers(app)
-    for module in (chat, completions, embeddings, models, health, admin):
+    for module in (chat, completions, embeddings, scoring, models, health, admin):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
     app.add_middleware(RequireKeys, keys=keys or KeyRing.from_config(config.auth))

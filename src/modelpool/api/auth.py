@@ -62,10 +62,13 @@ class KeyRing:
         return holder
 
 
+_INFERENCE_ROOTS = ("/v1/", "/loglikelihood", "/generate")
+
+
 def needed_scope(path: str) -> KeyScope | None:
     if path.startswith("/v1/admin"):
         return KeyScope.ADMIN
-    if path.startswith("/v1/"):
+    if path.startswith(_INFERENCE_ROOTS):
         return KeyScope.INFERENCE
     return None
 

@@ -49,6 +49,6 @@ def completion_logprobs_json(logprobs: tuple[TokenLogprob, ...], text_start: int
     return {
         "tokens": [lp.token for lp in logprobs],
         "token_logprobs": [lp.logprob for lp in logprobs],
-        "top_logprobs": [{t.token: t.logprob for t in lp.top} for lp in logprobs],
+        "top_logprobs": [None if lp.logprob is None else {t.token: t.logprob for t in lp.top} for lp in logprobs],
         "text_offset": offsets,
     }

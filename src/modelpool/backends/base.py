@@ -79,9 +79,13 @@ class TopLogprob:
 @dataclass(frozen=True)
 class TokenLogprob:
     token: str
-    logprob: float
+    logprob: float | None
+    """None for the first token of an echoed prompt: nothing came before it."""
     bytes: tuple[int, ...]
     top: tuple[TopLogprob, ...] = ()
+    greedy: bool = True
+    """The token is the most likely one at its position (always, for the first)."""
+    token_id: int = -1
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,20 @@ class ChatBackend(Backend, Protocol):
 @runtime_checkable
 class CompletionBackend(Backend, Protocol):
     def complete(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]: ...
+
+
+@runtime_checkable
+class ScoringBackend(Backend, Protocol):
+    async def tokenize(self, text: str) -> list[int]:
+        """The model's tokens for `text`, without BOS or other special tokens."""
+
+    async def start_token(self) -> int | None:
+        """The beginning-of-text token (the context of an empty prompt), if the model has one."""
+
+    async def score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
+        """Each token's log-probability given the ones before it (None for the first), its top
+        `top_n` alternatives, and whether it was the greedy choice. Raises a 4xx error when
+        the tokens do not fit the context."""
 
 
 @runtime_checkable

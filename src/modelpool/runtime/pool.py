@@ -21,6 +21,7 @@ from modelpool.backends.base import (
     EmbeddingRequest,
     EmbeddingResult,
     GenerationChunk,
+    ScoringBackend,
 )
 from modelpool.backends.registry import backend_class, build_backend, model_tasks, parse_options
 from modelpool.config.schema import Config, ModelConfig
@@ -29,9 +30,10 @@ from modelpool.errors import ConfigError, InsufficientCapacity, InvalidRequest, 
 from modelpool.runtime.clock import Clock, SystemClock
 from modelpool.runtime.embedding_cache import EmbeddingCache
 from modelpool.runtime.eviction import Budget, Need, choose_victims
-from modelpool.runtime.generation import GenerationStream
+from modelpool.runtime.generation import Generation, GenerationStream, collect
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.replica import Lease
+from modelpool.runtime.scoring import Loglikelihood, loglikelihood
 from modelpool.runtime.slot import ModelSlot, SlotState
 from modelpool.runtime.timing import RequestTiming
 from modelpool.tasks import Task
@@ -236,6 +238,30 @@ class ModelPool:
         stream = GenerationStream(chunks, lease, self.clock, on_done, owns_lease=owns_lease)
         await stream.prefetch()
         return stream
+
+    async def loglikelihood(self, name: str, pairs: list[tuple[str, str]]) -> list[Loglikelihood]:
+        """Score each (prompt, continuation) on one turn of the model."""
+        lease = await self.lease(name, Task.SCORING)
+        try:
+            backend = cast(ScoringBackend, lease.backend)
+            return [await loglikelihood(backend, prompt, cont, i) for i, (prompt, cont) in enumerate(pairs)]
+        finally:
+            lease.release()
+
+    async def generate_all(self, name: str, requests: list[CompletionRequest]) -> list[Generation]:
+        """Generate for every prompt on one turn of the model (batch generation)."""
+        lease = await self.lease(name, Task.COMPLETION)
+        try:
+            results = []
+            for request in requests:
+                stream = await self.complete_on(lease, request)
+                try:
+                    results.append(await collect(stream))
+                finally:
+                    await stream.aclose()
+            return results
+        finally:
+            lease.release()
 
     # ----- admin ---------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from modelpool.backends.base import (
     Limits,
     MemoryEstimate,
     SamplingParams,
+    TokenLogprob,
 )
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
@@ -51,7 +52,7 @@ class LlamaCppOptions(BaseModel):
 
 class LlamaCppBackend:
     Options = LlamaCppOptions
-    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION})
+    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING})
     overridable = frozenset({"n_ctx", "n_threads", "n_batch", "n_gpu_layers", "chat_template", "reuse_prompt_cache"})
 
     def __init__(self, model: ModelConfig, options: LlamaCppOptions, hub: HubLocation) -> None:
@@ -115,22 +116,37 @@ class LlamaCppBackend:
 
     async def complete(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]:
         engine = self._require_engine()
-        if request.echo and request.sampling.logprobs is not None:
-            raise InvalidRequest("echo together with logprobs is not supported by llama_cpp models", param="echo")
         if isinstance(request.prompt, str):
             prompt = await self._thread.call(engine.tokenize, request.prompt, add_bos=self._add_bos(request.prompt))
             echo_text = request.prompt
         else:
             prompt = engine.check_token_ids(request.prompt, param="prompt")
             echo_text = await self._thread.call(engine.token_text, prompt)
+        prompt = engine.start_of(prompt, "prompt")
+        echoed: tuple[TokenLogprob, ...] = ()
+        if request.echo and request.sampling.logprobs is not None:
+            echoed = tuple(await self._thread.call(engine.score_tokens, prompt, request.sampling.logprobs))
         first = True
         async for chunk in self._thread.stream(
             lambda cancel: engine.generate(prompt, request.sampling, cancel, param="prompt")
         ):
             if first and request.echo:
-                chunk = GenerationChunk(echo_text + chunk.text, chunk.logprobs, chunk.finish_reason, chunk.usage)
+                chunk = GenerationChunk(
+                    echo_text + chunk.text, echoed + chunk.logprobs, chunk.finish_reason, chunk.usage
+                )
             first = False
             yield chunk
+
+    async def tokenize(self, text: str) -> list[int]:
+        return await self._thread.call(self._require_engine().tokenize, text, add_bos=False)
+
+    async def start_token(self) -> int | None:
+        bos = self._require_engine().llm.token_bos()
+        return bos if bos >= 0 else None
+
+    async def score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
+        engine = self._require_engine()
+        return await self._thread.call(engine.score_tokens, engine.check_token_ids(tuple(tokens), "prompt"), top_n)
 
     def _load(self, path: str) -> LlamaEngine:
         from llama_cpp import Llama

@@ -98,6 +98,38 @@ class LlamaEngine:
             raise InvalidRequest("the prompt is empty and this model has no start-of-text token", param=param)
         return [bos]
 
+    def score_tokens(self, tokens: list[int], top_n: int, param: str = "prompt") -> list[TokenLogprob]:
+        """Log-probabilities of every token given the ones before it, computed from the
+        logits of one fresh evaluation (llama-cpp-python's own echo logprobs are shifted by
+        one token, and its `logits_all` would keep n_ctx × n_vocab floats)."""
+        self._check_fits(tokens, 0, param)
+        llm, n_vocab = self.llm, self.llm.n_vocab()
+        llm.reset()
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        scored = [self._scored(tokens[0], None, None, 0)]
+        for start in range(0, len(tokens), llm.n_batch):
+            chunk = tokens[start : start + llm.n_batch]
+            llm._batch.set_batch(chunk, n_past=start, logits_all=True)
+            llm._ctx.decode(llm._batch)
+            for offset in range(len(chunk)):
+                position = start + offset
+                if position + 1 < len(tokens):
+                    logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(offset), shape=(n_vocab,))
+                    scored.append(self._scored(tokens[position + 1], _log_softmax(logits), logits, top_n))
+        llm.reset()  # the KV cache now holds this prompt, not a generation's: nothing to reuse
+        return scored
+
+    def _scored(self, token: int, logprobs: np.ndarray | None, logits: np.ndarray | None, top_n: int) -> TokenLogprob:
+        piece = self.llm.detokenize([token], special=True)
+        if logprobs is None or logits is None:
+            return TokenLogprob(_text(piece), None, tuple(piece), token_id=token)
+        top: tuple[TopLogprob, ...] = ()
+        if top_n:
+            best = np.argpartition(-logprobs, top_n)[:top_n]
+            top = tuple(self._top(int(t), float(logprobs[t])) for t in best[np.argsort(-logprobs[best])])
+        greedy = int(np.argmax(logits)) == token
+        return TokenLogprob(_text(piece), float(logprobs[token]), tuple(piece), top, greedy=greedy, token_id=token)
+
     def _check_fits(self, prompt: list[int], max_tokens: int | None, param: str) -> int:
         room = self.context_length - len(prompt)
         if room <= 0:
@@ -123,7 +155,7 @@ class LlamaEngine:
             best = np.argpartition(-logprobs, top_n)[:top_n]
             best = best[np.argsort(-logprobs[best])]
             top = tuple(self._top(int(t), float(logprobs[t])) for t in best)
-        return TokenLogprob(_text(piece), float(logprobs[token]), tuple(piece), top)
+        return TokenLogprob(_text(piece), float(logprobs[token]), tuple(piece), top, token_id=token)
 
     def _top(self, token: int, logprob: float) -> TopLogprob:
         piece = self.llm.detokenize([token], special=True)  # show <|im_end|>, not ""
