@@ -23,24 +23,37 @@ def sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
-async def with_error_event(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Pass events through; a failure mid-stream becomes an error event, then [DONE]."""
+ErrorEvents = Callable[[dict[str, Any]], list[bytes]]
+
+
+def chat_error_events(payload: dict[str, Any]) -> list[bytes]:
+    """Chat and completions streams: the error envelope as an event, then [DONE]."""
+    return [sse(payload), DONE]
+
+
+async def with_error_event(events: AsyncIterator[bytes], on_error: ErrorEvents) -> AsyncIterator[bytes]:
+    """Pass events through; a failure mid-stream becomes the stream's error event(s)."""
     try:
         async for event in events:
             yield event
     except ModelpoolError as exc:
-        yield sse(error_payload(exc))
-        yield DONE
+        for event in on_error(error_payload(exc)):
+            yield event
     except Exception:
         log.exception("error while streaming")
-        yield sse(internal_error_body(current_request_id.get()))
-        yield DONE
+        for event in on_error(internal_error_body(current_request_id.get())):
+            yield event
 
 
 class EventStreamResponse(StreamingResponse):
-    def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        events: AsyncIterator[bytes],
+        on_close: Callable[[], Awaitable[None]],
+        on_error: ErrorEvents = chat_error_events,
+    ) -> None:
         super().__init__(
-            with_error_event(events),
+            with_error_event(events, on_error),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

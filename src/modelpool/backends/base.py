@@ -10,9 +10,9 @@ early (it may be empty), so the API can still answer such problems with a 4xx.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +59,8 @@ class ChatMessage:
 class ChatRequest:
     messages: tuple[ChatMessage, ...]
     sampling: SamplingParams = SamplingParams()
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Extra variables for the chat template (enable_thinking, source_lang_code, ...)."""
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,9 @@ class ServerConfig(_Strict):
     """Add a `metrics` object (queue wait, load wait, backend time, time to first token,
     tokens/s) to every response, not only to requests that ask with `return_metrics`."""
 
+    response_store_size: int = Field(default=1024, ge=0)
+    """Responses kept for `previous_response_id` (LRU, in memory; 0 keeps none)."""
+
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     """On SIGTERM/SIGINT, how long in-flight requests may run before the server stops anyway."""
 

@@ -50,6 +50,8 @@ class ChatCompletionBody(GenerationFields):
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=0)
     tool_choice: Literal["none"] | None = None
     parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Extra variables for the model's chat template (vLLM's name), e.g. {"enable_thinking": false}."""
 
     @model_validator(mode="after")
     def _logprob_fields_agree(self) -> ChatCompletionBody:
@@ -63,7 +65,8 @@ class ChatCompletionBody(GenerationFields):
             raise InvalidRequest("the last message is an empty assistant message", param="messages")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens or self.max_tokens or defaults.max_tokens
-        return ChatRequest(messages, self.sampling(defaults, max_tokens=max_tokens, logprobs=logprobs))
+        sampling = self.sampling(defaults, max_tokens=max_tokens, logprobs=logprobs)
+        return ChatRequest(messages, sampling, self.chat_template_kwargs or {})
 
 
 def _to_message(index: int, message: Message) -> ChatMessage:

@@ -94,11 +94,11 @@ class GenerationFields(PoolFields):
         """The request's sampling; a field it leaves out takes the model's default, then OpenAI's."""
         stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
         given: dict[str, Any] = {
-            "temperature": _first(self.temperature, defaults.temperature),
-            "top_p": _first(self.top_p, defaults.top_p),
-            "top_k": _first(self.top_k, defaults.top_k),
-            "min_p": _first(self.min_p, defaults.min_p),
-            "repetition_penalty": _first(self.repetition_penalty, defaults.repetition_penalty),
+            "temperature": first_given(self.temperature, defaults.temperature),
+            "top_p": first_given(self.top_p, defaults.top_p),
+            "top_k": first_given(self.top_k, defaults.top_k),
+            "min_p": first_given(self.min_p, defaults.min_p),
+            "repetition_penalty": first_given(self.repetition_penalty, defaults.repetition_penalty),
             "presence_penalty": self.presence_penalty,
             "frequency_penalty": self.frequency_penalty,
         }
@@ -111,5 +111,6 @@ class GenerationFields(PoolFields):
         )
 
 
-def _first(*values: Any) -> Any:
+def first_given(*values: Any) -> Any:
+    """The first value that is not None (a request's field, then the model's default, ...)."""
     return next((v for v in values if v is not None), None)

@@ -107,7 +107,7 @@ class LlamaCppBackend:
         engine, template = self._require_engine(), self._template
         if template is None:
             raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
-        prompt_text = template.render(request.messages)
+        prompt_text = template.render(request.messages, **request.template_kwargs)
         prompt = await self._thread.call(engine.tokenize, prompt_text, add_bos=self._add_bos(prompt_text))
         async for chunk in self._thread.stream(
             lambda cancel: engine.generate(prompt, request.sampling, cancel, param="messages")

