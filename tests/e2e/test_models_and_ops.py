@@ -9,13 +9,13 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import CHAT_MODEL, EMBED_MODEL
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, HF_MODEL, STARTER_IDS
 
 
 async def test_models_list_and_retrieve(oai: openai.AsyncOpenAI, http: httpx.AsyncClient) -> None:
     page = await oai.models.list()
     models = {m.id: m for m in page.data}
-    assert set(models) == {CHAT_MODEL, EMBED_MODEL}
+    assert set(models) == STARTER_IDS
     chat = models[CHAT_MODEL]
     assert chat.object == "model" and chat.owned_by == "HuggingFaceTB" and chat.created > 1_600_000_000
     extra = chat.model_extra or {}
@@ -33,7 +33,8 @@ async def test_health_and_readiness(http: httpx.AsyncClient) -> None:
     assert (await http.get("/healthz")).json() == {"status": "ok"}
     ready = await http.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "models": {CHAT_MODEL: "ready", EMBED_MODEL: "ready"}}
+    states = {CHAT_MODEL: "ready", EMBED_MODEL: "ready", HF_MODEL: "unloaded"}  # HF: loads on demand
+    assert ready.json() == {"status": "ready", "models": states}
 
 
 async def test_request_id_is_echoed_or_made(http: httpx.AsyncClient) -> None:

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import CHAT_MODEL, EMBED_MODEL
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, STARTER_IDS
 
 START_TIMEOUT_S = 180
 
@@ -99,7 +99,7 @@ def wait_ready(process: subprocess.Popen[bytes], url: str, started: float, log_p
 
 def test_openai_sdk_against_the_subprocess(server: Server) -> None:
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-    assert {m.id for m in client.models.list().data} == {CHAT_MODEL, EMBED_MODEL}
+    assert {m.id for m in client.models.list().data} == STARTER_IDS
     reply = client.chat.completions.create(
         model=CHAT_MODEL,
         messages=[{"role": "user", "content": "Say hello."}],

@@ -17,6 +17,7 @@ from modelpool.tasks import Task
 BACKENDS: Mapping[str, str] = {
     "llama_cpp": "modelpool.backends.llama_cpp.backend:LlamaCppBackend",
     "sentence_transformers": "modelpool.backends.sentence_transformers:SentenceTransformersBackend",
+    "transformers": "modelpool.backends.transformers.backend:TransformersBackend",
 }
 
 

@@ -152,8 +152,9 @@ class ModelConfig(_Strict):
     preload: bool = True
     """Load at server start; `/readyz` answers 200 only once every preloaded model is ready."""
 
-    max_concurrency: int = Field(default=1, ge=1)
-    """Requests one replica runs at once; the rest wait their turn."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Requests one replica runs at once; the rest wait their turn. Default: what the engine
+    can run at once (1 for a llama.cpp context, `max_batch_size` for transformers)."""
 
     max_queue: int = Field(default=64, ge=0)
     """Requests that may wait per replica; beyond that, 429 `overloaded` at once."""
@@ -223,6 +224,10 @@ class Config(_Strict):
 
     offline: bool = False
     """Never download: `hf:` sources must already be in the cache."""
+
+    work_dir: Path | None = None
+    """Where modelpool keeps files it makes, such as GGUF models converted for transformers
+    (default: ~/.cache/modelpool)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -21,10 +21,12 @@ HF_PREFIX = "hf:"
 
 @dataclass(frozen=True)
 class HubLocation:
-    """Where huggingface_hub keeps files, and whether it may go online for them."""
+    """Where huggingface_hub keeps files, whether it may go online for them, and where
+    modelpool keeps files it makes itself (converted models)."""
 
     cache_dir: Path | None = None
     offline: bool = False
+    work_dir: Path = Path.home() / ".cache" / "modelpool"
 
 
 def resolve_source(source: str, *, model_id: str, hub: HubLocation = HubLocation()) -> Path:

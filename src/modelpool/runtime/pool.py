@@ -303,7 +303,7 @@ def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock |
     """A pool of the config's served models; bad backends or options fail here, before loading."""
     metrics = metrics or Metrics()
     clock = clock or SystemClock()
-    hub = HubLocation(config.hf_cache_dir, config.offline)
+    hub = HubLocation(config.hf_cache_dir, config.offline, config.work_dir or HubLocation.work_dir)
     slots = []
     for model in config.served_models():
         parse_options(model)

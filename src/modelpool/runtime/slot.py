@@ -372,9 +372,10 @@ class ModelSlot:
     # ----- helpers -------------------------------------------------------------------
 
     def _turns(self) -> int:
-        per_replica = self.config.max_concurrency
-        if self.replicas:  # an engine that runs one request at a time gets one turn, whatever the config
-            per_replica = min(per_replica, self.replicas[0].backend.limits.max_concurrency)
+        engine_limit = self.replicas[0].backend.limits.max_concurrency if self.replicas else None
+        per_replica = self.config.max_concurrency or engine_limit or 1
+        if engine_limit is not None:  # an engine that runs one request at a time gets one turn, whatever the config
+            per_replica = min(per_replica, engine_limit)
         if Task.EMBEDDING in self.tasks:  # batched: many requests share one engine call
             per_replica = max(per_replica, self.config.batch.max_batch_size)
         return per_replica * max(1, len(self._routable()) if self.replicas else self.config.replicas)

@@ -1,0 +1,1 @@
+"""PyTorch/transformers causal LMs with continuous batching."""

@@ -1,0 +1,291 @@
+"""TransformersBackend: any Hugging Face causal LM, on PyTorch, with continuous batching."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelpool.backends.base import (
+    ChatRequest,
+    CompletionRequest,
+    GenerationChunk,
+    Limits,
+    MemoryEstimate,
+    SamplingParams,
+    TokenLogprob,
+)
+from modelpool.backends.threads import EngineThread
+from modelpool.backends.transformers.convert import hf_folder_for
+from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
+from modelpool.backends.transformers.engine import END, BatchLimits, ContinuousBatcher, Sequence
+from modelpool.backends.transformers.sampling import make_generator
+from modelpool.backends.transformers.scoring import score_tokens
+from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import HubLocation, files_size, locate
+from modelpool.errors import ContextLengthExceeded, InvalidRequest, ModelLoadFailed
+from modelpool.tasks import Task
+
+
+class TransformersOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    device: str = "auto"
+    """cpu, cuda, cuda:N, mps, or auto (CUDA, then MPS, then CPU)."""
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    """Weights' dtype; auto: float32 on CPU, bfloat16 on a GPU."""
+    max_batch_size: int = Field(default=32, ge=1)
+    """Most sequences decoded together."""
+    max_batch_tokens: int = Field(default=32768, ge=1)
+    """Most tokens (prompts + generated so far) held by the running batch."""
+    prefill_chunk: int = Field(default=256, ge=1)
+    """Prompt tokens evaluated between two decode steps, so running streams never stall long."""
+    max_model_len: int | None = Field(default=None, ge=16)
+    """Longest prompt + completion (default: the model's own limit, capped at 8192)."""
+    chat_template: str | None = None
+    """A Jinja chat template that replaces the tokenizer's."""
+    trust_remote_code: bool = False
+    """Allow custom model code shipped with the weights."""
+
+
+class TransformersBackend:
+    Options = TransformersOptions
+    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING})
+    overridable = frozenset({"max_batch_size", "max_batch_tokens", "prefill_chunk", "max_model_len", "dtype"})
+
+    def __init__(self, model: ModelConfig, options: TransformersOptions, hub: HubLocation) -> None:
+        self.model = model
+        self.options = options
+        self.hub = hub
+        self.tasks = frozenset(model.tasks) if model.tasks is not None else self.supported_tasks
+        self.limits = Limits(max_concurrency=options.max_batch_size, max_batch_size=options.max_batch_size)
+        self._tokenizer_thread = EngineThread(f"{model.id}-tokenizer")
+        self._engine: ContinuousBatcher | None = None
+        self._tokenizer: Any = None
+        self._max_len = 0
+
+    async def estimate_memory(self) -> MemoryEstimate:
+        path = await locate(self.model, self.hub)
+        weights = files_size(path) * (4 if path.suffix == ".gguf" else 1)  # GGUF is de-quantised to float32
+        working = int(weights * 1.3) + 128 * 1024 * 1024
+        if _device(self.options.device).startswith(("cuda", "mps")):
+            return MemoryEstimate(ram_bytes=128 * 1024 * 1024, gpu_bytes=working)
+        return MemoryEstimate(ram_bytes=working)
+
+    async def start(self) -> None:
+        try:
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+        except ImportError as exc:
+            raise ModelLoadFailed(
+                f"model '{self.model.id}' needs transformers: pip install 'modelpool[transformers]'"
+            ) from exc
+        path = await locate(self.model, self.hub)
+        model, tokenizer = await asyncio.to_thread(self._load, path)
+        self._tokenizer = tokenizer
+        self._max_len = min(self.options.max_model_len or 8192, _model_limit(model))
+        limits = BatchLimits(self.options.max_batch_size, self.options.max_batch_tokens, self.options.prefill_chunk)
+        self._engine = ContinuousBatcher(model, tokenizer, _eos_ids(model, tokenizer), limits, self.model.id)
+        self.limits = Limits(self.options.max_batch_size, self._max_len, self.options.max_batch_size)
+
+    async def warmup(self) -> None:
+        async for _ in self._generate([*await self._encode("Hello")], SamplingParams(max_tokens=1, temperature=0)):
+            pass
+
+    async def stop(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await asyncio.to_thread(engine.close)
+        await asyncio.to_thread(self._tokenizer_thread.shutdown)
+
+    async def check_health(self) -> None:
+        self._require_engine()
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[GenerationChunk]:
+        prompt = await self._tokenizer_thread.call(self._render_chat, request)
+        async for chunk in self._generate(prompt, request.sampling, param="messages"):
+            yield chunk
+
+    async def complete(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]:
+        if isinstance(request.prompt, str):
+            prompt = await self._encode(request.prompt) or await self._start_ids()
+            echo_text = request.prompt
+        else:
+            prompt = self._check_ids(request.prompt, "prompt")
+            echo_text = await self._tokenizer_thread.call(self._tokenizer.decode, prompt)
+        echoed: tuple[TokenLogprob, ...] = ()
+        if request.echo and request.sampling.logprobs is not None:
+            echoed = tuple(await self.score_tokens(prompt, request.sampling.logprobs))
+        first = True
+        async for chunk in self._generate(prompt, request.sampling, param="prompt"):
+            if first and request.echo:
+                chunk = GenerationChunk(
+                    echo_text + chunk.text, echoed + chunk.logprobs, chunk.finish_reason, chunk.usage
+                )
+            first = False
+            yield chunk
+
+    async def tokenize(self, text: str) -> list[int]:
+        return await self._encode(text)
+
+    async def start_token(self) -> int | None:
+        bos = self._require_tokenizer().bos_token_id
+        return int(bos) if bos is not None else None
+
+    async def score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
+        engine = self._require_engine()
+        self._check_fits(tokens, 0, "prompt")
+        future = engine.call(lambda: score_tokens(engine.model, self._tokenizer, tokens, top_n))
+        return list(await asyncio.wrap_future(future))
+
+    # ----- internals -----------------------------------------------------------------
+
+    async def _generate(
+        self, prompt: list[int], sampling: SamplingParams, param: str = "prompt"
+    ) -> AsyncIterator[GenerationChunk]:
+        engine = self._require_engine()
+        max_new = self._check_fits(prompt, sampling.max_tokens, param)
+        yield GenerationChunk()  # the request fits: anything after this is the generation itself
+        if max_new == 0:
+            yield GenerationChunk(finish_reason="length", usage=_usage(prompt, 0))
+            return
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        sequence = Sequence(
+            prompt=prompt,
+            params=sampling,
+            max_new=max_new,
+            deliver=lambda item: loop.call_soon_threadsafe(queue.put_nowait, item),
+            generator=make_generator(sampling.seed, engine.device),
+            detok=IncrementalDetokenizer(self._tokenizer, prompt),
+        )
+        engine.submit(sequence)
+        try:
+            while (item := await queue.get()) is not END:
+                if isinstance(item, BaseException):
+                    raise item
+                assert isinstance(item, GenerationChunk)
+                yield item
+        finally:
+            sequence.cancelled.set()  # a consumer that leaves takes its sequence out of the batch
+
+    def _render_chat(self, request: ChatRequest) -> list[int]:
+        tokenizer = self._require_tokenizer()
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        template = self.options.chat_template
+        if template is None and not tokenizer.chat_template:
+            raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
+        from jinja2 import TemplateError
+
+        try:
+            text = tokenizer.apply_chat_template(
+                messages,
+                tokenize=False,
+                add_generation_prompt=True,
+                chat_template=template,
+                **dict(request.template_kwargs),
+            )
+        except TemplateError as exc:
+            raise InvalidRequest(f"the model's chat template rejected these messages: {exc}", param="messages") from exc
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    async def _encode(self, text: str) -> list[int]:
+        tokenizer = self._require_tokenizer()
+        return await self._tokenizer_thread.call(lambda: list(tokenizer(text, add_special_tokens=False)["input_ids"]))
+
+    async def _start_ids(self) -> list[int]:
+        bos = await self.start_token()
+        if bos is None:
+            raise InvalidRequest("the prompt is empty and this model has no start-of-text token", param="prompt")
+        return [bos]
+
+    def _check_ids(self, ids: tuple[int, ...], param: str) -> list[int]:
+        size = len(self._require_tokenizer())
+        bad = next((t for t in ids if not 0 <= t < size), None)
+        if bad is not None:
+            raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{size - 1})", param=param)
+        return list(ids)
+
+    def _check_fits(self, prompt: list[int], max_tokens: int | None, param: str) -> int:
+        room = self._max_len - len(prompt)
+        if room <= 0:
+            raise ContextLengthExceeded(
+                f"the prompt is {len(prompt)} tokens; this model takes at most {self._max_len}", param=param
+            )
+        if max_tokens is not None and max_tokens > room:
+            raise ContextLengthExceeded(
+                f"the prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
+                f"limit of {self._max_len} tokens; ask for at most {room} tokens",
+                param="max_tokens",
+            )
+        return room if max_tokens is None else max_tokens
+
+    def _load(self, path: Path) -> tuple[Any, Any]:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if path.is_file() and path.suffix == ".gguf":
+            path = hf_folder_for(path, self.hub.work_dir)
+        device = _device(self.options.device)
+        dtype = _dtype(self.options.dtype, device)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=self.options.trust_remote_code)
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dtype, trust_remote_code=self.options.trust_remote_code
+            )
+        except (OSError, ValueError) as exc:
+            raise ModelLoadFailed(f"model '{self.model.id}': transformers could not load {path}: {exc}") from exc
+        model.to(device).eval()
+        torch.set_grad_enabled(False)
+        return model, tokenizer
+
+    def _require_engine(self) -> ContinuousBatcher:
+        if self._engine is None:
+            raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
+        return self._engine
+
+    def _require_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
+        return self._tokenizer
+
+
+def _usage(prompt: list[int], generated: int) -> Any:
+    from modelpool.backends.base import Usage
+
+    return Usage(len(prompt), generated)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids = model.generation_config.eos_token_id if model.generation_config is not None else None
+    found = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        found.add(int(tokenizer.eos_token_id))
+    return found
+
+
+def _model_limit(model: Any) -> int:
+    return int(getattr(model.config, "max_position_embeddings", 0) or 8192)
+
+
+def _device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def _dtype(dtype: str, device: str) -> Any:
+    import torch
+
+    if dtype == "auto":
+        return torch.float32 if device == "cpu" else torch.bfloat16
+    return getattr(torch, dtype)
