@@ -44,6 +44,7 @@ bench: install
 	$(BIN)/pip install -e ".[bench]"
 	$(BIN)/python -m benchmarks.bench_serving
 	$(BIN)/python -m benchmarks.bench_embeddings
+	$(BIN)/python -m benchmarks.bench_batching
 
 docs: install
 	$(BIN)/modelpool config-schema > docs/config.schema.json

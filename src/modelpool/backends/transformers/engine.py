@@ -128,18 +128,22 @@ class ContinuousBatcher:
     def _step(self) -> None:
         try:
             self._drop_cancelled()
-            self._prefill_chunk()
+            self._prefill()
             self._decode()
         except Exception as exc:
             log.exception("generation step failed")
             self._fail_all(GenerationFailed(f"generation failed: {exc}"))
 
-    def _prefill_chunk(self) -> None:
-        if not self._prefilling or not self._has_room(self._prefilling[0]):
-            return
-        seq = self._prefilling[0]
+    def _prefill(self) -> None:
+        """Up to `prefill_chunk` prompt tokens between two decode steps: several short prompts
+        (so a crowd of new requests gets first tokens quickly), or one piece of a long one."""
+        budget = self.limits.prefill_chunk
+        while budget > 0 and self._prefilling and self._has_room(self._prefilling[0]):
+            budget -= self._prefill_piece(self._prefilling[0], budget)
+
+    def _prefill_piece(self, seq: Sequence, budget: int) -> int:
         start = seq.prefilled
-        chunk = seq.prompt[start : start + self.limits.prefill_chunk]
+        chunk = seq.prompt[start : start + budget]
         if seq.cache is None:
             from transformers import DynamicCache
 
@@ -158,6 +162,7 @@ class ContinuousBatcher:
             self._join(seq)
             self._accept(seq, out.logits[0, -1])
             self._remove_done()
+        return len(chunk)
 
     def _decode(self) -> None:
         if not self._active:
