@@ -85,6 +85,11 @@ class ContinuousBatcher:
 
     # ----- from other threads --------------------------------------------------------
 
+    @property
+    def in_flight(self) -> int:
+        """Sequences in the batch or waiting for their prefill (a snapshot)."""
+        return len(self._active) + len(self._prefilling) + len(self._incoming)
+
     def submit(self, sequence: Sequence) -> None:
         with self._cond:
             self._incoming.append(sequence)

@@ -1,0 +1,234 @@
+"""The transformers backend on SmolLM2 (de-quantised from the same GGUF, float32):
+continuous batching correctness, per-sequence seeds, stop strings, cancellation, chunked
+prefill, and scoring against a direct transformers computation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from modelpool.backends.base import ChatMessage, ChatRequest, SamplingParams
+from modelpool.backends.transformers.convert import hf_folder_for
+from modelpool.config.sources import HubLocation
+from modelpool.runtime.generation import collect
+from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
+from tests.e2e.conftest import smollm2_gguf
+
+PROMPTS = ["Write a poem about the sea.", "What is 2+2?", "Name three animals.", "Describe Paris."]
+
+
+@pytest.fixture(scope="module")
+async def hf() -> AsyncIterator[tuple[object, httpx.AsyncClient]]:
+    cli = {"enabled_models": [HF_MODEL, CHAT_MODEL], "models": {HF_MODEL: {"preload": True}}}
+    async with serving(cli) as (app, client):
+        await app.state.pool.slot(HF_MODEL).ensure_ready(None)
+        yield app, client
+
+
+def engine_of(app: object):
+    return app.state.pool.slot(HF_MODEL).replicas[0].backend._engine
+
+
+def request(text: str, **sampling: object) -> ChatRequest:
+    return ChatRequest((ChatMessage("user", text),), SamplingParams(**{"max_tokens": 32, **sampling}))
+
+
+async def test_greedy_outputs_in_a_batch_equal_each_alone(hf) -> None:
+    app, client = hf
+    oai = sdk(client)
+
+    async def ask(text: str) -> str:
+        reply = await oai.chat.completions.create(
+            model=HF_MODEL, messages=[{"role": "user", "content": text}], max_tokens=32, temperature=0
+        )
+        return reply.choices[0].message.content
+
+    alone = [await ask(p) for p in PROMPTS]
+    together = await asyncio.gather(*(ask(p) for p in PROMPTS))
+    assert together == alone
+    assert engine_of(app).largest_batch >= 2
+
+
+async def test_a_seeded_request_is_reproducible_alone_and_in_a_busy_batch(hf) -> None:
+    app, _ = hf
+    pool = app.state.pool
+    seeded = request("Invent a name for a cat.", temperature=1.0, top_p=0.95, seed=1234)
+    alone = (await collect(await pool.chat(HF_MODEL, seeded))).text
+    noise = [request(p, temperature=1.0) for p in PROMPTS]
+
+    async def run(chat_request: ChatRequest) -> str:
+        return (await collect(await pool.chat(HF_MODEL, chat_request))).text
+
+    results = await asyncio.gather(*(run(r) for r in [*noise[:2], seeded, *noise[2:]]))
+    assert results[2] == alone
+    assert engine_of(app).largest_batch >= 3
+    other_seed = (
+        await collect(
+            await pool.chat(HF_MODEL, request("Invent a name for a cat.", temperature=1.0, top_p=0.95, seed=99))
+        )
+    ).text
+    assert other_seed != alone
+
+
+async def test_stop_strings_never_leak_even_split_across_tokens(hf) -> None:
+    _, client = hf
+    oai = sdk(client)
+    messages = [{"role": "user", "content": "Describe the ocean in two sentences."}]
+    free = await oai.chat.completions.create(
+        model=HF_MODEL, messages=messages, max_tokens=30, temperature=0, logprobs=True
+    )
+    tokens = [t.token for t in free.choices[0].logprobs.content]
+    boundary = next(i for i in range(1, len(tokens)) if len(tokens[i - 1]) >= 2 and len(tokens[i]) >= 2)
+    stop = tokens[boundary - 1][-2:] + tokens[boundary][:2]
+    text = free.choices[0].message.content
+    for streamed in (False, True):
+        reply = await oai.chat.completions.create(
+            model=HF_MODEL, messages=messages, max_tokens=30, temperature=0, stop=stop, stream=streamed
+        )
+        got = (
+            "".join([c.choices[0].delta.content or "" async for c in reply if c.choices])
+            if streamed
+            else reply.choices[0].message.content
+        )
+        assert got == text[: text.index(stop)]
+
+
+async def test_a_new_request_joins_the_running_batch(hf) -> None:
+    app, _ = hf
+    pool = app.state.pool
+    long_stream = await pool.chat(HF_MODEL, request("Write a very long story.", max_tokens=200, temperature=0))
+    received = 0
+    async for chunk in long_stream:
+        received += bool(chunk.text)
+        if received == 5:
+            break
+    short = await collect(await pool.chat(HF_MODEL, request("Say hi.", max_tokens=4, temperature=0)))
+    assert short.usage.completion_tokens == 4
+    more = 0
+    async for chunk in long_stream:  # the long one was not restarted or held back: it goes on
+        more += bool(chunk.text)
+    assert received + more >= 150
+    await long_stream.aclose()
+
+
+async def test_a_cancelled_request_leaves_the_batch(hf) -> None:
+    app, _ = hf
+    pool, engine = app.state.pool, engine_of(app)
+    stream = await pool.chat(HF_MODEL, request("Write a very long story.", max_tokens=500, temperature=0))
+    async for chunk in stream:
+        if chunk.text:
+            break
+    await stream.aclose()
+    for _ in range(200):
+        if engine.in_flight == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert engine.in_flight == 0
+
+
+async def test_a_long_prompt_is_prefilled_in_chunks_between_decode_steps(hf) -> None:
+    app, client = hf
+    loaded = await client.post(f"/v1/admin/models/{HF_MODEL}/load", json={"overrides": {"prefill_chunk": 16}})
+    assert loaded.status_code == 200, loaded.text
+    pool, engine = app.state.pool, engine_of(app)
+    running = await pool.chat(HF_MODEL, request("Write a very long story.", max_tokens=300, temperature=0))
+    try:
+        got = 0
+        async for chunk in running:
+            got += bool(chunk.text)
+            if got == 3:
+                break
+        steps_before = engine.decode_steps
+        long_prompt = request("Summarize: " + "The river flows past the old mill. " * 40, max_tokens=1, temperature=0)
+        await collect(await pool.chat(HF_MODEL, long_prompt))  # ~350 prompt tokens = ~22 chunks of 16
+        assert engine.decode_steps - steps_before >= 15  # the running stream kept decoding meanwhile
+    finally:
+        await running.aclose()
+    await client.post(f"/v1/admin/models/{HF_MODEL}/load", json={"overrides": {"prefill_chunk": 256}})
+
+
+@pytest.fixture(scope="module")
+def direct_transformers():
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = hf_folder_for(smollm2_gguf(), HubLocation.work_dir)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+    def prompt_logprobs(ids: list[int]) -> list[float]:
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        return [float(logprobs[i - 1, ids[i]]) for i in range(1, len(ids))]
+
+    return tokenizer, prompt_logprobs
+
+
+TEXT = "The capital of France is Paris. The capital of Italy is Rome."
+
+
+async def test_echo_logprobs_equal_a_direct_transformers_computation(hf, direct_transformers) -> None:
+    _, client = hf
+    tokenizer, prompt_logprobs = direct_transformers
+    reply = await sdk(client).completions.create(model=HF_MODEL, prompt=TEXT, echo=True, logprobs=1, max_tokens=0)
+    got = reply.choices[0].logprobs.token_logprobs
+    expected = prompt_logprobs(tokenizer(TEXT, add_special_tokens=False)["input_ids"])
+    assert got[0] is None
+    difference = float(np.max(np.abs(np.array(got[1:]) - np.array(expected))))
+    print(f"\nlargest per-token difference vs direct transformers: {difference:.2e}")
+    assert difference < 1e-3
+
+
+async def test_loglikelihood_on_both_engines(hf, direct_transformers) -> None:
+    _, client = hf
+    tokenizer, prompt_logprobs = direct_transformers
+    prompts = ["1, 2, 3, 4,", "The capital of France is", "The capital of France is"]
+    continuations = [" 5", " Paris", " a city of light"]
+    results = {}
+    for model in (HF_MODEL, CHAT_MODEL):
+        response = await client.post(
+            "/loglikelihood", json={"model": model, "prompts": prompts, "continuations": continuations}
+        )
+        assert response.status_code == 200, response.text
+        results[model] = response.json()
+    for i, (prompt, continuation) in enumerate(zip(prompts, continuations, strict=True)):
+        context = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        whole = tokenizer(prompt + continuation, add_special_tokens=False)["input_ids"]
+        expected = sum(prompt_logprobs(whole)[len(context) - 1 :])
+        assert results[HF_MODEL]["ll"][i] == pytest.approx(expected, abs=1e-3 * len(whole))
+        # llama.cpp runs the Q4_1 weights (and quantises activations to 8 bits in its matmuls);
+        # transformers runs the same weights de-quantised to float32.
+        # Their gap stays within 0.1 for likely continuations; on unlikely ones it grows
+        # (0.13 for " a city of light" here; MODELS.md saw up to 0.8), with the same ranking.
+        gap = abs(results[CHAT_MODEL]["ll"][i] - results[HF_MODEL]["ll"][i])
+        print(f"\nllama.cpp vs transformers, {continuation!r}: {gap:.3f}")
+        if results[HF_MODEL]["is_greedy"][i]:
+            assert gap < 0.1
+        assert gap < 0.5
+    assert results[HF_MODEL]["is_greedy"] == [True, True, False]
+    for result in results.values():
+        assert result["ll"][1] > result["ll"][2]  # both engines rank the choices alike
+
+
+async def test_openai_sdk_streams_from_the_transformers_model(hf) -> None:
+    _, client = hf
+    stream = await sdk(client).chat.completions.create(
+        model=HF_MODEL,
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [c async for c in stream]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[-1].usage.completion_tokens <= 8
+    with pytest.raises(openai.BadRequestError):
+        await sdk(client).chat.completions.create(
+            model=HF_MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=100_000
+        )
