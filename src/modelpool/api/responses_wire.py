@@ -20,6 +20,7 @@ class ResponseDraft:
     id: str = field(default_factory=lambda: f"resp_{secrets.token_hex(16)}")
     message_id: str = field(default_factory=lambda: f"msg_{secrets.token_hex(16)}")
     text: str = ""
+    reasoning: str = ""
     sequence: int = 0
 
     def message(self, status: str) -> dict[str, Any]:
@@ -35,6 +36,15 @@ class ResponseDraft:
         body = self.body
         incomplete = status == "incomplete"
         output = [] if status == "in_progress" else [self.message("incomplete" if incomplete else "completed")]
+        if self.reasoning and output:  # models with a reasoning parser: their thinking comes first
+            reasoning = {
+                "id": f"rs_{self.message_id[4:]}",
+                "type": "reasoning",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": self.reasoning}],
+                "status": "completed",
+            }
+            output.insert(0, reasoning)
         return {
             "id": self.id,
             "object": "response",

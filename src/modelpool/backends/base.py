@@ -109,6 +109,8 @@ class GenerationChunk:
     logprobs: tuple[TokenLogprob, ...] = ()
     finish_reason: str | None = None
     usage: Usage | None = None
+    reasoning: str = ""
+    """Reasoning text (models with a reasoning parser); `text` is then the answer only."""
 
 
 @dataclass(frozen=True)

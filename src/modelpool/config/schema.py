@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
 
@@ -192,6 +192,10 @@ class ModelConfig(_Strict):
 
     install_hint: str | None = None
     """What to run when the source is missing (shown by `modelpool models` and in errors)."""
+
+    reasoning_parser: Literal["think", "think_open"] | None = None
+    """Return <think>…</think> text as `reasoning_content`: `think` when the model opens the
+    tag, `think_open` when the chat template already did."""
 
     sampling: SamplingDefaults = Field(default_factory=SamplingDefaults)
     """Sampling values used when a request leaves them out."""

@@ -101,16 +101,19 @@ class Generation:
     logprobs: tuple[TokenLogprob, ...]
     finish_reason: str
     usage: Usage
+    reasoning: str = ""
 
 
 async def collect(stream: AsyncIterator[GenerationChunk]) -> Generation:
     """Assemble a whole generation from its stream (the one generation path)."""
     texts: list[str] = []
+    reasoning: list[str] = []
     logprobs: list[TokenLogprob] = []
     finish_reason, usage = "stop", Usage(0, 0)
     async for chunk in stream:
         texts.append(chunk.text)
+        reasoning.append(chunk.reasoning)
         logprobs.extend(chunk.logprobs)
         finish_reason = chunk.finish_reason or finish_reason
         usage = chunk.usage or usage
-    return Generation("".join(texts), tuple(logprobs), finish_reason, usage)
+    return Generation("".join(texts), tuple(logprobs), finish_reason, usage, "".join(reasoning))

@@ -32,6 +32,7 @@ from modelpool.runtime.embedding_cache import EmbeddingCache
 from modelpool.runtime.eviction import Budget, Need, choose_victims
 from modelpool.runtime.generation import Generation, GenerationStream, collect
 from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.reasoning import split_reasoning
 from modelpool.runtime.replica import Lease
 from modelpool.runtime.scoring import Loglikelihood, loglikelihood
 from modelpool.runtime.slot import ModelSlot, SlotState
@@ -174,8 +175,15 @@ class ModelPool:
     # ----- requests ------------------------------------------------------------------
 
     async def chat(self, name: str, request: ChatRequest, keep_alive: float | None = None) -> GenerationStream:
-        lease = await self.lease(name, Task.CHAT, keep_alive)
-        return await self._start(lease, lambda b: cast(ChatBackend, b).chat(request), owns_lease=True)
+        slot = self.slot_for(name, Task.CHAT)
+        lease = await slot.lease(self.model_wait_s, keep_alive)
+        parser = slot.config.reasoning_parser
+
+        def run(backend: Backend) -> AsyncIterator[GenerationChunk]:
+            chunks = cast(ChatBackend, backend).chat(request)
+            return split_reasoning(chunks, parser) if parser else chunks
+
+        return await self._start(lease, run, owns_lease=True)
 
     async def complete(
         self, name: str, request: CompletionRequest, keep_alive: float | None = None

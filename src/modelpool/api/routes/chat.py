@@ -37,7 +37,7 @@ async def create_chat_completion(body: ChatCompletionBody, request: Request) -> 
     extra = metrics_field(request, body.return_metrics, stream.timing)
     choice = {
         "index": 0,
-        "message": {"role": "assistant", "content": generation.text},
+        "message": {"role": "assistant", "content": generation.text, **_reasoning(generation.reasoning)},
         "logprobs": chat_logprobs_json(generation.logprobs) if body.logprobs else None,
         "finish_reason": generation.finish_reason,
     }
@@ -53,6 +53,14 @@ async def _events(
     usage: Usage | None = None
     finish: dict[str, object] = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
     async for chunk in stream:
+        if chunk.reasoning:
+            delta = {
+                "index": 0,
+                "delta": {"reasoning_content": chunk.reasoning},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+            yield sse(envelope(meta, "chat.completion.chunk", [delta], **usage_field))
         if chunk.text or chunk.logprobs:
             choice = {
                 "index": 0,
@@ -72,3 +80,8 @@ async def _events(
     else:
         yield sse(envelope(meta, "chat.completion.chunk", [finish], **usage_field, **metrics))
     yield DONE
+
+
+def _reasoning(text: str) -> dict[str, str]:
+    """`reasoning_content`, as vLLM and DeepSeek name it, when the model reasoned."""
+    return {"reasoning_content": text} if text else {}

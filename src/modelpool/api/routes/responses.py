@@ -46,7 +46,7 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
         generation = await unless_disconnected(request, collect(stream))
     finally:
         await stream.aclose()
-    draft.text = generation.text
+    draft.text, draft.reasoning = generation.text, generation.reasoning
     return JSONResponse(finish(generation.usage, generation.finish_reason))
 
 
@@ -60,6 +60,7 @@ async def _events(
     yield _sse(draft.event("response.content_part.added", **where, part=draft.part()))
     usage, finish_reason = Usage(0, 0), None
     async for chunk in stream:
+        draft.reasoning += chunk.reasoning  # reported in the final response's output
         if chunk.text:
             draft.text += chunk.text
             yield _sse(draft.event("response.output_text.delta", **where, delta=chunk.text, logprobs=[]))
