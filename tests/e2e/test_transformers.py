@@ -232,3 +232,16 @@ async def test_openai_sdk_streams_from_the_transformers_model(hf) -> None:
         await sdk(client).chat.completions.create(
             model=HF_MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=100_000
         )
+
+
+async def test_generate_batches_on_the_transformers_engine(hf) -> None:
+    app, client = hf
+    engine = engine_of(app)
+    engine.largest_batch = 0
+    prompts = ["1, 2, 3,", "The capital of France is", "Once upon a time", "Roses are red,"]
+    response = await client.post(
+        "/generate", json={"model": HF_MODEL, "prompts": prompts, "max_tokens": 12, "temperature": 0}
+    )
+    assert response.status_code == 200, response.text
+    assert len(response.json()["completions"]) == 4
+    assert engine.largest_batch >= 2  # the prompts ran side by side, not one after another

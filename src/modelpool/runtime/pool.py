@@ -257,17 +257,19 @@ class ModelPool:
             lease.release()
 
     async def generate_all(self, name: str, requests: list[CompletionRequest]) -> list[Generation]:
-        """Generate for every prompt on one turn of the model (batch generation)."""
+        """Generate for every prompt on one turn of the model, all at once: an engine that
+        batches (transformers) runs them together, one that does not runs them in turn."""
         lease = await self.lease(name, Task.COMPLETION)
+
+        async def one(request: CompletionRequest) -> Generation:
+            stream = await self.complete_on(lease, request)
+            try:
+                return await collect(stream)
+            finally:
+                await stream.aclose()
+
         try:
-            results = []
-            for request in requests:
-                stream = await self.complete_on(lease, request)
-                try:
-                    results.append(await collect(stream))
-                finally:
-                    await stream.aclose()
-            return results
+            return list(await asyncio.gather(*(one(r) for r in requests)))
         finally:
             lease.release()
 
