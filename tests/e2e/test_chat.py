@@ -8,6 +8,7 @@ import openai
 import pytest
 
 from tests.conftest import CHAT_MODEL
+from tests.e2e.stop_checks import assert_stop_across_tokens_never_leaks
 
 HI = [{"role": "user", "content": "Name three colors."}]
 SYSTEM_DEFAULT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -122,25 +123,7 @@ async def test_stop_text_is_not_returned(oai: openai.AsyncOpenAI) -> None:
 
 
 async def test_stop_split_across_tokens_never_leaks(oai: openai.AsyncOpenAI) -> None:
-    messages = [{"role": "user", "content": "Describe the ocean in two sentences."}]
-    free = await oai.chat.completions.create(
-        model=CHAT_MODEL, messages=messages, max_tokens=30, temperature=0, logprobs=True
-    )
-    tokens = [t.token for t in free.choices[0].logprobs.content]
-    # A stop string made of the end of one multi-character token and the start of the next.
-    boundary = next(i for i in range(1, len(tokens)) if len(tokens[i - 1]) >= 2 and len(tokens[i]) >= 2)
-    stop = tokens[boundary - 1][-2:] + tokens[boundary][:2]
-    text = free.choices[0].message.content
-    for streamed in (False, True):
-        reply = await oai.chat.completions.create(
-            model=CHAT_MODEL, messages=messages, max_tokens=30, temperature=0, stop=stop, stream=streamed
-        )
-        if streamed:
-            got = "".join([c.choices[0].delta.content or "" async for c in reply if c.choices])
-        else:
-            got = reply.choices[0].message.content
-        assert got == text[: text.index(stop)]
-        assert stop not in got
+    await assert_stop_across_tokens_never_leaks(oai, CHAT_MODEL)
 
 
 async def test_logprobs_and_top_logprobs_for_generated_tokens(oai: openai.AsyncOpenAI) -> None:

@@ -18,6 +18,7 @@ from modelpool.config.sources import HubLocation
 from modelpool.runtime.generation import collect
 from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
+from tests.e2e.stop_checks import assert_stop_across_tokens_never_leaks
 
 PROMPTS = ["Write a poem about the sea.", "What is 2+2?", "Name three animals.", "Describe Paris."]
 
@@ -77,25 +78,7 @@ async def test_a_seeded_request_is_reproducible_alone_and_in_a_busy_batch(hf) ->
 
 async def test_stop_strings_never_leak_even_split_across_tokens(hf) -> None:
     _, client = hf
-    oai = sdk(client)
-    messages = [{"role": "user", "content": "Describe the ocean in two sentences."}]
-    free = await oai.chat.completions.create(
-        model=HF_MODEL, messages=messages, max_tokens=30, temperature=0, logprobs=True
-    )
-    tokens = [t.token for t in free.choices[0].logprobs.content]
-    boundary = next(i for i in range(1, len(tokens)) if len(tokens[i - 1]) >= 2 and len(tokens[i]) >= 2)
-    stop = tokens[boundary - 1][-2:] + tokens[boundary][:2]
-    text = free.choices[0].message.content
-    for streamed in (False, True):
-        reply = await oai.chat.completions.create(
-            model=HF_MODEL, messages=messages, max_tokens=30, temperature=0, stop=stop, stream=streamed
-        )
-        got = (
-            "".join([c.choices[0].delta.content or "" async for c in reply if c.choices])
-            if streamed
-            else reply.choices[0].message.content
-        )
-        assert got == text[: text.index(stop)]
+    await assert_stop_across_tokens_never_leaks(sdk(client), HF_MODEL)
 
 
 async def test_a_new_request_joins_the_running_batch(hf) -> None:

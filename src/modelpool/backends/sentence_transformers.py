@@ -9,7 +9,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends.base import EmbeddingRequest, EmbeddingResult, Limits, MemoryEstimate
+from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread
+from modelpool.backends.torch_device import estimate_on, pick_device
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation, files_size, locate
 from modelpool.errors import ContextLengthExceeded, InvalidRequest, ModelLoadFailed
@@ -57,18 +59,10 @@ class SentenceTransformersBackend:
         """Weights plus PyTorch's working memory, before loading (replaced by a measurement after)."""
         path = await locate(self.model, self.hub)
         weights = sum(files_size(p) for p in path.rglob("*") if p.suffix in {".safetensors", ".bin", ".pt"})
-        working = int(weights * 1.5) + 64 * 1024 * 1024
-        if _pick_device(self.options.device).startswith(("cuda", "mps")):
-            return MemoryEstimate(ram_bytes=64 * 1024 * 1024, gpu_bytes=working)
-        return MemoryEstimate(ram_bytes=working)
+        return estimate_on(self.options.device, int(weights * 1.5) + 64 * 1024 * 1024, host_bytes=64 * 1024 * 1024)
 
     async def start(self) -> None:
-        try:
-            import sentence_transformers  # noqa: F401
-        except ImportError as exc:
-            raise ModelLoadFailed(
-                f"model '{self.model.id}' needs sentence-transformers: pip install 'modelpool[embeddings]'"
-            ) from exc
+        require_engine(self.model.id, ("sentence_transformers",), "embeddings")
         path = await locate(self.model, self.hub)
         self._st = await self._thread.call(self._load, str(path))
         self._special_wrap = special_tokens_around(self._st.tokenizer)
@@ -113,7 +107,7 @@ class SentenceTransformersBackend:
         try:
             st = SentenceTransformer(
                 path,
-                device=_pick_device(self.options.device),
+                device=pick_device(self.options.device),
                 trust_remote_code=self.options.trust_remote_code,
                 local_files_only=True,
             )
@@ -201,15 +195,3 @@ def special_tokens_around(tokenizer: Any) -> tuple[list[int], list[int]]:
         if full[start : start + len(plain)] == plain:
             return list(full[:start]), list(full[start + len(plain) :])
     return [], []
-
-
-def _pick_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"

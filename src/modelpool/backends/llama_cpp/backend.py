@@ -19,6 +19,7 @@ from modelpool.backends.base import (
 )
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
+from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation, files_size, locate
@@ -82,12 +83,7 @@ class LlamaCppBackend:
             pass
 
     async def start(self) -> None:
-        try:
-            import llama_cpp  # noqa: F401
-        except ImportError as exc:
-            raise ModelLoadFailed(
-                f"model '{self.model.id}' needs llama-cpp-python: pip install 'modelpool[llama]'"
-            ) from exc
+        require_engine(self.model.id, ("llama_cpp",), "llama")
         path = await locate(self.model, self.hub)
         self._engine = await self._thread.call(self._load, str(path))
         if Task.CHAT in self.tasks:

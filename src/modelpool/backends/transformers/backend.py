@@ -18,7 +18,9 @@ from modelpool.backends.base import (
     SamplingParams,
     TokenLogprob,
 )
+from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread
+from modelpool.backends.torch_device import estimate_on, pick_device
 from modelpool.backends.transformers.convert import hf_folder_for
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.engine import END, BatchLimits, ContinuousBatcher, Sequence
@@ -70,19 +72,10 @@ class TransformersBackend:
     async def estimate_memory(self) -> MemoryEstimate:
         path = await locate(self.model, self.hub)
         weights = files_size(path) * (4 if path.suffix == ".gguf" else 1)  # GGUF is de-quantised to float32
-        working = int(weights * 1.3) + 128 * 1024 * 1024
-        if _device(self.options.device).startswith(("cuda", "mps")):
-            return MemoryEstimate(ram_bytes=128 * 1024 * 1024, gpu_bytes=working)
-        return MemoryEstimate(ram_bytes=working)
+        return estimate_on(self.options.device, int(weights * 1.3) + _MiB(128), host_bytes=_MiB(128))
 
     async def start(self) -> None:
-        try:
-            import torch  # noqa: F401
-            import transformers  # noqa: F401
-        except ImportError as exc:
-            raise ModelLoadFailed(
-                f"model '{self.model.id}' needs transformers: pip install 'modelpool[transformers]'"
-            ) from exc
+        require_engine(self.model.id, ("torch", "transformers"), "transformers")
         path = await locate(self.model, self.hub)
         model, tokenizer = await asyncio.to_thread(self._load, path)
         self._tokenizer = tokenizer
@@ -229,7 +222,7 @@ class TransformersBackend:
 
         if path.is_file() and path.suffix == ".gguf":
             path = hf_folder_for(path, self.hub.work_dir)
-        device = _device(self.options.device)
+        device = pick_device(self.options.device)
         dtype = _dtype(self.options.dtype, device)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=self.options.trust_remote_code)
@@ -259,6 +252,10 @@ def _usage(prompt: list[int], generated: int) -> Any:
     return Usage(len(prompt), generated)
 
 
+def _MiB(count: int) -> int:
+    return count * 1024 * 1024
+
+
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     ids = model.generation_config.eos_token_id if model.generation_config is not None else None
     found = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
@@ -269,18 +266,6 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
 
 def _model_limit(model: Any) -> int:
     return int(getattr(model.config, "max_position_embeddings", 0) or 8192)
-
-
-def _device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"
 
 
 def _dtype(dtype: str, device: str) -> Any:
