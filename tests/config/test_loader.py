@@ -11,7 +11,13 @@ from modelpool.config import load_config
 from modelpool.config.loader import deep_merge, env_layer
 from modelpool.errors import ConfigError
 
-STARTER = {"smollm2-135m-instruct", "all-minilm-l6-v2", "smollm2-135m-instruct-hf"}
+STARTER = {
+    "smollm2-135m-instruct",
+    "all-minilm-l6-v2",
+    "smollm2-135m-instruct-hf",
+    "whisper-tiny.en",
+    "piper-en-us-joe",
+}
 
 
 def write(path: Path, data: object) -> Path:

@@ -12,7 +12,7 @@ from modelpool import __version__
 from modelpool.api.auth import KeyRing, RequireKeys
 from modelpool.api.errors import install_error_handlers
 from modelpool.api.middleware import BodyLimit, RequestContext
-from modelpool.api.routes import admin, chat, completions, embeddings, health, models, responses, scoring
+from modelpool.api.routes import admin, audio, chat, completions, embeddings, health, models, responses, scoring
 from modelpool.config.schema import Config
 from modelpool.runtime.pool import ModelPool, build_pool
 from modelpool.runtime.response_store import ResponseStore
@@ -39,9 +39,11 @@ def create_app(config: Config, pool: ModelPool | None = None, keys: KeyRing | No
     app.state.config = config
     app.state.responses = ResponseStore(config.server.response_store_size)
     install_error_handlers(app)
-    for module in (chat, completions, responses, embeddings, scoring, models, health, admin):
+    for module in (chat, completions, responses, embeddings, audio, scoring, models, health, admin):
         app.include_router(module.router)
-    app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=config.server.max_body_bytes, max_upload_bytes=config.server.max_upload_bytes
+    )
     app.add_middleware(RequireKeys, keys=keys or KeyRing.from_config(config.auth))
     app.add_middleware(RequestContext, metrics=pool.metrics, model_label=pool.metrics_label)  # added last: outermost
     return app

@@ -90,18 +90,23 @@ class RequestContext:
         )
 
 
+_UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
+
+
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, max_upload_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_upload_bytes = max_upload_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.max_upload_bytes if scope["path"].startswith(_UPLOAD_PATHS) else self.max_bytes
         declared = _header(scope, b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await self._reject(send)
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await self._reject(send, limit)
             return
         if declared is not None:
             await self.app(scope, receive, send)
@@ -112,16 +117,16 @@ class BodyLimit:
             message = await receive()
             messages.append(message)
             size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                await self._reject(send)
+            if size > limit:
+                await self._reject(send, limit)
                 return
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
         await self.app(scope, _replay(messages, receive), send)
 
-    async def _reject(self, send: Send) -> None:
+    async def _reject(self, send: Send, limit: int) -> None:
         body = error_body(
-            f"Request body exceeds the limit of {self.max_bytes} bytes.", "invalid_request_error", "request_too_large"
+            f"Request body exceeds the limit of {limit} bytes.", "invalid_request_error", "request_too_large"
         )
         await send_json(send, 413, body)
 

@@ -45,6 +45,21 @@ async def with_error_event(events: AsyncIterator[bytes], on_error: ErrorEvents) 
             yield event
 
 
+class ClosingStreamingResponse(StreamingResponse):
+    """A streamed body whose `on_close` always runs: the model's turn goes back even when
+    the client leaves before the first byte."""
+
+    def __init__(self, body: AsyncIterator[bytes], media_type: str, on_close: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(body, media_type=media_type, headers={"Cache-Control": "no-cache"})
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()
+
+
 class EventStreamResponse(StreamingResponse):
     def __init__(
         self,

@@ -184,6 +184,77 @@ class ScoringBackend(Backend, Protocol):
         the tokens do not fit the context."""
 
 
+@dataclass(frozen=True)
+class TranscriptionRequest:
+    audio: npt.NDArray[np.float32]
+    """Mono samples at the backend's `sample_rate`."""
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    word_timestamps: bool = False
+    task: str = "transcribe"
+    """transcribe, or translate (into English)."""
+
+
+@dataclass(frozen=True)
+class Word:
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class Segment:
+    id: int
+    start: float
+    end: float
+    text: str
+    words: tuple[Word, ...] = ()
+    avg_logprob: float = 0.0
+    no_speech_prob: float = 0.0
+    compression_ratio: float = 0.0
+    temperature: float = 0.0
+    tokens: tuple[int, ...] = ()
+    language: str = "en"
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    text: str
+    voice: str | None = None
+    speed: float = 1.0
+    deterministic: bool = False
+
+
+@dataclass(frozen=True)
+class Voice:
+    name: str
+    language: str
+    sample_rate: int
+    speaker_id: int | None = None
+
+
+@runtime_checkable
+class TranscriptionBackend(Backend, Protocol):
+    sample_rate: int
+    languages: frozenset[str] | None
+    """What the model understands; None: every language Whisper knows."""
+
+    def transcribe(self, request: TranscriptionRequest) -> AsyncIterator[Segment]:
+        """Segments as they are decoded; closing the iterator stops the decode."""
+
+
+@runtime_checkable
+class SpeechBackend(Backend, Protocol):
+    sample_rate: int
+
+    def voices(self) -> list[Voice]: ...
+
+    def synthesize(self, request: SpeechRequest) -> AsyncIterator[npt.NDArray[np.int16]]:
+        """Mono int16 samples, a sentence at a time; closing the iterator stops synthesis."""
+
+
 @runtime_checkable
 class EmbeddingBackend(Backend, Protocol):
     dimensions: int

@@ -18,6 +18,8 @@ BACKENDS: Mapping[str, str] = {
     "llama_cpp": "modelpool.backends.llama_cpp.backend:LlamaCppBackend",
     "sentence_transformers": "modelpool.backends.sentence_transformers:SentenceTransformersBackend",
     "transformers": "modelpool.backends.transformers.backend:TransformersBackend",
+    "faster_whisper": "modelpool.backends.faster_whisper:FasterWhisperBackend",
+    "piper": "modelpool.backends.piper:PiperBackend",
 }
 
 

@@ -37,6 +37,9 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     """Largest request body accepted; bigger bodies get 413 before they are read whole."""
 
+    max_upload_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
+    """Largest audio upload (/v1/audio/transcriptions and /translations), checked the same way."""
+
     log_format: LogFormat = LogFormat.TEXT
     """`text` for people, `json` for one JSON object a line (log shippers)."""
 

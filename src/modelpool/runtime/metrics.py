@@ -57,6 +57,19 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.audio_seconds = Counter(
+            "modelpool_audio_seconds",
+            "Seconds of audio transcribed (in) or synthesised (out).",
+            ["model", "direction"],
+            registry=self.registry,
+        )
+        self.real_time_factor = Histogram(
+            "modelpool_real_time_factor",
+            "Processing time divided by audio duration (lower is faster).",
+            ["model", "task"],
+            buckets=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+            registry=self.registry,
+        )
         self.load_seconds = Histogram(
             "modelpool_model_load_seconds",
             "Time to load a model.",
@@ -78,6 +91,11 @@ class Metrics:
         if timing.time_to_first_token_s is not None:
             self.first_token_seconds.labels(model=model).observe(timing.time_to_first_token_s)
         self.count_tokens(model, input_tokens=timing.prompt_tokens, output_tokens=timing.output_tokens)
+
+    def observe_audio(self, model: str, task: str, audio_seconds: float, busy_seconds: float) -> None:
+        self.audio_seconds.labels(model=model, direction="in" if task == "transcription" else "out").inc(audio_seconds)
+        if audio_seconds > 0:
+            self.real_time_factor.labels(model=model, task=task).observe(busy_seconds / audio_seconds)
 
     def observe_request(self, model: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(model=model, route=route, status=str(status)).inc()

@@ -7,9 +7,10 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from functools import partial
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from modelpool.backends.base import (
     Backend,
@@ -22,6 +23,11 @@ from modelpool.backends.base import (
     EmbeddingResult,
     GenerationChunk,
     ScoringBackend,
+    Segment,
+    SpeechBackend,
+    SpeechRequest,
+    TranscriptionBackend,
+    TranscriptionRequest,
 )
 from modelpool.backends.registry import backend_class, build_backend, model_tasks, parse_options
 from modelpool.config.schema import Config, ModelConfig
@@ -31,6 +37,7 @@ from modelpool.runtime.clock import Clock, SystemClock
 from modelpool.runtime.embedding_cache import EmbeddingCache
 from modelpool.runtime.eviction import Budget, Need, choose_victims
 from modelpool.runtime.generation import Generation, GenerationStream, collect
+from modelpool.runtime.leased import LeasedStream
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.reasoning import split_reasoning
 from modelpool.runtime.replica import Lease
@@ -40,6 +47,7 @@ from modelpool.runtime.timing import RequestTiming
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
+T = TypeVar("T")
 MiB = 1024 * 1024
 
 
@@ -244,6 +252,56 @@ class ModelPool:
             raise
         on_done = partial(self.metrics.observe_timing, lease.model_id)
         stream = GenerationStream(chunks, lease, self.clock, on_done, owns_lease=owns_lease)
+        await stream.prefetch()
+        return stream
+
+    async def transcribe(
+        self, name: str, request: TranscriptionRequest, keep_alive: float | None = None
+    ) -> LeasedStream[Segment]:
+        """Segments of the transcript as they are decoded, on one turn of the model."""
+        slot = self.slot_for(name, Task.TRANSCRIPTION)
+        lease = await slot.lease(self.model_wait_s, keep_alive)
+        backend = cast(TranscriptionBackend, lease.backend)
+        audio_s = len(request.audio) / backend.sample_rate
+        on_close = self._audio_observer(slot.id, "transcription", lease, lambda: audio_s)
+        return await self._leased(lease, lambda: backend.transcribe(request), on_close)
+
+    async def speak(
+        self, name: str, request: SpeechRequest, keep_alive: float | None = None
+    ) -> LeasedStream[npt.NDArray[np.int16]]:
+        """Speech, a sentence of samples at a time, on one turn of the model."""
+        slot = self.slot_for(name, Task.SPEECH)
+        lease = await slot.lease(self.model_wait_s, keep_alive)
+        backend = cast(SpeechBackend, lease.backend)
+        produced = [0]
+
+        async def counted() -> AsyncIterator[npt.NDArray[np.int16]]:
+            async for pcm in backend.synthesize(request):
+                produced[0] += len(pcm)
+                yield pcm
+
+        on_close = self._audio_observer(slot.id, "speech", lease, lambda: produced[0] / backend.sample_rate)
+        return await self._leased(lease, counted, on_close)
+
+    def _audio_observer(
+        self, model: str, task: str, lease: Lease, audio_seconds: Callable[[], float]
+    ) -> Callable[[], None]:
+        started = self.clock.monotonic()
+
+        def observe() -> None:
+            busy = self.clock.monotonic() - started
+            lease.timing.backend_s = busy
+            self.metrics.observe_audio(model, task, audio_seconds(), busy)
+
+        return observe
+
+    async def _leased(self, lease: Lease, start: Callable[[], AsyncIterator[T]], on_close: Callable[[], None]):
+        try:
+            items = start()
+        except BaseException:
+            lease.release()
+            raise
+        stream: LeasedStream[T] = LeasedStream(items, lease, on_close)
         await stream.prefetch()
         return stream
 

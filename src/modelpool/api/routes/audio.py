@@ -1,0 +1,147 @@
+"""The OpenAI audio API: transcriptions, translations, speech, and the voices list."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from modelpool.api.deps import note_model, pool_of, unless_disconnected
+from modelpool.api.schemas.speech import SpeechBody
+from modelpool.api.sse import ClosingStreamingResponse, EventStreamResponse, sse
+from modelpool.api.transcripts import subtitles, transcript_text, verbose_json
+from modelpool.audio.decode import decode_audio
+from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
+from modelpool.backends.base import Segment, SpeechBackend, TranscriptionRequest
+from modelpool.errors import InvalidRequest
+from modelpool.runtime.leased import LeasedStream
+from modelpool.tasks import Task
+
+router = APIRouter()
+ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
+WHISPER_RATE = 16000
+
+
+@router.post("/v1/audio/transcriptions", response_model=None)
+async def transcriptions(
+    request: Request,
+    file: Annotated[UploadFile, File()],
+    model: Annotated[str, Form(min_length=1)],
+    language: Annotated[str | None, Form()] = None,
+    prompt: Annotated[str | None, Form()] = None,
+    temperature: Annotated[float, Form(ge=0.0, le=1.0)] = 0.0,
+    response_format: Annotated[ResponseFormat, Form()] = "json",
+    timestamp_granularities: Annotated[
+        list[Literal["segment", "word"]] | None, Form(alias="timestamp_granularities[]")
+    ] = None,
+    stream: Annotated[bool, Form()] = False,
+) -> Response:
+    granularities = set(timestamp_granularities or [])
+    if granularities and response_format != "verbose_json":
+        raise InvalidRequest(
+            "timestamp_granularities needs response_format=verbose_json", param="timestamp_granularities"
+        )
+    return await _transcribe(request, file, model, "transcribe", response_format, stream,
+                             language=language, prompt=prompt, temperature=temperature,
+                             words="word" in granularities)  # fmt: skip
+
+
+@router.post("/v1/audio/translations", response_model=None)
+async def translations(
+    request: Request,
+    file: Annotated[UploadFile, File()],
+    model: Annotated[str, Form(min_length=1)],
+    prompt: Annotated[str | None, Form()] = None,
+    temperature: Annotated[float, Form(ge=0.0, le=1.0)] = 0.0,
+    response_format: Annotated[ResponseFormat, Form()] = "json",
+) -> Response:
+    return await _transcribe(request, file, model, "translate", response_format, False,
+                             language=None, prompt=prompt, temperature=temperature, words=False)  # fmt: skip
+
+
+async def _transcribe(
+    request: Request, file: UploadFile, model: str, task: str, response_format: str, stream: bool, *,
+    language: str | None, prompt: str | None, temperature: float, words: bool,
+) -> Response:  # fmt: skip
+    note_model(request, model)
+    pool = pool_of(request)
+    pool.slot_for(model, Task.TRANSCRIPTION)  # unknown model or wrong task: 4xx before decoding anything
+    audio = await asyncio.to_thread(decode_audio, await file.read(), WHISPER_RATE)
+    job = TranscriptionRequest(audio, language, prompt, temperature, words, task)
+    segments = await unless_disconnected(request, pool.transcribe(model, job))
+    if stream:
+        return EventStreamResponse(_transcript_events(segments), on_close=segments.aclose)
+    try:
+        collected = await unless_disconnected(request, _collect(segments))
+    finally:
+        await segments.aclose()
+    if response_format == "json":
+        return JSONResponse({"text": transcript_text(collected)})
+    if response_format == "verbose_json":
+        return JSONResponse(verbose_json(collected, task, len(audio) / WHISPER_RATE, words))
+    if response_format == "text":
+        return PlainTextResponse(transcript_text(collected) + "\n")
+    return PlainTextResponse(
+        subtitles(collected, response_format),
+        media_type="text/vtt" if response_format == "vtt" else "application/x-subrip",
+    )
+
+
+async def _collect(segments: LeasedStream[Segment]) -> list[Segment]:
+    return [segment async for segment in segments]
+
+
+async def _transcript_events(segments: LeasedStream[Segment]) -> AsyncIterator[bytes]:
+    texts = []
+    async for segment in segments:
+        texts.append(segment.text)
+        yield sse({"type": "transcript.text.delta", "delta": segment.text})
+    yield sse({"type": "transcript.text.done", "text": "".join(texts).strip()})
+
+
+@router.post("/v1/audio/speech", response_model=None)
+async def speech(body: SpeechBody, request: Request) -> Response:
+    note_model(request, body.model)
+    pool = pool_of(request)
+    audio = await unless_disconnected(request, pool.speak(body.model, body.to_request(), body.keep_alive))
+    backend = audio.lease.backend
+    assert isinstance(backend, SpeechBackend)
+    encoder = AudioEncoder(body.response_format, backend.sample_rate)
+    if body.stream_format == "sse":
+        return EventStreamResponse(_speech_events(audio, encoder), on_close=audio.aclose)
+    return ClosingStreamingResponse(_encoded(audio, encoder), MEDIA_TYPES[body.response_format], audio.aclose)
+
+
+async def _encoded(audio: LeasedStream, encoder: AudioEncoder) -> AsyncIterator[bytes]:  # type: ignore[type-arg]
+    async for pcm in audio:
+        data = encoder.encode(pcm)
+        if data:
+            yield data  # a sentence is on its way while the next one is synthesised
+    yield encoder.finish()
+
+
+async def _speech_events(audio: LeasedStream, encoder: AudioEncoder) -> AsyncIterator[bytes]:  # type: ignore[type-arg]
+    async for data in _encoded(audio, encoder):
+        if data:
+            yield sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+    yield sse({"type": "speech.audio.done", "usage": None})
+
+
+@router.get("/v1/audio/voices")
+async def voices(request: Request) -> JSONResponse:
+    """Voices of every text-to-speech model (loading a model to read its voices if needed)."""
+    pool = pool_of(request)
+    listed = []
+    for slot in pool.slots():
+        if Task.SPEECH not in slot.tasks:
+            continue
+        await slot.ensure_ready(pool.model_wait_s)
+        backend = slot.replicas[0].backend
+        assert isinstance(backend, SpeechBackend)
+        listed += [{"model": slot.id, "voice": v.name, "language": v.language, "sample_rate": v.sample_rate,
+                    "speaker_id": v.speaker_id} for v in backend.voices()]  # fmt: skip
+    return JSONResponse({"object": "list", "data": listed})

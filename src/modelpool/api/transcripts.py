@@ -1,0 +1,55 @@
+"""Transcripts in OpenAI's response formats: json, text, srt, vtt, verbose_json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelpool.backends.base import Segment
+
+
+def transcript_text(segments: list[Segment]) -> str:
+    return "".join(s.text for s in segments).strip()
+
+
+def verbose_json(segments: list[Segment], task: str, duration: float, with_words: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "task": task,
+        "language": segments[0].language if segments else "en",
+        "duration": round(duration, 3),
+        "text": transcript_text(segments),
+        "segments": [
+            {
+                "id": s.id, "seek": 0, "start": round(s.start, 3), "end": round(s.end, 3), "text": s.text,
+                "tokens": list(s.tokens), "temperature": s.temperature, "avg_logprob": s.avg_logprob,
+                "compression_ratio": s.compression_ratio, "no_speech_prob": s.no_speech_prob,
+            }
+            for s in segments
+        ],
+    }  # fmt: skip
+    if with_words:
+        body["words"] = [
+            {"word": w.word.strip(), "start": round(w.start, 3), "end": round(w.end, 3)}
+            for s in segments
+            for w in s.words
+        ]
+    return body
+
+
+def subtitles(segments: list[Segment], kind: str) -> str:
+    """SubRip (srt) or WebVTT (vtt) cues, one per segment."""
+    separator = "," if kind == "srt" else "."
+    cues = []
+    for number, segment in enumerate(segments, start=1):
+        timing = f"{_clock(segment.start, separator)} --> {_clock(segment.end, separator)}"
+        cue = f"{timing}\n{segment.text.strip()}\n"
+        cues.append(f"{number}\n{cue}" if kind == "srt" else cue)
+    body = "\n".join(cues)
+    return body if kind == "srt" else f"WEBVTT\n\n{body}"
+
+
+def _clock(seconds: float, separator: str) -> str:
+    millis = round(seconds * 1000)
+    hours, rest = divmod(millis, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs, millis = divmod(rest, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{millis:03d}"

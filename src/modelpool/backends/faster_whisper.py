@@ -1,0 +1,145 @@
+"""FasterWhisperBackend: CTranslate2 Whisper models for speech-to-text."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelpool.backends.base import Limits, MemoryEstimate, Segment, TranscriptionRequest, Word
+from modelpool.backends.requirements import require_engine
+from modelpool.backends.threads import EngineThread
+from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import HubLocation, files_size, locate
+from modelpool.errors import InvalidRequest, ModelLoadFailed
+from modelpool.tasks import Task
+
+SAMPLE_RATE = 16000
+
+
+class FasterWhisperOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    device: str = "auto"
+    """cpu, cuda, or auto (CUDA when CTranslate2 sees a GPU)."""
+    compute_type: str | None = None
+    """CTranslate2 compute type; default int8 on CPU, float16 on GPU."""
+    cpu_threads: int = Field(default=0, ge=0)
+    """Threads on the CPU (0: CTranslate2's default)."""
+    beam_size: int = Field(default=1, ge=1)
+    """Beam search width (1: greedy, fastest)."""
+    vad_filter: bool = False
+    """Skip silence with Silero VAD before decoding."""
+    languages: list[str] | None = None
+    """Languages the model understands (e.g. [en] for an English-only .en model); none: all."""
+
+
+class FasterWhisperBackend:
+    Options = FasterWhisperOptions
+    supported_tasks = frozenset({Task.TRANSCRIPTION})
+    overridable = frozenset({"beam_size", "vad_filter", "cpu_threads", "compute_type"})
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, model: ModelConfig, options: FasterWhisperOptions, hub: HubLocation) -> None:
+        self.model = model
+        self.options = options
+        self.hub = hub
+        self.tasks = self.supported_tasks
+        self.limits = Limits(max_concurrency=1)
+        self.languages = frozenset(options.languages) if options.languages else None
+        self._thread = EngineThread(model.id)
+        self._whisper: Any = None
+
+    async def estimate_memory(self) -> MemoryEstimate:
+        path = await locate(self.model, self.hub)
+        return MemoryEstimate(ram_bytes=files_size(path) * 2 + 64 * 1024 * 1024)
+
+    async def start(self) -> None:
+        require_engine(self.model.id, ("faster_whisper",), "speech")
+        path = await locate(self.model, self.hub)
+        self._whisper = await self._thread.call(self._load, str(path))
+
+    async def warmup(self) -> None:
+        import numpy as np
+
+        silence = TranscriptionRequest(np.zeros(SAMPLE_RATE, dtype=np.float32), language=self._default_language())
+        async for _ in self.transcribe(silence):
+            pass
+
+    async def stop(self) -> None:
+        self._whisper = None
+        await asyncio.to_thread(self._thread.shutdown)
+
+    async def check_health(self) -> None:
+        if self._whisper is None:
+            raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
+
+    async def transcribe(self, request: TranscriptionRequest) -> AsyncIterator[Segment]:
+        self._check_language(request.language)
+        whisper = self._whisper
+        if whisper is None:
+            raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
+        async for segment in self._thread.stream(lambda cancel: self._segments(whisper, request, cancel)):
+            yield segment
+
+    def _segments(self, whisper: Any, request: TranscriptionRequest, cancel: threading.Event) -> Iterator[Segment]:
+        language = request.language or self._default_language()
+        task = "transcribe" if self.languages == frozenset({"en"}) else request.task  # English-only: already English
+        segments, info = whisper.transcribe(
+            request.audio,
+            language=language,
+            task=task,
+            initial_prompt=request.prompt or None,
+            temperature=request.temperature,
+            word_timestamps=request.word_timestamps,
+            beam_size=self.options.beam_size,
+            vad_filter=self.options.vad_filter,
+        )
+        for index, segment in enumerate(segments):  # lazy: each step decodes the next segment
+            if cancel.is_set():
+                return
+            yield _segment(index, segment, info.language)
+
+    def _load(self, path: str) -> Any:
+        from faster_whisper import WhisperModel
+
+        device = self.options.device
+        if device == "auto":
+            import ctranslate2
+
+            device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        compute_type = self.options.compute_type or ("int8" if device == "cpu" else "float16")
+        try:
+            return WhisperModel(path, device=device, compute_type=compute_type, cpu_threads=self.options.cpu_threads)
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise ModelLoadFailed(f"model '{self.model.id}': faster-whisper could not load {path}: {exc}") from exc
+
+    def _check_language(self, language: str | None) -> None:
+        if language is not None and self.languages is not None and language not in self.languages:
+            raise InvalidRequest(
+                f"model '{self.model.id}' understands only {', '.join(sorted(self.languages))}, not '{language}'",
+                param="language",
+            )
+
+    def _default_language(self) -> str | None:
+        return next(iter(self.languages)) if self.languages is not None and len(self.languages) == 1 else None
+
+
+def _segment(index: int, segment: Any, language: str) -> Segment:
+    words = tuple(Word(w.start, w.end, w.word, w.probability) for w in segment.words or ())
+    return Segment(
+        id=index,
+        start=segment.start,
+        end=segment.end,
+        text=segment.text,
+        words=words,
+        avg_logprob=segment.avg_logprob,
+        no_speech_prob=segment.no_speech_prob,
+        compression_ratio=segment.compression_ratio,
+        temperature=segment.temperature or 0.0,
+        tokens=tuple(segment.tokens),
+        language=language,
+    )
