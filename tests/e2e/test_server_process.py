@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, STARTER_IDS
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, STARTER_IDS, TTS_MODEL
 
 START_TIMEOUT_S = 180
 
@@ -149,6 +149,20 @@ def test_cli_ps_load_unload_against_the_server(server: Server) -> None:
     assert loaded.returncode == 0 and f"{EMBED_MODEL} ready" in loaded.stdout
     wrong = cli("load", "no-such-model")
     assert wrong.returncode == 1 and "does not exist" in wrong.stdout
+
+
+def test_speech_streams_a_sentence_at_a_time(server: Server) -> None:
+    text = " ".join(f"This is sentence number {n} of the streaming test." for n in range(1, 9))
+    body = {"model": TTS_MODEL, "input": text, "response_format": "pcm", "deterministic": True}
+    started = time.monotonic()
+    arrivals = []
+    with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        for chunk in response.iter_bytes():
+            arrivals.append((time.monotonic() - started, len(chunk)))
+    total = arrivals[-1][0]
+    assert len(arrivals) >= 4
+    assert arrivals[0][0] < total / 2  # the first audio came long before the last
 
 
 def test_sigterm_stops_the_server_cleanly(server: Server) -> None:
