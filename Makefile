@@ -45,6 +45,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_serving
 	$(BIN)/python -m benchmarks.bench_embeddings
 	$(BIN)/python -m benchmarks.bench_batching
+	$(BIN)/python -m benchmarks.bench_speech
 
 docs: install
 	$(BIN)/modelpool config-schema > docs/config.schema.json

@@ -27,10 +27,16 @@ def prompt(i: int) -> str:
     return f"Write a short story number {i} about {TOPICS[i % len(TOPICS)]}."
 
 
-async def one_stream(session, i: int) -> tuple[int, float]:  # noqa: ANN001 - aiohttp.ClientSession
+async def one_stream(session, i: int) -> tuple[int, float]:
     """(output tokens, seconds to the first token) of one streamed request."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": prompt(i)}], "max_tokens": MAX_TOKENS,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt(i)}],
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     started, first, tokens = time.perf_counter(), None, 0
     async with session.post("/v1/chat/completions", json=body) as response:
         response.raise_for_status()
@@ -68,8 +74,18 @@ async def measure(url: str, streams: int) -> dict[str, float]:
 
 def main() -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "modelpool", "serve", "--port", str(port), "--models", MODEL, "--log-level",
-            "warning"]
+    argv = [
+        sys.executable,
+        "-m",
+        "modelpool",
+        "serve",
+        "--port",
+        str(port),
+        "--models",
+        MODEL,
+        "--log-level",
+        "warning",
+    ]
     env_config = {"MODELPOOL_MODELS__SMOLLM2-135M-INSTRUCT-HF__PRELOAD": "true"}
     os.environ.update(env_config)
     with running(argv, f"http://127.0.0.1:{port}/readyz", timeout_s=300):
@@ -82,8 +98,10 @@ def main() -> None:
     print("| streams | tokens/s concurrent | tokens/s one at a time | ratio | TTFT p50 | TTFT p99 |")
     print("|---|---|---|---|---|---|")
     for n, r in results.items():
-        print(f"| {n} | {r['concurrent']:.1f} | {r['sequential']:.1f} | {r['concurrent'] / r['sequential']:.2f} | "
-              f"{r['ttft_p50'] * 1000:.0f} ms | {r['ttft_p99'] * 1000:.0f} ms |")
+        print(
+            f"| {n} | {r['concurrent']:.1f} | {r['sequential']:.1f} | {r['concurrent'] / r['sequential']:.2f} | "
+            f"{r['ttft_p50'] * 1000:.0f} ms | {r['ttft_p99'] * 1000:.0f} ms |"
+        )
 
 
 if __name__ == "__main__":

@@ -180,3 +180,48 @@ async def test_an_upload_over_the_limit_is_413() -> None:
             "/v1/audio/transcriptions", data={"model": STT_MODEL}, files={"file": ("a.wav", wav_bytes())}
         )
         assert ok.status_code == 200
+
+
+def transcode(wav: bytes, container: str, codec: str, rate: int) -> bytes:
+    """The same speech in another container, as a phone or a browser would upload it."""
+    import av
+
+    source = av.open(io.BytesIO(wav))
+    out_buffer = io.BytesIO()
+    with av.open(out_buffer, mode="w", format=container) as out:
+        stream = out.add_stream(codec, rate=rate, layout="mono")
+        resampler = av.AudioResampler(format=stream.codec_context.codec.audio_formats[0].name, layout="mono", rate=rate)
+        for frame in source.decode(audio=0):
+            for resampled in resampler.resample(frame):
+                for packet in stream.encode(resampled):
+                    out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return out_buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("name", "container", "codec", "rate"),
+    [("speech.m4a", "mp4", "aac", 22050), ("speech.webm", "webm", "libopus", 48000)],
+)
+async def test_m4a_and_webm_uploads(oai: openai.AsyncOpenAI, name: str, container: str, codec: str, rate: int):
+    audio = transcode(await speak(oai, SENTENCES, "wav"), container, codec, rate)
+    transcript = await oai.audio.transcriptions.create(model=STT_MODEL, file=(name, audio))
+    assert word_error_rate(SENTENCES, transcript.text) <= 0.10, transcript.text
+
+
+async def test_speed_changes_the_length(oai: openai.AsyncOpenAI) -> None:
+    async def seconds(speed: float) -> float:
+        reply = await oai.audio.speech.create(
+            model=TTS_MODEL,
+            voice="alloy",
+            input=SENTENCES,
+            response_format="pcm",
+            speed=speed,
+            extra_body={"deterministic": True},
+        )
+        return len(reply.content) / 2 / 22050
+
+    normal, fast, slow = await seconds(1.0), await seconds(2.0), await seconds(0.5)
+    # Speech scales with 1/speed; the pauses between sentences do not, so not exactly.
+    assert fast < 0.7 * normal and slow > 1.6 * normal

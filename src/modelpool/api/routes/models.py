@@ -35,5 +35,6 @@ def model_json(slot: ModelSlot) -> dict[str, Any]:
         "aliases": config.aliases,
         "backend": config.backend,
         "description": config.description,
+        "languages": config.options.get("languages"),
         "error": slot.error,
     }
