@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, STARTER_IDS, TTS_MODEL
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, STARTER_IDS, STT_MODEL, TTS_MODEL
 
 START_TIMEOUT_S = 180
 
@@ -163,6 +163,36 @@ def test_speech_streams_a_sentence_at_a_time(server: Server) -> None:
     total = arrivals[-1][0]
     assert len(arrivals) >= 4
     assert arrivals[0][0] < total / 2  # the first audio came long before the last
+
+
+def test_a_client_leaving_a_transcription_stops_the_decode(server: Server) -> None:
+    text = " ".join(f"Sentence number {n} is part of a long recording." for n in range(1, 40))
+    body = {"model": TTS_MODEL, "input": text, "response_format": "wav", "deterministic": True}
+    wav = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=120).content  # ~2 minutes of speech
+    files = {"file": ("long.wav", wav)}
+    with (
+        httpx.Client(base_url=server.url, timeout=60) as client,
+        client.stream(
+            "POST", "/v1/audio/transcriptions", data={"model": STT_MODEL, "stream": "true"}, files=files
+        ) as response,
+    ):
+        first = next(line for line in response.iter_lines() if line.startswith("data: "))
+        assert "transcript.text.delta" in first
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        models = httpx.get(f"{server.url}/v1/admin/models").json()["data"]
+        if next(m["in_flight"] for m in models if m["id"] == STT_MODEL) == 0:
+            break
+        time.sleep(0.05)
+    models = httpx.get(f"{server.url}/v1/admin/models").json()["data"]
+    assert next(m["in_flight"] for m in models if m["id"] == STT_MODEL) == 0
+    served = httpx.post(
+        f"{server.url}/v1/audio/transcriptions",
+        data={"model": STT_MODEL},
+        files={"file": ("short.wav", wav[: 44 + 2 * 22050 * 3])},
+        timeout=30,
+    )
+    assert served.status_code == 200
 
 
 def test_sigterm_stops_the_server_cleanly(server: Server) -> None:
