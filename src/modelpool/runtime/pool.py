@@ -32,10 +32,11 @@ from modelpool.backends.base import (
 from modelpool.backends.registry import backend_class, build_backend, model_tasks, parse_options
 from modelpool.config.schema import Config, ModelConfig
 from modelpool.config.sources import HubLocation
-from modelpool.errors import ConfigError, InsufficientCapacity, InvalidRequest, ModelNotFound, UnsupportedTask
+from modelpool.errors import ConfigError, InvalidRequest, ModelNotFound, UnsupportedTask
+from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock, SystemClock
 from modelpool.runtime.embedding_cache import EmbeddingCache
-from modelpool.runtime.eviction import Budget, Need, choose_victims
+from modelpool.runtime.eviction import Budget
 from modelpool.runtime.generation import Generation, GenerationStream, collect
 from modelpool.runtime.leased import LeasedStream
 from modelpool.runtime.metrics import Metrics
@@ -48,7 +49,6 @@ from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
 T = TypeVar("T")
-MiB = 1024 * 1024
 
 
 class ModelPool:
@@ -69,11 +69,11 @@ class ModelPool:
         self.reap_interval_s = reap_interval_s
         self._slots = {slot.id: slot for slot in slots}
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
-        self._room = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
         self._closing = False
+        self.capacity = Capacity(self.budget, self.slots)
         for slot in slots:
-            slot.capacity = self
+            slot.capacity = self.capacity
 
     # ----- lookup --------------------------------------------------------------------
 
@@ -148,37 +148,6 @@ class ModelPool:
                 await self.reap_idle()
             except Exception:
                 log.exception("idle reaping failed")
-
-    # ----- capacity ------------------------------------------------------------------
-
-    async def make_room(self, slot: ModelSlot, need: Need) -> None:
-        """Unload least recently used idle models until `need` fits the budget (CapacityGate)."""
-        async with self._room:
-            residents = [s.as_resident() for s in self._slots.values() if s is not slot and s.holds_memory()]
-            victims = choose_victims(need, residents, self.budget)
-            if victims is None:
-                raise InsufficientCapacity(self._capacity_message(slot, need, residents))
-            for victim in victims:
-                log.info("evicting model to make room", extra={"model": victim, "for_model": slot.id})
-                await self._slots[victim].unload()
-
-    def _capacity_message(self, slot: ModelSlot, need: Need, residents: list[Any]) -> str:
-        loaded = (
-            ", ".join(
-                f"{r.id} ({r.memory_bytes // MiB} MiB{', busy' if r.busy else ''}{', pinned' if r.pinned else ''})"
-                for r in residents
-            )
-            or "nothing"
-        )
-        limits = []
-        if self.budget.max_models is not None:
-            limits.append(f"max_loaded_models={self.budget.max_models}")
-        if self.budget.memory_bytes is not None:
-            limits.append(f"memory budget {self.budget.memory_bytes // MiB} MiB")
-        return (
-            f"cannot load model '{slot.id}': it needs {need.memory_bytes // MiB} MiB and the pool "
-            f"({', '.join(limits)}) cannot make room; loaded: {loaded}"
-        )
 
     # ----- requests ------------------------------------------------------------------
 

@@ -1,0 +1,55 @@
+"""Room for a load: the pool's budget, and the eviction that makes room (CapacityGate).
+
+Decisions are serialised by one lock, and a slot that is loading counts as resident (and
+busy) with its estimate, so two loads never both think the same room is free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from modelpool.errors import InsufficientCapacity
+from modelpool.runtime.eviction import Budget, Need, Resident, choose_victims
+from modelpool.runtime.slot import ModelSlot
+
+log = logging.getLogger("modelpool.runtime")
+MiB = 1024 * 1024
+
+
+class Capacity:
+    def __init__(self, budget: Budget, slots: Callable[[], list[ModelSlot]]) -> None:
+        self.budget = budget
+        self._slots = slots
+        self._room = asyncio.Lock()
+
+    async def make_room(self, slot: ModelSlot, need: Need) -> None:
+        """Unload least recently used idle models until `need` fits, or raise InsufficientCapacity."""
+        async with self._room:
+            others = {s.id: s for s in self._slots() if s is not slot and s.holds_memory()}
+            residents = [s.as_resident() for s in others.values()]
+            victims = choose_victims(need, residents, self.budget)
+            if victims is None:
+                raise InsufficientCapacity(self._refusal(slot, need, residents))
+            for victim in victims:
+                log.info("evicting model to make room", extra={"model": victim, "for_model": slot.id})
+                await others[victim].unload()
+
+    def _refusal(self, slot: ModelSlot, need: Need, residents: list[Resident]) -> str:
+        loaded = ", ".join(
+            f"{r.id} ({r.memory_bytes // MiB} MiB{', busy' if r.busy else ''}{', pinned' if r.pinned else ''})"
+            for r in residents
+        ) or "nothing"  # fmt: skip
+        limits = []
+        if self.budget.max_models is not None:
+            limits.append(f"max_loaded_models={self.budget.max_models}")
+        if self.budget.memory_bytes is not None:
+            limits.append(f"memory budget {self.budget.memory_bytes // MiB} MiB")
+        if self.budget.gpu_bytes is not None:
+            limits.append(f"GPU budget {self.budget.gpu_bytes // MiB} MiB")
+        return (
+            f"cannot load model '{slot.id}': it needs {need.memory_bytes // MiB} MiB"
+            f"{f' and {need.gpu_bytes // MiB} MiB of GPU memory' if need.gpu_bytes else ''} and the pool "
+            f"({', '.join(limits)}) cannot make room; loaded: {loaded}"
+        )
