@@ -19,8 +19,10 @@ LONG = ChatRequest((ChatMessage("user", "Write a very long story about the sea."
 
 
 def on_demand(**chat: object) -> dict[str, object]:
-    """Both starter models, neither preloaded; extra settings for the chat model."""
-    return {"models": {CHAT_MODEL: {"preload": False, **chat}, EMBED_MODEL: {"preload": False}}}
+    """The starter catalog with nothing preloaded (so budgets and load counts are the test's
+    own); extra settings for the chat model."""
+    models: dict[str, object] = {model: {"preload": False} for model in STARTER_IDS}
+    return {"models": {**models, CHAT_MODEL: {"preload": False, **chat}}}
 
 
 async def admin_models(client: httpx.AsyncClient) -> dict[str, dict]:
