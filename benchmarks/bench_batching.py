@@ -12,11 +12,10 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from datetime import date
 
-from benchmarks.bench_serving import free_port, running
+from benchmarks.bench_serving import free_port, running, serve_argv
 
 MODEL = "smollm2-135m-instruct-hf"
 MAX_TOKENS = 64
@@ -74,18 +73,7 @@ async def measure(url: str, streams: int) -> dict[str, float]:
 
 def main() -> None:
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "modelpool",
-        "serve",
-        "--port",
-        str(port),
-        "--models",
-        MODEL,
-        "--log-level",
-        "warning",
-    ]
+    argv = serve_argv(port, MODEL)
     env_config = {"MODELPOOL_MODELS__SMOLLM2-135M-INSTRUCT-HF__PRELOAD": "true"}
     os.environ.update(env_config)
     with running(argv, f"http://127.0.0.1:{port}/readyz", timeout_s=300):

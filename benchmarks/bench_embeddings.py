@@ -12,13 +12,12 @@ import asyncio
 import os
 import platform
 import statistics
-import sys
 import time
 from datetime import date
 
 import httpx
 
-from benchmarks.bench_serving import free_port, running
+from benchmarks.bench_serving import free_port, running, serve_argv
 from modelpool.config.sources import resolve_source
 
 MODEL = "all-minilm-l6-v2"
@@ -77,18 +76,7 @@ def direct_rate() -> float:
 
 def main() -> None:
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "modelpool",
-        "serve",
-        "--port",
-        str(port),
-        "--models",
-        MODEL,
-        "--log-level",
-        "warning",
-    ]
+    argv = serve_argv(port, MODEL)
     with running(argv, f"http://127.0.0.1:{port}/readyz"):
         url = f"http://127.0.0.1:{port}"
         ours = {fmt: asyncio.run(concurrent_rate(url, fmt)) for fmt in ("base64", "float")}

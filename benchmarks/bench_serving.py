@@ -64,6 +64,12 @@ def running(argv: list[str], ready_url: str, timeout_s: float = 180) -> Iterator
             process.kill()
 
 
+def serve_argv(port: int, *models: str) -> list[str]:
+    """`modelpool serve` on a port, quiet, serving `models` (all starter models if none)."""
+    argv = [sys.executable, "-m", "modelpool", "serve", "--port", str(port), "--log-level", "warning"]
+    return [*argv, "--models", ",".join(models)] if models else argv
+
+
 def _answers_200(url: str) -> bool:
     try:
         return httpx.get(url, timeout=2).status_code == 200

@@ -13,13 +13,12 @@ import io
 import os
 import platform
 import statistics
-import sys
 import time
 from datetime import date
 
 import httpx
 
-from benchmarks.bench_serving import free_port, running
+from benchmarks.bench_serving import free_port, running, serve_argv
 from modelpool.config.sources import resolve_source
 
 STT, TTS = "whisper-tiny.en", "piper-en-us-joe"
@@ -91,18 +90,7 @@ def speech_timing(url: str) -> tuple[float, float]:
 
 def main() -> None:
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "modelpool",
-        "serve",
-        "--port",
-        str(port),
-        "--models",
-        f"{STT},{TTS}",
-        "--log-level",
-        "warning",
-    ]
+    argv = serve_argv(port, STT, TTS)
     with running(argv, f"http://127.0.0.1:{port}/readyz"):
         url = f"http://127.0.0.1:{port}"
         wavs = synthesize_wavs(url)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends.base import Limits, MemoryEstimate, Segment, TranscriptionRequest, Word
 from modelpool.backends.requirements import require_engine
-from modelpool.backends.threads import EngineThread
+from modelpool.backends.threads import EngineThread, drain
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation, files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
@@ -66,8 +66,7 @@ class FasterWhisperBackend:
         import numpy as np
 
         silence = TranscriptionRequest(np.zeros(SAMPLE_RATE, dtype=np.float32), language=self._default_language())
-        async for _ in self.transcribe(silence):
-            pass
+        await drain(self.transcribe(silence))
 
     async def stop(self) -> None:
         self._whisper = None

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends.base import Limits, MemoryEstimate, SpeechRequest, Voice
 from modelpool.backends.requirements import require_engine
-from modelpool.backends.threads import EngineThread
+from modelpool.backends.threads import EngineThread, drain
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation, files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
@@ -63,8 +63,7 @@ class PiperBackend:
         self._language = _read_language(path)
 
     async def warmup(self) -> None:
-        async for _ in self.synthesize(SpeechRequest("Hello.", deterministic=True)):
-            pass
+        await drain(self.synthesize(SpeechRequest("Hello.", deterministic=True)))
 
     async def stop(self) -> None:
         self._voice = None

@@ -72,3 +72,9 @@ class EngineThread:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+async def drain(items: AsyncIterator[Any]) -> None:
+    """Run an async iterator to its end, dropping what it yields (warmups)."""
+    async for _ in items:
+        continue

@@ -21,16 +21,22 @@ def parse_duration(value: Any) -> float:
     if not isinstance(value, str):
         raise ValueError("a duration is a number of seconds or text like '5m'")
     text = value.strip().lower()
-    try:
+    if _is_number(text):
         return parse_duration(float(text))
-    except ValueError:
-        pass
     if text.startswith("-"):
         return FOREVER
     parts = _PART.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         raise ValueError(f"'{value}' is not a duration (examples: 30, '45s', '5m', '1h30m', -1)")
     return sum(float(number) * _UNITS[unit] for number, unit in parts)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]

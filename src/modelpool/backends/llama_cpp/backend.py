@@ -20,7 +20,7 @@ from modelpool.backends.base import (
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.requirements import require_engine
-from modelpool.backends.threads import EngineThread
+from modelpool.backends.threads import EngineThread, drain
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation, files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
@@ -79,8 +79,7 @@ class LlamaCppBackend:
         engine = self._require_engine()
         prompt = await self._thread.call(engine.tokenize, "Hello", add_bos=True)
         warm = SamplingParams(max_tokens=1, temperature=0.0)
-        async for _ in self._thread.stream(lambda cancel: engine.generate(prompt, warm, cancel, param="prompt")):
-            pass
+        await drain(self._thread.stream(lambda cancel: engine.generate(prompt, warm, cancel, param="prompt")))
 
     async def start(self) -> None:
         require_engine(self.model.id, ("llama_cpp",), "llama")

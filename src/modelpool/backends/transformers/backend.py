@@ -19,7 +19,7 @@ from modelpool.backends.base import (
     TokenLogprob,
 )
 from modelpool.backends.requirements import require_engine
-from modelpool.backends.threads import EngineThread
+from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.torch_device import estimate_on, pick_device
 from modelpool.backends.transformers.convert import hf_folder_for
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
@@ -85,8 +85,7 @@ class TransformersBackend:
         self.limits = Limits(self.options.max_batch_size, self._max_len, self.options.max_batch_size)
 
     async def warmup(self) -> None:
-        async for _ in self._generate([*await self._encode("Hello")], SamplingParams(max_tokens=1, temperature=0)):
-            pass
+        await drain(self._generate([*await self._encode("Hello")], SamplingParams(max_tokens=1, temperature=0)))
 
     async def stop(self) -> None:
         engine, self._engine = self._engine, None
