@@ -1,0 +1,1 @@
+"""Supervising OS processes: spawn, health-poll, log capture, stop with escalation, ports."""

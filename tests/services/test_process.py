@@ -1,0 +1,90 @@
+"""ManagedProcess with real child processes (small Python HTTP servers on loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from modelpool.services.ports import free_port, port_in_use
+from modelpool.services.process import ManagedProcess, ProcessFailed, ProcessSpec
+
+SERVER = """
+import http.server, os, signal, sys
+if "--ignore-term" in sys.argv:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("child env:", os.environ.get("CHILD_FLAG"), os.environ.get("LD_LIBRARY_PATH", "").split(":")[0], flush=True)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+    def log_message(self, *args):
+        print("request", self.path, flush=True)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+def spec(tmp_path: Path, *extra: str, **fields: object) -> ProcessSpec:
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    defaults: dict[str, object] = {"start_timeout_s": 30, "stop_grace_s": 5, "log_file": tmp_path / "child.log"}
+    return ProcessSpec(
+        name="child", argv=(sys.executable, str(script), "{port}", *extra), port=free_port(), **{**defaults, **fields}
+    )
+
+
+async def test_start_waits_for_health_captures_output_and_stops(tmp_path: Path) -> None:
+    child = ManagedProcess(spec(tmp_path, env={"CHILD_FLAG": "on"}, library_path=("/opt/engine/lib",)))
+    await child.start()
+    assert child.running and port_in_use(child.spec.port)
+    assert "child env: on /opt/engine/lib" in child.last_lines()
+    assert "request /health" in child.last_lines()
+    assert await child.stop() == -signal.SIGTERM
+    assert not port_in_use(child.spec.port)
+    assert "child env: on" in (tmp_path / "child.log").read_text()
+
+
+async def test_stop_escalates_to_sigkill_for_a_process_that_ignores_sigterm(tmp_path: Path) -> None:
+    child = ManagedProcess(spec(tmp_path, "--ignore-term", stop_grace_s=0.5))
+    await child.start()
+    assert await child.stop() == -signal.SIGKILL
+
+
+async def test_a_process_that_exits_while_starting_is_reported_with_its_output(tmp_path: Path) -> None:
+    broken = ProcessSpec(
+        name="broken",
+        port=free_port(),
+        start_timeout_s=30,
+        argv=(sys.executable, "-c", "print('missing weights: /x.gguf'); raise SystemExit(3)"),
+    )
+    with pytest.raises(ProcessFailed) as caught:
+        await ManagedProcess(broken).start()
+    assert "exited with code 3" in caught.value.message and "missing weights" in caught.value.message
+
+
+async def test_a_process_that_never_gets_healthy_times_out_and_is_stopped(tmp_path: Path) -> None:
+    child = ManagedProcess(spec(tmp_path, health_path="/not-here", start_timeout_s=1.5))
+    with pytest.raises(ProcessFailed, match="was not healthy"):
+        await child.start()
+    assert not child.running
+
+
+async def test_a_crash_is_noticed_with_its_exit_code(tmp_path: Path) -> None:
+    exits: list[int] = []
+    noticed = asyncio.Event()
+
+    def on_exit(code: int) -> None:
+        exits.append(code)
+        noticed.set()
+
+    child = ManagedProcess(spec(tmp_path), on_exit=on_exit)
+    await child.start()
+    assert child.pid is not None
+    os.kill(child.pid, signal.SIGKILL)
+    await asyncio.wait_for(noticed.wait(), 10)
+    assert exits == [-signal.SIGKILL] and not child.running
+    await child.stop()  # stopping a dead process is fine
