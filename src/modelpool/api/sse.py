@@ -60,22 +60,14 @@ class ClosingStreamingResponse(StreamingResponse):
             await self._on_close()
 
 
-class EventStreamResponse(StreamingResponse):
+class EventStreamResponse(ClosingStreamingResponse):
+    """Server-sent events; a failure mid-stream becomes the stream's error event(s)."""
+
     def __init__(
         self,
         events: AsyncIterator[bytes],
         on_close: Callable[[], Awaitable[None]],
         on_error: ErrorEvents = chat_error_events,
     ) -> None:
-        super().__init__(
-            with_error_event(events, on_error),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._on_close()
+        super().__init__(with_error_event(events, on_error), "text/event-stream", on_close)
+        self.headers["X-Accel-Buffering"] = "no"

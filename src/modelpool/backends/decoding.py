@@ -8,7 +8,11 @@ leaks into the output, even when it arrives split across tokens.
 from __future__ import annotations
 
 import codecs
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+
+from modelpool.backends.base import GenerationChunk, TokenLogprob
+from modelpool.errors import ContextLengthExceeded
 
 
 class Utf8Stream:
@@ -55,3 +59,32 @@ class StopMatcher:
                     best = length
                     break
         return best
+
+
+def tokens_to_generate(prompt_tokens: int, max_tokens: int | None, limit: int, param: str) -> int:
+    """How many tokens a request may generate within the model's `limit`; a prompt that
+    does not fit, or a `max_tokens` past the room left, is a 400 naming the numbers."""
+    room = limit - prompt_tokens
+    if room <= 0:
+        raise ContextLengthExceeded(
+            f"the prompt is {prompt_tokens} tokens; this model takes at most {limit}", param=param
+        )
+    if max_tokens is not None and max_tokens > room:
+        raise ContextLengthExceeded(
+            f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
+            f"limit of {limit} tokens; ask for at most {room} tokens",
+            param="max_tokens",
+        )
+    return room if max_tokens is None else max_tokens
+
+
+async def with_echo(
+    chunks: AsyncIterator[GenerationChunk], text: str, logprobs: tuple[TokenLogprob, ...]
+) -> AsyncIterator[GenerationChunk]:
+    """The prompt (and its scored tokens) put in front of the first chunk (`echo: true`)."""
+    first = True
+    async for chunk in chunks:
+        if first:
+            chunk = replace(chunk, text=text + chunk.text, logprobs=logprobs + chunk.logprobs)
+            first = False
+        yield chunk

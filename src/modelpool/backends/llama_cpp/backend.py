@@ -17,6 +17,7 @@ from modelpool.backends.base import (
     SamplingParams,
     TokenLogprob,
 )
+from modelpool.backends.decoding import with_echo
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.requirements import require_engine
@@ -121,15 +122,8 @@ class LlamaCppBackend:
         echoed: tuple[TokenLogprob, ...] = ()
         if request.echo and request.sampling.logprobs is not None:
             echoed = tuple(await self._thread.call(engine.score_tokens, prompt, request.sampling.logprobs))
-        first = True
-        async for chunk in self._thread.stream(
-            lambda cancel: engine.generate(prompt, request.sampling, cancel, param="prompt")
-        ):
-            if first and request.echo:
-                chunk = GenerationChunk(
-                    echo_text + chunk.text, echoed + chunk.logprobs, chunk.finish_reason, chunk.usage
-                )
-            first = False
+        chunks = self._thread.stream(lambda cancel: engine.generate(prompt, request.sampling, cancel, param="prompt"))
+        async for chunk in with_echo(chunks, echo_text, echoed) if request.echo else chunks:
             yield chunk
 
     async def tokenize(self, text: str) -> list[int]:

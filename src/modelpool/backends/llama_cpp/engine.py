@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from modelpool.backends.base import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
-from modelpool.backends.decoding import StopMatcher, Utf8Stream
-from modelpool.errors import ContextLengthExceeded, InvalidRequest
+from modelpool.backends.decoding import StopMatcher, Utf8Stream, tokens_to_generate
+from modelpool.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -131,19 +131,7 @@ class LlamaEngine:
         return TokenLogprob(_text(piece), float(logprobs[token]), tuple(piece), top, greedy=greedy, token_id=token)
 
     def _check_fits(self, prompt: list[int], max_tokens: int | None, param: str) -> int:
-        room = self.context_length - len(prompt)
-        if room <= 0:
-            raise ContextLengthExceeded(
-                f"the prompt is {len(prompt)} tokens; this model's context holds {self.context_length}",
-                param=param,
-            )
-        if max_tokens is not None and max_tokens > room:
-            raise ContextLengthExceeded(
-                f"the prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
-                f"context of {self.context_length} tokens; ask for at most {room} tokens",
-                param="max_tokens",
-            )
-        return room if max_tokens is None else max_tokens
+        return tokens_to_generate(len(prompt), max_tokens, self.context_length, param)
 
     def _logprob(self, token: int, piece: bytes, top_n: int) -> TokenLogprob:
         """Log-probabilities under the model's own distribution (before sampling settings)."""

@@ -18,6 +18,7 @@ from modelpool.backends.base import (
     SamplingParams,
     TokenLogprob,
 )
+from modelpool.backends.decoding import tokens_to_generate, with_echo
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.torch_device import estimate_on, pick_device
@@ -28,7 +29,7 @@ from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation, files_size, locate
-from modelpool.errors import ContextLengthExceeded, InvalidRequest, ModelLoadFailed
+from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.tasks import Task
 
 
@@ -111,13 +112,8 @@ class TransformersBackend:
         echoed: tuple[TokenLogprob, ...] = ()
         if request.echo and request.sampling.logprobs is not None:
             echoed = tuple(await self.score_tokens(prompt, request.sampling.logprobs))
-        first = True
-        async for chunk in self._generate(prompt, request.sampling, param="prompt"):
-            if first and request.echo:
-                chunk = GenerationChunk(
-                    echo_text + chunk.text, echoed + chunk.logprobs, chunk.finish_reason, chunk.usage
-                )
-            first = False
+        chunks = self._generate(prompt, request.sampling, param="prompt")
+        async for chunk in with_echo(chunks, echo_text, echoed) if request.echo else chunks:
             yield chunk
 
     async def tokenize(self, text: str) -> list[int]:
@@ -202,18 +198,7 @@ class TransformersBackend:
         return list(ids)
 
     def _check_fits(self, prompt: list[int], max_tokens: int | None, param: str) -> int:
-        room = self._max_len - len(prompt)
-        if room <= 0:
-            raise ContextLengthExceeded(
-                f"the prompt is {len(prompt)} tokens; this model takes at most {self._max_len}", param=param
-            )
-        if max_tokens is not None and max_tokens > room:
-            raise ContextLengthExceeded(
-                f"the prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
-                f"limit of {self._max_len} tokens; ask for at most {room} tokens",
-                param="max_tokens",
-            )
-        return room if max_tokens is None else max_tokens
+        return tokens_to_generate(len(prompt), max_tokens, self._max_len, param)
 
     def _load(self, path: Path) -> tuple[Any, Any]:
         import torch
