@@ -11,6 +11,7 @@ Nothing maps errors by matching message text.
     │   └── UnsupportedTask             400  invalid_request_error / unsupported_task
     ├── AuthenticationFailed            401  authentication_error / invalid_api_key
     ├── PermissionDenied                403  permission_error / insufficient_scope
+    │   └── RemoteNotAllowed            403  permission_error / remote_not_allowed
     ├── ModelNotFound                   404  invalid_request_error / model_not_found
     ├── ModelNotLoaded                  409  invalid_request_error / model_not_loaded  (autoload off)
     ├── RequestTooLarge                 413  invalid_request_error / request_too_large
@@ -22,7 +23,9 @@ Nothing maps errors by matching message text.
     ├── InsufficientCapacity            503  server_error / insufficient_capacity
     ├── ModelUnloaded                   503  server_error / model_unloaded (a forced unload cut the request)
     ├── ShuttingDown                    503  server_error / shutting_down
-    └── GenerationFailed                500  server_error / generation_failed
+    ├── GenerationFailed                500  server_error / generation_failed
+    ├── UpstreamUnavailable             502  server_error / upstream_unavailable (engine process or remote unreachable)
+    └── UpstreamError                   4xx/502  the upstream's own type and code (its 4xx pass through; 5xx → 502)
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ class PermissionDenied(ModelpoolError):
     status_code = 403
     type = "permission_error"
     code = "insufficient_scope"
+
+
+class RemoteNotAllowed(PermissionDenied):
+    code = "remote_not_allowed"
 
 
 class ModelNotFound(ModelpoolError):
@@ -155,3 +162,22 @@ class ShuttingDown(ModelpoolError):
 
 class GenerationFailed(ModelpoolError):
     code = "generation_failed"
+
+
+class UpstreamUnavailable(ModelpoolError):
+    """The engine process or remote server could not be reached, or went away mid-request."""
+
+    status_code = 502
+    code = "upstream_unavailable"
+
+
+class UpstreamError(ModelpoolError):
+    """An error answered by an upstream server. Its 4xx statuses reach the client as they
+    are (the request was at fault); anything else becomes 502."""
+
+    def __init__(self, status: int, message: str, *, error_type: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.upstream_status = status
+        self.status_code = status if 400 <= status < 500 else 502
+        self.type = error_type or ("invalid_request_error" if self.status_code < 500 else "server_error")
+        self.code = code or "upstream_error"

@@ -10,7 +10,7 @@ early (it may be empty), so the API can still answer such problems with a 4xx.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -266,3 +266,31 @@ class EmbeddingBackend(Backend, Protocol):
 
     async def embed_tokens(self, ids: list[list[int]]) -> npt.NDArray[np.float32]:
         """One row per prepared input, in order. The pool batches several requests into one call."""
+
+
+@runtime_checkable
+class ForwardedEmbeddingBackend(Backend, Protocol):
+    """Embeddings computed by an upstream server: whole requests are forwarded, with no
+    local tokenizing, batching or caching (that is the upstream's business)."""
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult: ...
+
+
+@runtime_checkable
+class ProcessBackend(Backend, Protocol):
+    """A backend whose engine is a process of its own: it can crash, it has output, its
+    memory is its own, and (persistent) it may outlive modelpool."""
+
+    pid: int | None
+
+    def supervise(self, on_crash: Callable[[str], None]) -> None:
+        """Call `on_crash(message)` if the process dies without being asked to."""
+
+    def resident_bytes(self) -> int:
+        """Resident memory of the process and its children."""
+
+    def log_tail(self, count: int) -> list[str]:
+        """The process's last `count` output lines."""
+
+    async def detach(self) -> None:
+        """modelpool is stopping: leave a persistent process running, stop any other."""

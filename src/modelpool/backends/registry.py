@@ -20,6 +20,9 @@ BACKENDS: Mapping[str, str] = {
     "transformers": "modelpool.backends.transformers.backend:TransformersBackend",
     "faster_whisper": "modelpool.backends.faster_whisper:FasterWhisperBackend",
     "piper": "modelpool.backends.piper:PiperBackend",
+    "llama_server": "modelpool.backends.managed.llama_server:LlamaServerBackend",
+    "vllm_serve": "modelpool.backends.managed.vllm_serve:VllmServeBackend",
+    "openai_remote": "modelpool.backends.remote.backend:OpenAIRemoteBackend",
 }
 
 
@@ -56,6 +59,8 @@ def model_tasks(model: ModelConfig) -> frozenset[Task]:
 def parse_options(model: ModelConfig) -> BaseModel:
     """The model's backend options, validated by its backend; bad options fail before any loading."""
     cls = backend_class(model.backend)
+    if model.source is None and getattr(cls, "needs_source", True):
+        raise ConfigError(f"model '{model.id}': backend '{model.backend}' needs a `source` (where its weights are)")
     try:
         return cls.Options.model_validate(model.options)
     except ValidationError as exc:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from modelpool.cli import admin
+from modelpool.cli import admin, processes
 from modelpool.cli.output import echo_err, print_models_table
 from modelpool.config import load_config
 from modelpool.config.redact import redacted_config
@@ -66,6 +66,7 @@ def list_models(config: ConfigOpt = None, local_config: LocalOpt = None) -> None
 app.command("ps")(admin.ps)
 app.command("load")(admin.load)
 app.command("unload")(admin.unload)
+app.command("stop-persistent")(processes.stop_persistent)
 
 
 @app.command("config-schema")

@@ -24,10 +24,10 @@ def print_models_table(config: Config) -> None:
             tasks = ",".join(sorted(t.value for t in model_tasks(model)))
         except ConfigError as exc:
             tasks = f"error: {exc.message}"
-        installed = is_source_available(model.source, hub=hub)
+        installed = model.source is None or is_source_available(model.source, hub=hub)
         if not installed and model.install_hint:
             hints.append(f"  {model.id}: {model.install_hint}")
-        rows.append((model.id, tasks, model.backend, _yes(model.id in served), _yes(installed), model.source))
+        rows.append((model.id, tasks, model.backend, _yes(model.id in served), _yes(installed), model.source or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip())

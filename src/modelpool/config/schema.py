@@ -132,12 +132,13 @@ class ModelConfig(_Strict):
     """Public model id clients put in `model`. Taken from the key under `models:`."""
 
     backend: str
-    """Engine that runs the model: `llama_cpp` or `sentence_transformers`."""
+    """Engine that runs the model: `llama_cpp`, `sentence_transformers`, `transformers`,
+    `faster_whisper`, `piper`, `llama_server`, `vllm_serve` or `openai_remote`."""
 
-    source: str
+    source: str | None = None
     """Where the weights are: a local path (relative to the config file),
     `package:PKG/relative/path` (inside an installed Python package) or
-    `hf:org/repo[:file]` (through the Hugging Face cache)."""
+    `hf:org/repo[:file]` (through the Hugging Face cache). Not needed by `openai_remote`."""
 
     tasks: list[Task] | None = None
     """What the model may be used for (chat, completion, embedding, ...). Defaults to
@@ -183,6 +184,18 @@ class ModelConfig(_Strict):
 
     retry_cooldown_s: float = Field(default=30.0, ge=0)
     """After a failed load, requests get the error at once for this long, then a load is retried."""
+
+    restart_backoff_s: float = Field(default=1.0, ge=0)
+    """After an engine process crashes, the next request restarts it after this long,
+    doubled for each crash in a row (a served request ends the row)."""
+
+    max_restarts: int = Field(default=5, ge=0)
+    """Crashes in a row after which modelpool stops restarting the engine and says so;
+    `modelpool load` (an explicit load) tries again."""
+
+    allow_remote: bool = False
+    """For remote backends (`openai_remote`): serve requests that do not say
+    `allow_remote: true`. Off, such requests get 403 `remote_not_allowed`."""
 
     warmup: bool = True
     """Run one tiny request right after loading, so the first user request is not the slow one."""
@@ -235,6 +248,11 @@ class Config(_Strict):
     work_dir: Path | None = None
     """Where modelpool keeps files it makes, such as GGUF models converted for transformers
     (default: ~/.cache/modelpool)."""
+
+    state_dir: Path | None = None
+    """Where modelpool keeps the registry of processes that outlive it (persistent engines,
+    stack services) and their logs (default: $XDG_STATE_HOME/modelpool, i.e.
+    ~/.local/state/modelpool)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -21,12 +21,15 @@ HF_PREFIX = "hf:"
 
 @dataclass(frozen=True)
 class HubLocation:
-    """Where huggingface_hub keeps files, whether it may go online for them, and where
-    modelpool keeps files it makes itself (converted models)."""
+    """Where huggingface_hub keeps files, whether it may go online for them, where
+    modelpool keeps files it makes itself (converted models), and its state directory
+    (the registry of long-lived processes, their logs)."""
 
     cache_dir: Path | None = None
     offline: bool = False
     work_dir: Path = Path.home() / ".cache" / "modelpool"
+    state_dir: Path | None = None
+    """None: `services.registry.default_state_dir()`."""
 
 
 def resolve_source(source: str, *, model_id: str, hub: HubLocation = HubLocation()) -> Path:
@@ -43,6 +46,8 @@ def resolve_source(source: str, *, model_id: str, hub: HubLocation = HubLocation
 
 async def locate(model: ModelConfig, hub: HubLocation) -> Path:
     """resolve_source for a model, off the event loop (it may touch the disk or download)."""
+    if model.source is None:
+        raise ModelSourceError(f"model '{model.id}': backend '{model.backend}' needs a `source` (its weights)")
     return await asyncio.to_thread(resolve_source, model.source, model_id=model.id, hub=hub)
 
 

@@ -21,6 +21,7 @@ from modelpool.backends.base import (
     EmbeddingBackend,
     EmbeddingRequest,
     EmbeddingResult,
+    ForwardedEmbeddingBackend,
     GenerationChunk,
     ScoringBackend,
     Segment,
@@ -32,7 +33,8 @@ from modelpool.backends.base import (
 from modelpool.backends.registry import backend_class, build_backend, model_tasks, parse_options
 from modelpool.config.schema import Config, ModelConfig
 from modelpool.config.sources import HubLocation
-from modelpool.errors import ConfigError, InvalidRequest, ModelNotFound, UnsupportedTask
+from modelpool.errors import ConfigError, InvalidRequest, ModelNotFound, RemoteNotAllowed, UnsupportedTask
+from modelpool.runtime.call import CallOptions
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock, SystemClock
 from modelpool.runtime.embedding_cache import EmbeddingCache
@@ -49,6 +51,7 @@ from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
 T = TypeVar("T")
+DEFAULT_CALL = CallOptions()
 
 
 class ModelPool:
@@ -86,11 +89,18 @@ class ModelPool:
         except KeyError:
             raise ModelNotFound(name, list(self._slots)) from None
 
-    def slot_for(self, name: str, task: Task) -> ModelSlot:
+    def slot_for(self, name: str, task: Task, options: CallOptions = DEFAULT_CALL) -> ModelSlot:
+        """The slot that serves `name` for `task`, once the request may use it."""
         slot = self.slot(name)
         if task not in slot.tasks:
             can = ", ".join(sorted(t.value for t in slot.tasks))
             raise UnsupportedTask(f"model '{slot.id}' does not do {task.value} (it does: {can})", param="model")
+        if slot.remote and not (options.allow_remote or slot.config.allow_remote):
+            raise RemoteNotAllowed(
+                f"model '{slot.id}' is served by a remote upstream; send `allow_remote: true` with the request "
+                "(or set `allow_remote: true` on the model) to use it",
+                param="allow_remote",
+            )
         return slot
 
     def metrics_label(self, name: str) -> str:
@@ -151,9 +161,9 @@ class ModelPool:
 
     # ----- requests ------------------------------------------------------------------
 
-    async def chat(self, name: str, request: ChatRequest, keep_alive: float | None = None) -> GenerationStream:
-        slot = self.slot_for(name, Task.CHAT)
-        lease = await slot.lease(self.model_wait_s, keep_alive)
+    async def chat(self, name: str, request: ChatRequest, options: CallOptions = DEFAULT_CALL) -> GenerationStream:
+        slot = self.slot_for(name, Task.CHAT, options)
+        lease = await slot.lease(self.model_wait_s, options.keep_alive)
         parser = slot.config.reasoning_parser
 
         def run(backend: Backend) -> AsyncIterator[GenerationChunk]:
@@ -163,9 +173,9 @@ class ModelPool:
         return await self._start(lease, run, owns_lease=True)
 
     async def complete(
-        self, name: str, request: CompletionRequest, keep_alive: float | None = None
+        self, name: str, request: CompletionRequest, options: CallOptions = DEFAULT_CALL
     ) -> GenerationStream:
-        lease = await self.lease(name, Task.COMPLETION, keep_alive)
+        lease = await self.lease(name, Task.COMPLETION, options)
         return await self._start(lease, lambda b: cast(CompletionBackend, b).complete(request), owns_lease=True)
 
     async def complete_on(self, lease: Lease, request: CompletionRequest) -> GenerationStream:
@@ -173,16 +183,16 @@ class ModelPool:
         request are admitted once, not each again behind other requests."""
         return await self._start(lease, lambda b: cast(CompletionBackend, b).complete(request), owns_lease=False)
 
-    async def lease(self, name: str, task: Task, keep_alive: float | None = None) -> Lease:
+    async def lease(self, name: str, task: Task, options: CallOptions = DEFAULT_CALL) -> Lease:
         """A turn on a ready replica of the model that `name` names (for callers that run
         several things on one turn). Release it."""
-        return await self.slot_for(name, task).lease(self.model_wait_s, keep_alive)
+        return await self.slot_for(name, task, options).lease(self.model_wait_s, options.keep_alive)
 
     async def embed(
-        self, name: str, request: EmbeddingRequest, keep_alive: float | None = None
+        self, name: str, request: EmbeddingRequest, options: CallOptions = DEFAULT_CALL
     ) -> tuple[EmbeddingResult, RequestTiming]:
-        slot = self.slot_for(name, Task.EMBEDDING)
-        lease = await slot.lease(self.model_wait_s, keep_alive)
+        slot = self.slot_for(name, Task.EMBEDDING, options)
+        lease = await slot.lease(self.model_wait_s, options.keep_alive)
         try:
             result = await self._embed_on(lease, slot.embedding_cache, request)
         finally:
@@ -193,7 +203,9 @@ class ModelPool:
         return result, lease.timing
 
     async def _embed_on(self, lease: Lease, cache: EmbeddingCache, request: EmbeddingRequest) -> EmbeddingResult:
-        backend = cast(EmbeddingBackend, lease.backend)
+        backend = lease.backend
+        if not isinstance(backend, EmbeddingBackend):  # computed upstream: no local tokens to batch or cache
+            return await cast(ForwardedEmbeddingBackend, backend).embed(request)
         ids = await backend.prepare(request)
         keys = [(item, request.truncate) for item in request.inputs]
         found = [cache.get(key) if cache.size else None for key in keys]
@@ -225,22 +237,22 @@ class ModelPool:
         return stream
 
     async def transcribe(
-        self, name: str, request: TranscriptionRequest, keep_alive: float | None = None
+        self, name: str, request: TranscriptionRequest, options: CallOptions = DEFAULT_CALL
     ) -> LeasedStream[Segment]:
         """Segments of the transcript as they are decoded, on one turn of the model."""
-        slot = self.slot_for(name, Task.TRANSCRIPTION)
-        lease = await slot.lease(self.model_wait_s, keep_alive)
+        slot = self.slot_for(name, Task.TRANSCRIPTION, options)
+        lease = await slot.lease(self.model_wait_s, options.keep_alive)
         backend = cast(TranscriptionBackend, lease.backend)
         audio_s = len(request.audio) / backend.sample_rate
         on_close = self._audio_observer(slot.id, "transcription", lease, lambda: audio_s)
         return await self._leased(lease, lambda: backend.transcribe(request), on_close)
 
     async def speak(
-        self, name: str, request: SpeechRequest, keep_alive: float | None = None
+        self, name: str, request: SpeechRequest, options: CallOptions = DEFAULT_CALL
     ) -> LeasedStream[npt.NDArray[np.int16]]:
         """Speech, a sentence of samples at a time, on one turn of the model."""
-        slot = self.slot_for(name, Task.SPEECH)
-        lease = await slot.lease(self.model_wait_s, keep_alive)
+        slot = self.slot_for(name, Task.SPEECH, options)
+        lease = await slot.lease(self.model_wait_s, options.keep_alive)
         backend = cast(SpeechBackend, lease.backend)
         produced = [0]
 
@@ -274,19 +286,23 @@ class ModelPool:
         await stream.prefetch()
         return stream
 
-    async def loglikelihood(self, name: str, pairs: list[tuple[str, str]]) -> list[Loglikelihood]:
+    async def loglikelihood(
+        self, name: str, pairs: list[tuple[str, str]], options: CallOptions = DEFAULT_CALL
+    ) -> list[Loglikelihood]:
         """Score each (prompt, continuation) on one turn of the model."""
-        lease = await self.lease(name, Task.SCORING)
+        lease = await self.lease(name, Task.SCORING, options)
         try:
             backend = cast(ScoringBackend, lease.backend)
             return [await loglikelihood(backend, prompt, cont, i) for i, (prompt, cont) in enumerate(pairs)]
         finally:
             lease.release()
 
-    async def generate_all(self, name: str, requests: list[CompletionRequest]) -> list[Generation]:
+    async def generate_all(
+        self, name: str, requests: list[CompletionRequest], options: CallOptions = DEFAULT_CALL
+    ) -> list[Generation]:
         """Generate for every prompt on one turn of the model, all at once: an engine that
         batches (transformers) runs them together, one that does not runs them in turn."""
-        lease = await self.lease(name, Task.COMPLETION)
+        lease = await self.lease(name, Task.COMPLETION, options)
 
         async def one(request: CompletionRequest) -> Generation:
             stream = await self.complete_on(lease, request)
@@ -314,6 +330,7 @@ class ModelPool:
             await slot.reconfigure(self._with_overrides(slot.config, overrides))
         if replicas is not None and replicas != slot.config.replicas:
             await slot.scale(replicas)
+        slot.forgive_crashes()
         await slot.ensure_ready(None, load_if_unloaded=True)
 
     async def unload(self, name: str, *, drain: bool = True) -> None:
@@ -340,7 +357,7 @@ def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock |
     """A pool of the config's served models; bad backends or options fail here, before loading."""
     metrics = metrics or Metrics()
     clock = clock or SystemClock()
-    hub = HubLocation(config.hf_cache_dir, config.offline, config.work_dir or HubLocation.work_dir)
+    hub = HubLocation(config.hf_cache_dir, config.offline, config.work_dir or HubLocation.work_dir, config.state_dir)
     slots = []
     for model in config.served_models():
         parse_options(model)
@@ -348,7 +365,8 @@ def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock |
         def make(cfg: ModelConfig) -> Backend:
             return build_backend(cfg, parse_options(cfg), hub)
 
-        slots.append(ModelSlot(model, model_tasks(model), make, metrics, clock))
+        remote = bool(getattr(backend_class(model.backend), "remote", False))
+        slots.append(ModelSlot(model, model_tasks(model), make, metrics, clock, remote=remote))
     budget = Budget(
         max_models=config.pool.max_loaded_models,
         memory_bytes=config.pool.memory_budget_bytes,

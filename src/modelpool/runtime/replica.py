@@ -17,7 +17,9 @@ class Replica:
     index: int
     backend: Backend
     memory_bytes: int = 0
-    """Measured: process RSS growth while it started."""
+    """Measured: process RSS growth while it started (or the engine process's own RSS)."""
+    started_at: float = 0.0
+    """Monotonic time it became ready."""
     running: int = 0
     served: int = 0
     batcher: EmbeddingBatcher | None = None

@@ -1,7 +1,9 @@
 """A model slot: one configured model, its replicas and its load state.
 
     unloaded ──ensure_ready()──► loading ──► ready ──unload()──► unloading ──► unloaded
+                                    │          └──(engine process crashed)──► failed
                                     └──────► failed ──(after retry_cooldown_s)──► loading
+                                                    └──(crash: after restart backoff)──► loading
 
 The slot decides for itself whether a start is needed; callers never read `state` and
 then act on it. Concurrent first requests share one load. Making room for a load (which
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Protocol
 
-from modelpool.backends.base import Backend, MemoryEstimate
+from modelpool.backends.base import Backend, EmbeddingBackend, MemoryEstimate, ProcessBackend
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import (
     ModelLoadFailed,
@@ -37,6 +39,8 @@ from modelpool.runtime.timing import RequestTiming
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
+STABLE_RUN_S = 60.0
+"""An engine process that ran this long before crashing ends a row of crashes."""
 
 
 class SlotState(str, Enum):
@@ -69,8 +73,12 @@ class ModelSlot:
         metrics: Metrics,
         clock: Clock,
         capacity: CapacityGate | None = None,
+        *,
+        remote: bool = False,
     ) -> None:
         self.config = config
+        self.remote = remote
+        """Served by a remote upstream: requests must pass the `allow_remote` gate."""
         self.tasks = tasks
         self._make_backend = make_backend
         self._metrics = metrics
@@ -95,6 +103,11 @@ class ModelSlot:
         self._none_running.set()
         self._closing = False
         self._background: set[asyncio.Task[None]] = set()
+        self.crashes = 0
+        """Engine-process crashes in a row (see STABLE_RUN_S)."""
+        self.crash_log: list[str] = []
+        """The last output of the process that crashed last."""
+        self._cleanup: asyncio.Task[None] | None = None
         self.embedding_cache = EmbeddingCache(config.embedding_cache_size)
         """Rows are only valid for the weights and options they came from: cleared on unload."""
         self._set_state(SlotState.UNLOADED)
@@ -188,7 +201,10 @@ class ModelSlot:
             raise ModelNotReady(f"model '{self.id}' is still loading; retry shortly") from None
 
     def _begin_load(self, may_load: bool) -> None:
-        if self.state is SlotState.FAILED:
+        delay = 0.0
+        if self.state is SlotState.FAILED and self.crashes:
+            delay = self._restart_delay()
+        elif self.state is SlotState.FAILED:
             waited = self._clock.monotonic() - (self.failed_at or 0.0)
             if waited < self.config.retry_cooldown_s:
                 raise ModelLoadFailed(
@@ -203,7 +219,24 @@ class ModelSlot:
                 param="model",
             )
         self._set_state(SlotState.LOADING)  # at once, so nobody sees "unloaded" meanwhile
-        self._load = asyncio.create_task(self._load_replicas(), name=f"load-{self.id}")
+        self._load = asyncio.create_task(self._load_replicas(delay), name=f"load-{self.id}")
+
+    def _restart_delay(self) -> float:
+        """How long a restart after a crash still waits; raises once crashes looped too often."""
+        if self.crashes > self.config.max_restarts:
+            raise ModelLoadFailed(
+                f"model '{self.id}' crashed {self.crashes} times in a row, so modelpool stopped restarting it "
+                f"(`modelpool load {self.id}` tries again). Last crash: {self.error}",
+                retry_after_s=60,
+            )
+        backoff = self.config.restart_backoff_s * 2 ** (self.crashes - 1)
+        return max(0.0, backoff - (self._clock.monotonic() - (self.failed_at or 0.0)))
+
+    def forgive_crashes(self) -> None:
+        """An explicit load: a crash-looped model may start again at once."""
+        if self.crashes:
+            self.crashes = 0
+            self.failed_at = None
 
     def _on_release(self, lease: Lease) -> None:
         self._leases.discard(lease)
@@ -223,9 +256,14 @@ class ModelSlot:
 
     # ----- loading -------------------------------------------------------------------
 
-    async def _load_replicas(self) -> None:
+    async def _load_replicas(self, delay: float = 0.0) -> None:
         started = self._clock.monotonic()
         try:
+            if self._cleanup is not None:
+                await asyncio.gather(self._cleanup, return_exceptions=True)
+            if delay > 0:
+                log.info("restarting after a crash", extra={"model": self.id, "in_s": round(delay, 2)})
+                await asyncio.sleep(delay)
             first = self._make_backend(self.config)
             self.estimate = await first.estimate_memory()
             per_replica = self._need_per_replica()
@@ -262,11 +300,36 @@ class ModelSlot:
         except BaseException:
             await _stop_quietly(backend)
             raise
-        replica = Replica(index, backend, memory_bytes=max(0, process_rss() - before))
-        if Task.EMBEDDING in self.tasks:
+        replica = Replica(index, backend, max(0, process_rss() - before), started_at=self._clock.monotonic())
+        if self.remote:
+            replica.memory_bytes = 0  # whatever grew meanwhile was not this model
+        elif isinstance(backend, ProcessBackend):
+            replica.memory_bytes = backend.resident_bytes()
+            backend.supervise(lambda message: self._crashed(replica, message))
+        if Task.EMBEDDING in self.tasks and isinstance(backend, EmbeddingBackend):
             embed_tokens = getattr(backend, "embed_tokens")  # noqa: B009 - EmbeddingBackend
             replica.batcher = EmbeddingBatcher(embed_tokens, self.config.batch, f"{self.id}#{index}")
         return replica
+
+    def _crashed(self, replica: Replica, message: str) -> None:
+        """A replica's engine process died unasked: the model is failed until a request restarts it."""
+        if replica not in self.replicas or self.state is not SlotState.READY:
+            return  # it is being stopped anyway
+        now = self._clock.monotonic()
+        self.crashes = self.crashes + 1 if now - replica.started_at < STABLE_RUN_S else 1
+        self.crash_log = replica.backend.log_tail(200) if isinstance(replica.backend, ProcessBackend) else []
+        self.error, self.failed_at = message, now
+        self._set_state(SlotState.FAILED)
+        log.error("engine process crashed", extra={"model": self.id, "in_a_row": self.crashes, "error": message})
+        self._cleanup = asyncio.get_running_loop().create_task(self._stop_replicas(), name=f"cleanup-{self.id}")
+
+    def logs(self, count: int) -> list[dict[str, object]]:
+        """The last output lines of each replica's engine process."""
+        return [
+            {"replica": r.index, "pid": r.backend.pid, "lines": r.backend.log_tail(count)}
+            for r in self.replicas
+            if isinstance(r.backend, ProcessBackend)
+        ]
 
     def _need_per_replica(self) -> Need:
         estimate = self.estimate or MemoryEstimate(0)
@@ -326,7 +389,7 @@ class ModelSlot:
         for replica in replicas:
             if replica.batcher is not None:
                 await replica.batcher.close()
-            await _stop_quietly(replica.backend)
+            await _stop_quietly(replica.backend, detach=self._closing)
         if replicas:
             release_freed_memory()
 
@@ -388,8 +451,13 @@ class ModelSlot:
         self._metrics.set_model_state(self.id, state.value, _ALL_STATES)
 
 
-async def _stop_quietly(backend: Backend) -> None:
+async def _stop_quietly(backend: Backend, *, detach: bool = False) -> None:
+    """Stop a backend, logging (not raising) what goes wrong. detach: modelpool is shutting
+    down, and a persistent engine process is left running to be adopted next time."""
     try:
-        await backend.stop()
+        if detach and isinstance(backend, ProcessBackend):
+            await backend.detach()
+        else:
+            await backend.stop()
     except Exception:
         log.exception("stopping a backend failed")

@@ -1,6 +1,11 @@
 """A managed process: spawned in its own process group, polled until healthy, its output
 kept in a ring buffer (and a log file), stopped with SIGTERM then SIGKILL, and watched so
-that a crash is noticed with its exit code and last lines."""
+that a crash is noticed with its exit code and last lines.
+
+A persistent process writes straight into its log file instead of a pipe to us, so that it
+outlives modelpool; a later modelpool adopts it by pid (`ManagedProcess.adopt`) and then
+watches it by polling, since it is no longer our child.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +23,10 @@ from pathlib import Path
 import httpx
 
 from modelpool.errors import ModelLoadFailed
+from modelpool.services.pids import is_alive, wait_gone
 
 log = logging.getLogger("modelpool.services")
+POLL_S = 0.2
 
 
 class ProcessFailed(ModelLoadFailed):
@@ -43,19 +50,29 @@ class ProcessSpec:
     log_file: Path | None = None
     log_lines: int = 500
     new_session: bool = True
-    """Its own session and process group: a signal to the group reaches its children too."""
+    """Its own session and process group: a signal to the group reaches its children too,
+    and a signal to modelpool's group (Ctrl-C) does not reach it."""
+    output_to_file: bool = False
+    """Write output straight into `log_file` (needed by processes that outlive modelpool)."""
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def argv_with_port(self) -> list[str]:
+        return [arg.replace("{port}", str(self.port)) for arg in self.argv]
+
 
 class ManagedProcess:
-    def __init__(self, spec: ProcessSpec, on_exit: Callable[[int], None] | None = None) -> None:
+    def __init__(self, spec: ProcessSpec, on_exit: Callable[[int | None], None] | None = None) -> None:
+        if spec.output_to_file and spec.log_file is None:
+            raise ValueError("output_to_file needs a log_file")
         self.spec = spec
         self.lines: deque[str] = deque(maxlen=spec.log_lines)
         self._on_exit = on_exit
         self._process: asyncio.subprocess.Process | None = None
+        self._adopted_pid: int | None = None
         self._pump: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._stopping = False
@@ -63,30 +80,41 @@ class ManagedProcess:
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        return self._process.pid if self._process is not None else self._adopted_pid
 
     @property
     def returncode(self) -> int | None:
+        """The exit code of a child that ended (None while it runs, and for adopted processes)."""
         return self._process.returncode if self._process is not None else None
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.returncode is None
+        if self._process is not None:
+            return self._process.returncode is None
+        return self._adopted_pid is not None and is_alive(self._adopted_pid)
 
     async def start(self) -> None:
         """Spawn and wait until the health URL answers 200; ProcessFailed otherwise."""
         spec = self.spec
-        argv = [arg.replace("{port}", str(spec.port)) for arg in spec.argv]
-        self._process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=self._environment(),
-            start_new_session=spec.new_session,
-        )
+        if spec.log_file is not None:
+            spec.log_file.parent.mkdir(parents=True, exist_ok=True)
+        sink = spec.log_file.open("ab") if spec.output_to_file and spec.log_file else None
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *spec.argv_with_port,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=sink or asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=self._environment(),
+                start_new_session=spec.new_session,
+            )
+        finally:
+            if sink is not None:
+                sink.close()  # the child holds its own descriptor
         self.started_at = time.time()
         log.info("process started", extra={"service": spec.name, "pid": self._process.pid, "port": spec.port})
-        self._pump = asyncio.create_task(self._pump_output(), name=f"output-{spec.name}")
+        if sink is None:
+            self._pump = asyncio.create_task(self._pump_output(), name=f"output-{spec.name}")
         try:
             await self._wait_healthy()
         except BaseException:
@@ -94,25 +122,34 @@ class ManagedProcess:
             raise
         self._watch = asyncio.create_task(self._watch_exit(), name=f"watch-{spec.name}")
 
+    def adopt(self, pid: int, started_at: float | None = None) -> None:
+        """Take over a running process that an earlier modelpool started (not our child)."""
+        self._adopted_pid = pid
+        self.started_at = started_at
+        self._watch = asyncio.create_task(self._watch_exit(), name=f"watch-{self.spec.name}")
+        log.info("process adopted", extra={"service": self.spec.name, "pid": pid, "port": self.spec.port})
+
     async def stop(self) -> int | None:
-        """SIGTERM to the process group, SIGKILL after the grace period. Returns the exit code."""
-        process = self._process
-        if process is None:
-            return None
+        """SIGTERM to the process group, SIGKILL after the grace period. Returns the exit
+        code (None for an adopted process: only its parent learns it)."""
         self._stopping = True
-        if process.returncode is None:
-            self._signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), self.spec.stop_grace_s)
-            except TimeoutError:
-                log.warning("process ignored SIGTERM; killing it", extra={"service": self.spec.name})
-                self._signal(signal.SIGKILL)
-                await process.wait()
-        if self._pump is not None:
-            await asyncio.gather(self._pump, return_exceptions=True)
         if self._watch is not None:
             self._watch.cancel()
-        return process.returncode
+        if self._process is not None:
+            await self._stop_child(self._process)
+        elif self._adopted_pid is not None:
+            await terminate_group(self._adopted_pid, self.spec.stop_grace_s, name=self.spec.name)
+        if self._pump is not None:
+            await asyncio.gather(self._pump, return_exceptions=True)
+        return self.returncode
+
+    async def detach(self) -> None:
+        """Stop watching and leave the process running (a persistent process at shutdown)."""
+        self._stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._pump is not None:  # a piped child would die of SIGPIPE later: do not leave one behind
+            await self.stop()
 
     async def check_health(self) -> bool:
         try:
@@ -123,9 +160,26 @@ class ManagedProcess:
         return response.status_code == 200
 
     def last_lines(self, count: int = 20) -> str:
-        return "\n".join(list(self.lines)[-count:])
+        return "\n".join(self.tail(count))
+
+    def tail(self, count: int) -> list[str]:
+        """The last `count` lines of output (from the log file when the process writes there)."""
+        if self._pump is None and self.spec.log_file is not None and self.spec.log_file.exists():
+            return _file_tail(self.spec.log_file, count)
+        return list(self.lines)[-count:] if count > 0 else []
 
     # ----- internals -----------------------------------------------------------------
+
+    async def _stop_child(self, process: asyncio.subprocess.Process) -> None:
+        if process.returncode is not None:
+            return
+        self._signal(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), self.spec.stop_grace_s)
+        except TimeoutError:
+            log.warning("process ignored SIGTERM; killing it", extra={"service": self.spec.name})
+            self._signal(process.pid, signal.SIGKILL)
+            await process.wait()
 
     def _environment(self) -> dict[str, str]:
         env = {**os.environ, **self.spec.env}
@@ -144,7 +198,7 @@ class ManagedProcess:
                 )
             if await self.check_health():
                 return
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(POLL_S)
         raise ProcessFailed(
             f"{self.spec.name} was not healthy at {self.spec.base_url}{self.spec.health_path} after "
             f"{self.spec.start_timeout_s:.0f}s:\n{self.last_lines()}"
@@ -165,17 +219,50 @@ class ManagedProcess:
                 sink.close()
 
     async def _watch_exit(self) -> None:
-        assert self._process is not None
-        code = await self._process.wait()
+        if self._process is not None:
+            code: int | None = await self._process.wait()
+            if self._pump is not None:
+                await asyncio.gather(self._pump, return_exceptions=True)  # the last lines are in
+        else:
+            assert self._adopted_pid is not None
+            while is_alive(self._adopted_pid):
+                await asyncio.sleep(POLL_S * 5)
+            code = None
         if not self._stopping:
             log.error("process exited", extra={"service": self.spec.name, "code": code})
             if self._on_exit is not None:
                 self._on_exit(code)
 
-    def _signal(self, sig: signal.Signals) -> None:
-        assert self._process is not None
+    def _signal(self, pid: int, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):  # it is gone already
             if self.spec.new_session:
-                os.killpg(self._process.pid, sig)
+                os.killpg(pid, sig)
             else:
-                self._process.send_signal(sig)
+                os.kill(pid, sig)
+
+
+async def terminate_group(pid: int, grace_s: float, *, name: str = "") -> str:
+    """SIGTERM to the process group led by `pid`, SIGKILL after `grace_s`. Returns what it
+    took: "gone" (not running), "terminated" or "killed"."""
+    if not is_alive(pid):
+        return "gone"
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    if await wait_gone(pid, grace_s):
+        return "terminated"
+    log.warning("process ignored SIGTERM; killing it", extra={"service": name, "pid": pid})
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    await wait_gone(pid, 10.0)
+    return "killed"
+
+
+def _file_tail(path: Path, count: int, block: int = 64 * 1024) -> list[str]:
+    """The last `count` lines of a file, reading only its end."""
+    with path.open("rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(0, size - block * max(1, count // 200 + 1)))
+        data = handle.read()
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[-count:] if count > 0 else []

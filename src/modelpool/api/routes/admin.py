@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of
 from modelpool.api.schemas.admin import LoadBody, UnloadBody
+from modelpool.backends.base import ProcessBackend
 from modelpool.backends.registry import backend_class
 from modelpool.config.redact import redact
+from modelpool.errors import InvalidRequest
 from modelpool.runtime.memory import gpu_memory, system_memory
 from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.slot import ModelSlot
@@ -28,6 +30,23 @@ async def list_models(request: Request) -> JSONResponse:
 async def model_status(model_id: str, request: Request) -> JSONResponse:
     pool = pool_of(request)
     return JSONResponse(admin_model_json(pool, pool.slot(model_id)))
+
+
+@router.get("/models/{model_id:path}/logs")
+async def model_logs(model_id: str, request: Request, lines: int = Query(default=200, ge=1, le=10_000)) -> JSONResponse:
+    """The last output of the model's engine processes, and of the process that crashed last."""
+    pool = pool_of(request)
+    slot = pool.slot(model_id)
+    if not hasattr(backend_class(slot.config.backend), "log_tail"):
+        raise InvalidRequest(
+            f"model '{slot.id}' runs inside modelpool (backend '{slot.config.backend}'); its output is "
+            "modelpool's own log",
+            param="model",
+        )
+    crash = {"error": slot.error, "lines": slot.crash_log[-lines:]} if slot.crash_log else None
+    return JSONResponse(
+        {"model": slot.id, "state": slot.state.value, "processes": slot.logs(lines), "last_crash": crash}
+    )
 
 
 @router.post("/models/{model_id:path}/load")
@@ -84,6 +103,7 @@ def admin_model_json(pool: ModelPool, slot: ModelSlot) -> dict[str, Any]:
                 "served": r.served,
                 "memory_bytes": r.memory_bytes,
                 "retiring": r.retiring,
+                **_process_json(r.backend),
             }
             for r in slot.replicas
         ],
@@ -107,6 +127,15 @@ def admin_model_json(pool: ModelPool, slot: ModelSlot) -> dict[str, Any]:
         "loaded_at": slot.loaded_at,
         "load_seconds": slot.load_seconds,
         "last_error": slot.error,
+        "crashes_in_a_row": slot.crashes,
+        "remote": slot.remote,
+        "allow_remote": config.allow_remote,
         "options": redact(config.options),
         "overridable": sorted(backend_class(config.backend).overridable),
     }
+
+
+def _process_json(backend: object) -> dict[str, Any]:
+    if not isinstance(backend, ProcessBackend):
+        return {}
+    return {"pid": backend.pid, "port": getattr(backend, "port", None)}

@@ -107,7 +107,7 @@ async def _transcript_events(segments: LeasedStream[Segment]) -> AsyncIterator[b
 async def speech(body: SpeechBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
-    audio = await unless_disconnected(request, pool.speak(body.model, body.to_request(), body.keep_alive))
+    audio = await unless_disconnected(request, pool.speak(body.model, body.to_request(), body.call_options()))
     backend = audio.lease.backend
     assert isinstance(backend, SpeechBackend)
     encoder = AudioEncoder(body.response_format, backend.sample_rate)

@@ -23,7 +23,7 @@ async def create_chat_completion(body: ChatCompletionBody, request: Request) -> 
     note_model(request, body.model)
     pool = pool_of(request)
     chat_request = body.to_request(pool.slot(body.model).config.sampling)
-    stream = await unless_disconnected(request, pool.chat(body.model, chat_request, body.keep_alive))
+    stream = await unless_disconnected(request, pool.chat(body.model, chat_request, body.call_options()))
     meta = ResponseMeta.new("chatcmpl", stream.model_id)
     if body.stream:
         events = _events(

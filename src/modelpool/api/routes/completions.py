@@ -27,7 +27,7 @@ async def create_completion(body: CompletionBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
     requests = body.to_requests(pool.slot(body.model).config.sampling)
-    lease = await unless_disconnected(request, pool.lease(body.model, Task.COMPLETION, body.keep_alive))
+    lease = await unless_disconnected(request, pool.lease(body.model, Task.COMPLETION, body.call_options()))
     try:
         # The first prompt starts before answering, so a bad request still gets a 4xx.
         first = await pool.complete_on(lease, requests[0])

@@ -20,7 +20,7 @@ async def create_embeddings(body: EmbeddingsBody, request: Request) -> JSONRespo
     note_model(request, body.model)
     pool = pool_of(request)
     slot = pool.slot(body.model)
-    result, timing = await unless_disconnected(request, pool.embed(body.model, body.to_request(), body.keep_alive))
+    result, timing = await unless_disconnected(request, pool.embed(body.model, body.to_request(), body.call_options()))
     dimensions = result.vectors.shape[1]
     if body.dimensions is not None and body.dimensions != dimensions:
         raise InvalidRequest(

@@ -31,7 +31,7 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
     said = [*history, *body.new_messages()]
     system = [ChatMessage("system", body.instructions)] if body.instructions else []
     chat = ChatRequest(tuple(system + said), body.sampling(slot.config.sampling), body.template_kwargs())
-    stream = await unless_disconnected(request, pool.chat(body.model, chat, body.keep_alive))
+    stream = await unless_disconnected(request, pool.chat(body.model, chat, body.call_options()))
     draft = ResponseDraft(body, stream.model_id, int(time.time()))
 
     def finish(usage: Usage, finish_reason: str | None) -> dict[str, Any]:

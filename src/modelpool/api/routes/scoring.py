@@ -16,7 +16,7 @@ async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONRespon
     note_model(request, body.model)
     pool = pool_of(request)
     pairs = list(zip(body.prompts, body.continuations, strict=True))
-    results = await unless_disconnected(request, pool.loglikelihood(body.model, pairs))
+    results = await unless_disconnected(request, pool.loglikelihood(body.model, pairs, body.call_options()))
     scored = sum(r.scored_tokens for r in results)
     return JSONResponse(
         {
@@ -33,7 +33,7 @@ async def generate(body: GenerateBody, request: Request) -> JSONResponse:
     note_model(request, body.model)
     pool = pool_of(request)
     requests = body.to_requests(pool.slot(body.model).config.sampling)
-    results = await unless_disconnected(request, pool.generate_all(body.model, requests))
+    results = await unless_disconnected(request, pool.generate_all(body.model, requests, body.call_options()))
     prompt_tokens = sum(r.usage.prompt_tokens for r in results)
     completion_tokens = sum(r.usage.completion_tokens for r in results)
     return JSONResponse(

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from modelpool.backends.base import SamplingParams
 from modelpool.config.durations import Duration
 from modelpool.config.schema import SamplingDefaults
+from modelpool.runtime.call import CallOptions
 
 MAX_STOP_SEQUENCES = 16
 
@@ -38,6 +39,11 @@ class PoolFields(WireModel):
     right after, -1 keeps it), as in Ollama."""
     return_metrics: bool = False
     """Add a `metrics` object (queue/load wait, backend time, time to first token, tokens/s)."""
+    allow_remote: bool = False
+    """Accept that a remote upstream (an `openai_remote` model) serves this request."""
+
+    def call_options(self) -> CallOptions:
+        return CallOptions(keep_alive=self.keep_alive, allow_remote=self.allow_remote)
 
 
 class StreamOptions(WireModel):

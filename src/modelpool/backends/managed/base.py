@@ -1,0 +1,261 @@
+"""ManagedServerBackend: a model served by an engine process that modelpool starts, watches
+and stops (llama-server, `vllm serve`), reached over loopback HTTP like any upstream.
+
+One backend instance is one process on one port, so N replicas are N processes. A
+`persistent` process is started in its own session, writes its output to a log file and is
+recorded in the state registry, so it survives a modelpool restart; the next modelpool
+adopts it (after a health probe) instead of starting a second one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelpool.backends.base import Limits, MemoryEstimate
+from modelpool.backends.remote.client import RetryPolicy, UpstreamClient, UpstreamTimeouts
+from modelpool.backends.remote.forwarding import ForwardingBackend
+from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import HubLocation, files_size, locate
+from modelpool.errors import ModelLoadFailed, UpstreamUnavailable
+from modelpool.services.pids import create_time, tree_rss
+from modelpool.services.ports import free_port, port_in_use
+from modelpool.services.process import ManagedProcess, ProcessSpec
+from modelpool.services.registry import ENGINE_KIND, Registry, ServiceRecord
+
+log = logging.getLogger("modelpool.services")
+_adopted_here: set[int] = set()
+"""Pids adopted by replicas in this modelpool: two replicas never adopt the same process."""
+
+
+class ManagedOptions(BaseModel):
+    """How the engine process is run; every managed backend has these."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """Port to serve on (default: a free one; with replicas, each picks its own)."""
+    host: str = "127.0.0.1"
+    """Address the engine binds to and modelpool talks to."""
+    persistent: bool = False
+    """Keep the process running when modelpool stops, and adopt it on the next start
+    (`modelpool stop-persistent` stops such processes)."""
+    start_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest wait for the process to answer its health check."""
+    stop_grace_s: float = Field(default=20.0, ge=0)
+    """Wait between SIGTERM and SIGKILL when stopping."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables added for the process."""
+    library_path: list[str] = Field(default_factory=list)
+    """Directories prepended to LD_LIBRARY_PATH for the process."""
+    log_file: Path | None = None
+    """Where the process's output goes (default: `<state_dir>/logs/<model>-<port>.log`)."""
+    log_lines: int = Field(default=1000, ge=10)
+    """Output lines kept in memory for `GET /v1/admin/models/{id}/logs`."""
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest wait for the engine's next bytes on a request."""
+
+
+class ManagedServerBackend(ForwardingBackend):
+    """Subclasses say how to build the command line and where health is answered."""
+
+    Options: ClassVar[type[ManagedOptions]]
+    health_path: str = "/health"
+    api_prefix: str = "/v1"
+    remote = False
+
+    def __init__(self, model: ModelConfig, options: ManagedOptions, hub: HubLocation) -> None:
+        self.model = model
+        self.options = options
+        self.hub = hub
+        self.tasks = frozenset(model.tasks) if model.tasks else self.supported_tasks
+        self.limits = Limits(max_concurrency=self.engine_concurrency(), context_length=self.context_length())
+        self.upstream_model = model.id
+        self.registry = Registry(hub.state_dir)
+        self.process: ManagedProcess | None = None
+        self._record_id: str | None = None
+        self._on_crash: Callable[[str], None] | None = None
+
+    supported_tasks: ClassVar[frozenset]
+
+    # ----- what subclasses provide ----------------------------------------------------
+
+    def command(self, weights: Path) -> list[str]:
+        """The argv, with `{port}` where the port goes."""
+        raise NotImplementedError
+
+    def engine_concurrency(self) -> int:
+        return 1
+
+    def context_length(self) -> int | None:
+        return None
+
+    async def weights(self) -> Path:
+        return await locate(self.model, self.hub)
+
+    # ----- lifecycle -----------------------------------------------------------------
+
+    async def estimate_memory(self) -> MemoryEstimate:
+        size = files_size(await self.weights())
+        return MemoryEstimate(ram_bytes=int(size * 1.2) + 256 * 1024 * 1024)
+
+    async def start(self) -> None:
+        weights = await self.weights()
+        if self.options.persistent and await self._adopt():
+            return
+        port = self.options.port or free_port(self.options.host)
+        if port_in_use(port, self.options.host):
+            raise ModelLoadFailed(
+                f"model '{self.model.id}': port {port} is already in use (set another `port`, or none for a free one)"
+            )
+        spec = ProcessSpec(
+            name=self.model.id,
+            argv=tuple(self.command(weights)),
+            port=port,
+            host=self.options.host,
+            health_path=self.health_path,
+            env=self.options.env,
+            library_path=tuple(self.options.library_path),
+            start_timeout_s=self.options.start_timeout_s,
+            stop_grace_s=self.options.stop_grace_s,
+            log_file=self.options.log_file or self.registry.state_dir / "logs" / f"{self.model.id}-{port}.log",
+            log_lines=self.options.log_lines,
+            output_to_file=self.options.persistent,
+        )
+        process = ManagedProcess(spec, on_exit=self._exited)
+        await process.start()
+        self.process = process
+        if self.options.persistent and process.pid is not None:
+            self._record(process)
+        await self._connect(spec)
+
+    async def warmup(self) -> None:
+        return None  # the engine warms itself; a request here would only add start time
+
+    async def stop(self) -> None:
+        await self._disconnect()
+        if self.process is not None:
+            await self.process.stop()
+            if self.process.pid is not None:
+                _adopted_here.discard(self.process.pid)
+        if self._record_id is not None:
+            self.registry.remove(self._record_id)
+            self._record_id = None
+
+    async def detach(self) -> None:
+        """modelpool is stopping: a persistent process keeps running (and is adopted next
+        time); any other process is stopped."""
+        if not self.options.persistent or self.process is None:
+            await self.stop()
+            return
+        await self._disconnect()
+        await self.process.detach()
+        log.info("left persistent process running", extra={"model": self.model.id, "pid": self.process.pid})
+
+    async def check_health(self) -> None:
+        if self.process is None or not self.process.running or not await self.process.check_health():
+            raise UpstreamUnavailable(f"model '{self.model.id}': its engine process is not healthy")
+
+    def supervise(self, on_crash: Callable[[str], None]) -> None:
+        self._on_crash = on_crash
+
+    def resident_bytes(self) -> int:
+        pid = self.process.pid if self.process is not None else None
+        return tree_rss(pid) if pid is not None else 0
+
+    def log_tail(self, count: int) -> list[str]:
+        return self.process.tail(count) if self.process is not None else []
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def port(self) -> int | None:
+        return self.process.spec.port if self.process is not None else None
+
+    # ----- internals -----------------------------------------------------------------
+
+    def _exited(self, code: int | None) -> None:
+        assert self.process is not None
+        if code is None:
+            how = "exited"  # an adopted process: only its parent learns the code
+        elif code < 0:
+            how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        message = f"engine process of '{self.model.id}' (pid {self.process.pid}) {how}"
+        tail = self.process.last_lines(10)
+        if tail:
+            message += f"; last output:\n{tail}"
+        if self._on_crash is not None:
+            self._on_crash(message)
+
+    async def _adopt(self) -> bool:
+        """Take over a healthy process an earlier modelpool left running for this model."""
+        for record in self.registry.find(kind=ENGINE_KIND, name=self.model.id):
+            if record.pid in _adopted_here or (self.options.port and record.port != self.options.port):
+                continue
+            spec = ProcessSpec(
+                name=self.model.id,
+                argv=(),
+                port=record.port,
+                host=self.options.host,
+                health_path=self.health_path,
+                stop_grace_s=self.options.stop_grace_s,
+                log_file=Path(record.log_file) if record.log_file else None,
+                log_lines=self.options.log_lines,
+                output_to_file=record.log_file is not None,
+            )
+            process = ManagedProcess(spec, on_exit=self._exited)
+            if not await process.check_health():
+                continue
+            process.adopt(record.pid, record.started_at)
+            _adopted_here.add(record.pid)
+            self.process = process
+            self._record_id = record.id
+            await self._connect(spec)
+            return True
+        return False
+
+    def _record(self, process: ManagedProcess) -> None:
+        assert process.pid is not None
+        spec = process.spec
+        record = ServiceRecord(
+            id=f"{ENGINE_KIND}:{self.model.id}@{spec.port}",
+            name=self.model.id,
+            kind=ENGINE_KIND,
+            pid=process.pid,
+            port=spec.port,
+            url=spec.base_url,
+            started_at=create_time(process.pid) or 0.0,
+            log_file=str(spec.log_file) if spec.log_file else None,
+            health_path=spec.health_path,
+        )
+        self.registry.put(record)
+        self._record_id = record.id
+        _adopted_here.add(process.pid)
+
+    def _client(self, spec: ProcessSpec) -> UpstreamClient:
+        # No retries: a connection error to our own process means it is gone, and the crash
+        # handler restarts it; retrying would only delay the client's error.
+        return UpstreamClient(
+            self.model.id,
+            spec.base_url + self.api_prefix,
+            retry=RetryPolicy(retries=0),
+            timeouts=UpstreamTimeouts(connect_s=5.0, read_s=self.options.request_timeout_s),
+        )
+
+    async def _connect(self, spec: ProcessSpec) -> None:
+        self.upstream = self._client(spec)
+        await self.upstream.open()
+
+    async def _disconnect(self) -> None:
+        if self.upstream is not None:
+            await self.upstream.close()
+            self.upstream = None
+

@@ -1,0 +1,84 @@
+"""LlamaServerBackend: llama.cpp's `llama-server` binary, or llama-cpp-python's own server
+(`python -m llama_cpp.server`) when no binary is configured, as a managed process."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pydantic import Field
+
+from modelpool.backends.managed.base import ManagedOptions, ManagedServerBackend
+from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import HubLocation
+from modelpool.tasks import Task
+
+
+class LlamaServerOptions(ManagedOptions):
+    binary: str | None = None
+    """Path of llama.cpp's `llama-server`. Default: llama-cpp-python's server, run by `python`."""
+    python: str | None = None
+    """Interpreter that runs `-m llama_cpp.server` (default: modelpool's own)."""
+    context_length: int = Field(default=4096, ge=16)
+    """Context size in tokens (`-c` / `--n_ctx`)."""
+    gpu_layers: int = Field(default=0, ge=-1)
+    """Layers offloaded to the GPU; -1: all (`-ngl` / `--n_gpu_layers`)."""
+    parallel: int = Field(default=1, ge=1)
+    """Requests the native server runs at once (`-np`); llama_cpp.server runs one."""
+    mmproj: str | None = None
+    """Multimodal projector file for vision models (`--mmproj` / `--clip_model_path`)."""
+    flash_attention: bool = False
+    """Use flash attention (`-fa on` / `--flash_attn true`)."""
+    threads: int | None = Field(default=None, ge=1)
+    """CPU threads for generation (default: the engine's choice)."""
+    embedding: bool = False
+    """Serve embeddings instead of generation (`--embeddings` / `--embedding true`)."""
+    chat_format: str | None = None
+    """llama_cpp.server only: a named chat format instead of the GGUF's template."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Appended to the command line as they are."""
+
+
+class LlamaServerBackend(ManagedServerBackend):
+    Options = LlamaServerOptions
+    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING})
+    overridable = frozenset({"context_length", "gpu_layers", "parallel", "threads", "flash_attention", "extra_args"})
+    options: LlamaServerOptions
+
+    def __init__(self, model: ModelConfig, options: LlamaServerOptions, hub: HubLocation) -> None:
+        super().__init__(model, options, hub)
+        if model.tasks is None:
+            self.tasks = frozenset({Task.EMBEDDING} if options.embedding else {Task.CHAT, Task.COMPLETION})
+        self.health_path = "/health" if options.binary else "/v1/models"  # llama_cpp.server has no /health
+
+    def engine_concurrency(self) -> int:
+        return self.options.parallel if self.options.binary else 1
+
+    def context_length(self) -> int | None:
+        return self.options.context_length
+
+    def command(self, weights: Path) -> list[str]:
+        return self._native(weights) if self.options.binary else self._python(weights)
+
+    def _native(self, weights: Path) -> list[str]:
+        o = self.options
+        assert o.binary is not None
+        argv = [o.binary, "-m", str(weights), "--host", o.host, "--port", "{port}", "--alias", self.model.id]
+        argv += ["-c", str(o.context_length), "-ngl", str(o.gpu_layers), "-np", str(o.parallel)]
+        argv += ["--mmproj", o.mmproj] if o.mmproj else []
+        argv += ["-fa", "on"] if o.flash_attention else []
+        argv += ["-t", str(o.threads)] if o.threads else []
+        argv += ["--embeddings"] if o.embedding else []
+        return argv + o.extra_args
+
+    def _python(self, weights: Path) -> list[str]:
+        o = self.options
+        argv = [o.python or sys.executable, "-m", "llama_cpp.server", "--model", str(weights)]
+        argv += ["--host", o.host, "--port", "{port}", "--model_alias", self.model.id]
+        argv += ["--n_ctx", str(o.context_length), "--n_gpu_layers", str(o.gpu_layers)]
+        argv += ["--clip_model_path", o.mmproj] if o.mmproj else []
+        argv += ["--flash_attn", "true"] if o.flash_attention else []
+        argv += ["--n_threads", str(o.threads)] if o.threads else []
+        argv += ["--embedding", "true"] if o.embedding else []
+        argv += ["--chat_format", o.chat_format] if o.chat_format else []
+        return argv + o.extra_args

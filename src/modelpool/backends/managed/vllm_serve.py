@@ -1,0 +1,102 @@
+"""VllmServeBackend: vLLM's OpenAI server as a managed process, usually from a virtual
+environment of its own (vLLM pins its own torch and transformers)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ByteSize, Field
+
+from modelpool.backends.base import MemoryEstimate
+from modelpool.backends.managed.base import ManagedOptions, ManagedServerBackend
+from modelpool.config.sources import files_size
+from modelpool.tasks import Task
+
+
+class VllmOptions(ManagedOptions):
+    python: str | None = None
+    """Interpreter of the environment vLLM is installed in; runs
+    `python -m vllm.entrypoints.openai.api_server` (default: modelpool's own)."""
+    executable: str | None = None
+    """A `vllm` command to run as `vllm serve MODEL` instead of `python -m ...`."""
+    model: str | None = None
+    """What vLLM loads: a Hub repo id or a path. Default: the model's `source`, resolved to
+    a local path."""
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
+    """Weights and activations dtype (`--dtype`)."""
+    max_model_len: int | None = Field(default=None, ge=16)
+    """Context length (`--max-model-len`); default: the model's own."""
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    """Share of GPU memory vLLM may take (`--gpu-memory-utilization`)."""
+    kv_cache_memory_bytes: ByteSize | None = None
+    """KV-cache size, instead of a share of the GPU (`--kv-cache-memory-bytes`)."""
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    """GPUs to shard the model over (`--tensor-parallel-size`)."""
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    """Most sequences in one batch (`--max-num-seqs`); also modelpool's concurrency limit."""
+    limit_mm_per_prompt: dict[str, int] | None = None
+    """Most images/videos/audios per prompt, e.g. `{image: 2}` (`--limit-mm-per-prompt`)."""
+    mm_processor_kwargs: dict[str, Any] | None = None
+    """Multimodal processor settings (`--mm-processor-kwargs`)."""
+    speculative_config: dict[str, Any] | None = None
+    """Speculative decoding, as vLLM's JSON (`--speculative-config`)."""
+    enforce_eager: bool = False
+    """Disable CUDA graphs (`--enforce-eager`): faster start, slower decode."""
+    trust_remote_code: bool = False
+    """Run code shipped with the model (`--trust-remote-code`)."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Appended to the command line as they are."""
+
+
+class VllmServeBackend(ManagedServerBackend):
+    Options = VllmOptions
+    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING})
+    overridable = frozenset({"max_model_len", "gpu_memory_utilization", "max_num_seqs", "extra_args"})
+    options: VllmOptions
+
+    def engine_concurrency(self) -> int:
+        return self.options.max_num_seqs or 256  # vLLM's own default for max_num_seqs
+
+    def context_length(self) -> int | None:
+        return self.options.max_model_len
+
+    async def weights(self) -> Path:
+        if self.options.model is not None:
+            return Path(self.options.model)
+        return await super().weights()
+
+    async def estimate_memory(self) -> MemoryEstimate:
+        weights = await self.weights()
+        size = files_size(weights) if weights.exists() else 0
+        return MemoryEstimate(ram_bytes=size + 2 * 1024**3)  # the Python, torch and vLLM process itself
+
+    def command(self, weights: Path) -> list[str]:
+        o = self.options
+        model = o.model or str(weights)
+        if o.executable:
+            argv = [o.executable, "serve", model]
+        else:
+            argv = [o.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+        argv += ["--host", o.host, "--port", "{port}", "--served-model-name", self.model.id, "--dtype", o.dtype]
+        argv += ["--tensor-parallel-size", str(o.tensor_parallel_size)]
+        numbers = {
+            "--max-model-len": o.max_model_len,
+            "--gpu-memory-utilization": o.gpu_memory_utilization,
+            "--kv-cache-memory-bytes": None if o.kv_cache_memory_bytes is None else int(o.kv_cache_memory_bytes),
+            "--max-num-seqs": o.max_num_seqs,
+        }
+        for flag, value in numbers.items():
+            argv += [flag, str(value)] if value is not None else []
+        documents = {
+            "--limit-mm-per-prompt": o.limit_mm_per_prompt,
+            "--mm-processor-kwargs": o.mm_processor_kwargs,
+            "--speculative-config": o.speculative_config,
+        }
+        for flag, document in documents.items():
+            argv += [flag, json.dumps(document, separators=(",", ":"))] if document is not None else []
+        argv += ["--enforce-eager"] if o.enforce_eager else []
+        argv += ["--trust-remote-code"] if o.trust_remote_code else []
+        return argv + o.extra_args

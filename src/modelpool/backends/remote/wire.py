@@ -1,0 +1,197 @@
+"""Our internal requests in the OpenAI wire format, and the upstream's answers back as
+our chunks. Only what a request sets is sent: an upstream that is OpenAI itself rejects
+fields it does not know (top_k, min_p, ...), so engine extras go only when asked for."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from modelpool.backends.base import (
+    ChatRequest,
+    CompletionRequest,
+    GenerationChunk,
+    SamplingParams,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+)
+from modelpool.errors import UpstreamError
+
+
+def _sampling_fields(sampling: SamplingParams) -> dict[str, Any]:
+    fields: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p}
+    optional = {
+        "max_tokens": sampling.max_tokens,
+        "seed": sampling.seed,
+        "stop": list(sampling.stop) or None,
+        "presence_penalty": sampling.presence_penalty or None,
+        "frequency_penalty": sampling.frequency_penalty or None,
+        # Engine extras (vLLM, llama.cpp): only when they differ from "off".
+        "top_k": sampling.top_k or None,
+        "min_p": sampling.min_p or None,
+        "repetition_penalty": None if sampling.repetition_penalty == 1.0 else sampling.repetition_penalty,
+    }
+    fields.update({key: value for key, value in optional.items() if value is not None})
+    return fields
+
+
+def chat_body(request: ChatRequest, model: str) -> dict[str, Any]:
+    messages = [
+        {"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})} for m in request.messages
+    ]
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **_sampling_fields(request.sampling),
+    }
+    if request.sampling.logprobs is not None:
+        body["logprobs"] = True
+        body["top_logprobs"] = request.sampling.logprobs
+    if request.template_kwargs:
+        body["chat_template_kwargs"] = dict(request.template_kwargs)  # vLLM's and llama-server's name
+    return body
+
+
+def completion_body(request: CompletionRequest, model: str) -> dict[str, Any]:
+    prompt = request.prompt if isinstance(request.prompt, str) else list(request.prompt)
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **_sampling_fields(request.sampling),
+    }
+    if request.echo:
+        body["echo"] = True
+    if request.sampling.logprobs is not None:
+        body["logprobs"] = request.sampling.logprobs
+    return body
+
+
+def embeddings_body(inputs: tuple[str | tuple[int, ...], ...], model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "input": [item if isinstance(item, str) else list(item) for item in inputs],
+        "encoding_format": "base64",
+    }
+
+
+def embedding_vectors(payload: dict[str, Any], expected: int) -> npt.NDArray[np.float32]:
+    """Rows in input order, whether the upstream honoured base64 or sent float lists."""
+    data = sorted(payload.get("data") or [], key=lambda item: item.get("index", 0))
+    if len(data) != expected:
+        raise UpstreamError(502, f"upstream returned {len(data)} embeddings for {expected} inputs")
+    rows = []
+    for item in data:
+        vector = item.get("embedding")
+        if isinstance(vector, str):
+            rows.append(np.frombuffer(base64.b64decode(vector), dtype="<f4"))
+        else:
+            rows.append(np.asarray(vector, dtype=np.float32))
+    return np.stack(rows).astype(np.float32, copy=False)
+
+
+def usage_of(payload: dict[str, Any]) -> Usage | None:
+    usage = payload.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+
+
+async def chat_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[GenerationChunk]:
+    """Chat completion chunks → our chunks. The finish reason is held back until the usage
+    event that follows it, so our last chunk carries both, as backends' last chunks do."""
+    finish: str | None = None
+    usage: Usage | None = None
+    pieces = 0
+    async for event in events:
+        usage = usage_of(event) or usage
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text = delta.get("content") or ""
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            logprobs = _chat_logprobs(choice.get("logprobs"))
+            if text or reasoning or logprobs:
+                pieces += 1
+                yield GenerationChunk(text=text, reasoning=reasoning, logprobs=logprobs)
+            finish = choice.get("finish_reason") or finish
+    yield GenerationChunk(finish_reason=finish or "stop", usage=usage or _counted(pieces))
+
+
+async def completion_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[GenerationChunk]:
+    finish: str | None = None
+    usage: Usage | None = None
+    pieces = 0
+    async for event in events:
+        usage = usage_of(event) or usage
+        for choice in event.get("choices") or []:
+            text = choice.get("text") or ""
+            logprobs = _completion_logprobs(choice.get("logprobs"))
+            if text or logprobs:
+                pieces += 1
+                yield GenerationChunk(text=text, logprobs=logprobs)
+            finish = choice.get("finish_reason") or finish
+    yield GenerationChunk(finish_reason=finish or "stop", usage=usage or _counted(pieces))
+
+
+def _counted(pieces: int) -> Usage:
+    """For upstreams that send no usage on streams (llama-cpp-python's server): llama.cpp
+    and vLLM stream one token per event, so the events are the completion tokens; the
+    prompt's tokens are unknown and reported as 0."""
+    return Usage(prompt_tokens=0, completion_tokens=pieces)
+
+
+def _token_bytes(token: str, raw: Any) -> tuple[int, ...]:
+    return tuple(raw) if isinstance(raw, list) else tuple(token.encode("utf-8", errors="replace"))
+
+
+def _chat_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...]:
+    if not isinstance(logprobs, dict):
+        return ()
+    tokens = []
+    for entry in logprobs.get("content") or []:
+        token = str(entry.get("token", ""))
+        top = tuple(_top_logprob(t) for t in entry.get("top_logprobs") or [])
+        logprob = entry.get("logprob")
+        value = None if logprob is None else float(logprob)
+        tokens.append(TokenLogprob(token, value, _token_bytes(token, entry.get("bytes")), top))
+    return tuple(tokens)
+
+
+def _top_logprob(entry: dict[str, Any]) -> TopLogprob:
+    token = str(entry.get("token", ""))
+    return TopLogprob(token, float(entry.get("logprob", 0.0)), _token_bytes(token, entry.get("bytes")))
+
+
+def _completion_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...]:
+    """The legacy shape: parallel lists `tokens`, `token_logprobs`, `top_logprobs` (dicts)."""
+    if not isinstance(logprobs, dict):
+        return ()
+    tokens = logprobs.get("tokens") or []
+    values = logprobs.get("token_logprobs") or [None] * len(tokens)
+    tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+    result = []
+    for token, value, top in zip(tokens, values, tops, strict=False):
+        alternatives = tuple(
+            TopLogprob(str(t), float(lp), tuple(str(t).encode("utf-8", errors="replace")))
+            for t, lp in (top or {}).items()
+        )
+        best = max((a.logprob for a in alternatives), default=None)
+        greedy = value is None or best is None or float(value) >= best
+        result.append(
+            TokenLogprob(
+                str(token),
+                None if value is None else float(value),
+                _token_bytes(str(token), None),
+                alternatives,
+                greedy=greedy,
+            )
+        )
+    return tuple(result)

@@ -1,0 +1,41 @@
+"""`modelpool stop-persistent`: stop engine processes that `persistent: true` models left
+running after modelpool stopped."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+
+from modelpool.services.process import terminate_group
+from modelpool.services.registry import ENGINE_KIND, Registry, ServiceRecord
+
+
+def stop_persistent(
+    models: Annotated[list[str] | None, typer.Argument(help="Model ids (default: every persistent engine).")] = None,
+    grace: Annotated[float, typer.Option(help="Seconds between SIGTERM and SIGKILL.")] = 20.0,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="State directory (default: $MODELPOOL_STATE_DIR or ~/.local/state/modelpool).")
+    ] = None,
+) -> None:
+    """Stop persistent engine processes: probe health, SIGTERM the process group, SIGKILL
+    after the grace period. Processes that are not running are skipped."""
+    registry = Registry(state_dir)
+    records = [r for r in registry.find(kind=ENGINE_KIND) if not models or r.name in models]
+    for record in records:
+        healthy = _healthy(record)
+        outcome = asyncio.run(terminate_group(record.pid, grace, name=record.name))
+        registry.remove(record.id)
+        if outcome != "gone":
+            state = "healthy" if healthy else "not answering"
+            typer.echo(f"{record.name}\tpid {record.pid}\t{record.url}\t{state}\t{outcome}")
+
+
+def _healthy(record: ServiceRecord) -> bool:
+    try:
+        return httpx.get(record.url + record.health_path, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -1,0 +1,108 @@
+"""The registry of processes that outlive the modelpool that started them (persistent
+engine processes, and services of a stack): one JSON file in a state directory, changed
+under a lock and replaced atomically, so concurrent modelpools never lose an entry.
+Entries whose process is gone (or whose pid now belongs to another process) are pruned
+whenever the file is read."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelpool.services.pids import is_alive
+
+STATE_DIR_ENV = "MODELPOOL_STATE_DIR"
+ENGINE_KIND = "engine"
+"""The kind of a persistent model engine process."""
+
+
+def default_state_dir() -> Path:
+    """$MODELPOOL_STATE_DIR, else $XDG_STATE_HOME/modelpool, else ~/.local/state/modelpool."""
+    explicit = os.environ.get(STATE_DIR_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "modelpool"
+
+
+@dataclass(frozen=True)
+class ServiceRecord:
+    id: str
+    """Unique key, e.g. `engine:smollm2@8101`."""
+    name: str
+    """What users call it: the model id, or the stack's service name."""
+    kind: str
+    """`engine` (a persistent model process) or a stack service kind."""
+    pid: int
+    port: int
+    url: str
+    started_at: float
+    """Process creation time (epoch seconds): guards against a reused pid."""
+    stack: str | None = None
+    log_file: str | None = None
+    health_path: str = "/health"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def alive(self) -> bool:
+        return is_alive(self.pid, self.started_at)
+
+
+class Registry:
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.state_dir = state_dir or default_state_dir()
+        self.path = self.state_dir / "services.json"
+
+    def records(self) -> list[ServiceRecord]:
+        """Every live entry (dead ones are pruned from the file)."""
+        with self._locked() as entries:
+            return list(entries.values())
+
+    def find(self, *, kind: str | None = None, name: str | None = None) -> list[ServiceRecord]:
+        return [r for r in self.records() if (kind is None or r.kind == kind) and (name is None or r.name == name)]
+
+    def put(self, record: ServiceRecord) -> None:
+        with self._locked() as entries:
+            entries[record.id] = record
+
+    def remove(self, record_id: str) -> None:
+        with self._locked() as entries:
+            entries.pop(record_id, None)
+
+    @contextmanager
+    def _locked(self) -> Iterator[dict[str, ServiceRecord]]:
+        """The live entries, under an exclusive lock; changes are written back atomically."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with (self.state_dir / "services.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                entries = {r.id: r for r in self._read() if r.alive()}
+                before = dict(entries)
+                yield entries
+                if entries != before or len(entries) != len(self._read()):
+                    self._write(entries)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read(self) -> list[ServiceRecord]:
+        try:
+            raw = json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return []
+        records = []
+        for item in raw.get("services", []) if isinstance(raw, dict) else []:
+            try:
+                records.append(ServiceRecord(**item))
+            except TypeError:
+                continue  # an entry from an incompatible version: dropped
+        return records
+
+    def _write(self, entries: dict[str, ServiceRecord]) -> None:
+        temporary = self.path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps({"services": [asdict(r) for r in entries.values()]}, indent=2))
+        os.replace(temporary, self.path)
