@@ -154,6 +154,8 @@ class ManagedServerBackend(ForwardingBackend):
             return
         await self._disconnect()
         await self.process.detach()
+        if self.process.pid is not None:
+            _adopted_here.discard(self.process.pid)  # free for the next modelpool (in this process, in tests)
         log.info("left persistent process running", extra={"model": self.model.id, "pid": self.process.pid})
 
     async def check_health(self) -> None:

@@ -75,6 +75,9 @@ class LlamaServerBackend(ManagedServerBackend):
         o = self.options
         argv = [o.python or sys.executable, "-m", "llama_cpp.server", "--model", str(weights)]
         argv += ["--host", o.host, "--port", "{port}", "--model_alias", self.model.id]
+        # Its default lets a new request cut off the running one (even one that just finished,
+        # racing its cleanup); modelpool's own queue already keeps to one request at a time.
+        argv += ["--interrupt_requests", "false"]
         argv += ["--n_ctx", str(o.context_length), "--n_gpu_layers", str(o.gpu_layers)]
         argv += ["--clip_model_path", o.mmproj] if o.mmproj else []
         argv += ["--flash_attn", "true"] if o.flash_attention else []
