@@ -5,7 +5,7 @@ the clock by hand)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 
@@ -127,3 +127,33 @@ def fake_slot(
 
     config = model_config(model_id, **{"warmup": False, **fields})
     return ModelSlot(config, tasks, make, metrics or Metrics(), clock or ManualClock(), capacity)
+
+
+class FakeProcessBackend(FakeBackend):
+    """A fake whose "engine process" can be made to crash (`crash()`), as a ProcessBackend."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.pid: int | None = None
+        self.detaches = 0
+        self._on_crash: Callable[[str], None] | None = None
+
+    async def start(self) -> None:
+        await super().start()
+        self.pid = 1000 + self.starts
+
+    def supervise(self, on_crash: Callable[[str], None]) -> None:
+        self._on_crash = on_crash
+
+    def crash(self) -> None:
+        assert self._on_crash is not None
+        self._on_crash(f"engine process (pid {self.pid}) was killed by signal 9")
+
+    def resident_bytes(self) -> int:
+        return 4242
+
+    def log_tail(self, count: int) -> list[str]:
+        return [f"line {i} of pid {self.pid}" for i in range(3)][-count:]
+
+    async def detach(self) -> None:
+        self.detaches += 1

@@ -209,6 +209,7 @@ def test_python_default_command() -> None:
     assert python_argv() == [
         sys.executable, "-m", "llama_cpp.server", "--model", str(GGUF),
         "--host", "127.0.0.1", "--port", "{port}", "--model_alias", "smol",
+        "--interrupt_requests", "false",  # modelpool queues; a new request must not cut off the running one
         "--n_ctx", "4096", "--n_gpu_layers", "0",
     ]  # fmt: skip
 

@@ -61,6 +61,10 @@ class ChatRequest:
     sampling: SamplingParams = SamplingParams()
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Extra variables for the chat template (enable_thinking, source_lang_code, ...)."""
+    streamed: bool = True
+    """The client reads the answer as it comes. False: it wants it whole, so a forwarding
+    backend asks its upstream for one response (cheaper for most servers, and the only way
+    some of them report usage). Local engines ignore it."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class CompletionRequest:
     """Text, or token ids in the model's own vocabulary."""
     sampling: SamplingParams = SamplingParams()
     echo: bool = False
+    streamed: bool = True
+    """As `ChatRequest.streamed`."""
 
 
 @dataclass(frozen=True)

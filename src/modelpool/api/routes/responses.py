@@ -30,7 +30,9 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
     history = _history(store, body)
     said = [*history, *body.new_messages()]
     system = [ChatMessage("system", body.instructions)] if body.instructions else []
-    chat = ChatRequest(tuple(system + said), body.sampling(slot.config.sampling), body.template_kwargs())
+    chat = ChatRequest(
+        tuple(system + said), body.sampling(slot.config.sampling), body.template_kwargs(), streamed=body.stream
+    )
     stream = await unless_disconnected(request, pool.chat(body.model, chat, body.call_options()))
     draft = ResponseDraft(body, stream.model_id, int(time.time()))
 

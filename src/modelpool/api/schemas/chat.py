@@ -66,7 +66,7 @@ class ChatCompletionBody(GenerationFields):
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens or self.max_tokens or defaults.max_tokens
         sampling = self.sampling(defaults, max_tokens=max_tokens, logprobs=logprobs)
-        return ChatRequest(messages, sampling, self.chat_template_kwargs or {})
+        return ChatRequest(messages, sampling, self.chat_template_kwargs or {}, streamed=self.stream)
 
 
 def _to_message(index: int, message: Message) -> ChatMessage:

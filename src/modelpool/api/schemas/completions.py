@@ -61,4 +61,4 @@ class CompletionBody(GenerationFields):
 
     def to_requests(self, defaults: SamplingDefaults) -> list[CompletionRequest]:
         sampling = self.sampling(defaults, max_tokens=self.max_tokens, logprobs=self.logprobs)
-        return [CompletionRequest(prompt, sampling, self.echo) for prompt in self.prompts()]
+        return [CompletionRequest(prompt, sampling, self.echo, streamed=self.stream) for prompt in self.prompts()]

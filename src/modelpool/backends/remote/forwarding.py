@@ -22,6 +22,7 @@ from modelpool.errors import UpstreamUnavailable
 from modelpool.tasks import Task
 
 Translate = Callable[[AsyncIterator[dict[str, Any]]], AsyncIterator[GenerationChunk]]
+TranslateWhole = Callable[[dict[str, Any]], list[GenerationChunk]]
 
 
 class ForwardingBackend:
@@ -39,11 +40,16 @@ class ForwardingBackend:
         return self.upstream
 
     def chat(self, request: ChatRequest) -> AsyncIterator[GenerationChunk]:
-        return self._forward("chat/completions", wire.chat_body(request, self.upstream_model), wire.chat_chunks)
+        body = wire.chat_body(request, self.upstream_model)
+        if request.streamed:
+            return self._forward("chat/completions", body, wire.chat_chunks)
+        return self._whole("chat/completions", body, wire.chat_whole)
 
     def complete(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]:
         body = wire.completion_body(request, self.upstream_model)
-        return self._forward("completions", body, wire.completion_chunks)
+        if request.streamed:
+            return self._forward("completions", body, wire.completion_chunks)
+        return self._whole("completions", body, wire.completion_whole)
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
         payload = await self.client().post_json("embeddings", wire.embeddings_body(request.inputs, self.upstream_model))
@@ -58,3 +64,10 @@ class ForwardingBackend:
         async with aclosing(events), aclosing(translate(events)) as chunks:
             async for chunk in chunks:
                 yield chunk
+
+    async def _whole(
+        self, path: str, body: dict[str, Any], translate: TranslateWhole
+    ) -> AsyncIterator[GenerationChunk]:
+        """A client that wants the whole answer: one plain upstream response, no stream."""
+        for chunk in translate(await self.client().post_json(path, body)):
+            yield chunk

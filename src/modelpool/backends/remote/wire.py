@@ -40,6 +40,10 @@ def _sampling_fields(sampling: SamplingParams) -> dict[str, Any]:
     return fields
 
 
+def _stream_fields(streamed: bool) -> dict[str, Any]:
+    return {"stream": True, "stream_options": {"include_usage": True}} if streamed else {"stream": False}
+
+
 def chat_body(request: ChatRequest, model: str) -> dict[str, Any]:
     messages = [
         {"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})} for m in request.messages
@@ -47,8 +51,7 @@ def chat_body(request: ChatRequest, model: str) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
-        "stream": True,
-        "stream_options": {"include_usage": True},
+        **_stream_fields(request.streamed),
         **_sampling_fields(request.sampling),
     }
     if request.sampling.logprobs is not None:
@@ -64,8 +67,7 @@ def completion_body(request: CompletionRequest, model: str) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "prompt": prompt,
-        "stream": True,
-        "stream_options": {"include_usage": True},
+        **_stream_fields(request.streamed),
         **_sampling_fields(request.sampling),
     }
     if request.echo:
@@ -139,6 +141,29 @@ async def completion_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncItera
                 yield GenerationChunk(text=text, logprobs=logprobs)
             finish = choice.get("finish_reason") or finish
     yield GenerationChunk(finish_reason=finish or "stop", usage=usage or _counted(pieces))
+
+
+def chat_whole(payload: dict[str, Any]) -> list[GenerationChunk]:
+    """A whole chat completion → our chunks: the answer, then the finish with usage."""
+    choice = _first_choice(payload)
+    message = choice.get("message") or {}
+    text = message.get("content") or ""
+    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+    answer = GenerationChunk(text=text, reasoning=reasoning, logprobs=_chat_logprobs(choice.get("logprobs")))
+    return [answer, GenerationChunk(finish_reason=choice.get("finish_reason") or "stop", usage=usage_of(payload))]
+
+
+def completion_whole(payload: dict[str, Any]) -> list[GenerationChunk]:
+    choice = _first_choice(payload)
+    answer = GenerationChunk(text=choice.get("text") or "", logprobs=_completion_logprobs(choice.get("logprobs")))
+    return [answer, GenerationChunk(finish_reason=choice.get("finish_reason") or "stop", usage=usage_of(payload))]
+
+
+def _first_choice(payload: dict[str, Any]) -> dict[str, Any]:
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise UpstreamError(502, "upstream answered without any choice")
+    return choices[0]
 
 
 def _counted(pieces: int) -> Usage:
