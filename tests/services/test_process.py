@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from modelpool.services.ports import free_port, port_in_use
-from modelpool.services.process import ManagedProcess, ProcessFailed, ProcessSpec
+from modelpool.services.process import ManagedProcess, ProcessFailed, ProcessSpec, terminate_group
 
 SERVER = """
 import http.server, os, signal, sys
@@ -88,3 +88,27 @@ async def test_a_crash_is_noticed_with_its_exit_code(tmp_path: Path) -> None:
     await asyncio.wait_for(noticed.wait(), 10)
     assert exits == [-signal.SIGKILL] and not child.running
     await child.stop()  # stopping a dead process is fine
+
+
+async def test_a_persistent_child_writes_to_its_file_and_is_adopted_then_killed_when_deaf(tmp_path: Path) -> None:
+    first = ManagedProcess(spec(tmp_path, "--ignore-term", output_to_file=True, stop_grace_s=0.5))
+    await first.start()
+    assert first.pid is not None and "child env:" in first.last_lines()  # read back from the log file
+    await first.detach()  # the launcher goes away; the process stays
+    assert first.running
+
+    exits: list[int | None] = []
+    adopter = ManagedProcess(first.spec, on_exit=exits.append)
+    adopter.adopt(first.pid)
+    assert adopter.running and await adopter.check_health()
+    assert await adopter.stop() is None  # SIGTERM ignored → SIGKILL; only the parent learns the code
+    assert not adopter.running and exits == []  # asked to stop: not a crash
+    assert await terminate_group(first.pid, 0.5) == "gone"
+
+
+async def test_terminate_group_escalates_to_sigkill(tmp_path: Path) -> None:
+    deaf = ManagedProcess(spec(tmp_path, "--ignore-term"))
+    await deaf.start()
+    assert deaf.pid is not None
+    assert await terminate_group(deaf.pid, 0.5) == "killed"
+    await deaf.stop()

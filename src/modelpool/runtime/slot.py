@@ -30,6 +30,7 @@ from modelpool.errors import (
 from modelpool.runtime.admission import Admission
 from modelpool.runtime.batching import EmbeddingBatcher
 from modelpool.runtime.clock import Clock
+from modelpool.runtime.crashes import CrashRecord
 from modelpool.runtime.embedding_cache import EmbeddingCache
 from modelpool.runtime.eviction import Need, Resident
 from modelpool.runtime.memory import process_rss, release_freed_memory
@@ -39,8 +40,6 @@ from modelpool.runtime.timing import RequestTiming
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
-STABLE_RUN_S = 60.0
-"""An engine process that ran this long before crashing ends a row of crashes."""
 
 
 class SlotState(str, Enum):
@@ -103,10 +102,7 @@ class ModelSlot:
         self._none_running.set()
         self._closing = False
         self._background: set[asyncio.Task[None]] = set()
-        self.crashes = 0
-        """Engine-process crashes in a row (see STABLE_RUN_S)."""
-        self.crash_log: list[str] = []
-        """The last output of the process that crashed last."""
+        self.crashes = CrashRecord()
         self._cleanup: asyncio.Task[None] | None = None
         self.embedding_cache = EmbeddingCache(config.embedding_cache_size)
         """Rows are only valid for the weights and options they came from: cleared on unload."""
@@ -202,8 +198,9 @@ class ModelSlot:
 
     def _begin_load(self, may_load: bool) -> None:
         delay = 0.0
-        if self.state is SlotState.FAILED and self.crashes:
-            delay = self._restart_delay()
+        if self.state is SlotState.FAILED and self.crashes.in_a_row:
+            since = self._clock.monotonic() - (self.failed_at or 0.0)
+            delay = self.crashes.restart_delay(self.config, since, self.error)
         elif self.state is SlotState.FAILED:
             waited = self._clock.monotonic() - (self.failed_at or 0.0)
             if waited < self.config.retry_cooldown_s:
@@ -221,21 +218,10 @@ class ModelSlot:
         self._set_state(SlotState.LOADING)  # at once, so nobody sees "unloaded" meanwhile
         self._load = asyncio.create_task(self._load_replicas(delay), name=f"load-{self.id}")
 
-    def _restart_delay(self) -> float:
-        """How long a restart after a crash still waits; raises once crashes looped too often."""
-        if self.crashes > self.config.max_restarts:
-            raise ModelLoadFailed(
-                f"model '{self.id}' crashed {self.crashes} times in a row, so modelpool stopped restarting it "
-                f"(`modelpool load {self.id}` tries again). Last crash: {self.error}",
-                retry_after_s=60,
-            )
-        backoff = self.config.restart_backoff_s * 2 ** (self.crashes - 1)
-        return max(0.0, backoff - (self._clock.monotonic() - (self.failed_at or 0.0)))
-
     def forgive_crashes(self) -> None:
         """An explicit load: a crash-looped model may start again at once."""
-        if self.crashes:
-            self.crashes = 0
+        if self.crashes.in_a_row:
+            self.crashes = CrashRecord()
             self.failed_at = None
 
     def _on_release(self, lease: Lease) -> None:
@@ -316,11 +302,12 @@ class ModelSlot:
         if replica not in self.replicas or self.state is not SlotState.READY:
             return  # it is being stopped anyway
         now = self._clock.monotonic()
-        self.crashes = self.crashes + 1 if now - replica.started_at < STABLE_RUN_S else 1
-        self.crash_log = replica.backend.log_tail(200) if isinstance(replica.backend, ProcessBackend) else []
+        output = replica.backend.log_tail(200) if isinstance(replica.backend, ProcessBackend) else []
+        self.crashes.crashed(now - replica.started_at, output)
         self.error, self.failed_at = message, now
         self._set_state(SlotState.FAILED)
-        log.error("engine process crashed", extra={"model": self.id, "in_a_row": self.crashes, "error": message})
+        in_a_row = self.crashes.in_a_row
+        log.error("engine process crashed", extra={"model": self.id, "in_a_row": in_a_row, "error": message})
         self._cleanup = asyncio.get_running_loop().create_task(self._stop_replicas(), name=f"cleanup-{self.id}")
 
     def logs(self, count: int) -> list[dict[str, object]]:

@@ -43,7 +43,8 @@ async def model_logs(model_id: str, request: Request, lines: int = Query(default
             "modelpool's own log",
             param="model",
         )
-    crash = {"error": slot.error, "lines": slot.crash_log[-lines:]} if slot.crash_log else None
+    output = slot.crashes.last_output
+    crash = {"error": slot.error, "lines": output[-lines:]} if output else None
     return JSONResponse(
         {"model": slot.id, "state": slot.state.value, "processes": slot.logs(lines), "last_crash": crash}
     )
@@ -127,7 +128,7 @@ def admin_model_json(pool: ModelPool, slot: ModelSlot) -> dict[str, Any]:
         "loaded_at": slot.loaded_at,
         "load_seconds": slot.load_seconds,
         "last_error": slot.error,
-        "crashes_in_a_row": slot.crashes,
+        "crashes_in_a_row": slot.crashes.in_a_row,
         "remote": slot.remote,
         "allow_remote": config.allow_remote,
         "options": redact(config.options),

