@@ -3,7 +3,9 @@ the upstream; the front modelpool forwards to it behind the `allow_remote` gate.
 
 from __future__ import annotations
 
+import io
 import logging
+import wave
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -12,7 +14,7 @@ import pytest
 import yaml
 
 from modelpool.services.ports import free_port
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, sdk, serving
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL, sdk, serving
 from tests.processes import Server, modelpool_serve
 
 SECRET = "sk-upstream-8c1f0e2d-never-log-me"
@@ -24,7 +26,7 @@ HI = [{"role": "user", "content": "Name a color."}]
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("upstream")
     config = {
-        "enabled_models": [CHAT_MODEL, EMBED_MODEL],
+        "enabled_models": [CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL],
         "auth": {"keys": [{"name": "front", "scopes": ["inference"], "key_env": "UPSTREAM_KEY"}]},
     }
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
@@ -50,6 +52,9 @@ async def front(upstream: Server, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         "remote-wrong-key": remote(upstream.url, CHAT_MODEL, options={"api_key_env": "WRONG_KEY", **unchecked}),
         "remote-down": remote(closed, CHAT_MODEL, options={**unchecked, "retries": 2, "retry_backoff_s": 0.05}),
         "remote-down-checked": remote(closed, CHAT_MODEL, preload=False, options={"retries": 0}),
+        "remote-stt": remote(upstream.url, STT_MODEL, tasks=["transcription"], allow_remote=True),
+        "remote-tts": remote(upstream.url, TTS_MODEL, tasks=["speech"], allow_remote=True,
+                             options={"speech_sample_rate": 22050}),  # Piper's rate
     }
     async with serving({"starter_models": False, "models": models}) as (_, client):
         yield client
@@ -138,3 +143,18 @@ async def test_the_api_key_never_shows(front: httpx.AsyncClient, upstream: Serve
     assert "FRONT_KEY" in admin and SECRET not in admin  # the variable's name, never its value
     assert SECRET not in caplog.text and SECRET not in upstream.log_text()
     assert "sk-wrong" not in caplog.text
+
+
+async def test_speech_and_transcription_are_forwarded(front: httpx.AsyncClient, upstream: Server) -> None:
+    oai = sdk(front)
+    spoken = await oai.audio.speech.create(model="remote-tts", voice="alloy", input="The quick brown fox.",
+                                           response_format="wav")  # fmt: skip
+    wav = spoken.content
+    with wave.open(io.BytesIO(wav)) as audio:
+        assert audio.getframerate() == 22050 and audio.getnframes() / 22050 > 0.8
+    heard = await oai.audio.transcriptions.create(model="remote-stt", file=("fox.wav", wav, "audio/wav"),
+                                                  response_format="verbose_json")  # fmt: skip
+    assert "quick brown fox" in heard.text.lower() and heard.segments
+    upload = ("fox.wav", wav, "audio/wav")
+    direct_heard = await direct(upstream).audio.transcriptions.create(model=STT_MODEL, file=upload)
+    assert heard.text.strip() == direct_heard.text.strip()

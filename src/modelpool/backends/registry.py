@@ -45,10 +45,14 @@ def backend_class(name: str) -> BackendClass:
 
 
 def model_tasks(model: ModelConfig) -> frozenset[Task]:
-    """The tasks a model serves: what its config says, within what its backend can do."""
-    supported = backend_class(model.backend).supported_tasks
+    """The tasks a model serves: what its config says, within what its backend can do.
+    Unsaid, a backend may narrow its default by its options (`default_tasks(options)`):
+    a llama-server started for embeddings does not chat."""
+    cls = backend_class(model.backend)
+    supported = cls.supported_tasks
     if model.tasks is None:
-        return supported
+        default_tasks = getattr(cls, "default_tasks", None)
+        return frozenset(default_tasks(parse_options(model))) if default_tasks else supported
     unsupported = set(model.tasks) - supported
     if unsupported:
         names = ", ".join(sorted(t.value for t in unsupported))

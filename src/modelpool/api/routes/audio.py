@@ -18,6 +18,7 @@ from modelpool.audio.decode import decode_audio
 from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
 from modelpool.backends.base import Segment, SpeechBackend, TranscriptionRequest
 from modelpool.errors import InvalidRequest
+from modelpool.runtime.call import CallOptions
 from modelpool.runtime.leased import LeasedStream
 from modelpool.tasks import Task
 
@@ -39,6 +40,7 @@ async def transcriptions(
         list[Literal["segment", "word"]] | None, Form(alias="timestamp_granularities[]")
     ] = None,
     stream: Annotated[bool, Form()] = False,
+    allow_remote: Annotated[bool, Form()] = False,
 ) -> Response:
     granularities = set(timestamp_granularities or [])
     if granularities and response_format != "verbose_json":
@@ -47,7 +49,7 @@ async def transcriptions(
         )
     return await _transcribe(request, file, model, "transcribe", response_format, stream,
                              language=language, prompt=prompt, temperature=temperature,
-                             words="word" in granularities)  # fmt: skip
+                             words="word" in granularities, allow_remote=allow_remote)  # fmt: skip
 
 
 @router.post("/v1/audio/translations", response_model=None)
@@ -58,21 +60,24 @@ async def translations(
     prompt: Annotated[str | None, Form()] = None,
     temperature: Annotated[float, Form(ge=0.0, le=1.0)] = 0.0,
     response_format: Annotated[ResponseFormat, Form()] = "json",
+    allow_remote: Annotated[bool, Form()] = False,
 ) -> Response:
     return await _transcribe(request, file, model, "translate", response_format, False,
-                             language=None, prompt=prompt, temperature=temperature, words=False)  # fmt: skip
+                             language=None, prompt=prompt, temperature=temperature, words=False,
+                             allow_remote=allow_remote)  # fmt: skip
 
 
 async def _transcribe(
     request: Request, file: UploadFile, model: str, task: str, response_format: str, stream: bool, *,
-    language: str | None, prompt: str | None, temperature: float, words: bool,
+    language: str | None, prompt: str | None, temperature: float, words: bool, allow_remote: bool,
 ) -> Response:  # fmt: skip
     note_model(request, model)
     pool = pool_of(request)
-    pool.slot_for(model, Task.TRANSCRIPTION)  # unknown model or wrong task: 4xx before decoding anything
+    options = CallOptions(allow_remote=allow_remote)
+    pool.slot_for(model, Task.TRANSCRIPTION, options)  # unknown model, wrong task, gate: 4xx before decoding
     audio = await asyncio.to_thread(decode_audio, await file.read(), WHISPER_RATE)
     job = TranscriptionRequest(audio, language, prompt, temperature, words, task)
-    segments = await unless_disconnected(request, pool.transcribe(model, job))
+    segments = await unless_disconnected(request, pool.transcribe(model, job, options))
     if stream:
         return EventStreamResponse(_transcript_events(segments), on_close=segments.aclose)
     try:

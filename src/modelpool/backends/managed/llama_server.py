@@ -48,8 +48,12 @@ class LlamaServerBackend(ManagedServerBackend):
     def __init__(self, model: ModelConfig, options: LlamaServerOptions, hub: HubLocation) -> None:
         super().__init__(model, options, hub)
         if model.tasks is None:
-            self.tasks = frozenset({Task.EMBEDDING} if options.embedding else {Task.CHAT, Task.COMPLETION})
+            self.tasks = self.default_tasks(options)
         self.health_path = "/health" if options.binary else "/v1/models"  # llama_cpp.server has no /health
+
+    @staticmethod
+    def default_tasks(options: LlamaServerOptions) -> frozenset[Task]:
+        return frozenset({Task.EMBEDDING} if options.embedding else {Task.CHAT, Task.COMPLETION})
 
     def engine_concurrency(self) -> int:
         return self.options.parallel if self.options.binary else 1

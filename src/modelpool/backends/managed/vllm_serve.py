@@ -62,8 +62,13 @@ class VllmServeBackend(ManagedServerBackend):
 
     def __init__(self, model: ModelConfig, options: VllmOptions, hub: HubLocation) -> None:
         super().__init__(model, options, hub)
-        if model.tasks is None:  # a generative model; an embedding one is declared with `tasks: [embedding]`
-            self.tasks = frozenset({Task.CHAT, Task.COMPLETION})
+        if model.tasks is None:
+            self.tasks = self.default_tasks(options)
+
+    @staticmethod
+    def default_tasks(options: VllmOptions) -> frozenset[Task]:
+        """A generative model; an embedding one is declared with `tasks: [embedding]`."""
+        return frozenset({Task.CHAT, Task.COMPLETION})
 
     def engine_concurrency(self) -> int:
         return self.options.max_num_seqs or 256  # vLLM's own default for max_num_seqs

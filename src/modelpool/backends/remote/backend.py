@@ -42,11 +42,14 @@ class RemoteOptions(BaseModel):
     """Requests forwarded at once; more wait in modelpool's queue."""
     context_length: int | None = Field(default=None, ge=1)
     """The upstream model's context, for `/v1/models` (requests are checked upstream)."""
+    speech_sample_rate: int = Field(default=24_000, ge=8000)
+    """Sample rate of the upstream's `pcm` speech (OpenAI's: 24000; a modelpool with a
+    Piper voice: 22050)."""
 
 
 class OpenAIRemoteBackend(ForwardingBackend):
     Options = RemoteOptions
-    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING})
+    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING, Task.TRANSCRIPTION, Task.SPEECH})
     overridable = frozenset({"timeout_s", "retries", "max_concurrency"})
     needs_source = False
     remote = True
@@ -54,9 +57,16 @@ class OpenAIRemoteBackend(ForwardingBackend):
     def __init__(self, model: ModelConfig, options: RemoteOptions, hub: HubLocation) -> None:
         self.model = model
         self.options = options
-        self.tasks = self.supported_tasks
         self.limits = Limits(max_concurrency=options.max_concurrency, context_length=options.context_length)
         self.upstream_model = options.upstream_model or model.id
+        self.tasks = frozenset(model.tasks) if model.tasks else self.default_tasks(options)
+        if Task.SPEECH in self.tasks:
+            self.sample_rate = options.speech_sample_rate
+
+    @staticmethod
+    def default_tasks(options: RemoteOptions) -> frozenset[Task]:
+        """What the upstream can do is declared with `tasks:`; unsaid, a chat model."""
+        return frozenset({Task.CHAT, Task.COMPLETION})
 
     async def estimate_memory(self) -> MemoryEstimate:
         return MemoryEstimate(0)  # it runs elsewhere

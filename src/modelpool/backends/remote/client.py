@@ -90,6 +90,24 @@ class UpstreamClient:
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
         return await self._with_retries(lambda: self._call("POST", path, body))
 
+    async def post_form(self, path: str, fields: dict[str, str], file: tuple[str, bytes, str]) -> Any:
+        """A multipart upload (audio): `fields` plus one `file` as (filename, data, content type)."""
+
+        def form() -> aiohttp.FormData:  # a FormData is consumed by its request: one per try
+            data = aiohttp.FormData()
+            for key, value in fields.items():
+                data.add_field(key, value)
+            name, content, content_type = file
+            data.add_field("file", content, filename=name, content_type=content_type)
+            return data
+
+        return await self._with_retries(lambda: self._call("POST", path, None, form()))
+
+    async def stream_bytes(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        """A binary response body as it arrives (speech); the request happens before the first chunk."""
+        response = await self._with_retries(lambda: self._open_stream(path, body))
+        return self._chunks(response)
+
     async def stream_events(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """The JSON payload of each server-sent event until `[DONE]`. The request (and its
         retries) happens before the first item, so 4xx answers raise before anything streams."""
@@ -114,9 +132,11 @@ class UpstreamClient:
     def _url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+    async def _call(
+        self, method: str, path: str, body: dict[str, Any] | None, form: aiohttp.FormData | None = None
+    ) -> Any:
         try:
-            async with self.session.request(method, self._url(path), json=body) as response:
+            async with self.session.request(method, self._url(path), json=body, data=form) as response:
                 if response.status >= 400:
                     raise await self._error(response)
                 return await response.json(content_type=None)
@@ -152,6 +172,15 @@ class UpstreamClient:
             raise UpstreamUnavailable(f"upstream '{self.name}' went away mid-response ({_describe(exc)})") from None
         finally:
             response.close()  # an unfinished stream is abandoned: the upstream stops generating
+
+    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.content.iter_any():
+                yield chunk
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise UpstreamUnavailable(f"upstream '{self.name}' went away mid-response ({_describe(exc)})") from None
+        finally:
+            response.close()
 
     async def _with_retries(self, attempt: Callable[[], Awaitable[T]]) -> T:
         delay = self._retry.backoff_s

@@ -4,9 +4,15 @@ format and the upstream's stream is passed back chunk by chunk, never buffered."
 
 from __future__ import annotations
 
+import io
+import wave
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from modelpool.backends.base import (
     ChatRequest,
@@ -15,12 +21,18 @@ from modelpool.backends.base import (
     EmbeddingResult,
     GenerationChunk,
     Limits,
+    Segment,
+    SpeechRequest,
+    TranscriptionRequest,
+    Voice,
+    Word,
 )
 from modelpool.backends.remote import wire
 from modelpool.backends.remote.client import UpstreamClient
 from modelpool.errors import UpstreamUnavailable
 from modelpool.tasks import Task
 
+SEGMENT_SCORES = ("avg_logprob", "no_speech_prob", "compression_ratio", "temperature")
 Translate = Callable[[AsyncIterator[dict[str, Any]]], AsyncIterator[GenerationChunk]]
 TranslateWhole = Callable[[dict[str, Any]], list[GenerationChunk]]
 
@@ -33,6 +45,9 @@ class ForwardingBackend:
     limits: Limits
     upstream: UpstreamClient | None = None
     upstream_model: str = ""
+    sample_rate: int = 16_000
+    """Transcription: the rate audio is sent at. Speech: the rate of the upstream's PCM."""
+    languages: frozenset[str] | None = None
 
     def client(self) -> UpstreamClient:
         if self.upstream is None:
@@ -71,3 +86,75 @@ class ForwardingBackend:
         """A client that wants the whole answer: one plain upstream response, no stream."""
         for chunk in translate(await self.client().post_json(path, body)):
             yield chunk
+
+    # ----- audio ---------------------------------------------------------------------
+
+    async def transcribe(self, request: TranscriptionRequest) -> AsyncIterator[Segment]:
+        """The upstream's verbose_json segments (one segment when it only gives text)."""
+        fields = {"model": self.upstream_model, "response_format": "verbose_json"}
+        fields["temperature"] = str(request.temperature)
+        if request.language and request.task == "transcribe":
+            fields["language"] = request.language
+        if request.prompt:
+            fields["prompt"] = request.prompt
+        if request.word_timestamps:
+            fields["timestamp_granularities[]"] = "word"
+        path = "audio/translations" if request.task == "translate" else "audio/transcriptions"
+        upload = ("audio.wav", _wav(request.audio, self.sample_rate), "audio/wav")
+        payload = await self.client().post_form(path, fields, upload)
+        for segment in _segments(payload, len(request.audio) / self.sample_rate):
+            yield segment
+
+    def voices(self) -> list[Voice]:
+        return [Voice(self.upstream_model, "", self.sample_rate)]
+
+    async def synthesize(self, request: SpeechRequest) -> AsyncIterator[npt.NDArray[np.int16]]:
+        """The upstream's raw PCM (16-bit little-endian mono), passed on as it arrives."""
+        body = {"model": self.upstream_model, "input": request.text, "voice": request.voice or "alloy",
+                "response_format": "pcm", "speed": request.speed}  # fmt: skip
+        carry = b""
+        async with aclosing(await self.client().stream_bytes("audio/speech", body)) as chunks:
+            async for chunk in chunks:
+                data = carry + chunk
+                usable = len(data) - len(data) % 2  # a sample can be split across chunks
+                carry = data[usable:]
+                if usable:
+                    yield np.frombuffer(data[:usable], dtype="<i2").astype(np.int16)
+
+
+def _wav(audio: npt.NDArray[np.float32], sample_rate: int) -> bytes:
+    pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype("<i2")
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(sample_rate)
+        out.writeframes(pcm.tobytes())
+    return buffer.getvalue()
+
+
+def _segments(payload: Any, duration_s: float) -> list[Segment]:
+    if not isinstance(payload, dict):
+        return []
+    language = str(payload.get("language") or "")
+    segments = payload.get("segments")
+    if not isinstance(segments, list) or not segments:
+        text = str(payload.get("text") or "")
+        return [Segment(0, 0.0, duration_s, text, language=language)] if text else []
+    words = [_word(w) for w in payload.get("words") or [] if isinstance(w, dict)]
+    result = []
+    for index, item in enumerate(segments):
+        start, end = float(item.get("start", 0.0)), float(item.get("end", 0.0))
+        last = index == len(segments) - 1
+        inside = tuple(w for w in words if start <= w.start < end or (last and w.start >= end))
+        scores = {key: float(item.get(key, 0.0)) for key in SEGMENT_SCORES}
+        segment = Segment(int(item.get("id", index)), start, end, str(item.get("text", "")), inside, language=language)
+        result.append(replace(segment, **scores))
+    return result
+
+
+def _word(item: dict[str, Any]) -> Word:
+    return Word(
+        float(item.get("start", 0.0)), float(item.get("end", 0.0)), str(item.get("word", "")),
+        float(item.get("probability", 1.0)),
+    )  # fmt: skip
