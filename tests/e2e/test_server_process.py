@@ -2,42 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
+from modelpool.services.ports import free_port
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STARTER_IDS, STT_MODEL, TTS_MODEL
+from tests.processes import Server
 
 START_TIMEOUT_S = 180
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Server:
-    process: subprocess.Popen[bytes]
-    url: str
-    log_path: Path
-    ready_after_s: float
-
-    def log_lines(self) -> list[dict[str, object]]:
-        lines = self.log_path.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.startswith("{")]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ fields it does not know (top_k, min_p, ...), so engine extras go only when asked
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
@@ -107,8 +107,20 @@ def usage_of(payload: dict[str, Any]) -> Usage | None:
     return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
 
 
-async def chat_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[GenerationChunk]:
-    """Chat completion chunks → our chunks. The finish reason is held back until the usage
+def _chat_piece(choice: dict[str, Any]) -> GenerationChunk:
+    delta = choice.get("delta") or {}
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+    return GenerationChunk(delta.get("content") or "", _chat_logprobs(choice.get("logprobs")), reasoning=reasoning)
+
+
+def _completion_piece(choice: dict[str, Any]) -> GenerationChunk:
+    return GenerationChunk(choice.get("text") or "", _completion_logprobs(choice.get("logprobs")))
+
+
+async def _stream_chunks(
+    events: AsyncIterator[dict[str, Any]], piece: Callable[[dict[str, Any]], GenerationChunk]
+) -> AsyncIterator[GenerationChunk]:
+    """Upstream stream events → our chunks. The finish reason is held back until the usage
     event that follows it, so our last chunk carries both, as backends' last chunks do."""
     finish: str | None = None
     usage: Usage | None = None
@@ -116,31 +128,20 @@ async def chat_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[Ge
     async for event in events:
         usage = usage_of(event) or usage
         for choice in event.get("choices") or []:
-            delta = choice.get("delta") or {}
-            text = delta.get("content") or ""
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
-            logprobs = _chat_logprobs(choice.get("logprobs"))
-            if text or reasoning or logprobs:
+            chunk = piece(choice)
+            if chunk.text or chunk.reasoning or chunk.logprobs:
                 pieces += 1
-                yield GenerationChunk(text=text, reasoning=reasoning, logprobs=logprobs)
+                yield chunk
             finish = choice.get("finish_reason") or finish
     yield GenerationChunk(finish_reason=finish or "stop", usage=usage or _counted(pieces))
 
 
-async def completion_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[GenerationChunk]:
-    finish: str | None = None
-    usage: Usage | None = None
-    pieces = 0
-    async for event in events:
-        usage = usage_of(event) or usage
-        for choice in event.get("choices") or []:
-            text = choice.get("text") or ""
-            logprobs = _completion_logprobs(choice.get("logprobs"))
-            if text or logprobs:
-                pieces += 1
-                yield GenerationChunk(text=text, logprobs=logprobs)
-            finish = choice.get("finish_reason") or finish
-    yield GenerationChunk(finish_reason=finish or "stop", usage=usage or _counted(pieces))
+def chat_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[GenerationChunk]:
+    return _stream_chunks(events, _chat_piece)
+
+
+def completion_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[GenerationChunk]:
+    return _stream_chunks(events, _completion_piece)
 
 
 def chat_whole(payload: dict[str, Any]) -> list[GenerationChunk]:
