@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -83,10 +84,8 @@ def _wait_ready(process: subprocess.Popen[bytes], url: str, started: float, log_
     while time.monotonic() - started < START_TIMEOUT_S:
         if process.poll() is not None:
             pytest.fail(f"server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-        try:
+        with contextlib.suppress(httpx.TransportError):  # not listening yet
             if httpx.get(url, timeout=2).status_code == 200:
                 return time.monotonic() - started
-        except httpx.TransportError:
-            pass
         time.sleep(0.2)
     pytest.fail(f"{url} not ready after {START_TIMEOUT_S}s:\n{log_path.read_text()[-3000:]}")

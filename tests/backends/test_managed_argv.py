@@ -95,7 +95,7 @@ async def test_vllm_model_option_is_what_the_backend_loads(tmp_path: Path) -> No
     assert await vllm(source=str(tmp_path)).weights() == tmp_path  # without it: the source, resolved
 
 
-def test_vllm_serves_under_the_model_id_on_the_port_placeholder() -> None:
+def test_vllm_serves_under_the_model_id_on_the_port_template() -> None:
     argv = vllm({"host": "0.0.0.0"}, model_id="team/smol-chat:v2").command(WEIGHTS)
     assert value_of(argv, "--served-model-name") == "team/smol-chat:v2"
     assert value_of(argv, "--port") == "{port}" and argv.count("{port}") == 1
@@ -221,7 +221,7 @@ def test_python_option_picks_the_interpreter_unless_a_binary_is_set() -> None:
 
 
 @pytest.mark.parametrize("argv", [native_argv, python_argv], ids=["native", "python"])
-def test_llama_serves_under_the_model_id_on_the_port_placeholder(argv: Any) -> None:
+def test_llama_serves_under_the_model_id_on_the_port_template(argv: Any) -> None:
     command = argv(host="0.0.0.0")
     alias = "--alias" if argv is native_argv else "--model_alias"
     assert value_of(command, alias) == "smol"

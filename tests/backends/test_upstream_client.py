@@ -167,7 +167,9 @@ async def test_an_error_event_in_a_stream_is_raised(upstream: tuple[Script, str]
     events = [b'data: {"n": 1}\n\n', b'data: {"error": {"message": "out of memory", "code": "oom"}}\n\n']
     script.answers = [stream_of(events)]
     client = await client_for(url)
+    received = []
     with pytest.raises(UpstreamError, match="out of memory"):
-        async for _ in await client.stream_events("chat/completions", {}):
-            pass
+        async for event in await client.stream_events("chat/completions", {}):
+            received.append(event)
+    assert received == [{"n": 1}]  # what came before the error was passed on
     await client.close()

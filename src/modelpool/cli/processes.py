@@ -7,10 +7,9 @@ import asyncio
 from pathlib import Path
 from typing import Annotated
 
-import httpx
 import typer
 
-from modelpool.services.process import terminate_group
+from modelpool.services.process import answers_health, terminate_group
 from modelpool.services.registry import ENGINE_KIND, Registry, ServiceRecord
 
 
@@ -26,16 +25,13 @@ def stop_persistent(
     registry = Registry(state_dir)
     records = [r for r in registry.find(kind=ENGINE_KIND) if not models or r.name in models]
     for record in records:
-        healthy = _healthy(record)
-        outcome = asyncio.run(terminate_group(record.pid, grace, name=record.name))
+        healthy, outcome = asyncio.run(_stop(record, grace))
         registry.remove(record.id)
         if outcome != "gone":
             state = "healthy" if healthy else "not answering"
             typer.echo(f"{record.name}\tpid {record.pid}\t{record.url}\t{state}\t{outcome}")
 
 
-def _healthy(record: ServiceRecord) -> bool:
-    try:
-        return httpx.get(record.url + record.health_path, timeout=2.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+async def _stop(record: ServiceRecord, grace_s: float) -> tuple[bool, str]:
+    healthy = await answers_health(record.url + record.health_path)
+    return healthy, await terminate_group(record.pid, grace_s, name=record.name)

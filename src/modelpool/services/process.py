@@ -152,12 +152,7 @@ class ManagedProcess:
             await self.stop()
 
     async def check_health(self) -> bool:
-        try:
-            async with httpx.AsyncClient(timeout=2.0) as client:
-                response = await client.get(self.spec.base_url + self.spec.health_path)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
+        return await answers_health(self.spec.base_url + self.spec.health_path)
 
     def last_lines(self, count: int = 20) -> str:
         return "\n".join(self.tail(count))
@@ -239,6 +234,15 @@ class ManagedProcess:
                 os.killpg(pid, sig)
             else:
                 os.kill(pid, sig)
+
+
+async def answers_health(url: str) -> bool:
+    """One probe: 200 within 2 s."""
+    try:
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            return (await client.get(url)).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 async def terminate_group(pid: int, grace_s: float, *, name: str = "") -> str:

@@ -10,6 +10,7 @@ adopts it (after a health probe) instead of starting a second one.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -26,6 +27,7 @@ from modelpool.services.pids import create_time, tree_rss
 from modelpool.services.ports import free_port, port_in_use
 from modelpool.services.process import ManagedProcess, ProcessSpec
 from modelpool.services.registry import ENGINE_KIND, Registry, ServiceRecord
+from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.services")
 _adopted_here: set[int] = set()
@@ -63,10 +65,11 @@ class ManagedOptions(BaseModel):
     """Longest wait for the engine's next bytes on a request."""
 
 
-class ManagedServerBackend(ForwardingBackend):
+class ManagedServerBackend(ForwardingBackend, ABC):
     """Subclasses say how to build the command line and where health is answered."""
 
     Options: ClassVar[type[ManagedOptions]]
+    supported_tasks: ClassVar[frozenset[Task]]
     health_path: str = "/health"
     api_prefix: str = "/v1"
     remote = False
@@ -83,13 +86,11 @@ class ManagedServerBackend(ForwardingBackend):
         self._record_id: str | None = None
         self._on_crash: Callable[[str], None] | None = None
 
-    supported_tasks: ClassVar[frozenset]
-
     # ----- what subclasses provide ----------------------------------------------------
 
+    @abstractmethod
     def command(self, weights: Path) -> list[str]:
         """The argv, with `{port}` where the port goes."""
-        raise NotImplementedError
 
     def engine_concurrency(self) -> int:
         return 1
