@@ -9,6 +9,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from modelpool.cli.stack import StateDirOpt, status
 from modelpool.client import AdminClient, ClientError
 from modelpool.client.admin import DEFAULT_URL
 
@@ -19,8 +20,18 @@ KeyOpt = Annotated[
 ]
 
 
-def ps(url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None) -> None:
+def ps(
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+    services: Annotated[
+        bool, typer.Option("--services", help="List running services (stacks, persistent engines) instead.")
+    ] = False,
+    state_dir: StateDirOpt = None,
+) -> None:
     """Show every model of a running server: state, replicas, work, memory, expiry."""
+    if services:
+        status(state_dir)
+        return
     with _client(url, api_key) as client:
         models = _or_exit(client.models)
     table = Table("MODEL", "STATE", "REPLICAS", "RUNNING", "QUEUED", "MEMORY", "EXPIRES IN", "LAST ERROR")

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from modelpool.cli import admin, processes
+from modelpool.cli import admin, processes, stack
 from modelpool.cli.output import echo_err, print_models_table
 from modelpool.config import load_config
 from modelpool.config.redact import redacted_config
@@ -67,6 +67,10 @@ app.command("ps")(admin.ps)
 app.command("load")(admin.load)
 app.command("unload")(admin.unload)
 app.command("stop-persistent")(processes.stop_persistent)
+app.command("up")(stack.up)
+app.command("down")(stack.down)
+app.command("status")(stack.status)
+app.command("logs")(stack.logs)
 
 
 @app.command("config-schema")

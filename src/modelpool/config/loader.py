@@ -57,8 +57,12 @@ def validate_config(data: Mapping[str, Any]) -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{_dotted(e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"invalid configuration: {problems}") from None
+        raise ConfigError(f"invalid configuration: {validation_problems(exc)}") from None
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """Each problem as `dotted.path: message`, joined: what a user can act on."""
+    return "; ".join(f"{_dotted(e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -92,17 +96,23 @@ def starter_catalog() -> dict[str, Any]:
 
 
 def _read_file_layer(path: Path) -> dict[str, Any]:
+    return _anchor_relative_sources(read_yaml_mapping(path), path.parent)
+
+
+def read_yaml_mapping(path: Path, what: str = "config file") -> dict[str, Any]:
+    """A YAML file holding a mapping (an empty file is an empty one), or a ConfigError that
+    says which file and what is wrong with it."""
     try:
         data = yaml.safe_load(path.read_text("utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
+        raise ConfigError(f"{what} not found: {path}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"{what} {path} is not valid YAML: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level")
-    return _anchor_relative_sources(data, path.parent)
+        raise ConfigError(f"{what} {path} must hold a mapping at the top level")
+    return data
 
 
 def _anchor_relative_sources(data: dict[str, Any], base: Path) -> dict[str, Any]:

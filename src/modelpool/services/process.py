@@ -4,7 +4,9 @@ that a crash is noticed with its exit code and last lines.
 
 A persistent process writes straight into its log file instead of a pipe to us, so that it
 outlives modelpool; a later modelpool adopts it by pid (`ManagedProcess.adopt`) and then
-watches it by polling, since it is no longer our child.
+watches it by polling, since it is no longer our child. Such a process is spawned with
+plain `subprocess.Popen`, not asyncio's: closing an asyncio subprocess transport (which
+happens when it is garbage-collected) kills a child that is still running.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -54,6 +58,10 @@ class ProcessSpec:
     and a signal to modelpool's group (Ctrl-C) does not reach it."""
     output_to_file: bool = False
     """Write output straight into `log_file` (needed by processes that outlive modelpool)."""
+    cwd: Path | None = None
+    die_with_parent: bool = False
+    """Linux: the kernel sends the process SIGTERM when the process that started it dies,
+    even by SIGKILL (a foreground `modelpool up` that is killed takes its services along)."""
 
     @property
     def base_url(self) -> str:
@@ -72,6 +80,8 @@ class ManagedProcess:
         self.lines: deque[str] = deque(maxlen=spec.log_lines)
         self._on_exit = on_exit
         self._process: asyncio.subprocess.Process | None = None
+        self._popen: subprocess.Popen[bytes] | None = None
+        """A child that writes into its log file (see the module docstring)."""
         self._adopted_pid: int | None = None
         self._pump: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -80,47 +90,68 @@ class ManagedProcess:
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else self._adopted_pid
+        if self._process is not None:
+            return self._process.pid
+        return self._popen.pid if self._popen is not None else self._adopted_pid
 
     @property
     def returncode(self) -> int | None:
         """The exit code of a child that ended (None while it runs, and for adopted processes)."""
-        return self._process.returncode if self._process is not None else None
+        if self._process is not None:
+            return self._process.returncode
+        return self._popen.poll() if self._popen is not None else None
 
     @property
     def running(self) -> bool:
-        if self._process is not None:
-            return self._process.returncode is None
+        if self._process is not None or self._popen is not None:
+            return self.returncode is None
         return self._adopted_pid is not None and is_alive(self._adopted_pid)
 
-    async def start(self) -> None:
-        """Spawn and wait until the health URL answers 200; ProcessFailed otherwise."""
+    async def start(self, on_spawned: Callable[[int], None] | None = None) -> None:
+        """Spawn and wait until the health URL answers 200; ProcessFailed otherwise.
+        `on_spawned(pid)` runs before the wait (to record the process while it starts)."""
         spec = self.spec
         if spec.log_file is not None:
             spec.log_file.parent.mkdir(parents=True, exist_ok=True)
-        sink = spec.log_file.open("ab") if spec.output_to_file and spec.log_file else None
-        try:
+        if spec.output_to_file:
+            self._popen = self._spawn_into_log_file()
+        else:
             self._process = await asyncio.create_subprocess_exec(
                 *spec.argv_with_port,
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=sink or asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 env=self._environment(),
                 start_new_session=spec.new_session,
+                preexec_fn=_die_with_parent if spec.die_with_parent else None,
+                cwd=spec.cwd,
             )
-        finally:
-            if sink is not None:
-                sink.close()  # the child holds its own descriptor
-        self.started_at = time.time()
-        log.info("process started", extra={"service": spec.name, "pid": self._process.pid, "port": spec.port})
-        if sink is None:
             self._pump = asyncio.create_task(self._pump_output(), name=f"output-{spec.name}")
+        self.started_at = time.time()
+        log.info("process started", extra={"service": spec.name, "pid": self.pid, "port": spec.port})
         try:
+            if on_spawned is not None:
+                assert self.pid is not None
+                on_spawned(self.pid)
             await self._wait_healthy()
         except BaseException:
             await self.stop()
             raise
         self._watch = asyncio.create_task(self._watch_exit(), name=f"watch-{spec.name}")
+
+    def _spawn_into_log_file(self) -> subprocess.Popen[bytes]:
+        assert self.spec.log_file is not None
+        with self.spec.log_file.open("ab") as sink:  # the child holds its own descriptor
+            return subprocess.Popen(
+                self.spec.argv_with_port,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env=self._environment(),
+                start_new_session=self.spec.new_session,
+                preexec_fn=_die_with_parent if self.spec.die_with_parent else None,
+                cwd=self.spec.cwd,
+            )
 
     def adopt(self, pid: int, started_at: float | None = None) -> None:
         """Take over a running process that an earlier modelpool started (not our child)."""
@@ -137,8 +168,12 @@ class ManagedProcess:
             self._watch.cancel()
         if self._process is not None:
             await self._stop_child(self._process)
-        elif self._adopted_pid is not None:
-            await terminate_group(self._adopted_pid, self.spec.stop_grace_s, name=self.spec.name)
+        elif self._popen is not None or self._adopted_pid is not None:
+            pid = self.pid
+            assert pid is not None
+            await terminate_group(pid, self.spec.stop_grace_s, name=self.spec.name)
+            if self._popen is not None:
+                self._popen.wait()  # reap it (terminate_group saw it become a zombie)
         if self._pump is not None:
             await asyncio.gather(self._pump, return_exceptions=True)
         return self.returncode
@@ -218,6 +253,10 @@ class ManagedProcess:
             code: int | None = await self._process.wait()
             if self._pump is not None:
                 await asyncio.gather(self._pump, return_exceptions=True)  # the last lines are in
+        elif self._popen is not None:
+            while self._popen.poll() is None:
+                await asyncio.sleep(POLL_S * 5)
+            code = self._popen.returncode
         else:
             assert self._adopted_pid is not None
             while is_alive(self._adopted_pid):
@@ -234,6 +273,16 @@ class ManagedProcess:
                 os.killpg(pid, sig)
             else:
                 os.kill(pid, sig)
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: ask for SIGTERM when the parent dies."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 async def answers_health(url: str) -> bool:

@@ -1,0 +1,207 @@
+"""`modelpool up / down / status / logs`: a stack of services, and the registry of what runs."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from modelpool.errors import ConfigError
+from modelpool.services.control import find_log, follow, resolve, started, stop_services, tail_lines
+from modelpool.services.launcher import FAILED, SKIPPED, Launcher, Outcome
+from modelpool.services.process import answers_health
+from modelpool.services.registry import ENGINE_KIND, Registry, ServiceRecord
+from modelpool.services.stack import DEFAULT_STACK_FILE, Stack, load_stack
+
+T = TypeVar("T")
+# Not a terminal (a log, a pipe): wide enough that ids and URLs are never cut.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+StateDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        envvar="MODELPOOL_STATE_DIR",
+        help="Where the service registry and logs live (default: $XDG_STATE_HOME/modelpool).",
+        show_default=False,
+    ),
+]
+StackArg = Annotated[
+    Path,
+    typer.Argument(envvar="MODELPOOL_STACK", help="Stack file.", dir_okay=False, show_default=True),
+]
+
+
+def up(
+    stack_file: StackArg = Path(DEFAULT_STACK_FILE),
+    service: Annotated[
+        list[str] | None, typer.Option("--service", "-s", help="Only this service (and what it depends on).")
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Leave every service running and return at once.")
+    ] = False,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Start a stack: dependencies first, each waited for until healthy; running ones are
+    reused. In the foreground (the default), Ctrl-C stops the services it started except
+    the persistent ones; with --detach everything keeps running until `modelpool down`."""
+    stack = _or_exit(lambda: load_stack(stack_file))
+    launcher = Launcher(stack, Registry(state_dir), detach=detach, on_event=_print_event)
+    raise typer.Exit(asyncio.run(_up(launcher, service or None)))
+
+
+async def _up(launcher: Launcher, names: list[str] | None) -> int:
+    try:
+        outcomes = await launcher.up(names)
+    except ConfigError as exc:
+        console.print(f"[red]error:[/] {exc.message}")
+        await launcher.stop_started()
+        return 2
+    _print_outcomes(launcher.stack, outcomes)
+    failed = [o for o in outcomes if o.state in (FAILED, SKIPPED)]
+    if launcher.detach:
+        return 1 if failed else 0
+    if failed:
+        stopped = await launcher.stop_started()
+        if stopped:
+            console.print(f"stopped {', '.join(stopped)} (a service failed)")
+        await launcher.detach_all()
+        return 1
+    if not launcher.started:
+        console.print("Every service was already running; nothing to watch.")
+        return 0
+    await _watch(launcher)
+    return 0
+
+
+async def _watch(launcher: Launcher) -> None:
+    persistent = [n for n in launcher.started if launcher.stack.services[n].spec.persistent]
+    note = f" except the persistent ones ({', '.join(persistent)})" if persistent else ""
+    console.print(f"Watching {len(launcher.started)} service(s). Ctrl-C stops them{note}.")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    while not stop.is_set() and launcher.started:
+        await asyncio.wait([asyncio.create_task(stop.wait())], timeout=0.5)
+    if not launcher.started:
+        console.print("Every service this launcher started has exited.")
+        return
+    stopped = await launcher.stop_started()
+    await launcher.detach_all()
+    kept = f"; left running {', '.join(persistent)}" if persistent else ""
+    console.print(f"stopped {', '.join(stopped) or 'nothing'}{kept}")
+
+
+def down(
+    targets: Annotated[list[str] | None, typer.Argument(help="Service ids or names.", show_default=False)] = None,
+    all_services: Annotated[bool, typer.Option("--all", help="Every running stack service.")] = False,
+    stack_file: Annotated[
+        Path | None,
+        typer.Option("--stack", envvar="MODELPOOL_STACK", help=f"The stack to stop (default: ./{DEFAULT_STACK_FILE})."),
+    ] = None,
+    grace: Annotated[
+        float | None, typer.Option(help="Seconds between SIGTERM and SIGKILL (default: each service's stop_grace_s).")
+    ] = None,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Stop services: SIGTERM to each process group, SIGKILL after the grace period,
+    dependents first. What is not running is skipped. Without names: the stack's services."""
+    registry = Registry(state_dir)
+    records: list[ServiceRecord] = []
+    if all_services:
+        records = [r for r in registry.records() if r.kind != ENGINE_KIND]
+    elif targets:
+        for target in targets:
+            record = _or_exit(lambda target=target: resolve(registry, target))
+            if record is None:
+                console.print(f"{target}: not running")
+            elif record not in records:
+                records.append(record)
+    else:
+        stack = _or_exit(lambda: load_stack(stack_file or Path(DEFAULT_STACK_FILE)))
+        records = _stack_records(registry, stack)
+        if not records:
+            console.print(f"nothing of stack {stack.name!r} is running")
+
+    def report(record: ServiceRecord, outcome: str) -> None:
+        console.print(f"{record.id}\tpid {record.pid}\t{outcome}")
+
+    asyncio.run(stop_services(registry, records, grace, report))
+
+
+def status(state_dir: StateDirOpt = None) -> None:
+    """Every running service (stack services and persistent engines): URL, pid, health."""
+    records = Registry(state_dir).records()
+    if not records:
+        console.print("no services are running")
+        return
+    healthy = asyncio.run(_probe_all(records))
+    table = Table("ID", "NAME", "KIND", "STACK", "URL", "PID", "HEALTH", "STARTED")
+    for record, ok in zip(records, healthy, strict=True):
+        health = "[green]healthy[/]" if ok else "[yellow]not answering[/]"
+        cells = [record.id, record.name, record.kind, record.stack or "-", record.url, str(record.pid)]
+        table.add_row(*cells, health, started(record))
+    console.print(table)
+
+
+def logs(
+    target: Annotated[str, typer.Argument(help="Service id or name.")],
+    follow_output: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until it exits.")] = False,
+    lines: Annotated[int, typer.Option("--lines", "-n", help="How many of the last lines.")] = 100,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Print a service's log (a stopped service's last log too); -f follows it."""
+    path, record = _or_exit(lambda: find_log(Registry(state_dir), target))
+    for line in tail_lines(path, lines):
+        typer.echo(line)
+    if follow_output and record is not None:
+        try:
+            for line in follow(path, record):
+                typer.echo(line)
+        except KeyboardInterrupt:
+            return
+
+
+def _stack_records(registry: Registry, stack: Stack) -> list[ServiceRecord]:
+    return [r for r in registry.records() if r.extra.get("stack_file") == str(stack.file)]
+
+
+async def _probe_all(records: list[ServiceRecord]) -> list[bool]:
+    return list(await asyncio.gather(*(answers_health(r.url + r.health_path) for r in records)))
+
+
+def _print_event(name: str, message: str) -> None:
+    console.print(f"[bold]{name}[/]: {message}")
+
+
+def _print_outcomes(stack: Stack, outcomes: list[Outcome]) -> None:
+    table = Table("SERVICE", "STATE", "URL", "PID", "TIME", title=f"stack {stack.name}", title_justify="left")
+    colours = {"started": "green", "reused": "cyan", "failed": "red", "skipped": "yellow"}
+    for outcome in outcomes:
+        record = outcome.record
+        table.add_row(
+            outcome.service.name,
+            f"[{colours[outcome.state]}]{outcome.state}[/]",
+            record.url if record else "-",
+            str(record.pid) if record else "-",
+            f"{outcome.seconds:.1f}s",
+        )
+    console.print(table)
+    for outcome in outcomes:
+        if outcome.state == FAILED:
+            console.print(f"[red]{outcome.service.name} failed:[/] {outcome.error}")
+
+
+def _or_exit(call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except ConfigError as exc:
+        console.print(f"[red]error:[/] {exc.message}")
+        raise typer.Exit(2) from None
