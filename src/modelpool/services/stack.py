@@ -178,18 +178,19 @@ def load_stack(path: Path) -> Stack:
         raise ConfigError(f"invalid stack file {path}: {validation_problems(exc)}") from None
     _check_names_and_ports(parsed, path)
     order = _dependency_order({name: spec.depends_on for name, spec in parsed.services.items()}, path)
-    services = {name: _service(name, parsed.services[name], path.parent) for name in order}
+    services = {name: _service(name, parsed.services[name], path) for name in order}
     for service in services.values():
         _check_placeholders(service, path)
     return Stack(parsed.name or path.parent.name, path, parsed.port_base, services)
 
 
-def _service(name: str, spec: ServiceSpec, base: Path) -> Service:
+def _service(name: str, spec: ServiceSpec, path: Path) -> Service:
+    base = path.parent
     explicit = spec.modelpool.config if spec.modelpool is not None else spec.config
     if explicit is not None:
         config_file: Path | None = explicit if explicit.is_absolute() else base / explicit
         if not config_file.is_file():
-            raise ConfigError(f"service {name!r}: config file not found: {config_file}")
+            raise ConfigError(f"stack file {path}: service {name!r}: config file not found: {config_file}")
     else:
         discovered = base / f"{name}.yaml"
         config_file = discovered if discovered.is_file() else None

@@ -1,0 +1,111 @@
+"""Stack files: validation with clear errors, dependency order, config discovery, placeholders."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from modelpool.errors import ConfigError
+from modelpool.services.stack import COMMAND_KIND, MODELPOOL_KIND, load_stack
+
+
+def write_stack(directory: Path, services: dict[str, object], **top: object) -> Path:
+    path = directory / "stack.yaml"
+    path.write_text(yaml.safe_dump({**top, "services": services}))
+    return path
+
+
+def test_services_come_in_dependency_order_and_configs_are_discovered_by_name(tmp_path: Path) -> None:
+    (tmp_path / "llm.yaml").write_text("enabled_models: [smollm2]\n")
+    (tmp_path / "custom.yaml").write_text("{}\n")
+    path = write_stack(
+        tmp_path,
+        {
+            "app": {"command": ["run-app"], "depends_on": ["llm", "speech"]},
+            "speech": {"modelpool": {"config": "custom.yaml", "models": ["whisper-tiny.en"]}, "port": 8200},
+            "llm": {"modelpool": {}, "persistent": True},
+        },
+    )
+    stack = load_stack(path)
+    assert stack.name == tmp_path.name  # no `name:`: the directory's, as compose does
+    assert list(stack.services) == ["llm", "speech", "app"]  # dependencies first, as listed
+    llm, speech, app = stack.services["llm"], stack.services["speech"], stack.services["app"]
+    assert (llm.kind, speech.kind, app.kind) == (MODELPOOL_KIND, MODELPOOL_KIND, COMMAND_KIND)
+    assert llm.config_file == tmp_path / "llm.yaml"  # discovered
+    assert speech.config_file == tmp_path / "custom.yaml"  # explicit, relative to the stack file
+    assert app.config_file is None  # no app.yaml
+    assert (llm.health_path, app.health_path) == ("/readyz", "/health")
+    assert llm.start_timeout_s > app.start_timeout_s  # a modelpool may load models before it is ready
+    argv = speech.argv("127.0.0.1", 8200, {})
+    assert argv[:3] == [sys.executable, "-m", "modelpool"]
+    assert argv[3:] == ["serve", "--host", "127.0.0.1", "--port", "8200", "--config", str(tmp_path / "custom.yaml"),
+                        "--models", "whisper-tiny.en"]  # fmt: skip
+    assert [s.name for s in stack.closure(["app"])] == ["llm", "speech", "app"]
+    assert [s.name for s in stack.closure(["llm"])] == ["llm"]
+
+
+def test_placeholders_fill_own_and_dependency_addresses_and_leave_other_braces(tmp_path: Path) -> None:
+    (tmp_path / "app.yaml").write_text("x: 1\n")
+    path = write_stack(
+        tmp_path,
+        {
+            "llm": {"modelpool": {}},
+            "app": {
+                "command": ["app", "--port={port}", "{llm.url}", "{llm.port}", "{config}", '{"json": {"a": 1}}', "{x}"],
+                "env": {"LLM": "{llm.url}/v1", "SELF": "{url}"},
+                "depends_on": ["llm"],
+            },
+        },
+        name="agent",
+    )
+    app = load_stack(path).services["app"]
+    peers = {"llm": ("http://127.0.0.1:8101", 8101)}
+    assert app.argv("127.0.0.1", 8102, peers) == [
+        "app", "--port=8102", "http://127.0.0.1:8101", "8101", str(tmp_path / "app.yaml"), '{"json": {"a": 1}}', "{x}",
+    ]  # fmt: skip
+    assert app.environment("127.0.0.1", 8102, peers) == {"LLM": "http://127.0.0.1:8101/v1", "SELF": "http://127.0.0.1:8102"}
+
+
+@pytest.mark.parametrize(
+    ("services", "message"),
+    [
+        (
+            {"a": {"command": ["x"], "depends_on": ["b"]}, "b": {"command": ["y"], "depends_on": ["a"]}},
+            "cycle a -> b -> a",
+        ),
+        ({"a": {"command": ["x"], "depends_on": ["ghost"]}}, "depends on unknown ghost"),
+        ({"a": {"command": ["x"], "modelpool": {}}}, "exactly one of `modelpool` or `command`"),
+        ({"a": {}}, "exactly one of `modelpool` or `command`"),
+        ({"a": {"command": []}}, "must not be empty"),
+        ({"a/b": {"command": ["x"]}}, "may hold only letters"),
+        ({"a": {"command": ["x"], "port": 9000}, "b": {"command": ["y"], "port": 9000}}, "share port 9000"),
+        ({"a": {"command": ["x"], "port": "any"}}, "services.a.port"),
+        ({"a": {"command": ["x"], "colour": "red"}}, "services.a.colour"),
+        ({"a": {"modelpool": {"config": "missing.yaml"}}}, "config file not found"),
+        ({"a": {"command": ["x"]}, "b": {"command": ["{a.url}"]}}, "uses {a.url} but does not depend on 'a'"),
+        ({}, "lists no services"),
+    ],
+)
+def test_a_bad_stack_file_is_refused_with_what_is_wrong(
+    tmp_path: Path, services: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match="stack file") as caught:
+        load_stack(write_stack(tmp_path, services))
+    assert message in caught.value.message
+
+
+def test_a_missing_or_malformed_stack_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="stack file not found"):
+        load_stack(tmp_path / "nope.yaml")
+    (tmp_path / "bad.yaml").write_text("services: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_stack(tmp_path / "bad.yaml")
+
+
+def test_closure_of_an_unknown_service_is_an_error(tmp_path: Path) -> None:
+    stack = load_stack(write_stack(tmp_path, {"a": {"command": ["x"]}}))
+    with pytest.raises(ConfigError, match="has no service 'b'"):
+        stack.closure(["b"])
