@@ -110,6 +110,9 @@ def test_a_name_two_running_services_share_is_refused(tmp_path: Path, state_dir:
     for stack_name in ("one", "two"):
         path = http_server_stack(tmp_path / stack_name, {"web": {}}, free_port())
         assert cli(state_dir, "up", str(path), "-d").returncode == 0
+    assert "changed" not in cli(state_dir, "up", str(path), "-d").stdout
+    (tmp_path / "two" / "web.yaml").write_text("a config file appears\n")  # discovered: the definition changed
+    assert "changed since it started" in cli(state_dir, "up", str(path), "-d").stdout
     records = Registry(state_dir).records()
     assert sorted(r.id.split("@")[0] for r in records) == ["one/web", "two/web"]
 

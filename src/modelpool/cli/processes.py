@@ -20,8 +20,10 @@ def stop_persistent(
         Path | None, typer.Option(help="State directory (default: $MODELPOOL_STATE_DIR or ~/.local/state/modelpool).")
     ] = None,
 ) -> None:
-    """Stop persistent engine processes: probe health, SIGTERM the process group, SIGKILL
-    after the grace period. Processes that are not running are skipped."""
+    """Stop persistent engine processes.
+
+    Probe health, SIGTERM the process group, SIGKILL after the grace period. Processes that
+    are not running are skipped."""
     registry = Registry(state_dir)
     records = [r for r in registry.find(kind=ENGINE_KIND) if not models or r.name in models]
     for record in records:

@@ -48,9 +48,11 @@ def up(
     ] = False,
     state_dir: StateDirOpt = None,
 ) -> None:
-    """Start a stack: dependencies first, each waited for until healthy; running ones are
-    reused. In the foreground (the default), Ctrl-C stops the services it started except
-    the persistent ones; with --detach everything keeps running until `modelpool down`."""
+    """Start a stack of services (running ones are reused).
+
+    Dependencies first, each waited for until healthy. In the foreground (the default),
+    Ctrl-C stops the services it started except the persistent ones; with --detach
+    everything keeps running until `modelpool down`."""
     stack = _or_exit(lambda: load_stack(stack_file))
     launcher = Launcher(stack, Registry(state_dir), detach=detach, on_event=_print_event)
     raise typer.Exit(asyncio.run(_up(launcher, service or None)))
@@ -111,8 +113,10 @@ def down(
     ] = None,
     state_dir: StateDirOpt = None,
 ) -> None:
-    """Stop services: SIGTERM to each process group, SIGKILL after the grace period,
-    dependents first. What is not running is skipped. Without names: the stack's services."""
+    """Stop services (by id or name; without names: the stack's).
+
+    SIGTERM to each process group, SIGKILL after the grace period, dependents first.
+    What is not running is skipped."""
     registry = Registry(state_dir)
     records: list[ServiceRecord] = []
     if all_services:
@@ -137,7 +141,7 @@ def down(
 
 
 def status(state_dir: StateDirOpt = None) -> None:
-    """Every running service (stack services and persistent engines): URL, pid, health."""
+    """List running services (stacks, persistent engines): URL, pid, health."""
     records = Registry(state_dir).records()
     if not records:
         console.print("no services are running")

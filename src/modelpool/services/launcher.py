@@ -89,6 +89,12 @@ class Launcher:
             reused = await self._reuse(service)
             if reused is not None:
                 self.on_event(service.name, f"already running (pid {reused.pid}, {reused.url}): reused")
+                if reused.extra.get("fingerprint") != service.fingerprint():
+                    self.on_event(
+                        service.name,
+                        f"its definition or config file changed since it started; to apply: "
+                        f"`modelpool down {reused.id}`, then `up` again",
+                    )
                 return Outcome(service, REUSED, reused, seconds=time.monotonic() - began)
             record = await self._start(service, self._peers(service.spec.depends_on))
         except (ConfigError, ProcessFailed) as exc:
@@ -202,6 +208,7 @@ class Launcher:
                 "depends_on": list(service.spec.depends_on),
                 "persistent": service.spec.persistent,
                 "stop_grace_s": service.spec.stop_grace_s,
+                "fingerprint": service.fingerprint(),
                 "launcher_pid": None if self.detach else os.getpid(),
             },
         )

@@ -22,6 +22,7 @@ left alone, so JSON arguments need no escaping.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from collections.abc import Mapping
@@ -114,6 +115,14 @@ class Service:
     @property
     def start_timeout_s(self) -> float:
         return self.spec.start_timeout_s or (600.0 if self.kind == MODELPOOL_KIND else 120.0)
+
+    def fingerprint(self) -> str:
+        """Changes when the definition or its config file does: a reused service that no
+        longer matches is pointed out instead of silently kept."""
+        digest = hashlib.sha256(self.spec.model_dump_json().encode())
+        if self.config_file is not None and self.config_file.is_file():
+            digest.update(self.config_file.read_bytes())
+        return digest.hexdigest()[:16]
 
     def argv(self, host: str, port: int, peers: Mapping[str, tuple[str, int]]) -> list[str]:
         """The command line with placeholders filled in (`peers`: name → (url, port))."""
