@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -85,6 +86,10 @@ def test_agent_stack_up_reuse_persistence_status_logs_down(tmp_path: Path, state
         row = next(line for line in status.stdout.splitlines() if record.id in line)
         assert record.url in row and str(record.pid) in row and "healthy" in row
     assert cli(state_dir, "ps", "--services").stdout == status.stdout
+    entries = json.loads(cli(state_dir, "status", "--json").stdout)
+    assert {(e["id"], e["pid"], e["url"], e["healthy"]) for e in entries} == {
+        (r.id, r.pid, r.url, True) for r in again.values()
+    }
 
     logs = cli(state_dir, "logs", "speech", "-n", "200")
     assert logs.returncode == 0 and "starting modelpool" in logs.stdout

@@ -30,7 +30,7 @@ def ps(
 ) -> None:
     """Show every model of a running server: state, replicas, work, memory, expiry."""
     if services:
-        status(state_dir)
+        status(state_dir, as_json=False)
         return
     with _client(url, api_key) as client:
         models = _or_exit(client.models)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import signal
 import sys
 from collections.abc import Callable
@@ -140,13 +142,20 @@ def down(
     asyncio.run(stop_services(registry, records, grace, report))
 
 
-def status(state_dir: StateDirOpt = None) -> None:
+def status(
+    state_dir: StateDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The registry entries as JSON, with health.")] = False,
+) -> None:
     """List running services (stacks, persistent engines): URL, pid, health."""
     records = Registry(state_dir).records()
+    healthy = asyncio.run(_probe_all(records))
+    if as_json:
+        entries = [{**dataclasses.asdict(r), "healthy": ok} for r, ok in zip(records, healthy, strict=True)]
+        typer.echo(json.dumps(entries, indent=2))
+        return
     if not records:
         console.print("no services are running")
         return
-    healthy = asyncio.run(_probe_all(records))
     table = Table("ID", "NAME", "KIND", "STACK", "URL", "PID", "HEALTH", "STARTED")
     for record, ok in zip(records, healthy, strict=True):
         health = "[green]healthy[/]" if ok else "[yellow]not answering[/]"
