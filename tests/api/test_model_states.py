@@ -40,7 +40,9 @@ async def test_readyz_is_503_until_preloaded_models_are_ready(gated) -> None:
     client, gate, pool = gated
     not_ready = await client.get("/readyz")
     assert not_ready.status_code == 503
-    assert not_ready.json() == {"status": "not_ready", "models": {"slow": "loading", "broken": "unloaded"}}
+    body = not_ready.json()
+    assert (body["status"], body["models"]) == ("not_ready", {"slow": "loading", "broken": "unloaded"})
+    assert body["error"]["code"] == "model_not_ready"  # the envelope too (tests/api/test_health.py)
     assert (await client.get("/healthz")).status_code == 200  # alive while loading
     gate.set()
     await pool.slot("slow").ensure_ready(None)

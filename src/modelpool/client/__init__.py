@@ -1,5 +1,106 @@
-"""The client SDK: speaks HTTP to a modelpool server; never imports the runtime."""
+"""The client SDK: speaks HTTP to modelpool (or any OpenAI-compatible server); never
+imports the runtime or the backends.
 
-from modelpool.client.admin import AdminClient, ClientError
+    config = load_models_config("models.yaml")
+    async with make_llm(config, "agent_llm") as llm:
+        await llm.wait_ready(60)
+        reply = await llm.chat([ChatMessage.user("Hi")], max_tokens=40, enable_thinking=False)
+        print(reply.content, reply.reasoning, reply.usage)
 
-__all__ = ["AdminClient", "ClientError"]
+`modelpool.client.sync` has the same factories returning blocking clients. The typed
+exceptions are drawn in `modelpool.client.errors`; presets in `modelpool.client.presets`.
+"""
+
+from modelpool.client.admin import AdminClient
+from modelpool.client.audio import STTClient, TTSClient
+from modelpool.client.config import Endpoint, ModelsConfig, load_models_config, parse_models_config
+from modelpool.client.embedder import EmbedderClient
+from modelpool.client.errors import (
+    AuthenticationError,
+    BadRequest,
+    ClientError,
+    ConfigError,
+    ConnectionFailed,
+    ContextLengthExceeded,
+    InvalidRequest,
+    ModelLoadError,
+    ModelNotFound,
+    ModelNotLoaded,
+    ModelNotReady,
+    NotFound,
+    NotReady,
+    Overloaded,
+    PermissionDenied,
+    ReadyTimeout,
+    RemoteNotAllowed,
+    RequestTooLarge,
+    ServerError,
+    UpstreamUnavailable,
+)
+from modelpool.client.factory import make_embedder, make_llm, make_stt, make_tts, make_vlm
+from modelpool.client.llm import LLMClient, VLMClient
+from modelpool.client.messages import ChatMessage
+from modelpool.client.presets import PRESETS, Capabilities, Preset, Thinking
+from modelpool.client.results import (
+    ChatDelta,
+    ChatResult,
+    Completion,
+    Embeddings,
+    Speech,
+    Transcript,
+    TranscriptSegment,
+    Usage,
+    Voice,
+)
+
+__all__ = [
+    "PRESETS",
+    "AdminClient",
+    "AuthenticationError",
+    "BadRequest",
+    "Capabilities",
+    "ChatDelta",
+    "ChatMessage",
+    "ChatResult",
+    "ClientError",
+    "Completion",
+    "ConfigError",
+    "ConnectionFailed",
+    "ContextLengthExceeded",
+    "EmbedderClient",
+    "Embeddings",
+    "Endpoint",
+    "InvalidRequest",
+    "LLMClient",
+    "ModelLoadError",
+    "ModelNotFound",
+    "ModelNotLoaded",
+    "ModelNotReady",
+    "ModelsConfig",
+    "NotFound",
+    "NotReady",
+    "Overloaded",
+    "PermissionDenied",
+    "Preset",
+    "ReadyTimeout",
+    "RemoteNotAllowed",
+    "RequestTooLarge",
+    "STTClient",
+    "ServerError",
+    "Speech",
+    "TTSClient",
+    "Thinking",
+    "Transcript",
+    "TranscriptSegment",
+    "UpstreamUnavailable",
+    "Usage",
+    "VLMClient",
+    "Voice",
+    "load_models_config",
+    "make_embedder",
+    "make_llm",
+    "make_stt",
+    "make_tts",
+    "make_vlm",
+    "parse_models_config",
+]

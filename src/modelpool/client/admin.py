@@ -1,4 +1,5 @@
-"""A small synchronous client of the admin API (used by `modelpool ps/load/unload`)."""
+"""A small synchronous client of the admin API (used by `modelpool ps/load/unload`).
+Its errors are the SDK's typed exceptions (all `ClientError`), mapped as everywhere else."""
 
 from __future__ import annotations
 
@@ -6,17 +7,11 @@ from typing import Any
 
 import httpx
 
+from modelpool.client.errors import ClientError, connection_failed, error_from_response
+
+__all__ = ["DEFAULT_URL", "AdminClient", "ClientError"]
+
 DEFAULT_URL = "http://127.0.0.1:8000"
-
-
-class ClientError(Exception):
-    """The server answered with an error envelope, or could not be reached."""
-
-    def __init__(self, message: str, status_code: int | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status_code = status_code
-        self.code = code
 
 
 class AdminClient:
@@ -54,16 +49,8 @@ class AdminClient:
         try:
             response = self._http.request(method, path, json=body)
         except httpx.TransportError as exc:
-            raise ClientError(f"cannot reach {self._http.base_url}: {exc}") from exc
+            raise connection_failed(self._http.base_url, exc) from exc
         if response.status_code >= 400:
-            raise _error_from(response)
+            raise error_from_response(response)
         result: dict[str, Any] = response.json()
         return result
-
-
-def _error_from(response: httpx.Response) -> ClientError:
-    try:
-        error = response.json()["error"]
-        return ClientError(error["message"], response.status_code, error.get("code"))
-    except (ValueError, KeyError, TypeError):
-        return ClientError(f"HTTP {response.status_code}: {response.text[:200]}", response.status_code)

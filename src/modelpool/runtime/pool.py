@@ -33,7 +33,17 @@ from modelpool.backends.base import (
 from modelpool.backends.registry import backend_class, build_backend, model_tasks, parse_options
 from modelpool.config.schema import Config, ModelConfig
 from modelpool.config.sources import HubLocation
-from modelpool.errors import ConfigError, InvalidRequest, ModelNotFound, RemoteNotAllowed, UnsupportedTask
+from modelpool.errors import (
+    ConfigError,
+    InvalidRequest,
+    ModelLoadFailed,
+    ModelNotFound,
+    ModelNotReady,
+    ModelpoolError,
+    RemoteNotAllowed,
+    ShuttingDown,
+    UnsupportedTask,
+)
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock, SystemClock
@@ -132,6 +142,24 @@ class ModelPool:
             slot.state is SlotState.READY for slot in self._slots.values() if slot.config.preload
         )
         return ready, states
+
+    def readiness_problem(self, name: str | None = None) -> ModelpoolError | None:
+        """Why the pool — or, given a name, that one model — is not ready, as the error a
+        request would get (load error before not-ready); None when ready. Unknown name:
+        ModelNotFound is raised."""
+        if self._closing:
+            return ShuttingDown("the server is shutting down")
+        if name is not None:
+            return self.slot(name).readiness_problem()
+        waiting = [slot for slot in self._slots.values() if slot.config.preload and slot.state is not SlotState.READY]
+        failed = [slot for slot in waiting if slot.state is SlotState.FAILED]
+        if failed:
+            reasons = "; ".join(f"model '{slot.id}' failed to load: {slot.error}" for slot in failed)
+            return ModelLoadFailed(reasons, retry_after_s=max(slot.config.retry_cooldown_s for slot in failed))
+        if waiting:
+            states = ", ".join(f"'{slot.id}' ({slot.state.value})" for slot in waiting)
+            return ModelNotReady(f"waiting for preloaded models: {states}")
+        return None
 
     async def close(self) -> None:
         """Refuse new work, let running work finish, unload everything."""

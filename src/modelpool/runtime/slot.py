@@ -123,6 +123,18 @@ class ModelSlot:
     def holds_memory(self) -> bool:
         return self.state in (SlotState.LOADING, SlotState.READY, SlotState.UNLOADING)
 
+    def readiness_problem(self) -> ModelpoolError | None:
+        """Why a request now would not be served without waiting for a load: None when the
+        model is ready or would load on demand (unloaded, autoload on, not failed)."""
+        if self.state is SlotState.FAILED:
+            return ModelLoadFailed(f"model '{self.id}' failed to load: {self.error}",
+                                   retry_after_s=self.config.retry_cooldown_s)  # fmt: skip
+        if self.state is SlotState.LOADING:
+            return ModelNotReady(f"model '{self.id}' is loading")
+        if self.state is not SlotState.READY and not self.config.autoload:
+            return ModelNotReady(f"model '{self.id}' is not loaded and has autoload off (`modelpool load {self.id}`)")
+        return None
+
     def memory_bytes(self) -> int:
         """RAM: measured use when loaded, else the configured or estimated need."""
         count = len(self.replicas) or self.config.replicas

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from modelpool.api.deps import pool_of
+from modelpool.api.errors import error_payload
 
 router = APIRouter()
 
@@ -18,11 +19,17 @@ async def healthz() -> JSONResponse:
 
 
 @router.get("/readyz")
-async def readyz(request: Request) -> JSONResponse:
-    """200 once every preloaded model is ready; 503 with each model's state before that."""
-    ready, states = pool_of(request).readiness()
-    body = {"status": "ready" if ready else "not_ready", "models": states}
-    return JSONResponse(body, status_code=200 if ready else 503)
+async def readyz(request: Request, model: str | None = None) -> JSONResponse:
+    """200 once every preloaded model is ready (or, with `?model=ID`, once that model is
+    ready or would load on demand); else 503 with each model's state and the error envelope
+    a request would get (`model_not_ready`, `model_load_error`). Unknown model → 404."""
+    pool = pool_of(request)
+    _, states = pool.readiness()
+    problem = pool.readiness_problem(model)
+    body = {"status": "ready" if problem is None else "not_ready", "models": states}
+    if problem is None:
+        return JSONResponse(body)
+    return JSONResponse({**body, **error_payload(problem)}, status_code=problem.status_code, headers=problem.headers)
 
 
 @router.get("/metrics")

@@ -1,0 +1,198 @@
+"""The synchronous facade, for scripts and notebooks-without-a-loop:
+
+    from modelpool.client import sync
+    with sync.make_llm("models.yaml", "agent_llm") as llm:
+        print(llm.chat([ChatMessage.user("Hi")]).content)
+
+Each sync client owns a private event loop (asyncio.Runner on Python ≥ 3.11, a plain new
+loop on 3.10) and drives the async client on it, so the behaviour — errors, readiness,
+reasoning aliasing — is the async client's, not a second implementation. Streams are
+plain iterators; leaving one early closes the HTTP stream. Not for use inside a running
+event loop (use the async clients there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Generic, TypedDict, TypeVar
+
+from typing_extensions import Self, Unpack
+
+from modelpool.client.audio import AudioSource, STTClient, TTSClient
+from modelpool.client.base import RoleClient
+from modelpool.client.embedder import EmbedderClient
+from modelpool.client.factory import ConfigLike
+from modelpool.client.factory import make_embedder as _make_embedder
+from modelpool.client.factory import make_llm as _make_llm
+from modelpool.client.factory import make_stt as _make_stt
+from modelpool.client.factory import make_tts as _make_tts
+from modelpool.client.factory import make_vlm as _make_vlm
+from modelpool.client.llm import LLMClient, Stop, VLMClient
+from modelpool.client.messages import MessageLike
+from modelpool.client.results import ChatDelta, ChatResult, Completion, Embeddings, Speech, Transcript, Voice
+
+T = TypeVar("T")
+A = TypeVar("A", bound=RoleClient)
+
+
+class ChatOptions(TypedDict, total=False):
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    stop: Stop
+    enable_thinking: bool | None
+    seed: int | None
+    extra_body: Mapping[str, Any] | None
+
+
+class CompletionOptions(TypedDict, total=False):
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    stop: Stop
+    seed: int | None
+    extra_body: Mapping[str, Any] | None
+
+
+class SpeechOptions(TypedDict, total=False):
+    voice: str | None
+    response_format: str
+    speed: float | None
+    extra_body: Mapping[str, Any] | None
+
+
+class TranscribeOptions(TypedDict, total=False):
+    language: str | None
+    prompt: str | None
+    filename: str | None
+    extra_body: Mapping[str, Any] | None
+
+
+class _Loop:
+    """A private event loop: asyncio.Runner where it exists (3.11+), else a new loop."""
+
+    def __init__(self) -> None:
+        if sys.version_info >= (3, 11):
+            self._runner: asyncio.Runner | None = asyncio.Runner()
+            self._loop: asyncio.AbstractEventLoop | None = None
+        else:  # pragma: no cover - exercised on Python 3.10 only
+            self._runner = None
+            self._loop = asyncio.new_event_loop()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if self._runner is not None:
+            return self._runner.run(coroutine)
+        assert self._loop is not None
+        return self._loop.run_until_complete(coroutine)
+
+    def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
+        """A plain iterator over an async one; closing it early closes the stream."""
+        try:
+            while True:
+                try:
+                    yield self.run(_next(stream))
+                except StopAsyncIteration:
+                    return
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                self.run(aclose())
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+        elif self._loop is not None:  # pragma: no cover - Python 3.10
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
+
+
+async def _next(stream: AsyncIterator[T]) -> T:
+    return await stream.__anext__()
+
+
+class SyncClient(Generic[A]):
+    def __init__(self, client: A) -> None:
+        self.client = client
+        """The async client underneath."""
+        self._loop = _Loop()
+
+    @property
+    def model(self) -> str:
+        return self.client.model
+
+    def wait_ready(self, timeout_s: float = 120.0, *, poll_s: float = 0.25) -> None:
+        self._loop.run(self.client.wait_ready(timeout_s, poll_s=poll_s))
+
+    def close(self) -> None:
+        try:
+            self._loop.run(self.client.aclose())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class SyncLLM(SyncClient[LLMClient]):
+    def chat(self, messages: Sequence[MessageLike], **options: Unpack[ChatOptions]) -> ChatResult:
+        return self._loop.run(self.client.chat(messages, **options))
+
+    def stream_chat(self, messages: Sequence[MessageLike], **options: Unpack[ChatOptions]) -> Iterator[ChatDelta]:
+        return self._loop.iterate(self.client.stream_chat(messages, **options))
+
+    def complete(self, prompt: str, **options: Unpack[CompletionOptions]) -> Completion:
+        return self._loop.run(self.client.complete(prompt, **options))
+
+
+class SyncVLM(SyncLLM):
+    pass
+
+
+class SyncEmbedder(SyncClient[EmbedderClient]):
+    def embed(self, texts: str | Sequence[str], *, extra_body: Mapping[str, Any] | None = None) -> Embeddings:
+        return self._loop.run(self.client.embed(texts, extra_body=extra_body))
+
+
+class SyncSTT(SyncClient[STTClient]):
+    def transcribe(self, audio: AudioSource, **options: Unpack[TranscribeOptions]) -> Transcript:
+        return self._loop.run(self.client.transcribe(audio, **options))
+
+
+class SyncTTS(SyncClient[TTSClient]):
+    def speak(self, text: str, **options: Unpack[SpeechOptions]) -> Speech:
+        return self._loop.run(self.client.speak(text, **options))
+
+    def stream_speak(self, text: str, **options: Unpack[SpeechOptions]) -> Iterator[bytes]:
+        return self._loop.iterate(self.client.stream_speak(text, **options))
+
+    def voices(self) -> list[Voice]:
+        return self._loop.run(self.client.voices())
+
+
+def make_llm(config: ConfigLike, role: str) -> SyncLLM:
+    return SyncLLM(_make_llm(config, role))
+
+
+def make_vlm(config: ConfigLike, role: str) -> SyncVLM:
+    client: VLMClient = _make_vlm(config, role)
+    return SyncVLM(client)
+
+
+def make_embedder(config: ConfigLike, role: str) -> SyncEmbedder:
+    return SyncEmbedder(_make_embedder(config, role))
+
+
+def make_stt(config: ConfigLike, role: str) -> SyncSTT:
+    return SyncSTT(_make_stt(config, role))
+
+
+def make_tts(config: ConfigLike, role: str) -> SyncTTS:
+    return SyncTTS(_make_tts(config, role))
