@@ -4,12 +4,8 @@ a models.yaml loaded with load_models_config, readiness, typed errors, `service:
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
-import struct
 import sys
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +34,7 @@ from modelpool.services.pids import create_time
 from modelpool.services.ports import free_port
 from modelpool.services.registry import Registry, ServiceRecord
 from tests.client.conftest import ENVIRON, KEY, KEY_ENV, PATTERN, SLEEPER, THINKER, keyed, write_models_yaml
+from tests.client.helpers import cosine, tiny_png, words
 from tests.conftest import CHAT_MODEL
 from tests.processes import Server, running
 
@@ -97,7 +94,7 @@ async def test_embedder_gives_384_dims_and_related_sentences_are_closer(config: 
         single = await embedder.embed(texts[0])
     cat, kitten, market = result.vectors
     assert len(cat) == 384 and len(result.vectors) == 3
-    assert _cosine(cat, kitten) > _cosine(cat, market) + 0.3
+    assert cosine(cat, kitten) > cosine(cat, market) + 0.3
     assert single.vectors[0] == pytest.approx(cat, abs=1e-5)
     assert result.usage is not None and result.usage.prompt_tokens > 0
 
@@ -108,9 +105,9 @@ async def test_speech_round_trip_comes_back_word_for_word(config: ModelsConfig) 
         speech = await tts.speak(SPOKEN)
         transcript = await stt.transcribe(speech.audio)
     assert speech.format == "wav" and speech.audio[:4] == b"RIFF"
-    assert _words(transcript.text) == _words(SPOKEN)
+    assert words(transcript.text) == words(SPOKEN)
     assert transcript.language == "en" and transcript.duration is not None and transcript.duration > 1
-    assert transcript.segments and _words(" ".join(s.text for s in transcript.segments)) == _words(SPOKEN)
+    assert transcript.segments and words(" ".join(s.text for s in transcript.segments)) == words(SPOKEN)
 
 
 async def test_stream_speak_arrives_in_chunks_equal_to_the_whole(config: ModelsConfig, tmp_path: Path) -> None:
@@ -122,7 +119,7 @@ async def test_stream_speak_arrives_in_chunks_equal_to_the_whole(config: ModelsC
         heard = await stt.transcribe(tmp_path / "speech.wav")  # a path works as well as bytes
         voices = await tts.voices()
     assert len(chunks) > 1 and b"".join(chunks) == whole.audio  # deterministic: the same audio both ways
-    assert _words(heard.text) == _words(text)
+    assert words(heard.text) == words(text)
     assert any(v.model == "piper-en-us-joe" and v.sample_rate == 22050 for v in voices)
 
 
@@ -160,7 +157,7 @@ async def test_vlm_sends_the_image_and_a_text_only_model_refuses_it(config: Mode
     and modelpool's 400 for it must come back typed, naming the part."""
     async with make_vlm(config, "eyes") as vlm:
         with pytest.raises(InvalidRequest) as caught:
-            await vlm.chat([ChatMessage.user("What is in this picture?", images=[_png()])], max_tokens=8)
+            await vlm.chat([ChatMessage.user("What is in this picture?", images=[tiny_png()])], max_tokens=8)
     error = caught.value
     assert error.param == "messages[0].content[1]" and "image_url" in error.message
 
@@ -256,23 +253,3 @@ def test_admin_client_raises_the_same_typed_errors(pool_server: Server) -> None:
     assert (caught.value.status_code, caught.value.code) == (403, "insufficient_scope")
     with AdminClient(f"http://127.0.0.1:{free_port()}") as admin, pytest.raises(ConnectionFailed, match="cannot reach"):
         admin.memory()
-
-
-def _cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z']+", text.lower())
-
-
-def _png() -> bytes:
-    """A real 1×1 PNG, made here (no image files in the repository)."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + \
-        chunk(b"IEND", b"")  # fmt: skip
