@@ -138,10 +138,10 @@ def test_services_are_looked_up_when_a_client_is_made(tmp_path: Path) -> None:
     assert by_stack.base_url("llm") == "http://h:9003"
     by_id = parse_models_config({"llm": {"kind": "preset:smollm2", "service": "s:chat@9001"}}, state_dir=tmp_path)
     assert by_id.base_url("llm") == "http://127.0.0.1:9001"  # an id is never ambiguous
-    with pytest.raises(ConfigError, match="several running services are named 'chat': ") as caught:
+    with pytest.raises(ConfigError, match="role 'llm': 2 running services are called 'chat'") as caught:
         config.base_url("llm")
-    assert "s:chat@9001 at http://127.0.0.1:9001/v1 (started 20" in caught.value.message
-    assert "agent/chat@9003 at http://h:9003" in caught.value.message
+    assert "s:chat@9001  chat  http://127.0.0.1:9001/v1  started 20" in caught.value.message
+    assert "agent/chat@9003  chat  http://h:9003" in caught.value.message
 
 
 def test_enable_thinking_goes_on_the_wire_only_where_there_is_a_switch() -> None:

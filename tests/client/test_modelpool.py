@@ -242,7 +242,7 @@ async def test_a_role_found_by_service_name(pool_server: Server, tmp_path: Path)
     with pytest.raises(ConfigError, match=r"no running service named 'not-running' \(start it with `modelpool up`\)"):
         make_llm(config, "elsewhere")
     Registry(state_dir).put(dataclasses.replace(record, id=f"agents:pool@{port + 1}"))
-    with pytest.raises(ConfigError, match="several running services") as caught:
+    with pytest.raises(ConfigError, match="2 running services are called") as caught:
         make_llm(config, "llm")
     assert f"agents:pool@{port}" in caught.value.message and pool_server.url in caught.value.message
 

@@ -17,7 +17,6 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from modelpool.client.errors import ConfigError
 from modelpool.client.presets import Capabilities, Preset, Role, Thinking, find_preset
+from modelpool.services.control import AmbiguousService, resolve
 from modelpool.services.registry import Registry
 
 
@@ -233,14 +233,10 @@ def _describe(exc: ValidationError) -> str:
 def _service_url(name: str, registry: Registry, role: str) -> str:
     """The URL of the one running service that `name` names — its id, its name or
     `stack/name`, as `modelpool logs/down` take them; never a guess between several."""
-    running = registry.records()
-    records = [r for r in running if r.id == name] or [r for r in running if name in (r.name, f"{r.stack}/{r.name}")]
-    if not records:
+    try:
+        record = resolve(registry, name)
+    except AmbiguousService as exc:
+        raise ConfigError(f"role {role!r}: {exc.message}") from None
+    if record is None:
         raise ConfigError(f"role {role!r}: no running service named {name!r} (start it with `modelpool up`)")
-    if len(records) > 1:
-        listed = "; ".join(
-            f"{r.id} at {r.url} (started {datetime.fromtimestamp(r.started_at).isoformat(timespec='seconds')})"
-            for r in records
-        )
-        raise ConfigError(f"role {role!r}: several running services are named {name!r}: {listed}")
-    return _root(records[0].url)
+    return _root(record.url)

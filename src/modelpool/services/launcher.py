@@ -46,6 +46,8 @@ class Launcher:
     detach: bool = False
     """False: non-persistent services die with this process (a foreground `up`)."""
     on_event: EventSink = lambda name, message: None
+    progress_every_s: float = 10.0
+    """How often a service that is still starting is reported."""
     started: dict[str, ManagedProcess] = field(default_factory=dict)
     """What this launcher spawned (not what it reused), by service name."""
     _ports_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -161,14 +163,24 @@ class Launcher:
             records.append(self._record(service, spec, pid))
             self.registry.put(records[0])
 
+        ticker = asyncio.create_task(self._tick(service.name, f"waiting for {spec.base_url}{spec.health_path}"))
         try:
             await process.start(on_spawned=spawned)
         except BaseException:
             if records:
                 self.registry.remove(records[0].id)
             raise
+        finally:
+            ticker.cancel()
         self.started[service.name] = process
         return records[0]
+
+    async def _tick(self, name: str, what: str) -> None:
+        """A line now and then while a slow service (loading models, say) starts."""
+        began = time.monotonic()
+        while True:
+            await asyncio.sleep(self.progress_every_s)
+            self.on_event(name, f"{what} ({time.monotonic() - began:.0f}s)")
 
     def _allocate_port(self, service: Service) -> int:
         registered = {r.port: r for r in self.registry.records()}
