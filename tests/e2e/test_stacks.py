@@ -109,6 +109,9 @@ def test_agent_stack_up_reuse_persistence_status_logs_down(tmp_path: Path, state
     assert Registry(state_dir).records() == []
     assert not any(is_alive(r.pid) for r in again.values())
     assert "not running" in cli(state_dir, "down", "llm").stdout  # skipped, not an error
+    bare = subprocess.run([sys.executable, "-m", "modelpool", "down", "--state-dir", str(state_dir)],
+                          cwd=tmp_path, capture_output=True, text=True, check=False)  # fmt: skip
+    assert bare.returncode == 2 and "name services, or use --all or --stack FILE" in bare.stdout
 
 
 def test_a_name_two_running_services_share_is_refused(tmp_path: Path, state_dir: Path) -> None:

@@ -131,6 +131,9 @@ def down(
             elif record not in records:
                 records.append(record)
     else:
+        if stack_file is None and not Path(DEFAULT_STACK_FILE).is_file():
+            console.print(f"[red]error:[/] no ./{DEFAULT_STACK_FILE} here: name services, or use --all or --stack FILE")
+            raise typer.Exit(2)
         stack = _or_exit(lambda: load_stack(stack_file or Path(DEFAULT_STACK_FILE)))
         records = _stack_records(registry, stack)
         if not records:
