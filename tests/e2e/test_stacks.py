@@ -199,3 +199,20 @@ def test_ctrl_c_stops_what_the_foreground_up_started(tmp_path: Path, state_dir: 
     assert launcher.wait(timeout=60) == 0
     assert "stopped web; left running keep" in (tmp_path / "up.out").read_text()
     assert not is_alive(web.pid) and set(by_name(state_dir)) == {"keep"}
+
+
+def test_the_foreground_up_reports_a_crash_and_a_down_and_ends_when_all_it_started_is_gone(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    path = http_server_stack(tmp_path / "fg", {"web": {}, "api": {}}, free_port())
+    with (tmp_path / "up.out").open("w") as out:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "modelpool", "up", str(path), "--state-dir", str(state_dir)], stdout=out
+        )
+    wait_until(lambda: "Watching" in (tmp_path / "up.out").read_text(), 60, "the stack")
+    assert cli(state_dir, "down", "web").returncode == 0  # stopped from outside: not a crash
+    os.kill(by_name(state_dir)["api"].pid, signal.SIGKILL)  # a crash
+    assert launcher.wait(timeout=60) == 1
+    output = (tmp_path / "up.out").read_text()
+    assert "web: stopped (exit code -15)" in output and "api: exited unexpectedly (code -9)" in output
+    assert "Every service this launcher started has exited." in output

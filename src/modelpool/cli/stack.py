@@ -80,11 +80,11 @@ async def _up(launcher: Launcher, names: list[str] | None) -> int:
     if not launcher.started:
         console.print("Every service was already running; nothing to watch.")
         return 0
-    await _watch(launcher)
-    return 0
+    return await _watch(launcher)
 
 
-async def _watch(launcher: Launcher) -> None:
+async def _watch(launcher: Launcher) -> int:
+    """Until Ctrl-C/SIGTERM, or until every service it started has exited; 1 if one crashed."""
     persistent = [n for n in launcher.started if launcher.stack.services[n].spec.persistent]
     note = f" except the persistent ones ({', '.join(persistent)})" if persistent else ""
     console.print(f"Watching {len(launcher.started)} service(s). Ctrl-C stops them{note}.")
@@ -96,11 +96,12 @@ async def _watch(launcher: Launcher) -> None:
         await asyncio.wait([asyncio.create_task(stop.wait())], timeout=0.5)
     if not launcher.started:
         console.print("Every service this launcher started has exited.")
-        return
+        return 1 if launcher.crashed else 0
     stopped = await launcher.stop_started()
     await launcher.detach_all()
     kept = f"; left running {', '.join(persistent)}" if persistent else ""
     console.print(f"stopped {', '.join(stopped) or 'nothing'}{kept}")
+    return 1 if launcher.crashed else 0
 
 
 def down(

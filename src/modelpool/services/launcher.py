@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ EventSink = Callable[[str, str], None]
 """(service name, what happened): progress for the terminal."""
 
 STARTED, REUSED, FAILED, SKIPPED = "started", "reused", "failed", "skipped"
+CLEAN_EXITS = (0, -signal.SIGTERM)
 
 
 class PortBusy(ConfigError):
@@ -50,6 +52,8 @@ class Launcher:
     """How often a service that is still starting is reported."""
     started: dict[str, ManagedProcess] = field(default_factory=dict)
     """What this launcher spawned (not what it reused), by service name."""
+    crashed: list[str] = field(default_factory=list)
+    """Services it started that later exited other than cleanly."""
     _ports_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _ports_claimed: set[int] = field(default_factory=set)
 
@@ -234,10 +238,16 @@ class Launcher:
         return peers
 
     def _exited(self, service: Service, code: int | None) -> None:
+        """A service this launcher started ended by itself, or was stopped from outside
+        (`modelpool down`: SIGTERM, exit 0 or -15); anything else is a crash."""
         process = self.started.pop(service.name, None)
         with contextlib.suppress(Exception):
             if process is not None:
                 self.registry.remove(record_id(self.stack, service.name, process.spec.port))
+        if code in CLEAN_EXITS:
+            self.on_event(service.name, f"stopped (exit code {code})")
+            return
+        self.crashed.append(service.name)
         last = process.last_lines(5) if process is not None else ""
         self.on_event(service.name, f"exited unexpectedly (code {code})" + (f":\n{last}" if last else ""))
 
