@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from modelpool.errors import ConfigError
-from modelpool.services.control import find_log, follow, resolve, started, stop_services, tail_lines
+from modelpool.services.control import find_log, follow, resolve, started, stop_services
 from modelpool.services.launcher import FAILED, SKIPPED, Launcher, Outcome
-from modelpool.services.process import answers_health
+from modelpool.services.process import answers_health, file_tail
 from modelpool.services.registry import ENGINE_KIND, Registry, ServiceRecord
 from modelpool.services.stack import DEFAULT_STACK_FILE, Stack, load_stack
 
@@ -176,7 +176,7 @@ def logs(
 ) -> None:
     """Print a service's log (a stopped service's last log too); -f follows it."""
     path, record = _or_exit(lambda: find_log(Registry(state_dir), target))
-    for line in tail_lines(path, lines):
+    for line in file_tail(path, lines) if path.exists() else []:
         typer.echo(line)
     if follow_output and record is not None:
         try:

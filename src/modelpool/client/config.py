@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from modelpool.client.errors import ConfigError
 from modelpool.client.presets import Capabilities, Preset, Role, Thinking, find_preset
+from modelpool.config.loader import validation_problems
 from modelpool.services.control import AmbiguousService, resolve
 from modelpool.services.registry import Registry
 
@@ -182,7 +183,7 @@ def _endpoint(role: str, raw: Any, environ: Mapping[str, str], source: str) -> E
     try:
         spec = EndpointSpec.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: role {role!r}: {_describe(exc)}") from None
+        raise ConfigError(f"{source}: role {role!r}: {validation_problems(exc)}") from None
     preset = find_preset(spec.kind)
     caps = {k: v for k, v in spec.capabilities.model_dump().items() if v is not None}
     return Endpoint(
@@ -219,15 +220,6 @@ def _root(url: str) -> str:
     """The server root: requests add /v1/..., probes add /readyz."""
     url = url.rstrip("/")
     return url.removesuffix("/v1")
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"])
-        message = str(error["msg"]).removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)
 
 
 def _service_url(name: str, registry: Registry, role: str) -> str:

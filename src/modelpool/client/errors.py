@@ -86,15 +86,15 @@ BadRequest = InvalidRequest
 
 
 class ContextLengthExceeded(InvalidRequest):
-    pass
+    """The prompt plus max_tokens does not fit the model's context window."""
 
 
 class AuthenticationError(ClientError):
-    pass
+    """No API key, or a wrong one (401)."""
 
 
 class PermissionDenied(ClientError):
-    pass
+    """The key is valid but lacks the scope for this call (403)."""
 
 
 class RemoteNotAllowed(PermissionDenied):
@@ -102,19 +102,19 @@ class RemoteNotAllowed(PermissionDenied):
 
 
 class NotFound(ClientError):
-    pass
+    """No such route or resource on this server (404)."""
 
 
 class ModelNotFound(NotFound):
-    pass
+    """The server serves no model by this name or alias."""
 
 
 class ModelNotLoaded(ClientError):
-    pass
+    """The model is not loaded and the server will not load it on demand (409)."""
 
 
 class RequestTooLarge(ClientError):
-    pass
+    """The request body is over the server's limit (413)."""
 
 
 class Overloaded(ClientError):
@@ -122,11 +122,11 @@ class Overloaded(ClientError):
 
 
 class ServerError(ClientError):
-    pass
+    """The server failed (5xx) in a way no subclass names."""
 
 
 class UpstreamUnavailable(ServerError):
-    pass
+    """The engine process or remote upstream behind the model could not be reached (502)."""
 
 
 class ModelNotReady(ServerError):

@@ -38,16 +38,6 @@ T = TypeVar("T")
 A = TypeVar("A", bound=RoleClient)
 
 
-class ChatOptions(TypedDict, total=False):
-    max_tokens: int | None
-    temperature: float | None
-    top_p: float | None
-    stop: Stop
-    enable_thinking: bool | None
-    seed: int | None
-    extra_body: Mapping[str, Any] | None
-
-
 class CompletionOptions(TypedDict, total=False):
     max_tokens: int | None
     temperature: float | None
@@ -55,6 +45,10 @@ class CompletionOptions(TypedDict, total=False):
     stop: Stop
     seed: int | None
     extra_body: Mapping[str, Any] | None
+
+
+class ChatOptions(CompletionOptions, total=False):
+    enable_thinking: bool | None
 
 
 class SpeechOptions(TypedDict, total=False):
@@ -153,7 +147,7 @@ class SyncLLM(SyncClient[LLMClient]):
 
 
 class SyncVLM(SyncLLM):
-    pass
+    """The blocking VLM client: the LLM's methods, with images in the messages."""
 
 
 class SyncEmbedder(SyncClient[EmbedderClient]):

@@ -62,7 +62,7 @@ def validate_config(data: Mapping[str, Any]) -> Config:
 
 def validation_problems(exc: ValidationError) -> str:
     """Each problem as `dotted.path: message`, joined: what a user can act on."""
-    return "; ".join(f"{_dotted(e['loc'])}: {e['msg']}" for e in exc.errors())
+    return "; ".join(f"{_dotted(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors())
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -81,13 +81,6 @@ def find_log(registry: Registry, target: str) -> tuple[Path, ServiceRecord | Non
     return candidates[0], None
 
 
-def tail_lines(path: Path, count: int) -> list[str]:
-    if not path.exists():
-        return []
-    lines = path.read_text(errors="replace").splitlines()
-    return lines[-count:] if count > 0 else []
-
-
 def follow(path: Path, record: ServiceRecord, poll_s: float = 0.2) -> Iterator[str]:
     """Lines appended to `path` from its current end, until the process exits."""
     position = path.stat().st_size if path.exists() else 0

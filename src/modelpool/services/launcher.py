@@ -6,7 +6,6 @@ another launcher see it while it starts."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import time
@@ -241,9 +240,8 @@ class Launcher:
         """A service this launcher started ended by itself, or was stopped from outside
         (`modelpool down`: SIGTERM, exit 0 or -15); anything else is a crash."""
         process = self.started.pop(service.name, None)
-        with contextlib.suppress(Exception):
-            if process is not None:
-                self.registry.remove(record_id(self.stack, service.name, process.spec.port))
+        if process is not None:
+            self.registry.remove(record_id(self.stack, service.name, process.spec.port))
         if code in CLEAN_EXITS:
             self.on_event(service.name, f"stopped (exit code {code})")
             return

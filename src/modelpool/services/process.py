@@ -195,7 +195,7 @@ class ManagedProcess:
     def tail(self, count: int) -> list[str]:
         """The last `count` lines of output (from the log file when the process writes there)."""
         if self._pump is None and self.spec.log_file is not None and self.spec.log_file.exists():
-            return _file_tail(self.spec.log_file, count)
+            return file_tail(self.spec.log_file, count)
         return list(self.lines)[-count:] if count > 0 else []
 
     # ----- internals -----------------------------------------------------------------
@@ -310,7 +310,7 @@ async def terminate_group(pid: int, grace_s: float, *, name: str = "") -> str:
     return "killed"
 
 
-def _file_tail(path: Path, count: int, block: int = 64 * 1024) -> list[str]:
+def file_tail(path: Path, count: int, block: int = 64 * 1024) -> list[str]:
     """The last `count` lines of a file, reading only its end."""
     with path.open("rb") as handle:
         handle.seek(0, os.SEEK_END)
