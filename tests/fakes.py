@@ -1,27 +1,82 @@
-"""A controllable in-memory backend and clock for fast, deterministic runtime tests (no
-sleeps: a test opens an asyncio.Event when it wants a load or a step to finish, and moves
-the clock by hand)."""
+"""Fakes for fast, deterministic runtime tests (no sleeps: a test opens an asyncio.Event when
+it wants a load or a step to finish, and moves the clock by hand), and `EchoBackend`, the
+smallest complete backend: everything a backend declares, in one class."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from collections.abc import AsyncGenerator, Callable
 
 import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict
 
-from modelpool.backends.base import (
-    ChatRequest,
-    EmbeddingRequest,
-    EmbeddingResult,
-    GenerationChunk,
-    Limits,
-    MemoryEstimate,
-    Usage,
-)
+from modelpool.backends.base import MemoryEstimate
+from modelpool.backends.context import BackendContext
+from modelpool.backends.registry import model_capabilities
+from modelpool.capabilities import Capabilities, Locality, ModelCapabilities
 from modelpool.config.schema import ModelConfig
+from modelpool.inference import ChatRequest, EmbeddingRequest, EmbeddingResult, GenerationChunk, Usage
+from modelpool.runtime.capacity import Capacity
+from modelpool.runtime.clock import Clock
+from modelpool.runtime.eviction import Budget
 from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.slot import CapacityGate, ModelSlot
 from modelpool.tasks import Task
+
+
+class EchoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prefix: str = ""
+    """Put before every answer."""
+
+
+class EchoBackend:
+    """The smallest complete backend: chat that answers the last message back, word by word.
+    Use it as `backend: tests.fakes:EchoBackend`. A backend class declares four things and
+    its instances implement `Backend` plus the Protocol of each task it declares."""
+
+    Options = EchoOptions
+    capabilities = Capabilities(tasks=frozenset({Task.CHAT}), needs_source=False)
+    overridable = frozenset({"prefix"})
+
+    @classmethod
+    def capabilities_for(cls, options: EchoOptions) -> Capabilities:
+        return cls.capabilities
+
+    def __init__(self, model: ModelConfig, options: EchoOptions, context: BackendContext) -> None:
+        self.prefix = options.prefix
+
+    async def estimate_memory(self) -> MemoryEstimate:
+        return MemoryEstimate(0)
+
+    async def start(self) -> None:
+        return None
+
+    async def warmup(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def check_health(self) -> None:
+        return None
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
+        words = (self.prefix + request.messages[-1].content).split()
+        yield GenerationChunk()  # early, so request problems can still be a 4xx
+        for word in words:
+            yield GenerationChunk(word + " ")
+        yield GenerationChunk(finish_reason="stop", usage=Usage(len(request.messages), len(words)))
+
+
+class BrokenEchoBackend(EchoBackend):
+    """Declares embeddings but implements none of them: the load must fail, naming what lacks."""
+
+    capabilities = Capabilities(tasks=frozenset({Task.CHAT, Task.EMBEDDING}), needs_source=False)
 
 
 class ManualClock:
@@ -38,11 +93,22 @@ class ManualClock:
         self.now += seconds
 
 
+class FakeOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
 class FakeBackend:
-    tasks = frozenset({Task.CHAT, Task.EMBEDDING})
-    limits = Limits()
-    dimensions = 3
+    """A controllable chat and embedding backend (built by the tests, not by the registry)."""
+
+    Options = FakeOptions
+    capabilities = Capabilities(tasks=frozenset({Task.CHAT, Task.EMBEDDING}), engine_concurrency=8)
+    """Runs several requests at once, so `max_concurrency` in a test's config is the limit."""
     overridable = frozenset({"speed"})
+    dimensions = 3
+
+    @classmethod
+    def capabilities_for(cls, options: FakeOptions) -> Capabilities:
+        return cls.capabilities
 
     def __init__(
         self,
@@ -81,7 +147,7 @@ class FakeBackend:
     async def check_health(self) -> None:
         return None
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[GenerationChunk]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
         yield GenerationChunk()
         words = request.messages[-1].content.split()
         for word in words:
@@ -94,7 +160,7 @@ class FakeBackend:
     async def prepare(self, request: EmbeddingRequest) -> list[list[int]]:
         return [[len(item)] if isinstance(item, str) else list(item) for item in request.inputs]
 
-    async def embed_tokens(self, ids: list[list[int]]) -> np.ndarray:
+    async def embed_tokens(self, ids: list[list[int]]) -> npt.NDArray[np.float32]:
         self.embed_calls.append(len(ids))
         if self.fail_with is not None:
             raise self.fail_with
@@ -106,14 +172,15 @@ class FakeBackend:
 
 
 def model_config(model_id: str = "fake", **fields: object) -> ModelConfig:
-    return ModelConfig.model_validate({"id": model_id, "backend": "fake", "source": "/nowhere", **fields})
+    return ModelConfig.model_validate({"id": model_id, "backend": "tests.fakes:FakeBackend", "source": "/nowhere",
+                                       **fields})  # fmt: skip
 
 
 def fake_slot(
     backend: FakeBackend | list[FakeBackend],
     model_id: str = "fake",
     metrics: Metrics | None = None,
-    clock: ManualClock | None = None,
+    clock: Clock | None = None,
     capacity: CapacityGate | None = None,
     tasks: frozenset[Task] = frozenset({Task.CHAT}),
     **fields: object,
@@ -126,15 +193,47 @@ def fake_slot(
         return backends[min(next(made), len(backends) - 1)]
 
     config = model_config(model_id, **{"warmup": False, **fields})
-    return ModelSlot(config, tasks, make, metrics or Metrics(), clock or ManualClock(), capacity)
+    declared = type(backends[0]).capabilities
+    capabilities = ModelCapabilities(tasks, declared, overridable=FakeBackend.overridable)
+    return ModelSlot(config, capabilities, make, metrics or Metrics(), clock or ManualClock(), capacity)
+
+
+class FakePool:
+    """Slots made for one pool, sharing its capacity gate (so budgets and eviction apply)."""
+
+    def __init__(self, clock: ManualClock | None = None, metrics: Metrics | None = None, **budget: int) -> None:
+        self.clock = clock or ManualClock()
+        self.metrics = metrics or Metrics()
+        self.slots: list[ModelSlot] = []
+        self.capacity = Capacity(Budget(**budget), lambda: self.slots)
+
+    def slot(self, backend: FakeBackend | list[FakeBackend], model_id: str = "fake", **fields: object) -> ModelSlot:
+        made = fake_slot(backend, model_id, self.metrics, self.clock, self.capacity, **fields)  # type: ignore[arg-type]
+        self.slots.append(made)
+        return made
+
+    def pool(self, model_wait_s: float | None = None) -> ModelPool:
+        return ModelPool(self.slots, self.metrics, self.capacity, self.clock, model_wait_s=model_wait_s,
+                         resolve=model_capabilities)  # fmt: skip
+
+
+def pool_of(*slots: ModelSlot, model_wait_s: float | None = None) -> ModelPool:
+    """A pool of ready-made slots, with no budget."""
+    first = slots[0]
+    listed = list(slots)
+    return ModelPool(listed, first._metrics, Capacity(Budget(), lambda: listed), first._clock,
+                     model_wait_s=model_wait_s, resolve=model_capabilities)  # fmt: skip
 
 
 class FakeProcessBackend(FakeBackend):
     """A fake whose "engine process" can be made to crash (`crash()`), as a ProcessBackend."""
 
+    capabilities = replace(FakeBackend.capabilities, locality=Locality.ENGINE_PROCESS)
+
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)  # type: ignore[arg-type]  # the same keywords as FakeBackend
         self.pid: int | None = None
+        self.port: int | None = 9999
         self.detaches = 0
         self._on_crash: Callable[[str], None] | None = None
 

@@ -1,4 +1,5 @@
-"""The kinds of work a model can do. Config, backends and the API all speak this enum."""
+"""The kinds of work a model can do. Config, backends and the API all speak this enum; each
+has its Protocol in `backends.base.TASK_PROTOCOLS`, and none is declared before something serves it."""
 
 from enum import Enum
 
@@ -7,7 +8,6 @@ class Task(str, Enum):
     CHAT = "chat"
     COMPLETION = "completion"
     EMBEDDING = "embedding"
-    RERANK = "rerank"
     TRANSCRIPTION = "transcription"
     SPEECH = "speech"
     SCORING = "scoring"

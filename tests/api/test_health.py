@@ -16,7 +16,7 @@ from modelpool.config import load_config
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.slot import ModelSlot
-from tests.fakes import FakeBackend, fake_slot
+from tests.fakes import FakeBackend, fake_slot, pool_of
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ async def failing_preload() -> AsyncIterator[tuple[httpx.AsyncClient, ModelPool]
 
 @contextlib.asynccontextmanager
 async def _serving(slots: Sequence[ModelSlot], metrics: Metrics) -> AsyncIterator[tuple[httpx.AsyncClient, ModelPool]]:
-    pool = ModelPool(list(slots), metrics, model_wait_s=0)
+    pool = pool_of(*slots, model_wait_s=0)
     app = create_app(load_config(environ={}, cli={"starter_models": False}), pool)
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)
@@ -96,7 +96,7 @@ async def test_model_readiness_by_id_or_alias(pool_app) -> None:
 
 async def test_model_that_failed_to_load_is_model_load_error(pool_app) -> None:
     client, _, pool = pool_app
-    await asyncio.gather(pool.slot("broken").ensure_ready(None, load_if_unloaded=True), return_exceptions=True)
+    await asyncio.gather(pool.slot("broken").ensure_ready(None, explicit=True), return_exceptions=True)
     response = await client.get("/readyz", params={"model": "broken"})
     assert response.status_code == 503
     error = response.json()["error"]
@@ -112,7 +112,7 @@ async def test_unknown_model_is_404_model_not_found(pool_app) -> None:
 
 
 async def test_a_closing_pool_is_not_ready() -> None:
-    pool = ModelPool([fake_slot(FakeBackend(), "m")], Metrics(), model_wait_s=0)
+    pool = pool_of(fake_slot(FakeBackend(), "m"), model_wait_s=0)
     await pool.close()
     problem = pool.readiness_problem("m")
     assert problem is not None and problem.code == "shutting_down"

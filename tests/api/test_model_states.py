@@ -14,7 +14,7 @@ from modelpool.api.app import create_app
 from modelpool.config import load_config
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.pool import ModelPool
-from tests.fakes import FakeBackend, fake_slot
+from tests.fakes import FakeBackend, fake_slot, pool_of
 
 CHAT = {"messages": [{"role": "user", "content": "hello there"}]}
 
@@ -27,7 +27,7 @@ async def gated() -> AsyncIterator[tuple[httpx.AsyncClient, asyncio.Event, Model
         fake_slot(FakeBackend(gate), "slow", metrics=metrics),
         fake_slot(FakeBackend(fail_with=RuntimeError("CUDA out of memory")), "broken", metrics=metrics, preload=False),
     ]
-    pool = ModelPool(slots, metrics, model_wait_s=0)
+    pool = pool_of(*slots, model_wait_s=0)
     app = create_app(load_config(environ={}, cli={"starter_models": False}), pool)
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from modelpool.backends.decoding import StopMatcher, Utf8Stream
+from modelpool.backends.decoding import StopMatcher, Utf8Stream, may_end
+from modelpool.inference import SamplingParams
 
 
 def run(stops: tuple[str, ...], pieces: list[str]) -> tuple[list[str], bool]:
@@ -38,6 +39,28 @@ def test_stop_text_never_leaks_whatever_the_split() -> None:
     for cut in range(1, len(text)):
         emitted, hit = run((stop,), [text[:cut], text[cut:]])
         assert hit and "".join(emitted) == "The answer is 42"
+
+
+def test_a_stop_before_min_tokens_does_not_count() -> None:
+    matcher = StopMatcher(("END",))
+    assert matcher.feed("aEND", armed=False) == ("aEND", False)  # before the floor: passes unchecked
+    assert matcher.feed("bEN", armed=True) == ("b", False)  # from the floor on: held, then found
+    assert matcher.feed("D", armed=True) == ("", True)
+
+
+@pytest.mark.parametrize(
+    ("sampling", "generated", "allowed"),
+    [
+        (SamplingParams(), 0, True),
+        (SamplingParams(ignore_eos=True), 500, False),
+        (SamplingParams(min_tokens=3), 2, False),
+        (SamplingParams(min_tokens=3), 3, True),
+    ],
+)
+def test_end_of_sequence_may_end_only_past_min_tokens_and_never_with_ignore_eos(
+    sampling: SamplingParams, generated: int, allowed: bool
+) -> None:
+    assert may_end(sampling, generated) is allowed
 
 
 def test_utf8_characters_split_across_tokens_come_out_whole() -> None:

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from modelpool.backends.base import ChatMessage, ChatRequest, CompletionRequest, SamplingParams, Usage
 from modelpool.backends.remote import wire
 from modelpool.errors import UpstreamError
+from modelpool.inference import ChatMessage, ChatRequest, CompletionRequest, SamplingParams, Usage
 
 
 def test_chat_body_sends_what_is_set_and_engine_extras_only_when_used() -> None:
@@ -39,6 +39,18 @@ def test_chat_body_sends_what_is_set_and_engine_extras_only_when_used() -> None:
     }  # fmt: skip
     assert body["logprobs"] is True and body["top_logprobs"] == 3
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_ignore_eos_and_min_tokens_go_upstream_only_when_set() -> None:
+    # vLLM and llama-server know both; OpenAI itself rejects them, so unset means absent.
+    plain = wire.completion_body(CompletionRequest("hi"), "up")
+    assert "ignore_eos" not in plain and "min_tokens" not in plain
+    sampling = SamplingParams(max_tokens=9, ignore_eos=True, min_tokens=4)
+    for body in (
+        wire.completion_body(CompletionRequest("hi", sampling), "up"),
+        wire.chat_body(ChatRequest((ChatMessage("user", "hi"),), sampling), "up"),
+    ):
+        assert (body["ignore_eos"], body["min_tokens"]) == (True, 4)
 
 
 def test_completion_body_keeps_token_prompts_and_echo() -> None:

@@ -4,6 +4,7 @@ a models.yaml loaded with load_models_config, readiness, typed errors, `service:
 from __future__ import annotations
 
 import dataclasses
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -83,7 +84,10 @@ async def test_stream_chat_deltas_join_to_the_answer_and_end_with_usage(config: 
 
 async def test_complete_continues_a_prompt(config: ModelsConfig) -> None:
     async with make_llm(config, "agent_llm") as llm:
-        result = await llm.complete("The capital of France is", max_tokens=4, temperature=0)
+        # ignore_eos: exactly 4 tokens, even where greedy would end after " Paris."
+        result = await llm.complete(
+            "The capital of France is", max_tokens=4, temperature=0, extra_body={"ignore_eos": True}
+        )
     assert "Paris" in result.text and result.usage is not None and result.usage.completion_tokens == 4
 
 
@@ -200,9 +204,16 @@ async def test_wait_ready_times_out_when_nothing_listens(tmp_path: Path) -> None
 
 
 async def test_health_check_false_skips_the_probe(tmp_path: Path) -> None:
-    roles = {"llm": {"kind": "preset:smollm2", "base_url": f"http://127.0.0.1:{free_port()}", "health_check": False}}
-    async with make_llm(load_models_config(write_models_yaml(tmp_path, roles)), "llm") as llm:
-        await llm.wait_ready(0.1)  # nothing listens, and nothing is asked
+    # A socket that listens but never answers: a probe would connect (seen by accept) and,
+    # with no answer, end in ReadyTimeout.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        roles = {"llm": {"kind": "preset:smollm2", "base_url": url, "health_check": False}}
+        async with make_llm(load_models_config(write_models_yaml(tmp_path, roles)), "llm") as llm:
+            await llm.wait_ready(0.5)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected: nothing was asked
 
 
 @pytest.fixture
@@ -238,7 +249,7 @@ async def test_a_role_found_by_service_name(pool_server: Server, tmp_path: Path)
     async with make_llm(config, "llm") as llm:
         assert llm.base_url == pool_server.url
         await llm.wait_ready(10)
-        assert (await llm.chat(HELLO, max_tokens=4)).content
+        assert (await llm.chat(HELLO, max_tokens=4, extra_body={"min_tokens": 1})).content  # sampled: ≥ 1 token
     with pytest.raises(ConfigError, match=r"no running service named 'not-running' \(start it with `modelpool up`\)"):
         make_llm(config, "elsewhere")
     Registry(state_dir).put(dataclasses.replace(record, id=f"agents:pool@{port + 1}"))

@@ -37,10 +37,11 @@ def test_sync_chat_stream_and_embed(config: ModelsConfig) -> None:
 
 def test_sync_stream_left_early_and_typed_errors(config: ModelsConfig) -> None:
     with sync.make_llm(config, "llm") as llm:
+        whole = llm.chat(HELLO, max_tokens=16, temperature=0)
         stream = llm.stream_chat(HELLO, max_tokens=16, temperature=0)
-        first = next(stream)
+        first = next(d for d in stream if d.content)  # the first text (a role-only delta comes before)
         stream.close()  # closes the HTTP stream; the client stays usable
-        assert first.content is not None
-        assert llm.chat(HELLO, max_tokens=4).content
+        assert whole.content.startswith(first.content)  # greedy: the answer's own beginning
+        assert llm.chat(HELLO, max_tokens=4, extra_body={"min_tokens": 1}).content  # sampled: ≥ 1 token
     with sync.make_llm(config, "missing") as missing, pytest.raises(ModelNotFound):
         missing.chat(HELLO, max_tokens=4)

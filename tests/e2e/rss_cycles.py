@@ -7,10 +7,10 @@ import asyncio
 import json
 import sys
 
-from modelpool.backends.base import EmbeddingRequest
 from modelpool.config import load_config
+from modelpool.inference import EmbeddingRequest
+from modelpool.runtime.build import build_pool
 from modelpool.runtime.memory import process_rss
-from modelpool.runtime.pool import build_pool
 
 MODEL = "all-minilm-l6-v2"
 

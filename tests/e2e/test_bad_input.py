@@ -66,6 +66,27 @@ CASES = [
     ("top-logprobs-alone", "POST", CHAT, chat(top_logprobs=2), 400, "invalid_value", None),
     ("top-logprobs-too-many", "POST", CHAT, chat(logprobs=True, top_logprobs=50), 400, "invalid_value", "top_logprobs"),
     ("too-many-stops", "POST", CHAT, chat(stop=[f"s{i}" for i in range(20)]), 400, "invalid_value", "stop"),
+    ("min-tokens-negative", "POST", CHAT, chat(min_tokens=-1), 400, "invalid_value", "min_tokens"),
+    ("min-tokens-over-max", "POST", CHAT, chat(max_tokens=4, min_tokens=5), 400, "invalid_value", "min_tokens"),
+    ("ignore-eos-as-string", "POST", CHAT, chat(ignore_eos="yes"), 400, "invalid_value", "ignore_eos"),
+    (
+        "min-tokens-over-completion-default",  # /v1/completions caps at 16 tokens unless told
+        "POST",
+        COMPLETIONS,
+        {"model": CHAT_MODEL, "prompt": "a", "min_tokens": 17},
+        400,
+        "invalid_value",
+        "min_tokens",
+    ),
+    (
+        "decoding-min-tokens-over-max",
+        "POST",
+        "/v1/responses",
+        {"model": CHAT_MODEL, "input": "hi", "decoding": {"max_tokens": 2, "min_tokens": 3}},
+        400,
+        "invalid_value",
+        "decoding.min_tokens",
+    ),
     (
         "tools",
         "POST",

@@ -11,6 +11,7 @@ from tests.conftest import CHAT_MODEL
 from tests.e2e.stop_checks import assert_stop_across_tokens_never_leaks
 
 HI = [{"role": "user", "content": "Name three colors."}]
+SAY_OK = [{"role": "user", "content": "Say OK."}]  # a short answer that ends by itself
 SYSTEM_DEFAULT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 
@@ -53,6 +54,7 @@ async def test_token_cap_ends_with_length(oai: openai.AsyncOpenAI, field: str) -
         model=CHAT_MODEL,
         messages=[{"role": "user", "content": "Write a long story about a dragon."}],
         temperature=0,
+        extra_body={"ignore_eos": True},  # the cap, not the model, must end it on any machine
         **{field: 6},
     )
     assert reply.choices[0].finish_reason == "length"
@@ -111,12 +113,14 @@ async def test_same_seed_same_output_different_seed_differs(oai: openai.AsyncOpe
 
 async def test_stop_text_is_not_returned(oai: openai.AsyncOpenAI) -> None:
     messages = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]
-    free = await oai.chat.completions.create(model=CHAT_MODEL, messages=messages, max_tokens=40, temperature=0)
+    # ignore_eos: all 40 tokens, whatever this machine's llama.cpp decodes.
+    greedy = {"max_tokens": 40, "temperature": 0, "extra_body": {"ignore_eos": True}}
+    free = await oai.chat.completions.create(model=CHAT_MODEL, messages=messages, **greedy)
     text = free.choices[0].message.content
-    stop = "5"
-    assert stop in text, text
+    stop = text[len(text) // 2 :][:2]  # cut from this run's own answer, so it surely occurs
+    assert len(stop) == 2, text
     stopped = await oai.chat.completions.create(
-        model=CHAT_MODEL, messages=messages, max_tokens=40, temperature=0, stop=[stop, "never-appears"]
+        model=CHAT_MODEL, messages=messages, stop=[stop, "never-appears"], **greedy
     )
     assert stopped.choices[0].message.content == text[: text.index(stop)]
     assert stopped.choices[0].finish_reason == "stop"
@@ -160,6 +164,7 @@ async def test_stream_chunks_carry_usage_null_until_the_last(http) -> None:
         "model": CHAT_MODEL,
         "messages": HI,
         "max_tokens": 3,
+        "ignore_eos": True,  # sampled: without it, an early end-of-sequence makes it shorter
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -167,3 +172,44 @@ async def test_stream_chunks_carry_usage_null_until_the_last(http) -> None:
     chunks = [json.loads(e[len("data: ") :]) for e in events[:-1]]
     assert all("usage" in c and c["usage"] is None for c in chunks[:-1])
     assert chunks[-1]["usage"]["completion_tokens"] == 3 and chunks[-1]["choices"] == []
+
+
+async def test_ignore_eos_runs_an_answer_that_would_stop_to_max_tokens(oai: openai.AsyncOpenAI) -> None:
+    plain = await oai.chat.completions.create(model=CHAT_MODEL, messages=SAY_OK, max_tokens=64, temperature=0)
+    assert plain.choices[0].finish_reason == "stop" and plain.usage.completion_tokens < 64  # the premise
+    for temperature in (0.0, 1.0):  # greedy and sampled: neither may end at end-of-sequence
+        reply = await oai.chat.completions.create(
+            model=CHAT_MODEL,
+            messages=SAY_OK,
+            max_tokens=64,
+            temperature=temperature,
+            seed=1,
+            extra_body={"ignore_eos": True},
+        )
+        assert (reply.choices[0].finish_reason, reply.usage.completion_tokens) == ("length", 64)
+        if temperature == 0:  # only the end was ruled out: greedy says the same up to there
+            assert reply.choices[0].message.content.startswith(plain.choices[0].message.content)
+
+
+async def test_min_tokens_holds_off_end_of_sequence_and_stop_sequences(oai: openai.AsyncOpenAI) -> None:
+    plain = await oai.chat.completions.create(model=CHAT_MODEL, messages=SAY_OK, max_tokens=64, temperature=0)
+    answer = plain.choices[0].message.content
+    assert plain.choices[0].finish_reason == "stop" and plain.usage.completion_tokens <= 48  # the premise
+    floor = plain.usage.completion_tokens + 8
+    stop = answer[:2]  # a stop sequence at the very start of the answer: alone, it would leave nothing
+    reply = await oai.chat.completions.create(
+        model=CHAT_MODEL,
+        messages=SAY_OK,
+        max_tokens=64,
+        temperature=0,
+        stop=[stop],
+        extra_body={"min_tokens": floor},
+    )
+    assert reply.usage.completion_tokens >= floor
+    assert reply.choices[0].message.content.startswith(answer)  # the early stop text did not count
+    stream = await oai.chat.completions.create(
+        model=CHAT_MODEL, messages=SAY_OK, max_tokens=64, temperature=0.8, seed=3, stream=True,
+        stream_options={"include_usage": True}, extra_body={"min_tokens": floor},
+    )  # fmt: skip
+    chunks = [chunk async for chunk in stream]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens >= floor

@@ -47,7 +47,8 @@ async def test_base64_equals_float(http, oai: openai.AsyncOpenAI) -> None:
     body = {"model": EMBED_MODEL, "input": SENTENCES[:2]}
     floats = (await http.post("/v1/embeddings", json={**body, "encoding_format": "float"})).json()
     raw = (await http.post("/v1/embeddings", json={**body, "encoding_format": "base64"})).json()
-    for f, b in zip(floats["data"], raw["data"], strict=False):
+    assert len(floats["data"]) == len(raw["data"]) == 2
+    for f, b in zip(floats["data"], raw["data"], strict=True):
         decoded = np.frombuffer(base64.b64decode(b["embedding"]), dtype="<f4")
         np.testing.assert_array_equal(decoded, np.array(f["embedding"], dtype=np.float32))
     # The SDK asks for base64 by default and decodes it itself.

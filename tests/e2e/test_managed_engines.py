@@ -64,11 +64,14 @@ async def wait_state(client: httpx.AsyncClient, state: str, timeout_s: float = 1
 async def test_chat_completions_and_logs_through_the_engine_process(tmp_path: Path) -> None:
     async with serving(engine_config(tmp_path)) as (_, client):
         oai = sdk(client)
-        reply = await oai.chat.completions.create(model=ENGINE, messages=HI, max_tokens=8, temperature=0)
+        # min_tokens (forwarded; llama_cpp.server knows it): 8 tokens whatever greedy says here.
+        reply = await oai.chat.completions.create(
+            model=ENGINE, messages=HI, max_tokens=8, temperature=0, extra_body={"min_tokens": 8}
+        )
         assert reply.choices[0].message.content and reply.model == ENGINE
         assert reply.usage is not None and reply.usage.completion_tokens == 8 and reply.usage.prompt_tokens > 8
         stream = await oai.chat.completions.create(
-            model=ENGINE, messages=HI, max_tokens=8, temperature=0, stream=True
+            model=ENGINE, messages=HI, max_tokens=8, temperature=0, stream=True, extra_body={"min_tokens": 8}
         )
         streamed = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
         assert streamed == reply.choices[0].message.content  # greedy: the same text either way
@@ -120,8 +123,8 @@ def test_a_killed_engine_fails_the_stream_then_restarts_on_the_next_request(tmp_
         crash = admin.get(f"/v1/admin/models/{ENGINE}/logs").json()["last_crash"]
         assert crash["lines"] and "killed by signal 9" in crash["error"]
 
-        reply = oai.chat.completions.create(model=ENGINE, messages=HI, max_tokens=4)
-        assert reply.choices[0].message.content
+        reply = oai.chat.completions.create(model=ENGINE, messages=HI, max_tokens=4, extra_body={"min_tokens": 1})
+        assert reply.choices[0].message.content  # min_tokens: sampled, it might otherwise end at once
         restarted = admin.get(f"/v1/admin/models/{ENGINE}/status").json()
         assert restarted["state"] == "ready" and restarted["replicas"][0]["pid"] != first_pid
 
@@ -145,9 +148,15 @@ async def test_replicas_are_separate_processes_on_separate_ports(tmp_path: Path)
         assert len({r["pid"] for r in replicas}) == 2 and len({r["port"] for r in replicas}) == 2
         oai = sdk(client)
         replies = await asyncio.gather(
-            *(oai.chat.completions.create(model=ENGINE, messages=HI, max_tokens=4, temperature=0) for _ in range(4))
+            *(
+                oai.chat.completions.create(
+                    model=ENGINE, messages=HI, max_tokens=4, temperature=0, extra_body={"min_tokens": 4}
+                )
+                for _ in range(4)
+            )
         )
-        # All whole: llama_cpp.server's default would let a new request cut off the one running.
+        # All whole: llama_cpp.server's default would let a new request cut off the one running
+        # (min_tokens: only the cap may end them, whatever greedy says on this machine).
         assert all(r.choices[0].finish_reason == "length" for r in replies), [r.choices[0] for r in replies]
         served = [r["served"] for r in (await status(client))["replicas"]]
         assert sum(served) == 4 and all(s > 0 for s in served)  # the least busy replica gets each request

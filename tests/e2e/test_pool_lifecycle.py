@@ -9,13 +9,16 @@ import httpx
 import openai
 import pytest
 
-from modelpool.backends.base import ChatMessage, ChatRequest, SamplingParams
 from modelpool.errors import ModelUnloaded
+from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
 from modelpool.runtime.generation import collect
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STARTER_IDS, sdk, serving
 
 HI = [{"role": "user", "content": "Say hello."}]
-LONG = ChatRequest((ChatMessage("user", "Write a very long story about the sea."),), SamplingParams(max_tokens=400))
+# ignore_eos: a sampled story may end early on some machine; this one surely runs 400 tokens.
+LONG = ChatRequest(
+    (ChatMessage("user", "Write a very long story about the sea."),), SamplingParams(max_tokens=400, ignore_eos=True)
+)
 
 
 def on_demand(**chat: object) -> dict[str, object]:
@@ -36,7 +39,10 @@ async def test_first_request_loads_the_model_once_for_all_concurrent_callers() -
         assert (await admin_models(client))[CHAT_MODEL]["state"] == "unloaded"
         oai = sdk(client)
         replies = await asyncio.gather(
-            *(oai.chat.completions.create(model=CHAT_MODEL, messages=HI, max_tokens=4) for _ in range(4))
+            *(
+                oai.chat.completions.create(model=CHAT_MODEL, messages=HI, max_tokens=4, extra_body={"min_tokens": 1})
+                for _ in range(4)
+            )  # min_tokens: a sampled end-of-sequence first would leave no text
         )
         assert all(r.choices[0].message.content for r in replies)
         metrics = app.state.pool.metrics.registry
@@ -130,8 +136,10 @@ async def test_unload_drains_running_work_then_force_cuts_it() -> None:
         pool = app.state.pool
         running = await pool.chat(CHAT_MODEL, LONG)
         unloading = asyncio.create_task(client.post(f"/v1/admin/models/{CHAT_MODEL}/unload", json={"drain": True}))
-        await asyncio.sleep(0.2)
-        assert not unloading.done() and pool.slot(CHAT_MODEL).state.value == "unloading"
+        async with asyncio.timeout(10):  # the unload starts a moment after the task does
+            while pool.slot(CHAT_MODEL).state.value != "unloading":
+                await asyncio.sleep(0.01)
+        assert not unloading.done()  # it waits for the running request: draining
         text = (await collect(running)).text
         assert text  # the running request finished whole
         response = await unloading

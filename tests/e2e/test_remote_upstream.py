@@ -69,8 +69,12 @@ async def test_remote_models_need_allow_remote(front: httpx.AsyncClient) -> None
     with pytest.raises(openai.PermissionDeniedError) as refused:
         await oai.chat.completions.create(model="remote-chat", messages=HI, max_tokens=4)
     assert refused.value.code == "remote_not_allowed" and "allow_remote" in refused.value.message
-    allowed = await oai.chat.completions.create(model="remote-chat", messages=HI, max_tokens=4, extra_body=ALLOW)
-    assert allowed.choices[0].message.content
+    # min_tokens goes through to the upstream (a modelpool): sampled, an end-of-sequence first
+    # would otherwise leave no text.
+    allowed = await oai.chat.completions.create(
+        model="remote-chat", messages=HI, max_tokens=4, extra_body={**ALLOW, "min_tokens": 4}
+    )
+    assert allowed.choices[0].message.content and allowed.usage.completion_tokens == 4
     # A model marked `allow_remote: true` in the config needs no flag.
     assert (await oai.embeddings.create(model="remote-embed", input="hello")).data
 

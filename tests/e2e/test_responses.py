@@ -40,7 +40,12 @@ async def test_non_streaming_response(oai: openai.AsyncOpenAI, vocab) -> None:
 
 
 async def test_max_output_tokens_makes_it_incomplete(oai: openai.AsyncOpenAI) -> None:
-    reply = await oai.responses.create(model=CHAT_MODEL, input="Tell a long story.", max_output_tokens=5)
+    reply = await oai.responses.create(
+        model=CHAT_MODEL,
+        input="Tell a long story.",
+        max_output_tokens=5,
+        extra_body={"decoding": {"ignore_eos": True}},  # sampled: it might end sooner otherwise
+    )
     assert reply.status == "incomplete" and reply.incomplete_details.reason == "max_output_tokens"
     assert reply.usage.output_tokens == 5
 
@@ -101,7 +106,7 @@ async def test_pool_style_messages_and_decoding(http, vocab) -> None:
             {"role": "assistant", "content": "Hello!"},
             {"role": "user", "content": "Count to ten."},
         ],
-        "decoding": {"temperature": 0, "max_tokens": 5, "top_k": 1, "repetition_penalty": 1.0},
+        "decoding": {"temperature": 0, "max_tokens": 5, "top_k": 1, "repetition_penalty": 1.0, "ignore_eos": True},
     }
     reply = (await http.post("/v1/responses", json=body)).json()
     assert reply["status"] == "incomplete" and reply["usage"]["output_tokens"] == 5

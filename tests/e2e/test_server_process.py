@@ -86,10 +86,15 @@ def test_openai_sdk_against_the_subprocess(server: Server) -> None:
         messages=[{"role": "user", "content": "Say hello."}],
         max_tokens=8,
         extra_headers={"X-Request-ID": "subprocess-req-1"},
+        extra_body={"min_tokens": 1},  # sampled: an end-of-sequence first would leave no text
     )
     assert reply.choices[0].message.content
     stream = client.chat.completions.create(
-        model=CHAT_MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, stream=True
+        model=CHAT_MODEL,
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=8,
+        stream=True,
+        extra_body={"min_tokens": 1},
     )
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     vectors = client.embeddings.create(model=EMBED_MODEL, input=["one", "two"])

@@ -12,9 +12,9 @@ import numpy as np
 import openai
 import pytest
 
-from modelpool.backends.base import ChatMessage, ChatRequest, SamplingParams
 from modelpool.backends.transformers.convert import hf_folder_for
 from modelpool.config.sources import HubLocation
+from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
 from modelpool.runtime.generation import collect
 from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
@@ -84,19 +84,42 @@ async def test_stop_strings_never_leak_even_split_across_tokens(hf) -> None:
 async def test_a_new_request_joins_the_running_batch(hf) -> None:
     app, _ = hf
     pool = app.state.pool
-    long_stream = await pool.chat(HF_MODEL, request("Write a very long story.", max_tokens=200, temperature=0))
+    # ignore_eos: the lengths below must not hang on where this machine's greedy story ends.
+    story = request("Write a very long story.", max_tokens=200, temperature=0, ignore_eos=True)
+    long_stream = await pool.chat(HF_MODEL, story)
     received = 0
     async for chunk in long_stream:
         received += bool(chunk.text)
         if received == 5:
             break
-    short = await collect(await pool.chat(HF_MODEL, request("Say hi.", max_tokens=4, temperature=0)))
+    short = await collect(await pool.chat(HF_MODEL, request("Say hi.", max_tokens=4, temperature=0, ignore_eos=True)))
     assert short.usage.completion_tokens == 4
     more = 0
     async for chunk in long_stream:  # the long one was not restarted or held back: it goes on
         more += bool(chunk.text)
     assert received + more >= 150
     await long_stream.aclose()
+
+
+async def test_ignore_eos_and_min_tokens_on_the_transformers_engine(hf) -> None:
+    _, client = hf
+    oai = sdk(client)
+    say_ok = {
+        "model": HF_MODEL,
+        "messages": [{"role": "user", "content": "Say OK."}],
+        "max_tokens": 48,
+        "temperature": 0,
+    }
+    plain = await oai.chat.completions.create(**say_ok)
+    answer = plain.choices[0].message.content
+    assert plain.choices[0].finish_reason == "stop" and plain.usage.completion_tokens <= 32  # the premise
+    forced = await oai.chat.completions.create(**say_ok, extra_body={"ignore_eos": True})
+    assert (forced.choices[0].finish_reason, forced.usage.completion_tokens) == ("length", 48)
+    assert forced.choices[0].message.content.startswith(answer)  # only the end was ruled out
+    floor = plain.usage.completion_tokens + 8
+    # A stop sequence at the very start of the answer does not count before the floor either.
+    held = await oai.chat.completions.create(**say_ok, stop=[answer[:2]], extra_body={"min_tokens": floor})
+    assert held.usage.completion_tokens >= floor and held.choices[0].message.content.startswith(answer)
 
 
 async def test_a_cancelled_request_leaves_the_batch(hf) -> None:
@@ -119,7 +142,8 @@ async def test_a_long_prompt_is_prefilled_in_chunks_between_decode_steps(hf) -> 
     loaded = await client.post(f"/v1/admin/models/{HF_MODEL}/load", json={"overrides": {"prefill_chunk": 16}})
     assert loaded.status_code == 200, loaded.text
     pool, engine = app.state.pool, engine_of(app)
-    running = await pool.chat(HF_MODEL, request("Write a very long story.", max_tokens=300, temperature=0))
+    story = request("Write a very long story.", max_tokens=300, temperature=0, ignore_eos=True)  # surely still running
+    running = await pool.chat(HF_MODEL, story)
     try:
         got = 0
         async for chunk in running:
@@ -207,6 +231,7 @@ async def test_openai_sdk_streams_from_the_transformers_model(hf) -> None:
         max_tokens=8,
         stream=True,
         stream_options={"include_usage": True},
+        extra_body={"min_tokens": 1},  # sampled: an end-of-sequence first would leave no text
     )
     chunks = [c async for c in stream]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

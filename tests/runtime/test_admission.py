@@ -55,13 +55,3 @@ async def test_resize_hands_new_turns_to_waiters() -> None:
     admission.resize(turns=3, queue=5)
     await asyncio.gather(*(w.wait_turn() for w in waiters))
     assert admission.running == 3 and admission.waiting == 0
-
-
-async def test_wait_idle() -> None:
-    admission = Admission(turns=1, queue=1, model_id="m")
-    ticket = admission.admit()
-    idle = asyncio.create_task(admission.wait_idle())
-    await asyncio.sleep(0)
-    assert not idle.done()
-    ticket.done()
-    await idle

@@ -5,7 +5,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from modelpool.backends.base import ChatMessage, ChatRequest, EmbeddingRequest, MemoryEstimate
+from modelpool.backends.base import MemoryEstimate
 from modelpool.errors import (
     InsufficientCapacity,
     InvalidRequest,
@@ -14,24 +14,18 @@ from modelpool.errors import (
     ShuttingDown,
     UnsupportedTask,
 )
-from modelpool.runtime.eviction import Budget
+from modelpool.inference import ChatMessage, ChatRequest, EmbeddingRequest
 from modelpool.runtime.generation import collect
+from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.metrics import Metrics
-from modelpool.runtime.pool import ModelPool
-from modelpool.runtime.slot import SlotState
 from modelpool.tasks import Task
-from tests.fakes import FakeBackend, ManualClock, fake_slot
+from tests.fakes import FakeBackend, FakePool, ManualClock, fake_slot, pool_of
 
 REQUEST = ChatRequest((ChatMessage("user", "one two three"),))
 
 
-def pool_of(*slots, metrics: Metrics | None = None) -> ModelPool:
-    return ModelPool(list(slots), metrics or slots[0]._metrics, model_wait_s=None)
-
-
 async def test_names_aliases_and_tasks() -> None:
-    slot = fake_slot(FakeBackend(), "m1", aliases=["alias-1"])
-    slot.tasks = frozenset({Task.CHAT})
+    slot = fake_slot(FakeBackend(), "m1", aliases=["alias-1"], tasks=frozenset({Task.CHAT}))
     pool = pool_of(slot)
     assert pool.slot("alias-1") is slot
     with pytest.raises(ModelNotFound, match="Known models: m1"):
@@ -43,7 +37,7 @@ async def test_names_aliases_and_tasks() -> None:
 
 async def test_generation_is_assembled_and_counted() -> None:
     metrics = Metrics()
-    pool = pool_of(fake_slot(FakeBackend(), metrics=metrics), metrics=metrics)
+    pool = pool_of(fake_slot(FakeBackend(), metrics=metrics))
     generation = await collect(await pool.chat("fake", REQUEST))
     assert generation.text == "one two three " and generation.finish_reason == "stop"
     assert metrics.registry.get_sample_value("modelpool_output_tokens_total", {"model": "fake"}) == 3
@@ -79,17 +73,13 @@ async def test_closed_pool_refuses_work() -> None:
         await pool.chat("fake", REQUEST)
 
 
-def budget_pool(*slots, clock: ManualClock, **budget: int) -> ModelPool:
-    return ModelPool(list(slots), slots[0]._metrics, model_wait_s=None, budget=Budget(**budget), clock=clock)
-
-
 async def test_loading_past_the_budget_evicts_the_least_recently_used_idle_model() -> None:
-    clock, metrics = ManualClock(), Metrics()
+    fakes = FakePool(memory_bytes=1000)
+    clock = fakes.clock
     old, recent, new = (FakeBackend(memory=400) for _ in range(3))
-    slots = [
-        fake_slot(b, name, metrics=metrics, clock=clock) for b, name in ((old, "old"), (recent, "recent"), (new, "new"))
-    ]
-    pool = budget_pool(*slots, clock=clock, memory_bytes=1000)
+    for backend, name in ((old, "old"), (recent, "recent"), (new, "new")):
+        fakes.slot(backend, name)
+    pool = fakes.pool()
     await collect(await pool.chat("old", REQUEST))
     clock.advance(10)
     await collect(await pool.chat("recent", REQUEST))
@@ -101,12 +91,12 @@ async def test_loading_past_the_budget_evicts_the_least_recently_used_idle_model
 
 
 async def test_when_nothing_can_go_the_load_is_refused_with_what_is_loaded() -> None:
-    clock, metrics = ManualClock(), Metrics()
+    fakes = FakePool(memory_bytes=1000)
     step = asyncio.Event()
-    busy = fake_slot(FakeBackend(memory=600, step=step), "busy", metrics=metrics, clock=clock)
-    pinned = fake_slot(FakeBackend(memory=300), "pinned", metrics=metrics, clock=clock, pinned=True)
-    wanted = fake_slot(FakeBackend(memory=500), "wanted", metrics=metrics, clock=clock)
-    pool = budget_pool(busy, pinned, wanted, clock=clock, memory_bytes=1000)
+    busy = fakes.slot(FakeBackend(memory=600, step=step), "busy")
+    pinned = fakes.slot(FakeBackend(memory=300), "pinned", pinned=True)
+    fakes.slot(FakeBackend(memory=500), "wanted")
+    pool = fakes.pool()
     await collect(await pool.chat("pinned", REQUEST))
     running = await pool.chat("busy", REQUEST)  # holds its turn: not evictable
     with pytest.raises(InsufficientCapacity) as caught:
@@ -122,7 +112,7 @@ async def test_when_nothing_can_go_the_load_is_refused_with_what_is_loaded() -> 
 async def test_idle_models_are_reaped_by_the_clock() -> None:
     clock = ManualClock()
     slot = fake_slot(FakeBackend(), clock=clock, keep_alive=60)
-    pool = budget_pool(slot, clock=clock)
+    pool = pool_of(slot)
     await collect(await pool.chat("fake", REQUEST))
     assert await pool.reap_idle() == []
     clock.advance(61)
@@ -166,15 +156,16 @@ async def test_admin_load_validates_overrides_and_replicas() -> None:
 
 
 async def test_gpu_budget_counts_estimated_gpu_memory() -> None:
-    clock, metrics = ManualClock(), Metrics()
+    fakes = FakePool(gpu_bytes=1000)
+    clock = fakes.clock
 
     class GpuBackend(FakeBackend):
         async def estimate_memory(self) -> MemoryEstimate:
             return MemoryEstimate(ram_bytes=10, gpu_bytes=700)
 
-    first = fake_slot(GpuBackend(), "first", metrics=metrics, clock=clock)
-    second = fake_slot(GpuBackend(), "second", metrics=metrics, clock=clock)
-    pool = ModelPool([first, second], metrics, model_wait_s=None, budget=Budget(gpu_bytes=1000), clock=clock)
+    first = fakes.slot(GpuBackend(), "first")
+    second = fakes.slot(GpuBackend(), "second")
+    pool = fakes.pool()
     await collect(await pool.chat("first", REQUEST))
     clock.advance(1)
     await collect(await pool.chat("second", REQUEST))
@@ -194,5 +185,5 @@ async def test_an_unload_racing_a_first_request_leaves_a_consistent_state() -> N
     await collect(stream)
     await unload
     slot = pool.slot("fake")
-    assert slot.state is SlotState.UNLOADED and slot.replicas == []
+    assert slot.state is SlotState.UNLOADED and len(slot.replicas) == 0
     assert backend.starts == backend.stops == 1  # nothing left running behind an "unloaded" state

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from modelpool.backends.base import ChatMessage
+from modelpool.inference import ChatMessage
 from modelpool.runtime.response_store import ResponseStore, StoredResponse
 
 

@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
+from modelpool.backends.base import ChatBackend
 from modelpool.errors import ModelLoadFailed, ModelNotLoaded, ModelNotReady, ModelUnloaded
+from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.metrics import Metrics
-from modelpool.runtime.slot import SlotState
 from tests.fakes import FakeBackend, ManualClock, fake_slot
 
 
@@ -22,14 +23,14 @@ async def test_concurrent_first_requests_share_one_load() -> None:
     gate = asyncio.Event()
     backend = FakeBackend(gate)
     slot = fake_slot(backend, max_concurrency=5)
-    waiters = [asyncio.create_task(slot.lease(None)) for _ in range(5)]
+    waiters = [asyncio.create_task(slot.lease(ChatBackend, None)) for _ in range(5)]
     await settle()
     assert slot.state is SlotState.LOADING
     gate.set()
     leases = await asyncio.gather(*waiters)
     assert all(lease.backend is backend for lease in leases)
     assert backend.starts == 1
-    assert slot.state is SlotState.READY and slot.load_seconds is not None
+    assert slot.state is SlotState.READY and slot.record.load_seconds is not None
     for lease in leases:
         lease.release()
 
@@ -39,7 +40,7 @@ async def test_waiting_past_the_limit_is_model_not_ready_and_the_load_goes_on() 
     backend = FakeBackend(gate)
     slot = fake_slot(backend)
     with pytest.raises(ModelNotReady) as caught:
-        await slot.lease(0)
+        await slot.lease(ChatBackend, 0)
     assert caught.value.status_code == 503 and "Retry-After" in caught.value.headers
     assert slot.admission.running == 0 and slot.admission.waiting == 0  # the ticket went back
     gate.set()
@@ -62,17 +63,17 @@ async def test_failed_load_is_kept_then_retried_after_the_cooldown() -> None:
     backend.fail_with = None
     await slot.ensure_ready(None)
     assert slot.state is SlotState.READY and backend.starts == 2
-    assert slot.error == "weights are corrupt"  # kept as the last error, for the admin listing
+    assert slot.record.error == "weights are corrupt"  # kept as the last error, for the admin listing
 
 
 async def test_autoload_off_refuses_until_loaded_explicitly() -> None:
     backend = FakeBackend()
     slot = fake_slot(backend, autoload=False)
     with pytest.raises(ModelNotLoaded) as caught:
-        await slot.lease(None)
+        await slot.lease(ChatBackend, None)
     assert caught.value.status_code == 409 and backend.starts == 0
-    await slot.ensure_ready(None, load_if_unloaded=True)
-    lease = await slot.lease(None)
+    await slot.ensure_ready(None, explicit=True)
+    lease = await slot.lease(ChatBackend, None)
     lease.release()
 
 
@@ -82,7 +83,7 @@ async def test_unload_stops_the_backend_and_the_next_request_loads_again() -> No
     await slot.ensure_ready(None)
     await slot.unload()
     assert slot.state is SlotState.UNLOADED and backend.stops == 1
-    (await slot.lease(None)).release()
+    (await slot.lease(ChatBackend, None)).release()
     assert backend.starts == 2
 
 
@@ -90,15 +91,15 @@ async def test_keep_alive_sets_the_expiry_and_zero_unloads_after_the_request() -
     clock = ManualClock()
     backend = FakeBackend()
     slot = fake_slot(backend, clock=clock, keep_alive="5m")
-    lease = await slot.lease(None)
+    lease = await slot.lease(ChatBackend, None)
     lease.release()
     assert slot.expires_at == clock.now + 300 and not slot.expired()
     clock.advance(301)
     assert slot.expired()
-    lease = await slot.lease(None, keep_alive=-1)  # a request may say: keep it forever
+    lease = await slot.lease(ChatBackend, None, keep_alive=-1)  # a request may say: keep it forever
     lease.release()
     assert slot.expires_at is None
-    lease = await slot.lease(None, keep_alive=0)
+    lease = await slot.lease(ChatBackend, None, keep_alive=0)
     lease.release()
     await settle()
     assert slot.state is SlotState.UNLOADED and backend.stops == 1
@@ -106,7 +107,7 @@ async def test_keep_alive_sets_the_expiry_and_zero_unloads_after_the_request() -
 
 async def test_drain_waits_for_running_work_and_force_cuts_it() -> None:
     slot = fake_slot(FakeBackend(), max_concurrency=2)
-    lease = await slot.lease(None)
+    lease = await slot.lease(ChatBackend, None)
     unloading = asyncio.create_task(slot.unload(drain=True))
     await settle()
     assert slot.state is SlotState.UNLOADING and not unloading.done()
@@ -114,7 +115,7 @@ async def test_drain_waits_for_running_work_and_force_cuts_it() -> None:
     await unloading
     assert slot.state is SlotState.UNLOADED
 
-    lease = await slot.lease(None)
+    lease = await slot.lease(ChatBackend, None)
     forced = asyncio.create_task(slot.unload(drain=False))
     await settle()
     assert lease.revoked  # the request's stream sees this at its next step and raises ModelUnloaded
@@ -127,11 +128,11 @@ async def test_drain_waits_for_running_work_and_force_cuts_it() -> None:
 async def test_replicas_share_work_least_busy_first() -> None:
     backends = [FakeBackend(), FakeBackend()]
     slot = fake_slot(backends, replicas=2, max_concurrency=1)
-    first = await slot.lease(None)
-    second = await slot.lease(None)
+    first = await slot.lease(ChatBackend, None)
+    second = await slot.lease(ChatBackend, None)
     assert {first.replica.index, second.replica.index} == {0, 1}
     assert first.backend is not second.backend
-    third = asyncio.create_task(slot.lease(None))  # both busy: waits in the shared queue
+    third = asyncio.create_task(slot.lease(ChatBackend, None))  # both busy: waits in the shared queue
     await settle()
     assert not third.done() and slot.admission.waiting == 1
     second.release()
@@ -143,14 +144,14 @@ async def test_replicas_share_work_least_busy_first() -> None:
 
 async def test_scale_up_and_down_while_loaded() -> None:
     backends = [FakeBackend(), FakeBackend(), FakeBackend()]
-    slot = fake_slot(backends, replica_max=3)
+    slot = fake_slot(backends, replica_max=3, max_concurrency=1)
     await slot.ensure_ready(None)
     await slot.scale(3)
     assert len(slot.replicas) == 3 and slot.admission.turns == 3
-    busy = await slot.lease(None)
+    busy = await slot.lease(ChatBackend, None)
     await slot.scale(1)
     assert len(slot.replicas) == 1
-    assert slot.replicas == [busy.replica]  # the idle replicas went; the busy one stayed
+    assert slot.replicas.members == [busy.replica]  # the idle replicas went; the busy one stayed
     assert backends[1].stops == 1 and backends[2].stops == 1 and backends[0].stops == 0
     busy.release()
 

@@ -14,7 +14,8 @@ from modelpool.api.errors import install_error_handlers
 from modelpool.api.middleware import BodyLimit, RequestContext
 from modelpool.api.routes import admin, audio, chat, completions, embeddings, health, models, responses, scoring
 from modelpool.config.schema import Config
-from modelpool.runtime.pool import ModelPool, build_pool
+from modelpool.runtime.build import build_pool
+from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.response_store import ResponseStore
 
 log = logging.getLogger("modelpool")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -14,6 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from modelpool.api.errors import error_payload
 from modelpool.api.middleware import send_json
+from modelpool.config.environment import secret
 from modelpool.config.schema import AuthConfig
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import AuthenticationFailed, ConfigError, ModelpoolError, PermissionDenied
@@ -33,14 +33,16 @@ class KeyRing:
 
     @classmethod
     def from_config(cls, auth: AuthConfig, environ: Mapping[str, str] | None = None) -> KeyRing:
-        env = os.environ if environ is None else environ  # secrets: read from the variable the config names
+        """Secrets are read from the variables the config names (`environ` stands in for the
+        process environment in tests)."""
+        read = secret if environ is None else environ.get
         holders = {}
         for key in auth.keys:
             if key.key_env is not None:
-                secret = env.get(key.key_env)
-                if not secret:
+                value = read(key.key_env)
+                if not value:
                     raise ConfigError(f"api key '{key.name}' is read from ${key.key_env}, which is not set")
-                digest = hashlib.sha256(secret.encode()).hexdigest()
+                digest = hashlib.sha256(value.encode()).hexdigest()
             else:
                 digest = (key.sha256 or "").lower()
             holders[digest] = Holder(key.name, frozenset(key.scopes))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelpool.api.deps import ResponseMeta
-from modelpool.backends.base import TokenLogprob, Usage
+from modelpool.inference import TokenLogprob, Usage
 
 
 def envelope(meta: ResponseMeta, obj: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:

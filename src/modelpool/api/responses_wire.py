@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelpool.api.schemas.responses import ResponsesBody
-from modelpool.backends.base import Usage
+from modelpool.inference import Usage
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelpool.backends.base import Segment
+from modelpool.inference import Segment
 
 
 def transcript_text(segments: list[Segment]) -> str:

@@ -44,7 +44,10 @@ class AudioEncoder:
             self._buffer = io.BytesIO()
             self._container = av.open(self._buffer, mode="w", format=spec.container)
             rate = spec.rate or sample_rate
-            self._stream = self._container.add_stream(spec.codec, rate=rate, layout="mono")
+            stream = self._container.add_stream(spec.codec, rate=rate, layout="mono")
+            if not isinstance(stream, av.AudioStream):  # an audio codec's name gives an audio stream
+                raise TypeError(f"codec {spec.codec!r} made a {type(stream).__name__}, not an audio stream")
+            self._stream = stream
             self._resampler = av.AudioResampler(format=spec.sample_format, layout="mono", rate=rate)
             self._sent = 0
 
@@ -71,7 +74,7 @@ class AudioEncoder:
         self._container.close()
         return self._take()
 
-    def _mux(self, packets: list[av.Packet]) -> None:
+    def _mux(self, packets: list[av.Packet[av.AudioStream]]) -> None:
         for packet in packets:
             self._container.mux(packet)
 

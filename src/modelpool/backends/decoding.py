@@ -8,11 +8,11 @@ leaks into the output, even when it arrives split across tokens.
 from __future__ import annotations
 
 import codecs
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 
-from modelpool.backends.base import GenerationChunk, TokenLogprob
 from modelpool.errors import ContextLengthExceeded
+from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob
 
 
 class Utf8Stream:
@@ -31,9 +31,13 @@ class StopMatcher:
     stops: tuple[str, ...]
     _held: str = field(default="", init=False)
 
-    def feed(self, text: str) -> tuple[str, bool]:
+    def feed(self, text: str, *, armed: bool = True) -> tuple[str, bool]:
         """(text safe to emit now, whether a stop sequence was found). After a stop, the
-        text from the stop sequence on is dropped."""
+        text from the stop sequence on is dropped. Not `armed` (before `min_tokens`), the
+        text passes unchecked: a stop sequence there does not count."""
+        if not armed:
+            held, self._held = self._held, ""
+            return held + text, False
         if not self.stops:
             return text, False
         buffer = self._held + text
@@ -61,6 +65,12 @@ class StopMatcher:
         return best
 
 
+def may_end(sampling: SamplingParams, generated: int) -> bool:
+    """Whether end-of-sequence may end a generation that has `generated` tokens so far;
+    engines mask the end-of-sequence tokens' logits while it may not."""
+    return not sampling.ignore_eos and generated >= sampling.min_tokens
+
+
 def tokens_to_generate(prompt_tokens: int, max_tokens: int | None, limit: int, param: str) -> int:
     """How many tokens a request may generate within the model's `limit`; a prompt that
     does not fit, or a `max_tokens` past the room left, is a 400 naming the numbers."""
@@ -80,7 +90,7 @@ def tokens_to_generate(prompt_tokens: int, max_tokens: int | None, limit: int, p
 
 async def with_echo(
     chunks: AsyncIterator[GenerationChunk], text: str, logprobs: tuple[TokenLogprob, ...]
-) -> AsyncIterator[GenerationChunk]:
+) -> AsyncGenerator[GenerationChunk, None]:
     """The prompt (and its scored tokens) put in front of the first chunk (`echo: true`)."""
     first = True
     async for chunk in chunks:

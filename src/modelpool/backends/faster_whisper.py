@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import Limits, MemoryEstimate, Segment, TranscriptionRequest, Word
+from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.context import BackendContext
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
+from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation, files_size, locate
+from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
+from modelpool.inference import Segment, TranscriptionRequest, Word
 from modelpool.tasks import Task
 
 SAMPLE_RATE = 16000
@@ -37,18 +41,22 @@ class FasterWhisperOptions(BaseModel):
     """Languages the model understands (e.g. [en] for an English-only .en model); none: all."""
 
 
-class FasterWhisperBackend:
+class FasterWhisperBackend(DeclaredBackend):
     Options = FasterWhisperOptions
-    supported_tasks = frozenset({Task.TRANSCRIPTION})
+    capabilities = Capabilities(
+        tasks=frozenset({Task.TRANSCRIPTION}), modalities=frozenset({Modality.AUDIO}), audio_input_rate=SAMPLE_RATE
+    )
     overridable = frozenset({"beam_size", "vad_filter", "cpu_threads", "compute_type"})
-    sample_rate = SAMPLE_RATE
 
-    def __init__(self, model: ModelConfig, options: FasterWhisperOptions, hub: HubLocation) -> None:
+    @classmethod
+    def capabilities_for(cls, options: FasterWhisperOptions) -> Capabilities:
+        languages = tuple(sorted(options.languages)) if options.languages else None
+        return replace(cls.capabilities, languages=languages)
+
+    def __init__(self, model: ModelConfig, options: FasterWhisperOptions, context: BackendContext) -> None:
         self.model = model
         self.options = options
-        self.hub = hub
-        self.tasks = self.supported_tasks
-        self.limits = Limits(max_concurrency=1)
+        self.hub = context.hub
         self.languages = frozenset(options.languages) if options.languages else None
         self._thread = EngineThread(model.id)
         self._whisper: Any = None
@@ -76,7 +84,7 @@ class FasterWhisperBackend:
         if self._whisper is None:
             raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
 
-    async def transcribe(self, request: TranscriptionRequest) -> AsyncIterator[Segment]:
+    async def transcribe(self, request: TranscriptionRequest) -> AsyncGenerator[Segment, None]:
         self._check_language(request.language)
         whisper = self._whisper
         if whisper is None:

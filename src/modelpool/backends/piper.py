@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +13,18 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import Limits, MemoryEstimate, SpeechRequest, Voice
+from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.context import BackendContext
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
+from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation, files_size, locate
+from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
+from modelpool.inference import SpeechRequest, Voice
 from modelpool.tasks import Task
+
+DEFAULT_SAMPLE_RATE = 22050
 
 
 class PiperOptions(BaseModel):
@@ -31,18 +36,16 @@ class PiperOptions(BaseModel):
     """Longest `input` accepted; longer gets 400."""
 
 
-class PiperBackend:
+class PiperBackend(DeclaredBackend):
     Options = PiperOptions
-    supported_tasks = frozenset({Task.SPEECH})
+    capabilities = Capabilities(tasks=frozenset({Task.SPEECH}))
     overridable = frozenset({"max_input_chars"})
 
-    def __init__(self, model: ModelConfig, options: PiperOptions, hub: HubLocation) -> None:
+    def __init__(self, model: ModelConfig, options: PiperOptions, context: BackendContext) -> None:
         self.model = model
         self.options = options
-        self.hub = hub
-        self.tasks = self.supported_tasks
-        self.limits = Limits(max_concurrency=1)
-        self.sample_rate = 22050
+        self.hub = context.hub
+        self._sample_rate = DEFAULT_SAMPLE_RATE
         self._thread = EngineThread(model.id)
         self._voice: Any = None
         self._speakers: dict[str, int] = {}
@@ -56,10 +59,8 @@ class PiperBackend:
         require_engine(self.model.id, ("piper",), "speech")
         path = await locate(self.model, self.hub)
         self._voice = await self._thread.call(self._load, path)
-        config = self._voice.config
-        self.sample_rate = int(config.sample_rate)
-        speakers = _read_speakers(path)
-        self._speakers = speakers
+        self._sample_rate = int(self._voice.config.sample_rate)
+        self._speakers = _read_speakers(path)
         self._language = _read_language(path)
 
     async def warmup(self) -> None:
@@ -73,12 +74,21 @@ class PiperBackend:
         if self._voice is None:
             raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
 
-    def voices(self) -> list[Voice]:
-        if not self._speakers:
-            return [Voice(self.model.id, self._language, self.sample_rate)]
-        return [Voice(name, self._language, self.sample_rate, sid) for name, sid in sorted(self._speakers.items())]
+    @property
+    def sample_rate(self) -> int:
+        return self._sample_rate
 
-    async def synthesize(self, request: SpeechRequest) -> AsyncIterator[npt.NDArray[np.int16]]:
+    async def voices(self) -> list[Voice]:
+        """From the voice's `.onnx.json`, without loading the ONNX model."""
+        path = await locate(self.model, self.hub)
+        config = await asyncio.to_thread(_read_voice_config, path)
+        rate = int((config.get("audio") or {}).get("sample_rate") or DEFAULT_SAMPLE_RATE)
+        language, speakers = _language_of(config), _speakers_of(config)
+        if not speakers:
+            return [Voice(self.model.id, language, rate)]
+        return [Voice(name, language, rate, sid) for name, sid in sorted(speakers.items())]
+
+    async def synthesize(self, request: SpeechRequest) -> AsyncGenerator[npt.NDArray[np.int16], None]:
         if len(request.text) > self.options.max_input_chars:
             raise InvalidRequest(f"input is over {self.options.max_input_chars} characters", param="input")
         config = self._config(request)
@@ -92,8 +102,10 @@ class PiperBackend:
         from piper import SynthesisConfig
 
         speaker = self._speaker_id(request.voice)
-        noise = {"noise_scale": 0.0, "noise_w_scale": 0.0} if request.deterministic else {}
-        return SynthesisConfig(speaker_id=speaker, length_scale=1.0 / request.speed, **noise)
+        noise = 0.0 if request.deterministic else None  # None: the voice's own noise settings
+        return SynthesisConfig(
+            speaker_id=speaker, length_scale=1.0 / request.speed, noise_scale=noise, noise_w_scale=noise
+        )
 
     def _speaker_id(self, voice: str | None) -> int | None:
         if voice is None or not self._speakers:
@@ -127,9 +139,17 @@ def _read_voice_config(path: Path) -> dict[str, Any]:
 
 
 def _read_speakers(path: Path) -> dict[str, int]:
-    return {str(k): int(v) for k, v in (_read_voice_config(path).get("speaker_id_map") or {}).items()}
+    return _speakers_of(_read_voice_config(path))
 
 
 def _read_language(path: Path) -> str:
-    language = _read_voice_config(path).get("language") or {}
+    return _language_of(_read_voice_config(path))
+
+
+def _speakers_of(config: dict[str, Any]) -> dict[str, int]:
+    return {str(k): int(v) for k, v in (config.get("speaker_id_map") or {}).items()}
+
+
+def _language_of(config: dict[str, Any]) -> str:
+    language = config.get("language") or {}
     return str(language.get("code") or "en")

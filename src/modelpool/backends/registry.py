@@ -1,16 +1,17 @@
-"""Backend name → import path. Importing this module imports no engine."""
+"""Backend name → import path, and the one rule that turns a model's config and its backend's
+declaration into what the model does. Importing this module imports no engine."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from modelpool.backends.base import Backend
+from modelpool.backends.base import Backend, BackendClass
+from modelpool.backends.context import BackendContext
+from modelpool.capabilities import ModelCapabilities
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation
 from modelpool.errors import ConfigError
 from modelpool.tasks import Task
 
@@ -26,44 +27,38 @@ BACKENDS: Mapping[str, str] = {
 }
 
 
-class BackendClass(Protocol):
-    """What a backend class offers before it is instantiated."""
-
-    Options: type[BaseModel]
-    supported_tasks: frozenset[Task]
-
-    def __call__(self, model: ModelConfig, options: Any, hub: HubLocation) -> Backend: ...
-
-
 def backend_class(name: str) -> BackendClass:
+    """A built-in backend by name, or your own by import path (`package.module:Class`)."""
+    path = BACKENDS.get(name) or (name if ":" in name else None)
+    if path is None:
+        raise ConfigError(f"unknown backend '{name}' (known: {', '.join(sorted(BACKENDS))}, or `module:Class`)")
+    module_name, _, attribute = path.partition(":")
     try:
-        module_name, _, attribute = BACKENDS[name].partition(":")
-    except KeyError:
-        raise ConfigError(f"unknown backend '{name}' (known: {', '.join(sorted(BACKENDS))})") from None
-    cls: BackendClass = getattr(importlib.import_module(module_name), attribute)
+        cls: BackendClass = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"backend '{name}' cannot be imported: {exc}") from None
     return cls
 
 
-def model_tasks(model: ModelConfig) -> frozenset[Task]:
-    """The tasks a model serves: what its config says, within what its backend can do.
-    Unsaid, a backend may narrow its default by its options (`default_tasks(options)`):
-    a llama-server started for embeddings does not chat."""
+def model_capabilities(model: ModelConfig) -> ModelCapabilities:
+    """What `model` does: its backend's capabilities narrowed by its options, and the tasks
+    its config asks for (which must be within them) or else the backend's default."""
     cls = backend_class(model.backend)
-    supported = cls.supported_tasks
-    if model.tasks is None:
-        default_tasks = getattr(cls, "default_tasks", None)
-        return frozenset(default_tasks(parse_options(model))) if default_tasks else supported
-    unsupported = set(model.tasks) - supported
+    declared = cls.capabilities_for(parse_options(model))
+    asked = frozenset(model.tasks) if model.tasks is not None else None
+    unsupported = (asked or frozenset()) - declared.tasks
     if unsupported:
         names = ", ".join(sorted(t.value for t in unsupported))
         raise ConfigError(f"model '{model.id}': backend '{model.backend}' cannot do {names}")
-    return frozenset(model.tasks)
+    tasks = declared.served_tasks(asked)
+    thinking = ("default", "enabled", "disabled") if model.reasoning_parser and Task.CHAT in tasks else ()
+    return ModelCapabilities(tasks, declared, thinking_modes=thinking, overridable=cls.overridable)
 
 
 def parse_options(model: ModelConfig) -> BaseModel:
     """The model's backend options, validated by its backend; bad options fail before any loading."""
     cls = backend_class(model.backend)
-    if model.source is None and getattr(cls, "needs_source", True):
+    if model.source is None and cls.capabilities.needs_source:
         raise ConfigError(f"model '{model.id}': backend '{model.backend}' needs a `source` (where its weights are)")
     try:
         return cls.Options.model_validate(model.options)
@@ -72,6 +67,6 @@ def parse_options(model: ModelConfig) -> BaseModel:
         raise ConfigError(f"model '{model.id}': invalid options for backend '{model.backend}': {problems}") from None
 
 
-def build_backend(model: ModelConfig, options: BaseModel, hub: HubLocation) -> Backend:
-    """A not-yet-started backend for `model`."""
-    return backend_class(model.backend)(model, options, hub)
+def build_backend(model: ModelConfig, context: BackendContext) -> Backend:
+    """A not-yet-started backend for `model` (its options validated again: overrides may have changed them)."""
+    return backend_class(model.backend)(model, parse_options(model), context)

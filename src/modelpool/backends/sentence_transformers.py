@@ -8,13 +8,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import EmbeddingRequest, EmbeddingResult, Limits, MemoryEstimate
+from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.context import BackendContext
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread
 from modelpool.backends.torch_device import estimate_on, pick_device
+from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation, files_size, locate
+from modelpool.config.sources import files_size, locate
 from modelpool.errors import ContextLengthExceeded, InvalidRequest, ModelLoadFailed
+from modelpool.inference import EmbeddingRequest, EmbeddingResult
 from modelpool.tasks import Task
 
 if TYPE_CHECKING:
@@ -36,17 +39,15 @@ class SentenceTransformersOptions(BaseModel):
     """Allow custom model code shipped with the weights."""
 
 
-class SentenceTransformersBackend:
+class SentenceTransformersBackend(DeclaredBackend):
     Options = SentenceTransformersOptions
-    supported_tasks = frozenset({Task.EMBEDDING})
+    capabilities = Capabilities(tasks=frozenset({Task.EMBEDDING}), streaming=False)
     overridable = frozenset({"device", "batch_size", "max_seq_length"})
 
-    def __init__(self, model: ModelConfig, options: SentenceTransformersOptions, hub: HubLocation) -> None:
+    def __init__(self, model: ModelConfig, options: SentenceTransformersOptions, context: BackendContext) -> None:
         self.model = model
         self.options = options
-        self.hub = hub
-        self.tasks = self.supported_tasks
-        self.limits = Limits(max_concurrency=1, max_batch_size=options.batch_size)
+        self.hub = context.hub
         self.dimensions = 0
         self._thread = EngineThread(model.id)
         # Tokenizing on its own thread lets requests be prepared while a batch computes (the
@@ -68,9 +69,6 @@ class SentenceTransformersBackend:
         self._special_wrap = special_tokens_around(self._st.tokenizer)
         dimension_of = getattr(self._st, "get_embedding_dimension", None) or self._st.get_sentence_embedding_dimension
         self.dimensions = int(dimension_of() or 0)
-        self.limits = Limits(
-            max_concurrency=1, max_batch_size=self.options.batch_size, context_length=self._st.max_seq_length
-        )
 
     async def warmup(self) -> None:
         prefix, suffix = self._special_wrap
@@ -142,8 +140,9 @@ class SentenceTransformersBackend:
         if bad is not None:
             raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{size - 1})", param=f"input[{index}]")
 
-    def _fit(self, ids: list[int], limit: int, index: int, truncate: bool) -> list[int]:
-        if len(ids) <= limit:
+    def _fit(self, ids: list[int], limit: int | None, index: int, truncate: bool) -> list[int]:
+        """`ids` within `limit` tokens; a None limit (the model defines no maximum length) keeps them whole."""
+        if limit is None or len(ids) <= limit:
             return ids
         if not truncate:
             raise ContextLengthExceeded(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -24,7 +24,7 @@ class EngineThread:
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.wrap_future(self._executor.submit(fn, *args, **kwargs))
 
-    async def stream(self, produce: Callable[[threading.Event], Iterator[T]]) -> AsyncIterator[T]:
+    async def stream(self, produce: Callable[[threading.Event], Iterator[T]]) -> AsyncGenerator[T, None]:
         """Iterate `produce(cancel)` on the engine thread and yield its items here.
 
         Closing the returned iterator sets `cancel`; the producer checks it between

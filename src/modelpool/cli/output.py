@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from modelpool.backends.registry import model_tasks
+from modelpool.backends.registry import model_capabilities
 from modelpool.config.schema import Config
 from modelpool.config.sources import HubLocation, is_source_available
 from modelpool.errors import ConfigError
@@ -21,7 +21,7 @@ def print_models_table(config: Config) -> None:
     hints = []
     for model in config.models.values():
         try:
-            tasks = ",".join(sorted(t.value for t in model_tasks(model)))
+            tasks = ",".join(sorted(t.value for t in model_capabilities(model).tasks))
         except ConfigError as exc:
             tasks = f"error: {exc.message}"
         installed = model.source is None or is_source_available(model.source, hub=hub)

@@ -15,7 +15,8 @@ from modelpool.api.auth import KeyRing
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError, ModelpoolError
 from modelpool.logs import configure_logging
-from modelpool.runtime.pool import ModelPool, build_pool
+from modelpool.runtime.build import build_pool
+from modelpool.runtime.pool import ModelPool
 
 log = logging.getLogger("modelpool")
 
@@ -46,7 +47,8 @@ def run_server(config: Config) -> None:
         log_config=None,
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=config.server.shutdown_grace_s,
+        # uvicorn annotates int but hands the value to asyncio.wait_for, which takes float seconds.
+        timeout_graceful_shutdown=config.server.shutdown_grace_s,  # type: ignore[arg-type]
     )
     _exit_zero_after_graceful_shutdown()
     uvicorn.Server(uv_config).run()
@@ -89,13 +91,13 @@ def dry_run_models(config: Config) -> int:
 
 async def _load_all(pool: ModelPool) -> int:
     failures = 0
-    for slot in pool.slots():
+    for model in [status.id for status in pool.statuses()]:
         try:
-            await slot.ensure_ready(None)
+            await pool.load(model)
         except ModelpoolError:
             failures += 1
-            typer.secho(f"FAILED  {slot.id}: {slot.error}", fg=typer.colors.RED)
+            typer.secho(f"FAILED  {model}: {pool.status(model).last_error}", fg=typer.colors.RED)
         else:
-            typer.echo(f"ok      {slot.id}  ({slot.load_seconds:.2f}s)")
+            typer.echo(f"ok      {model}  ({pool.status(model).load_seconds or 0.0:.2f}s)")
     await pool.close()
     return 1 if failures else 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import signal
 import sys
@@ -126,7 +127,7 @@ def down(
         records = [r for r in registry.records() if r.kind != ENGINE_KIND]
     elif targets:
         for target in targets:
-            record = _or_exit(lambda target=target: resolve(registry, target))
+            record = _or_exit(functools.partial(resolve, registry, target))
             if record is None:
                 console.print(f"{target}: not running")
             elif record not in records:

@@ -66,21 +66,21 @@ class TranscribeOptions(TypedDict, total=False):
 
 
 class _Loop:
-    """A private event loop: asyncio.Runner where it exists (3.11+), else a new loop."""
+    """A private event loop: asyncio.Runner where it exists (3.11+), else a new loop.
+
+    Each method branches on `sys.version_info` itself (not on which attribute is set), so a
+    type checker sees `_runner` on 3.11+ and `_loop` on 3.10, each always present."""
 
     def __init__(self) -> None:
         if sys.version_info >= (3, 11):
-            self._runner: asyncio.Runner | None = asyncio.Runner()
-            self._loop: asyncio.AbstractEventLoop | None = None
+            self._runner = asyncio.Runner()
         else:  # pragma: no cover - exercised on Python 3.10 only
-            self._runner = None
             self._loop = asyncio.new_event_loop()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        if self._runner is not None:
+        if sys.version_info >= (3, 11):
             return self._runner.run(coroutine)
-        assert self._loop is not None
-        return self._loop.run_until_complete(coroutine)
+        return self._loop.run_until_complete(coroutine)  # pragma: no cover - Python 3.10
 
     def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
         """A plain iterator over an async one; closing it early closes the stream."""
@@ -96,9 +96,9 @@ class _Loop:
                 self.run(aclose())
 
     def close(self) -> None:
-        if self._runner is not None:
+        if sys.version_info >= (3, 11):
             self._runner.close()
-        elif self._loop is not None:  # pragma: no cover - Python 3.10
+        else:  # pragma: no cover - Python 3.10
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 

@@ -92,7 +92,10 @@ def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
 def starter_catalog() -> dict[str, Any]:
     """The built-in catalog of models that ship inside PyPI packages."""
     text = resources.files("modelpool.config").joinpath("starter_models.yaml").read_text("utf-8")
-    return yaml.safe_load(text)
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ConfigError("the built-in starter catalog (starter_models.yaml) must hold a mapping at the top level")
+    return data
 
 
 def _read_file_layer(path: Path) -> dict[str, Any]:
@@ -150,9 +153,12 @@ def _parse_env_value(raw: str) -> Any:
 
 
 def _nest(path: list[str], value: Any) -> dict[str, Any]:
-    for key in reversed(path):
-        value = {key: value}
-    return value
+    """`["a", "b"], 1` → `{"a": {"b": 1}}`; `path` is not empty."""
+    *parents, leaf = path
+    nested: dict[str, Any] = {leaf: value}
+    for key in reversed(parents):
+        nested = {key: nested}
+    return nested
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:

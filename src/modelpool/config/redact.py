@@ -13,7 +13,7 @@ _NOT_SECRET_SUFFIXES = ("_env", "_tokens", "_token_id", "_token_ids")
 
 
 def redacted_config(config: Config) -> dict[str, Any]:
-    return _redact(config.model_dump(mode="json"))
+    return _redact_dict(config.model_dump(mode="json"))
 
 
 def is_secret_key(key: str) -> bool:
@@ -30,7 +30,11 @@ def redact(value: Any) -> Any:
 
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: (REDACTED if is_secret_key(str(k)) and v is not None else _redact(v)) for k, v in value.items()}
+        return _redact_dict(value)
     if isinstance(value, list):
         return [_redact(item) for item in value]
     return value
+
+
+def _redact_dict(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: (REDACTED if is_secret_key(str(k)) and v is not None else _redact(v)) for k, v in value.items()}

@@ -29,7 +29,7 @@ class HubLocation:
     offline: bool = False
     work_dir: Path = Path.home() / ".cache" / "modelpool"
     state_dir: Path | None = None
-    """None: `services.registry.default_state_dir()`."""
+    """None: `config.environment.default_state_dir()`."""
 
 
 def resolve_source(source: str, *, model_id: str, hub: HubLocation = HubLocation()) -> Path:

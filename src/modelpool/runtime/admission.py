@@ -39,8 +39,6 @@ class Admission:
         self.model_id = model_id
         self.running = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     @property
     def waiting(self) -> int:
@@ -60,17 +58,12 @@ class Admission:
             )
         else:
             self._waiting.append(turn)
-        self._idle.clear()
         return Ticket(self, turn)
 
     def resize(self, turns: int, queue: int) -> None:
         """New limits (replicas added or removed); waiting requests get any new turns."""
         self.turns, self.queue = turns, queue
         self._hand_out()
-
-    async def wait_idle(self) -> None:
-        """Until nothing runs and nothing waits (drain)."""
-        await self._idle.wait()
 
     def _leave(self, turn: asyncio.Future[None]) -> None:
         if turn.done() and not turn.cancelled():
@@ -80,8 +73,6 @@ class Admission:
             if turn in self._waiting:
                 self._waiting.remove(turn)
         self._hand_out()
-        if self.running == 0 and not self._waiting:
-            self._idle.set()
 
     def _hand_out(self) -> None:
         while self._waiting and self.running < self.turns:

@@ -30,5 +30,5 @@ class CrashRecord:
                 f"(`modelpool load {config.id}` tries again). Last crash: {error}",
                 retry_after_s=60,
             )
-        backoff = config.restart_backoff_s * 2 ** (self.in_a_row - 1)
+        backoff = config.restart_backoff_s * 2.0 ** (self.in_a_row - 1)
         return max(0.0, backoff - since_crash_s)

@@ -7,6 +7,7 @@ import ctypes
 import ctypes.util
 import gc
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -27,7 +28,7 @@ def release_freed_memory() -> None:
 
 
 @cache
-def _malloc_trim():
+def _malloc_trim() -> Callable[[int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
     name = ctypes.util.find_library("c")

@@ -1,38 +1,35 @@
 """The pool as a library: the served models, found by id or alias, the one way in for
-every request (task check → lease → run), room-making for loads, and idle reaping."""
+every request (task check → lease → run), status snapshots, and idle reaping.
+
+Every request method takes a turn of the model (a `Lease`) and either gives it back by
+leaving `async with lease:` or hands it to the `LeasedStream` it returns, which gives it
+back when closed. The API only calls these methods and renders what they return.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
-from functools import partial
-from typing import Any, TypeVar, cast
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from modelpool.audio.decode import decode_audio
 from modelpool.backends.base import (
     Backend,
     ChatBackend,
-    ChatRequest,
     CompletionBackend,
-    CompletionRequest,
     EmbeddingBackend,
-    EmbeddingRequest,
-    EmbeddingResult,
-    ForwardedEmbeddingBackend,
-    GenerationChunk,
     ScoringBackend,
-    Segment,
     SpeechBackend,
-    SpeechRequest,
     TranscriptionBackend,
-    TranscriptionRequest,
 )
-from modelpool.backends.registry import backend_class, build_backend, model_tasks, parse_options
-from modelpool.config.schema import Config, ModelConfig
-from modelpool.config.sources import HubLocation
+from modelpool.capabilities import Locality, ModelCapabilities
+from modelpool.config.schema import ModelConfig, SamplingDefaults
 from modelpool.errors import (
     ConfigError,
     InvalidRequest,
@@ -44,24 +41,56 @@ from modelpool.errors import (
     ShuttingDown,
     UnsupportedTask,
 )
+from modelpool.inference import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    EmbeddingResult,
+    GenerationChunk,
+    Segment,
+    SpeechRequest,
+    TranscriptionRequest,
+    Voice,
+)
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.capacity import Capacity
-from modelpool.runtime.clock import Clock, SystemClock
-from modelpool.runtime.embedding_cache import EmbeddingCache
+from modelpool.runtime.clock import Clock
+from modelpool.runtime.embedding import embed_on
 from modelpool.runtime.eviction import Budget
-from modelpool.runtime.generation import Generation, GenerationStream, collect
-from modelpool.runtime.leased import LeasedStream
+from modelpool.runtime.generation import ChoiceChunk, Generation, chunk_timer, collect
+from modelpool.runtime.lease import Lease, LeasedStream, open_stream
+from modelpool.runtime.lifecycle import SlotState
+from modelpool.runtime.memory import gpu_memory, system_memory
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.reasoning import split_reasoning
-from modelpool.runtime.replica import Lease
 from modelpool.runtime.scoring import Loglikelihood, loglikelihood
-from modelpool.runtime.slot import ModelSlot, SlotState
+from modelpool.runtime.slot import ModelSlot
+from modelpool.runtime.status import BudgetStatus, EngineLogs, ModelMemory, ModelStatus, PoolMemory
 from modelpool.runtime.timing import RequestTiming
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
-T = TypeVar("T")
+B = TypeVar("B", bound=Backend)
 DEFAULT_CALL = CallOptions()
+
+
+@dataclass(frozen=True)
+class Transcription:
+    segments: LeasedStream[Segment]
+    audio_seconds: float
+
+
+@dataclass(frozen=True)
+class SpeechAudio:
+    chunks: LeasedStream[npt.NDArray[np.int16]]
+    """Mono int16 samples, a sentence at a time."""
+    sample_rate: int
+
+
+@dataclass(frozen=True)
+class ModelVoice:
+    model: str
+    voice: Voice
 
 
 class ModelPool:
@@ -69,24 +98,29 @@ class ModelPool:
         self,
         slots: list[ModelSlot],
         metrics: Metrics,
+        capacity: Capacity,
+        clock: Clock,
         *,
         model_wait_s: float | None,
-        budget: Budget | None = None,
-        clock: Clock | None = None,
+        resolve: Callable[[ModelConfig], ModelCapabilities],
         reap_interval_s: float = 1.0,
     ) -> None:
+        """`resolve(config)` gives a config's capabilities (checking its options): admin
+        overrides are checked with it before they replace a model's settings."""
         self.metrics = metrics
         self.model_wait_s = model_wait_s
-        self.budget = budget or Budget()
-        self.clock = clock or SystemClock()
+        self.capacity = capacity
+        self.clock = clock
         self.reap_interval_s = reap_interval_s
+        self._resolve = resolve
         self._slots = {slot.id: slot for slot in slots}
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
         self._tasks: list[asyncio.Task[Any]] = []
         self._closing = False
-        self.capacity = Capacity(self.budget, self.slots)
-        for slot in slots:
-            slot.capacity = self.capacity
+
+    @property
+    def budget(self) -> Budget:
+        return self.capacity.budget
 
     # ----- lookup --------------------------------------------------------------------
 
@@ -99,13 +133,20 @@ class ModelPool:
         except KeyError:
             raise ModelNotFound(name, list(self._slots)) from None
 
+    def model_id(self, name: str) -> str:
+        """The canonical id of the model `name` names (an id or an alias)."""
+        return self.slot(name).id
+
+    def sampling_defaults(self, name: str) -> SamplingDefaults:
+        return self.slot(name).config.sampling
+
     def slot_for(self, name: str, task: Task, options: CallOptions = DEFAULT_CALL) -> ModelSlot:
         """The slot that serves `name` for `task`, once the request may use it."""
         slot = self.slot(name)
         if task not in slot.tasks:
             can = ", ".join(sorted(t.value for t in slot.tasks))
             raise UnsupportedTask(f"model '{slot.id}' does not do {task.value} (it does: {can})", param="model")
-        if slot.remote and not (options.allow_remote or slot.config.allow_remote):
+        if slot.capabilities.remote and not (options.allow_remote or slot.config.allow_remote):
             raise RemoteNotAllowed(
                 f"model '{slot.id}' is served by a remote upstream; send `allow_remote: true` with the request "
                 "(or set `allow_remote: true` on the model) to use it",
@@ -131,9 +172,7 @@ class ModelPool:
     async def preload(self) -> None:
         """Load every `preload: true` model; failures are kept on their slots, not raised."""
         wanted = [slot for slot in self._slots.values() if slot.config.preload]
-        await asyncio.gather(
-            *(slot.ensure_ready(None, load_if_unloaded=True) for slot in wanted), return_exceptions=True
-        )
+        await asyncio.gather(*(slot.ensure_ready(None, explicit=True) for slot in wanted), return_exceptions=True)
 
     def readiness(self) -> tuple[bool, dict[str, str]]:
         """(ready, model → state) where ready means every preloaded model is ready."""
@@ -154,7 +193,7 @@ class ModelPool:
         waiting = [slot for slot in self._slots.values() if slot.config.preload and slot.state is not SlotState.READY]
         failed = [slot for slot in waiting if slot.state is SlotState.FAILED]
         if failed:
-            reasons = "; ".join(f"model '{slot.id}' failed to load: {slot.error}" for slot in failed)
+            reasons = "; ".join(f"model '{slot.id}' failed to load: {slot.record.error}" for slot in failed)
             return ModelLoadFailed(reasons, retry_after_s=max(slot.config.retry_cooldown_s for slot in failed))
         if waiting:
             states = ", ".join(f"'{slot.id}' ({slot.state.value})" for slot in waiting)
@@ -189,160 +228,136 @@ class ModelPool:
 
     # ----- requests ------------------------------------------------------------------
 
-    async def chat(self, name: str, request: ChatRequest, options: CallOptions = DEFAULT_CALL) -> GenerationStream:
-        slot = self.slot_for(name, Task.CHAT, options)
-        lease = await slot.lease(self.model_wait_s, options.keep_alive)
-        parser = slot.config.reasoning_parser
+    async def lease(self, name: str, task: Task, protocol: type[B], options: CallOptions = DEFAULT_CALL) -> Lease[B]:
+        """A turn on a ready replica of the model `name` names, for `task` (whose Protocol
+        is `protocol`). Leave it with `async with`, or hand it to a stream."""
+        return await self.slot_for(name, task, options).lease(protocol, self.model_wait_s, options.keep_alive)
 
-        def run(backend: Backend) -> AsyncIterator[GenerationChunk]:
-            chunks = cast(ChatBackend, backend).chat(request)
+    async def chat(
+        self, name: str, request: ChatRequest, options: CallOptions = DEFAULT_CALL
+    ) -> LeasedStream[GenerationChunk]:
+        lease = await self.lease(name, Task.CHAT, ChatBackend, options)
+        parser = self.slot(name).config.reasoning_parser
+
+        def run(backend: ChatBackend) -> AsyncGenerator[GenerationChunk, None]:
+            chunks = backend.chat(request)
             return split_reasoning(chunks, parser) if parser else chunks
 
-        return await self._start(lease, run, owns_lease=True)
+        return await self._generation(lease, run)
 
     async def complete(
-        self, name: str, request: CompletionRequest, options: CallOptions = DEFAULT_CALL
-    ) -> GenerationStream:
-        lease = await self.lease(name, Task.COMPLETION, options)
-        return await self._start(lease, lambda b: cast(CompletionBackend, b).complete(request), owns_lease=True)
+        self, name: str, requests: list[CompletionRequest], options: CallOptions = DEFAULT_CALL
+    ) -> LeasedStream[ChoiceChunk]:
+        """Every prompt's completion on one turn of the model, one after another, each
+        chunk with its prompt's index. The first prompt starts before this returns, so a
+        bad request still gets a 4xx; later ones start when reached."""
+        lease = await self.lease(name, Task.COMPLETION, CompletionBackend, options)
+        observe = chunk_timer(lease.timing, self.clock)
 
-    async def complete_on(self, lease: Lease, request: CompletionRequest) -> GenerationStream:
-        """One more completion on a lease the caller holds (and releases): the prompts of one
-        request are admitted once, not each again behind other requests."""
-        return await self._start(lease, lambda b: cast(CompletionBackend, b).complete(request), owns_lease=False)
+        async def each(backend: CompletionBackend) -> AsyncGenerator[ChoiceChunk, None]:
+            for index, request in enumerate(requests):
+                async with aclosing(backend.complete(request)) as chunks:
+                    async for chunk in chunks:
+                        observe(chunk)
+                        yield index, chunk
 
-    async def lease(self, name: str, task: Task, options: CallOptions = DEFAULT_CALL) -> Lease:
-        """A turn on a ready replica of the model that `name` names (for callers that run
-        several things on one turn). Release it."""
-        return await self.slot_for(name, task, options).lease(self.model_wait_s, options.keep_alive)
+        return await open_stream(lease, each, on_close=self._timing_observer(lease))
+
+    async def _generation(
+        self, lease: Lease[B], run: Callable[[B], AsyncIterator[GenerationChunk]]
+    ) -> LeasedStream[GenerationChunk]:
+        observe = chunk_timer(lease.timing, self.clock)
+        return await open_stream(lease, run, observe=observe, on_close=self._timing_observer(lease))
+
+    def _timing_observer(self, lease: Lease[Any]) -> Callable[[RequestTiming], None]:
+        def done(timing: RequestTiming) -> None:
+            timing.backend_s = self.clock.monotonic() - timing.started
+            self.metrics.observe_timing(lease.model_id, timing)
+
+        return done
 
     async def embed(
         self, name: str, request: EmbeddingRequest, options: CallOptions = DEFAULT_CALL
     ) -> tuple[EmbeddingResult, RequestTiming]:
         slot = self.slot_for(name, Task.EMBEDDING, options)
-        lease = await slot.lease(self.model_wait_s, options.keep_alive)
-        try:
-            result = await self._embed_on(lease, slot.embedding_cache, request)
-        finally:
-            lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
-            lease.release()
+        async with await slot.lease(EmbeddingBackend, self.model_wait_s, options.keep_alive) as lease:
+            try:
+                result = await embed_on(lease, slot.embedding_cache, request)
+            finally:
+                lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
         lease.timing.prompt_tokens = result.prompt_tokens
         self.metrics.observe_timing(slot.id, lease.timing)
         return result, lease.timing
 
-    async def _embed_on(self, lease: Lease, cache: EmbeddingCache, request: EmbeddingRequest) -> EmbeddingResult:
-        backend = lease.backend
-        if not isinstance(backend, EmbeddingBackend):  # computed upstream: no local tokens to batch or cache
-            return await cast(ForwardedEmbeddingBackend, backend).embed(request)
-        ids = await backend.prepare(request)
-        keys = [(item, request.truncate) for item in request.inputs]
-        found = [cache.get(key) if cache.size else None for key in keys]
-        missing = [i for i, hit in enumerate(found) if hit is None]
-        rows: dict[int, np.ndarray] = {i: hit[0] for i, hit in enumerate(found) if hit is not None}
-        if missing:
-            batcher = lease.replica.batcher
-            wanted = [ids[i] for i in missing]
-            computed = await (batcher.run(wanted) if batcher else backend.embed_tokens(wanted))
-            for i, row in zip(missing, computed, strict=True):
-                rows[i] = row
-                cache.put(keys[i], row.copy(), len(ids[i]))  # a copy: a view would pin the whole batch
-        counts = tuple(len(i) for i in ids)
-        vectors = np.stack([rows[i] for i in range(len(ids))]).astype(np.float32, copy=False)
-        return EmbeddingResult(vectors, sum(counts), counts)
-
-    async def _start(
-        self, lease: Lease, run: Callable[[Backend], AsyncIterator[GenerationChunk]], *, owns_lease: bool
-    ) -> GenerationStream:
-        try:
-            chunks = run(lease.backend)
-        except BaseException:
-            if owns_lease:
-                lease.release()
-            raise
-        on_done = partial(self.metrics.observe_timing, lease.model_id)
-        stream = GenerationStream(chunks, lease, self.clock, on_done, owns_lease=owns_lease)
-        await stream.prefetch()
-        return stream
-
     async def transcribe(
-        self, name: str, request: TranscriptionRequest, options: CallOptions = DEFAULT_CALL
-    ) -> LeasedStream[Segment]:
-        """Segments of the transcript as they are decoded, on one turn of the model."""
+        self, name: str, upload: bytes, request: TranscriptionRequest, options: CallOptions = DEFAULT_CALL
+    ) -> Transcription:
+        """Decode `upload` at the rate the model declares, then its transcript's segments as
+        they are decoded, on one turn of the model. Bad audio is a 400 before any waiting."""
         slot = self.slot_for(name, Task.TRANSCRIPTION, options)
-        lease = await slot.lease(self.model_wait_s, options.keep_alive)
-        backend = cast(TranscriptionBackend, lease.backend)
-        audio_s = len(request.audio) / backend.sample_rate
-        on_close = self._audio_observer(slot.id, "transcription", lease, lambda: audio_s)
-        return await self._leased(lease, lambda: backend.transcribe(request), on_close)
+        rate = slot.capabilities.declared.audio_input_rate or 16_000
+        audio = await asyncio.to_thread(decode_audio, upload, rate)
+        job = replace(request, audio=audio)
+        audio_s = len(audio) / rate
+        lease = await slot.lease(TranscriptionBackend, self.model_wait_s, options.keep_alive)
+        on_close = self._audio_observer(slot.id, "transcription", lambda: audio_s)
+        segments = await open_stream(lease, lambda backend: backend.transcribe(job), on_close=on_close)
+        return Transcription(segments, audio_s)
 
-    async def speak(
-        self, name: str, request: SpeechRequest, options: CallOptions = DEFAULT_CALL
-    ) -> LeasedStream[npt.NDArray[np.int16]]:
+    async def speak(self, name: str, request: SpeechRequest, options: CallOptions = DEFAULT_CALL) -> SpeechAudio:
         """Speech, a sentence of samples at a time, on one turn of the model."""
-        slot = self.slot_for(name, Task.SPEECH, options)
-        lease = await slot.lease(self.model_wait_s, options.keep_alive)
-        backend = cast(SpeechBackend, lease.backend)
+        lease = await self.lease(name, Task.SPEECH, SpeechBackend, options)
+        rate = lease.backend.sample_rate
         produced = [0]
 
-        async def counted() -> AsyncIterator[npt.NDArray[np.int16]]:
-            async for pcm in backend.synthesize(request):
-                produced[0] += len(pcm)
-                yield pcm
+        def count(pcm: npt.NDArray[np.int16]) -> None:
+            produced[0] += len(pcm)
 
-        on_close = self._audio_observer(slot.id, "speech", lease, lambda: produced[0] / backend.sample_rate)
-        return await self._leased(lease, counted, on_close)
+        on_close = self._audio_observer(lease.model_id, "speech", lambda: produced[0] / rate)
+        chunks = await open_stream(lease, lambda backend: backend.synthesize(request), observe=count, on_close=on_close)
+        return SpeechAudio(chunks, rate)
 
     def _audio_observer(
-        self, model: str, task: str, lease: Lease, audio_seconds: Callable[[], float]
-    ) -> Callable[[], None]:
-        started = self.clock.monotonic()
-
-        def observe() -> None:
-            busy = self.clock.monotonic() - started
-            lease.timing.backend_s = busy
-            self.metrics.observe_audio(model, task, audio_seconds(), busy)
+        self, model: str, task: str, audio_seconds: Callable[[], float]
+    ) -> Callable[[RequestTiming], None]:
+        def observe(timing: RequestTiming) -> None:
+            timing.backend_s = self.clock.monotonic() - timing.started
+            self.metrics.observe_audio(model, task, audio_seconds(), timing.backend_s)
 
         return observe
 
-    async def _leased(self, lease: Lease, start: Callable[[], AsyncIterator[T]], on_close: Callable[[], None]):
-        try:
-            items = start()
-        except BaseException:
-            lease.release()
-            raise
-        stream: LeasedStream[T] = LeasedStream(items, lease, on_close)
-        await stream.prefetch()
-        return stream
+    async def voices(self) -> list[ModelVoice]:
+        """The voices of every text-to-speech model, read from each model's files by a
+        backend that is never started: listing voices loads and evicts nothing."""
+        listed = []
+        for slot in self._slots.values():
+            if Task.SPEECH in slot.tasks:
+                listed += [ModelVoice(slot.id, voice) for voice in await slot.voices()]
+        return listed
 
     async def loglikelihood(
         self, name: str, pairs: list[tuple[str, str]], options: CallOptions = DEFAULT_CALL
     ) -> list[Loglikelihood]:
         """Score each (prompt, continuation) on one turn of the model."""
-        lease = await self.lease(name, Task.SCORING, options)
-        try:
-            backend = cast(ScoringBackend, lease.backend)
-            return [await loglikelihood(backend, prompt, cont, i) for i, (prompt, cont) in enumerate(pairs)]
-        finally:
-            lease.release()
+        async with await self.lease(name, Task.SCORING, ScoringBackend, options) as lease:
+            return [await loglikelihood(lease.backend, prompt, cont, i) for i, (prompt, cont) in enumerate(pairs)]
 
     async def generate_all(
         self, name: str, requests: list[CompletionRequest], options: CallOptions = DEFAULT_CALL
     ) -> list[Generation]:
         """Generate for every prompt on one turn of the model, all at once: an engine that
         batches (transformers) runs them together, one that does not runs them in turn."""
-        lease = await self.lease(name, Task.COMPLETION, options)
+        async with await self.lease(name, Task.COMPLETION, CompletionBackend, options) as lease:
+            observe = chunk_timer(lease.timing, self.clock)
 
-        async def one(request: CompletionRequest) -> Generation:
-            stream = await self.complete_on(lease, request)
+            async def one(request: CompletionRequest) -> Generation:
+                async with aclosing(lease.backend.complete(request)) as chunks:
+                    return await collect(_observed(chunks, observe, lease))
+
             try:
-                return await collect(stream)
+                return list(await asyncio.gather(*(one(r) for r in requests)))
             finally:
-                await stream.aclose()
-
-        try:
-            return list(await asyncio.gather(*(one(r) for r in requests)))
-        finally:
-            lease.release()
+                self._timing_observer(lease)(lease.timing)
 
     # ----- admin ---------------------------------------------------------------------
 
@@ -355,17 +370,18 @@ class ModelPool:
                 f"replicas must be between 1 and replica_max ({slot.config.replica_max})", param="replicas"
             )
         if overrides:
-            await slot.reconfigure(self._with_overrides(slot.config, overrides))
+            config = self._with_overrides(slot, overrides)
+            await slot.reconfigure(config, self._resolve(config))
         if replicas is not None and replicas != slot.config.replicas:
             await slot.scale(replicas)
         slot.forgive_crashes()
-        await slot.ensure_ready(None, load_if_unloaded=True)
+        await slot.ensure_ready(None, explicit=True)
 
     async def unload(self, name: str, *, drain: bool = True) -> None:
         await self.slot(name).unload(drain=drain)
 
-    def _with_overrides(self, config: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:
-        allowed = backend_class(config.backend).overridable
+    def _with_overrides(self, slot: ModelSlot, overrides: dict[str, Any]) -> ModelConfig:
+        config, allowed = slot.config, slot.capabilities.overridable
         unknown = sorted(set(overrides) - allowed)
         if unknown:
             raise InvalidRequest(
@@ -375,36 +391,46 @@ class ModelPool:
             )
         candidate = config.model_copy(update={"options": {**config.options, **overrides}})
         try:
-            parse_options(candidate)
+            self._resolve(candidate)
         except ConfigError as exc:
             raise InvalidRequest(exc.message, param="overrides") from None
         return candidate
 
+    # ----- status --------------------------------------------------------------------
 
-def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock | None = None) -> ModelPool:
-    """A pool of the config's served models; bad backends or options fail here, before loading."""
-    metrics = metrics or Metrics()
-    clock = clock or SystemClock()
-    hub = HubLocation(config.hf_cache_dir, config.offline, config.work_dir or HubLocation.work_dir, config.state_dir)
-    slots = []
-    for model in config.served_models():
-        parse_options(model)
+    def statuses(self) -> list[ModelStatus]:
+        return [slot.status() for slot in self._slots.values()]
 
-        def make(cfg: ModelConfig) -> Backend:
-            return build_backend(cfg, parse_options(cfg), hub)
+    def status(self, name: str) -> ModelStatus:
+        return self.slot(name).status()
 
-        remote = bool(getattr(backend_class(model.backend), "remote", False))
-        slots.append(ModelSlot(model, model_tasks(model), make, metrics, clock, remote=remote))
-    budget = Budget(
-        max_models=config.pool.max_loaded_models,
-        memory_bytes=config.pool.memory_budget_bytes,
-        gpu_bytes=config.pool.gpu_memory_budget_bytes,
-    )
-    return ModelPool(
-        slots,
-        metrics,
-        model_wait_s=config.server.model_wait_s,
-        budget=budget,
-        clock=clock,
-        reap_interval_s=config.pool.reap_interval_s,
-    )
+    def engine_logs(self, name: str, lines: int) -> EngineLogs:
+        """The last output of the model's engine processes; 400 for a model inside modelpool."""
+        slot = self.slot(name)
+        if slot.capabilities.declared.locality is not Locality.ENGINE_PROCESS:
+            raise InvalidRequest(
+                f"model '{slot.id}' runs inside modelpool (backend '{slot.config.backend}'); its output is "
+                "modelpool's own log",
+                param="model",
+            )
+        return slot.engine_logs(lines)
+
+    def memory(self) -> PoolMemory:
+        budget = self.budget
+        models = {s.id: ModelMemory(s.state.value, s.memory_bytes(), s.replicas.measured_bytes()) for s in self.slots()}
+        return PoolMemory(
+            system=system_memory(),
+            gpus=gpu_memory(),
+            budget=BudgetStatus(budget.max_models, budget.memory_bytes, budget.gpu_bytes),
+            models=models,
+        )
+
+
+async def _observed(
+    chunks: AsyncIterator[GenerationChunk], observe: Callable[[GenerationChunk], None], lease: Lease[Any]
+) -> AsyncGenerator[GenerationChunk, None]:
+    async for chunk in chunks:
+        lease.check_revoked()
+        observe(chunk)
+        yield chunk
+

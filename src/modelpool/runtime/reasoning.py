@@ -5,10 +5,10 @@ Tags split across tokens are held back until they are whole, as stop sequences a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 
-from modelpool.backends.base import GenerationChunk
+from modelpool.inference import GenerationChunk
 
 OPEN, CLOSE = "<think>", "</think>"
 
@@ -20,7 +20,9 @@ class ReasoningSplitter:
 
     def feed(self, text: str) -> tuple[str, str]:
         """(reasoning, content) released by this piece of text."""
-        buffer, reasoning, content = self._held + text, [], []
+        buffer = self._held + text
+        reasoning: list[str] = []
+        content: list[str] = []
         while True:
             tag = CLOSE if self.inside else OPEN
             found = buffer.find(tag)
@@ -38,7 +40,9 @@ class ReasoningSplitter:
         return (held, "") if self.inside else ("", held)
 
 
-async def split_reasoning(chunks: AsyncIterator[GenerationChunk], mode: str) -> AsyncIterator[GenerationChunk]:
+async def split_reasoning(
+    chunks: AsyncGenerator[GenerationChunk, None], mode: str
+) -> AsyncGenerator[GenerationChunk, None]:
     splitter = ReasoningSplitter(starts_inside=mode == "think_open")
     async for chunk in chunks:
         reasoning, content = splitter.feed(chunk.text)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from modelpool.backends.base import ChatMessage
+from modelpool.inference import ChatMessage
 
 
 @dataclass(frozen=True)

@@ -1,55 +1,41 @@
 """A model slot: one configured model, its replicas and its load state.
 
-    unloaded ──ensure_ready()──► loading ──► ready ──unload()──► unloading ──► unloaded
-                                    │          └──(engine process crashed)──► failed
-                                    └──────► failed ──(after retry_cooldown_s)──► loading
-                                                    └──(crash: after restart backoff)──► loading
-
-The slot decides for itself whether a start is needed; callers never read `state` and
-then act on it. Concurrent first requests share one load. Making room for a load (which
-may unload other models) is asked of the pool through `CapacityGate`.
+The slot owns its lifecycle: it asks `lifecycle.decide` what an event means and applies the
+answer (start a load, wait, refuse, drain, clean up). Callers never read `state` and act on
+it. Concurrent first requests share one load. Making room for a load (which may unload
+other models) is asked of the pool through `CapacityGate`; replicas are started and
+stopped by `ReplicaSet`; crash bookkeeping is `CrashRecord`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from enum import Enum
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
-from modelpool.backends.base import Backend, EmbeddingBackend, MemoryEstimate, ProcessBackend
+from modelpool.backends.base import Backend, MemoryEstimate, SpeechBackend, contract_problem
+from modelpool.capabilities import ModelCapabilities
+from modelpool.config.redact import redact
 from modelpool.config.schema import ModelConfig
-from modelpool.errors import (
-    ModelLoadFailed,
-    ModelNotLoaded,
-    ModelNotReady,
-    ModelpoolError,
-    ShuttingDown,
-)
+from modelpool.errors import ModelLoadFailed, ModelNotLoaded, ModelNotReady, ModelpoolError, ShuttingDown
+from modelpool.inference import Voice
 from modelpool.runtime.admission import Admission
-from modelpool.runtime.batching import EmbeddingBatcher
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.crashes import CrashRecord
 from modelpool.runtime.embedding_cache import EmbeddingCache
 from modelpool.runtime.eviction import Need, Resident
-from modelpool.runtime.memory import process_rss, release_freed_memory
+from modelpool.runtime.lease import Lease
+from modelpool.runtime.lifecycle import Action, Decision, Event, Facts, Policy, Refusal, SlotState, decide
 from modelpool.runtime.metrics import Metrics
-from modelpool.runtime.replica import Lease, Replica
+from modelpool.runtime.replicas import Replica, ReplicaSet
+from modelpool.runtime.status import EngineLogs, MemoryStatus, ModelStatus
 from modelpool.runtime.timing import RequestTiming
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
-
-
-class SlotState(str, Enum):
-    UNLOADED = "unloaded"
-    LOADING = "loading"
-    READY = "ready"
-    UNLOADING = "unloading"
-    FAILED = "failed"
-
-
+B = TypeVar("B", bound=Backend)
 _ALL_STATES = [s.value for s in SlotState]
 
 
@@ -58,59 +44,60 @@ class CapacityGate(Protocol):
         """Unload what must go so that `need` fits, or raise InsufficientCapacity."""
 
 
-class _NoLimits:
+class NoLimits:
     async def make_room(self, slot: ModelSlot, need: Need) -> None:
         return None
+
+
+@dataclass
+class LoadRecord:
+    """What the last load and the last failure left behind."""
+
+    error: str | None = None
+    failed_at: float | None = None
+    loaded_at: float | None = None
+    """Wall-clock time the model became ready."""
+    load_seconds: float | None = None
+    estimate: MemoryEstimate | None = None
+    """Per replica, from the backend before loading (or from `memory_bytes`)."""
 
 
 class ModelSlot:
     def __init__(
         self,
         config: ModelConfig,
-        tasks: frozenset[Task],
+        capabilities: ModelCapabilities,
         make_backend: Callable[[ModelConfig], Backend],
         metrics: Metrics,
         clock: Clock,
         capacity: CapacityGate | None = None,
-        *,
-        remote: bool = False,
     ) -> None:
         self.config = config
-        self.remote = remote
-        """Served by a remote upstream: requests must pass the `allow_remote` gate."""
-        self.tasks = tasks
+        self.capabilities = capabilities
+        self.created = int(clock.time())
+        self.state = SlotState.UNLOADED
+        self.record = LoadRecord()
+        self.crashes = CrashRecord()
+        self.last_used = clock.monotonic()
+        self.expires_at: float | None = None
+        self.replicas = ReplicaSet(config.id, clock, self._crashed)
+        self.admission = Admission(turns=self._turns(), queue=self._queue_size(), model_id=config.id)
+        self.embedding_cache = EmbeddingCache(config.embedding_cache_size)
+        """Rows are only valid for the weights and options they came from: cleared on unload."""
         self._make_backend = make_backend
         self._metrics = metrics
         self._clock = clock
-        self.capacity: CapacityGate = capacity or _NoLimits()
-        self.replicas: list[Replica] = []
-        self.admission = Admission(turns=self._turns(), queue=self._queue_size(), model_id=config.id)
-        self.state = SlotState.UNLOADED
-        self.error: str | None = None
-        self.failed_at: float | None = None
-        self.load_seconds: float | None = None
-        self.loaded_at: float | None = None
-        self.last_used: float = clock.monotonic()
-        self.expires_at: float | None = None
-        self.estimate: MemoryEstimate | None = None
-        """Per replica, from the backend before loading (or from `memory_bytes`)."""
-        self.created = int(clock.time())
-        self._load: asyncio.Task[None] | None = None
-        self._unload: asyncio.Task[None] | None = None
-        self._leases: set[Lease] = set()
-        self._none_running = asyncio.Event()
-        self._none_running.set()
-        self._closing = False
-        self._background: set[asyncio.Task[None]] = set()
-        self.crashes = CrashRecord()
-        self._cleanup: asyncio.Task[None] | None = None
-        self.embedding_cache = EmbeddingCache(config.embedding_cache_size)
-        """Rows are only valid for the weights and options they came from: cleared on unload."""
+        self._capacity = capacity or NoLimits()
+        self._work = _SlotTasks()
         self._set_state(SlotState.UNLOADED)
 
     @property
     def id(self) -> str:
         return self.config.id
+
+    @property
+    def tasks(self) -> frozenset[Task]:
+        return self.capabilities.tasks
 
     # ----- what the pool reads -------------------------------------------------------
 
@@ -127,7 +114,7 @@ class ModelSlot:
         """Why a request now would not be served without waiting for a load: None when the
         model is ready or would load on demand (unloaded, autoload on, not failed)."""
         if self.state is SlotState.FAILED:
-            return ModelLoadFailed(f"model '{self.id}' failed to load: {self.error}",
+            return ModelLoadFailed(f"model '{self.id}' failed to load: {self.record.error}",
                                    retry_after_s=self.config.retry_cooldown_s)  # fmt: skip
         if self.state is SlotState.LOADING:
             return ModelNotReady(f"model '{self.id}' is loading")
@@ -140,7 +127,7 @@ class ModelSlot:
         count = len(self.replicas) or self.config.replicas
         if self.config.memory_bytes is not None:
             return int(self.config.memory_bytes) * count
-        measured = sum(r.memory_bytes for r in self.replicas)
+        measured = self.replicas.measured_bytes()
         if self.state is SlotState.READY and measured > 0:
             return measured
         return self._need_per_replica().memory_bytes * count
@@ -159,18 +146,49 @@ class ModelSlot:
         )
 
     def expired(self) -> bool:
-        return (
-            self.state is SlotState.READY
-            and not self.busy
-            and self.expires_at is not None
-            and self._clock.monotonic() >= self.expires_at
-        )
+        return decide(self._facts(), Event.TICK).action is Action.UNLOAD
+
+    def status(self) -> ModelStatus:
+        config, record = self.config, self.record
+        now = self._clock.monotonic()
+        return ModelStatus(
+            id=self.id, created=self.created, state=self.state.value, backend=config.backend,
+            capabilities=self.capabilities, aliases=list(config.aliases), description=config.description,
+            owned_by=config.owned_by, replicas=self.replicas.statuses(), replicas_wanted=config.replicas,
+            replica_max=config.replica_max, in_flight=self.admission.running, queued=self.admission.waiting,
+            max_concurrency=config.max_concurrency, max_queue=config.max_queue,
+            memory=MemoryStatus(
+                estimate_bytes=record.estimate.ram_bytes if record.estimate else None,
+                estimate_gpu_bytes=record.estimate.gpu_bytes if record.estimate else None,
+                measured_bytes=self.replicas.measured_bytes(),
+                counted_bytes=self.memory_bytes(),
+                counted_gpu_bytes=self.gpu_bytes(),
+            ),
+            keep_alive_s=config.keep_alive,
+            expires_in_s=None if self.expires_at is None else round(max(0.0, self.expires_at - now), 3),
+            pinned=config.pinned, autoload=config.autoload, loaded_at=record.loaded_at,
+            load_seconds=record.load_seconds, last_error=record.error, crashes_in_a_row=self.crashes.in_a_row,
+            allow_remote=config.allow_remote, options=redact(config.options),
+            overridable=sorted(self.capabilities.overridable),
+        )  # fmt: skip
+
+    async def voices(self) -> list[Voice]:
+        """The model's voices, from its files, by a backend that is never started."""
+        backend = self._new_backend()
+        return await backend.voices() if isinstance(backend, SpeechBackend) else []
+
+    def engine_logs(self, count: int) -> EngineLogs:
+        """The last output of each engine process, and of the one that crashed last."""
+        last = self.crashes.last_output
+        return EngineLogs(self.id, self.state.value, self.replicas.output(count),
+                          self.record.error if last else None, last[-count:])  # fmt: skip
 
     # ----- requests ------------------------------------------------------------------
 
-    async def lease(self, wait_s: float | None, keep_alive: float | None = None) -> Lease:
-        """Admission (429 at once when full) → a loaded model → a turn on the least busy replica."""
-        if self._closing:
+    async def lease(self, protocol: type[B], wait_s: float | None, keep_alive: float | None = None) -> Lease[B]:
+        """Admission (429 at once when full) → a loaded model → a turn on the least busy
+        replica, whose backend serves `protocol` (the task's Protocol, checked at load)."""
+        if self._work.closing:
             raise ShuttingDown("the server is shutting down")
         ticket = self.admission.admit()
         asked = self._clock.monotonic()
@@ -178,269 +196,240 @@ class ModelSlot:
             await self.ensure_ready(wait_s)
             loaded = self._clock.monotonic()
             await ticket.wait_turn()
-            while self.state is not SlotState.READY or not self._routable():
+            while self.state is not SlotState.READY or not self.replicas.routable():
                 await self.ensure_ready(wait_s)  # unloaded while this request waited in line
+            replica = self.replicas.least_busy()
+            backend = replica.backend
+            if not isinstance(backend, protocol):  # checked at load: only a broken backend gets here
+                raise ModelLoadFailed(f"model '{self.id}': its backend does not implement {protocol.__name__}")
         except BaseException:
             ticket.done()
             raise
         now = self._clock.monotonic()
-        replica = min(self._routable(), key=lambda r: r.running)
         timing = RequestTiming(
             load_wait_s=loaded - asked, queue_wait_s=now - loaded, replica=replica.index, started=now
         )
-        lease = Lease(self.id, replica, ticket, timing, keep_alive, self._on_release)
-        self._leases.add(lease)
-        self._none_running.clear()
         self._metrics.queue_seconds.labels(model=self.id).observe(timing.queue_wait_s)
-        return lease
+        return Lease(self.id, replica, backend, ticket, timing, keep_alive, self._on_release)
 
-    async def ensure_ready(self, wait_s: float | None, *, load_if_unloaded: bool | None = None) -> None:
-        """Return once the model is ready, starting a load if nobody has."""
-        while self._unload is not None:
-            await asyncio.shield(self._unload)
-        if self.state is SlotState.READY:
+    async def ensure_ready(self, wait_s: float | None, *, explicit: bool = False) -> None:
+        """Return once the model is ready, starting a load if nobody has. explicit: an admin
+        load or preload, which loads even with autoload off."""
+        while self._work.unload is not None:
+            await asyncio.shield(self._work.unload)
+        decision = decide(self._facts(), Event.LOAD if explicit else Event.REQUEST)
+        if decision.action is Action.SERVE:
             return
-        if self._load is None:
-            self._begin_load(self.config.autoload if load_if_unloaded is None else load_if_unloaded)
-        assert self._load is not None
+        if decision.action is Action.REFUSE:
+            raise self._refusal(decision)
+        if decision.action is Action.LOAD:
+            self._set_state(SlotState.LOADING)  # at once, so nobody sees "unloaded" meanwhile
+            self._work.load = asyncio.create_task(self._load(decision.delay_s), name=f"load-{self.id}")
+        load = self._work.load
+        assert load is not None, "a slot in LOADING always has its load task"
         try:
-            await asyncio.wait_for(asyncio.shield(self._load), timeout=wait_s)
+            await asyncio.wait_for(asyncio.shield(load), timeout=wait_s)
         except TimeoutError:
             raise ModelNotReady(f"model '{self.id}' is still loading; retry shortly") from None
-
-    def _begin_load(self, may_load: bool) -> None:
-        delay = 0.0
-        if self.state is SlotState.FAILED and self.crashes.in_a_row:
-            since = self._clock.monotonic() - (self.failed_at or 0.0)
-            delay = self.crashes.restart_delay(self.config, since, self.error)
-        elif self.state is SlotState.FAILED:
-            waited = self._clock.monotonic() - (self.failed_at or 0.0)
-            if waited < self.config.retry_cooldown_s:
-                raise ModelLoadFailed(
-                    f"model '{self.id}' failed to load: {self.error} (next try in "
-                    f"{self.config.retry_cooldown_s - waited:.0f}s)",
-                    retry_after_s=self.config.retry_cooldown_s - waited,
-                )
-        elif not may_load:
-            raise ModelNotLoaded(
-                f"model '{self.id}' is not loaded and has autoload off; an admin must load it first "
-                f"(`modelpool load {self.id}`)",
-                param="model",
-            )
-        self._set_state(SlotState.LOADING)  # at once, so nobody sees "unloaded" meanwhile
-        self._load = asyncio.create_task(self._load_replicas(delay), name=f"load-{self.id}")
 
     def forgive_crashes(self) -> None:
         """An explicit load: a crash-looped model may start again at once."""
         if self.crashes.in_a_row:
             self.crashes = CrashRecord()
-            self.failed_at = None
+            self.record.failed_at = None
 
-    def _on_release(self, lease: Lease) -> None:
-        self._leases.discard(lease)
+    def _on_release(self, lease: Lease[Backend]) -> None:
         now = self._clock.monotonic()
         self.last_used = now
         keep_alive = self.config.keep_alive if lease.keep_alive is None else lease.keep_alive
         self.expires_at = None if keep_alive < 0 else now + keep_alive
-        if not self._leases:
-            self._none_running.set()
         if keep_alive == 0 and not self.busy and self.state is SlotState.READY:
-            task = asyncio.get_running_loop().create_task(self.unload(), name=f"unload-{self.id}")
-            self._background.add(task)  # the loop keeps only weak references to tasks
-            task.add_done_callback(self._background.discard)
-
-    def _routable(self) -> list[Replica]:
-        return [r for r in self.replicas if not r.retiring]
+            self._work.spawn(self.unload(), name=f"unload-{self.id}")
 
     # ----- loading -------------------------------------------------------------------
 
-    async def _load_replicas(self, delay: float = 0.0) -> None:
+    async def _load(self, delay: float = 0.0) -> None:
         started = self._clock.monotonic()
         try:
-            if self._cleanup is not None:
-                await asyncio.gather(self._cleanup, return_exceptions=True)
+            await self._work.finish_cleanup()
             if delay > 0:
                 log.info("restarting after a crash", extra={"model": self.id, "in_s": round(delay, 2)})
                 await asyncio.sleep(delay)
-            first = self._make_backend(self.config)
-            self.estimate = await first.estimate_memory()
-            per_replica = self._need_per_replica()
-            replicas = self.config.replicas
-            await self.capacity.make_room(
-                self, Need(per_replica.memory_bytes * replicas, per_replica.gpu_bytes * replicas)
-            )
-            for index in range(self.config.replicas):
-                backend = first if index == 0 else self._make_backend(self.config)
-                self.replicas.append(await self._start_replica(index, backend))
+            await self._start_replicas()
         except BaseException as exc:
             await self._fail(exc)
             raise self._as_load_error(exc) from exc
         finally:
-            self._load = None
-        self.load_seconds = self._clock.monotonic() - started
-        self.loaded_at = self._clock.time()
+            self._work.load = None
+        self.record.load_seconds = self._clock.monotonic() - started
+        self.record.loaded_at = self._clock.time()
         self.last_used = self._clock.monotonic()
         self.expires_at = None if self.config.keep_alive < 0 else self.last_used + self.config.keep_alive
-        self._metrics.load_seconds.labels(model=self.id).observe(self.load_seconds)
+        self._metrics.load_seconds.labels(model=self.id).observe(self.record.load_seconds)
         self.admission.resize(self._turns(), self._queue_size())
-        self._set_state(SlotState.READY)
-        log.info(
-            "model ready",
-            extra={"model": self.id, "replicas": len(self.replicas), "load_seconds": round(self.load_seconds, 3)},
-        )
+        self._apply(Event.LOADED)
+        seconds = round(self.record.load_seconds, 3)
+        log.info("model ready", extra={"model": self.id, "replicas": len(self.replicas), "load_seconds": seconds})
 
-    async def _start_replica(self, index: int, backend: Backend) -> Replica:
-        before = process_rss()
-        try:
-            await backend.start()
-            if self.config.warmup:
-                await backend.warmup()
-        except BaseException:
-            await _stop_quietly(backend)
-            raise
-        replica = Replica(index, backend, max(0, process_rss() - before), started_at=self._clock.monotonic())
-        if self.remote:
-            replica.memory_bytes = 0  # whatever grew meanwhile was not this model
-        elif isinstance(backend, ProcessBackend):
-            replica.memory_bytes = backend.resident_bytes()
-            backend.supervise(lambda message: self._crashed(replica, message))
-        if Task.EMBEDDING in self.tasks and isinstance(backend, EmbeddingBackend):
-            embed_tokens = getattr(backend, "embed_tokens")  # noqa: B009 - EmbeddingBackend
-            replica.batcher = EmbeddingBatcher(embed_tokens, self.config.batch, f"{self.id}#{index}")
-        return replica
+    async def _start_replicas(self) -> None:
+        first = self._new_backend()
+        self.record.estimate = await first.estimate_memory()
+        await self._make_room(self.config.replicas, new_model=True)
+        for index in range(self.config.replicas):
+            backend = first if index == 0 else self._new_backend()
+            await self.replicas.start(index, backend, self.config, self.capabilities)
+
+    def _new_backend(self) -> Backend:
+        """A backend for the next replica, checked against what the model is asked to serve."""
+        backend = self._make_backend(self.config)
+        problem = contract_problem(backend, self.capabilities.tasks, self.capabilities.declared.locality)
+        if problem is not None:
+            raise ModelLoadFailed(
+                f"model '{self.id}': backend '{self.config.backend}' does not keep its contract: {problem}",
+                retry_after_s=self.config.retry_cooldown_s,
+            )
+        return backend
+
+    async def _make_room(self, replicas: int, *, new_model: bool) -> None:
+        need = self._need_per_replica()
+        await self._capacity.make_room(
+            self, Need(need.memory_bytes * replicas, need.gpu_bytes * replicas, new_model=new_model)
+        )
 
     def _crashed(self, replica: Replica, message: str) -> None:
         """A replica's engine process died unasked: the model is failed until a request restarts it."""
-        if replica not in self.replicas or self.state is not SlotState.READY:
+        if replica not in self.replicas.members or self.state is not SlotState.READY:
             return  # it is being stopped anyway
         now = self._clock.monotonic()
-        output = replica.backend.log_tail(200) if isinstance(replica.backend, ProcessBackend) else []
-        self.crashes.crashed(now - replica.started_at, output)
-        self.error, self.failed_at = message, now
-        self._set_state(SlotState.FAILED)
-        in_a_row = self.crashes.in_a_row
-        log.error("engine process crashed", extra={"model": self.id, "in_a_row": in_a_row, "error": message})
-        self._cleanup = asyncio.get_running_loop().create_task(self._stop_replicas(), name=f"cleanup-{self.id}")
-
-    def logs(self, count: int) -> list[dict[str, object]]:
-        """The last output lines of each replica's engine process."""
-        return [
-            {"replica": r.index, "pid": r.backend.pid, "lines": r.backend.log_tail(count)}
-            for r in self.replicas
-            if isinstance(r.backend, ProcessBackend)
-        ]
+        output = self.replicas.output(200)
+        lines = next((o.lines for o in output if o.replica == replica.index), [])
+        self.crashes.crashed(now - replica.started_at, lines)
+        self.record.error, self.record.failed_at = message, now
+        self._apply(Event.CRASHED)
+        log.error("engine process crashed", extra={"model": self.id, "in_a_row": self.crashes.in_a_row,
+                                                   "error": message})  # fmt: skip
+        self._work.cleanup = asyncio.get_running_loop().create_task(
+            self.replicas.stop_all(), name=f"cleanup-{self.id}"
+        )
 
     def _need_per_replica(self) -> Need:
-        estimate = self.estimate or MemoryEstimate(0)
+        estimate = self.record.estimate or MemoryEstimate(0)
         ram = estimate.ram_bytes if self.config.memory_bytes is None else int(self.config.memory_bytes)
         return Need(ram, estimate.gpu_bytes)
 
     async def _fail(self, exc: BaseException) -> None:
-        self.error = str(exc) or type(exc).__name__
-        self.failed_at = self._clock.monotonic()
+        self.record.error = str(exc) or type(exc).__name__
+        self.record.failed_at = self._clock.monotonic()
         await self._stop_replicas()
-        self._set_state(SlotState.FAILED)
-        log.error("model failed to load", extra={"model": self.id, "error": self.error})
+        self._apply(Event.LOAD_FAILED)
+        log.error("model failed to load", extra={"model": self.id, "error": self.record.error})
 
     def _as_load_error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, ModelpoolError):
             return exc
         if isinstance(exc, Exception):
             return ModelLoadFailed(
-                f"model '{self.id}' failed to load: {self.error}", retry_after_s=self.config.retry_cooldown_s
+                f"model '{self.id}' failed to load: {self.record.error}", retry_after_s=self.config.retry_cooldown_s
             )
         return exc  # cancellation and friends pass through untouched
+
+    def _refusal(self, decision: Decision) -> ModelpoolError:
+        if decision.refusal is Refusal.NOT_LOADED:
+            return ModelNotLoaded(
+                f"model '{self.id}' is not loaded and has autoload off; an admin must load it first "
+                f"(`modelpool load {self.id}`)",
+                param="model",
+            )
+        if decision.refusal is Refusal.GAVE_UP:
+            return ModelLoadFailed(
+                f"model '{self.id}' crashed {self.crashes.in_a_row} times in a row, so modelpool stopped "
+                f"restarting it (`modelpool load {self.id}` tries again). Last crash: {self.record.error}",
+                retry_after_s=decision.retry_after_s,
+            )
+        return ModelLoadFailed(
+            f"model '{self.id}' failed to load: {self.record.error} (next try in {decision.retry_after_s:.0f}s)",
+            retry_after_s=decision.retry_after_s,
+        )
 
     # ----- unloading and scaling -----------------------------------------------------
 
     async def unload(self, *, drain: bool = True) -> None:
         """Stop every replica. drain: wait for running requests; else cut them off (503)."""
-        if self._load is not None:
-            await asyncio.gather(self._load, return_exceptions=True)
-        if self._unload is not None:
-            await asyncio.shield(self._unload)
+        if self._work.load is not None:
+            await asyncio.gather(self._work.load, return_exceptions=True)
+        if self._work.unload is not None:
+            await asyncio.shield(self._work.unload)
             return
-        if self.state is SlotState.FAILED:
-            self.error, self.failed_at = None, None
-            self._set_state(SlotState.UNLOADED)
-        if self.state is not SlotState.READY:
+        decision = self._apply(Event.UNLOAD)
+        if decision.action is Action.FORGET:
+            self.record.error, self.record.failed_at = None, None
+        if decision.action is not Action.DRAIN:
             return
-        self._set_state(SlotState.UNLOADING)
-        self._unload = asyncio.create_task(self._drain_and_stop(drain), name=f"unload-{self.id}")
+        self._work.unload = asyncio.create_task(self._drain_and_stop(drain), name=f"unload-{self.id}")
         try:
-            await asyncio.shield(self._unload)
+            await asyncio.shield(self._work.unload)
         finally:
-            self._unload = None
+            self._work.unload = None
 
     async def _drain_and_stop(self, drain: bool) -> None:
         if not drain:
-            for lease in list(self._leases):
-                lease.revoked = True
-        await self._none_running.wait()
+            self.replicas.revoke_all()
+        await self.replicas.wait_idle()
         await self._stop_replicas()
         self.expires_at = None
-        self._set_state(SlotState.UNLOADED)
+        self._apply(Event.STOPPED)
         log.info("model unloaded", extra={"model": self.id})
 
     async def _stop_replicas(self) -> None:
         self.embedding_cache.clear()
-        replicas, self.replicas = self.replicas, []
-        for replica in replicas:
-            if replica.batcher is not None:
-                await replica.batcher.close()
-            await _stop_quietly(replica.backend, detach=self._closing)
-        if replicas:
-            release_freed_memory()
+        await self.replicas.stop_all(detach=self._work.closing)
 
     async def scale(self, replicas: int) -> None:
         """Change the number of replicas of a loaded model (replica_max caps it)."""
         self.config = self.config.model_copy(update={"replicas": replicas})
         if self.state is not SlotState.READY:
             return
-        active = self._routable()
+        active = self.replicas.routable()
         if replicas > len(active):
             extra = replicas - len(active)
-            need = self._need_per_replica()
-            await self.capacity.make_room(
-                self, Need(need.memory_bytes * extra, need.gpu_bytes * extra, new_model=False)
-            )
-            start = max((r.index for r in self.replicas), default=-1) + 1
+            await self._make_room(extra, new_model=False)
+            start = self.replicas.next_index()
             for index in range(start, start + extra):
-                self.replicas.append(await self._start_replica(index, self._make_backend(self.config)))
+                await self.replicas.start(index, self._new_backend(), self.config, self.capabilities)
         else:
-            await self._retire(active[replicas:])
+            await self.replicas.retire(active[replicas:])
         self.admission.resize(self._turns(), self._queue_size())
 
-    async def _retire(self, leaving: list[Replica]) -> None:
-        for replica in leaving:
-            replica.retiring = True
-        await asyncio.gather(*(replica.idle.wait() for replica in leaving))
-        for replica in leaving:
-            self.replicas.remove(replica)
-            if replica.batcher is not None:
-                await replica.batcher.close()
-            await _stop_quietly(replica.backend)
-        release_freed_memory()
-
-    async def reconfigure(self, config: ModelConfig) -> None:
+    async def reconfigure(self, config: ModelConfig, capabilities: ModelCapabilities) -> None:
         """Take new settings; a loaded model is unloaded (drained) first and loads with them next."""
         await self.unload()
-        self.config = config
+        self.config, self.capabilities = config, capabilities
         self.admission.resize(self._turns(), self._queue_size())
 
     def close(self) -> None:
-        self._closing = True
+        self._work.closing = True
 
     # ----- helpers -------------------------------------------------------------------
 
+    def _facts(self) -> Facts:
+        config = self.config
+        policy = Policy(config.autoload, config.retry_cooldown_s, config.restart_backoff_s, config.max_restarts)
+        return Facts(self.state, self._clock.monotonic(), policy, self.record.failed_at, self.crashes.in_a_row,
+                     self.busy, self.expires_at)  # fmt: skip
+
+    def _apply(self, event: Event) -> Decision:
+        decision = decide(self._facts(), event)
+        if decision.state is not self.state:
+            self._set_state(decision.state)
+        return decision
+
     def _turns(self) -> int:
-        engine_limit = self.replicas[0].backend.limits.max_concurrency if self.replicas else None
-        per_replica = self.config.max_concurrency or engine_limit or 1
-        if engine_limit is not None:  # an engine that runs one request at a time gets one turn, whatever the config
-            per_replica = min(per_replica, engine_limit)
+        engine = self.capabilities.declared.engine_concurrency
+        per_replica = min(self.config.max_concurrency or engine, engine)  # an engine's limit wins over the config
         if Task.EMBEDDING in self.tasks:  # batched: many requests share one engine call
             per_replica = max(per_replica, self.config.batch.max_batch_size)
-        return per_replica * max(1, len(self._routable()) if self.replicas else self.config.replicas)
+        replicas = len(self.replicas.routable()) if len(self.replicas) else self.config.replicas
+        return per_replica * max(1, replicas)
 
     def _queue_size(self) -> int:
         return self.config.max_queue * max(1, self.config.replicas)
@@ -450,13 +439,24 @@ class ModelSlot:
         self._metrics.set_model_state(self.id, state.value, _ALL_STATES)
 
 
-async def _stop_quietly(backend: Backend, *, detach: bool = False) -> None:
-    """Stop a backend, logging (not raising) what goes wrong. detach: modelpool is shutting
-    down, and a persistent engine process is left running to be adopted next time."""
-    try:
-        if detach and isinstance(backend, ProcessBackend):
-            await backend.detach()
-        else:
-            await backend.stop()
-    except Exception:
-        log.exception("stopping a backend failed")
+class _SlotTasks:
+    """The slot's background work: the load and unload in flight, a crash cleanup, and
+    fire-and-forget tasks (the loop keeps only weak references to tasks)."""
+
+    def __init__(self) -> None:
+        self.load: asyncio.Task[None] | None = None
+        self.unload: asyncio.Task[None] | None = None
+        self.cleanup: asyncio.Task[None] | None = None
+        self.closing = False
+        """The server is shutting down: no new requests; persistent engines are detached."""
+        self._background: set[asyncio.Task[None]] = set()
+
+    def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def finish_cleanup(self) -> None:
+        if self.cleanup is not None:
+            await asyncio.gather(self.cleanup, return_exceptions=True)
+            self.cleanup = None

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from modelpool.config.environment import child_environment
 from modelpool.errors import ModelLoadFailed
 from modelpool.services.pids import is_alive, wait_gone
 
@@ -212,7 +213,7 @@ class ManagedProcess:
             await process.wait()
 
     def _environment(self) -> dict[str, str]:
-        env = {**os.environ, **self.spec.env}
+        env = child_environment(self.spec.env)
         if self.spec.library_path:
             existing = env.get("LD_LIBRARY_PATH")
             env["LD_LIBRARY_PATH"] = os.pathsep.join([*self.spec.library_path, *([existing] if existing else [])])

@@ -15,20 +15,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modelpool.config.environment import STATE_DIR_ENV, default_state_dir
 from modelpool.services.pids import is_alive
 
-STATE_DIR_ENV = "MODELPOOL_STATE_DIR"
+__all__ = ["ENGINE_KIND", "STATE_DIR_ENV", "Registry", "ServiceRecord", "default_state_dir"]
+
 ENGINE_KIND = "engine"
 """The kind of a persistent model engine process."""
-
-
-def default_state_dir() -> Path:
-    """$MODELPOOL_STATE_DIR, else $XDG_STATE_HOME/modelpool, else ~/.local/state/modelpool."""
-    explicit = os.environ.get(STATE_DIR_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "modelpool"
 
 
 @dataclass(frozen=True)

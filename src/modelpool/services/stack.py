@@ -196,8 +196,9 @@ def load_stack(path: Path) -> Stack:
 def _service(name: str, spec: ServiceSpec, path: Path) -> Service:
     base = path.parent
     explicit = spec.modelpool.config if spec.modelpool is not None else spec.config
+    config_file: Path | None
     if explicit is not None:
-        config_file: Path | None = explicit if explicit.is_absolute() else base / explicit
+        config_file = explicit if explicit.is_absolute() else base / explicit
         if not config_file.is_file():
             raise ConfigError(f"stack file {path}: service {name!r}: config file not found: {config_file}")
     else:

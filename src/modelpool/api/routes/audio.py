@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
+import numpy as np
+import numpy.typing as npt
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
@@ -14,17 +15,14 @@ from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.schemas.speech import SpeechBody
 from modelpool.api.sse import ClosingStreamingResponse, EventStreamResponse, sse
 from modelpool.api.transcripts import subtitles, transcript_text, verbose_json
-from modelpool.audio.decode import decode_audio
 from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
-from modelpool.backends.base import Segment, SpeechBackend, TranscriptionRequest
 from modelpool.errors import InvalidRequest
+from modelpool.inference import Segment, TranscriptionRequest
 from modelpool.runtime.call import CallOptions
-from modelpool.runtime.leased import LeasedStream
-from modelpool.tasks import Task
+from modelpool.runtime.lease import LeasedStream
 
 router = APIRouter()
 ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
-WHISPER_RATE = 16000
 
 
 @router.post("/v1/audio/transcriptions", response_model=None)
@@ -74,20 +72,18 @@ async def _transcribe(
     note_model(request, model)
     pool = pool_of(request)
     options = CallOptions(allow_remote=allow_remote)
-    pool.slot_for(model, Task.TRANSCRIPTION, options)  # unknown model, wrong task, gate: 4xx before decoding
-    audio = await asyncio.to_thread(decode_audio, await file.read(), WHISPER_RATE)
-    job = TranscriptionRequest(audio, language, prompt, temperature, words, task)
-    segments = await unless_disconnected(request, pool.transcribe(model, job, options))
+    job = TranscriptionRequest(language=language, prompt=prompt, temperature=temperature, word_timestamps=words,
+                               task=task)  # fmt: skip
+    transcription = await unless_disconnected(request, pool.transcribe(model, await file.read(), job, options))
+    segments = transcription.segments
     if stream:
         return EventStreamResponse(_transcript_events(segments), on_close=segments.aclose)
-    try:
+    async with segments:
         collected = await unless_disconnected(request, _collect(segments))
-    finally:
-        await segments.aclose()
     if response_format == "json":
         return JSONResponse({"text": transcript_text(collected)})
     if response_format == "verbose_json":
-        return JSONResponse(verbose_json(collected, task, len(audio) / WHISPER_RATE, words))
+        return JSONResponse(verbose_json(collected, task, transcription.audio_seconds, words))
     if response_format == "text":
         return PlainTextResponse(transcript_text(collected) + "\n")
     return PlainTextResponse(
@@ -113,15 +109,14 @@ async def speech(body: SpeechBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
     audio = await unless_disconnected(request, pool.speak(body.model, body.to_request(), body.call_options()))
-    backend = audio.lease.backend
-    assert isinstance(backend, SpeechBackend)
-    encoder = AudioEncoder(body.response_format, backend.sample_rate)
+    encoder = AudioEncoder(body.response_format, audio.sample_rate)
+    chunks = audio.chunks
     if body.stream_format == "sse":
-        return EventStreamResponse(_speech_events(audio, encoder), on_close=audio.aclose)
-    return ClosingStreamingResponse(_encoded(audio, encoder), MEDIA_TYPES[body.response_format], audio.aclose)
+        return EventStreamResponse(_speech_events(chunks, encoder), on_close=chunks.aclose)
+    return ClosingStreamingResponse(_encoded(chunks, encoder), MEDIA_TYPES[body.response_format], chunks.aclose)
 
 
-async def _encoded(audio: LeasedStream, encoder: AudioEncoder) -> AsyncIterator[bytes]:  # type: ignore[type-arg]
+async def _encoded(audio: LeasedStream[npt.NDArray[np.int16]], encoder: AudioEncoder) -> AsyncIterator[bytes]:
     async for pcm in audio:
         data = encoder.encode(pcm)
         if data:
@@ -129,7 +124,7 @@ async def _encoded(audio: LeasedStream, encoder: AudioEncoder) -> AsyncIterator[
     yield encoder.finish()
 
 
-async def _speech_events(audio: LeasedStream, encoder: AudioEncoder) -> AsyncIterator[bytes]:  # type: ignore[type-arg]
+async def _speech_events(audio: LeasedStream[npt.NDArray[np.int16]], encoder: AudioEncoder) -> AsyncIterator[bytes]:
     async for data in _encoded(audio, encoder):
         if data:
             yield sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
@@ -138,15 +133,10 @@ async def _speech_events(audio: LeasedStream, encoder: AudioEncoder) -> AsyncIte
 
 @router.get("/v1/audio/voices")
 async def voices(request: Request) -> JSONResponse:
-    """Voices of every text-to-speech model (loading a model to read its voices if needed)."""
-    pool = pool_of(request)
-    listed = []
-    for slot in pool.slots():
-        if Task.SPEECH not in slot.tasks:
-            continue
-        await slot.ensure_ready(pool.model_wait_s)
-        backend = slot.replicas[0].backend
-        assert isinstance(backend, SpeechBackend)
-        listed += [{"model": slot.id, "voice": v.name, "language": v.language, "sample_rate": v.sample_rate,
-                    "speaker_id": v.speaker_id} for v in backend.voices()]  # fmt: skip
+    """Voices of every text-to-speech model, read from the models' files (loads nothing)."""
+    listed = [
+        {"model": item.model, "voice": item.voice.name, "language": item.voice.language,
+         "sample_rate": item.voice.sample_rate, "speaker_id": item.voice.speaker_id}
+        for item in await pool_of(request).voices()
+    ]  # fmt: skip
     return JSONResponse({"object": "list", "data": listed})

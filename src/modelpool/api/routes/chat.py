@@ -12,8 +12,9 @@ from modelpool.api.deps import ResponseMeta, metrics_field, note_model, pool_of,
 from modelpool.api.render import chat_logprobs_json, envelope, usage_json
 from modelpool.api.schemas.chat import ChatCompletionBody
 from modelpool.api.sse import DONE, EventStreamResponse, sse
-from modelpool.backends.base import Usage
-from modelpool.runtime.generation import GenerationStream, collect
+from modelpool.inference import GenerationChunk, Usage
+from modelpool.runtime.generation import collect
+from modelpool.runtime.lease import LeasedStream
 
 router = APIRouter()
 
@@ -22,7 +23,7 @@ router = APIRouter()
 async def create_chat_completion(body: ChatCompletionBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
-    chat_request = body.to_request(pool.slot(body.model).config.sampling)
+    chat_request = body.to_request(pool.sampling_defaults(body.model))
     stream = await unless_disconnected(request, pool.chat(body.model, chat_request, body.call_options()))
     meta = ResponseMeta.new("chatcmpl", stream.model_id)
     if body.stream:
@@ -30,10 +31,8 @@ async def create_chat_completion(body: ChatCompletionBody, request: Request) -> 
             stream, meta, body.include_usage(), lambda: metrics_field(request, body.return_metrics, stream.timing)
         )
         return EventStreamResponse(events, on_close=stream.aclose)
-    try:
+    async with stream:
         generation = await unless_disconnected(request, collect(stream))
-    finally:
-        await stream.aclose()
     extra = metrics_field(request, body.return_metrics, stream.timing)
     choice = {
         "index": 0,
@@ -45,7 +44,10 @@ async def create_chat_completion(body: ChatCompletionBody, request: Request) -> 
 
 
 async def _events(
-    stream: GenerationStream, meta: ResponseMeta, include_usage: bool, metrics_of: Callable[[], dict[str, Any]]
+    stream: LeasedStream[GenerationChunk],
+    meta: ResponseMeta,
+    include_usage: bool,
+    metrics_of: Callable[[], dict[str, Any]],
 ) -> AsyncIterator[bytes]:
     usage_field = {"usage": None} if include_usage else {}
     first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}

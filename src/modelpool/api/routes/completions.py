@@ -1,5 +1,5 @@
 """POST /v1/completions (the legacy text completions API). All prompts of a request run
-on one turn of the model, one after another."""
+on one turn of the model, one after another (one stream, each chunk with its choice index)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ from modelpool.api.deps import ResponseMeta, metrics_field, note_model, pool_of,
 from modelpool.api.render import completion_logprobs_json, envelope, usage_json
 from modelpool.api.schemas.completions import CompletionBody
 from modelpool.api.sse import DONE, EventStreamResponse, sse
-from modelpool.backends.base import CompletionRequest, Usage
-from modelpool.runtime.generation import GenerationStream, collect
-from modelpool.runtime.pool import ModelPool
-from modelpool.runtime.replica import Lease
-from modelpool.tasks import Task
+from modelpool.inference import Usage
+from modelpool.runtime.generation import ChoiceChunk, collect_choices
+from modelpool.runtime.lease import LeasedStream
 
 router = APIRouter()
 
@@ -26,50 +24,27 @@ router = APIRouter()
 async def create_completion(body: CompletionBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
-    requests = body.to_requests(pool.slot(body.model).config.sampling)
-    lease = await unless_disconnected(request, pool.lease(body.model, Task.COMPLETION, body.call_options()))
-    try:
-        # The first prompt starts before answering, so a bad request still gets a 4xx.
-        first = await pool.complete_on(lease, requests[0])
-    except BaseException:
-        lease.release()
-        raise
-    meta = ResponseMeta.new("cmpl", lease.model_id)
-    opened = _each_stream(pool, lease, first, requests[1:])
+    requests = body.to_requests(pool.sampling_defaults(body.model))
+    stream = await unless_disconnected(request, pool.complete(body.model, requests, body.call_options()))
+    meta = ResponseMeta.new("cmpl", stream.model_id)
+    want_logprobs = body.logprobs is not None
     if body.stream:
-        metrics_of = lambda: metrics_field(request, body.return_metrics, lease.timing)  # noqa: E731
-        events = _events(opened, lease, meta, body.logprobs is not None, body.include_usage(), metrics_of)
-        return EventStreamResponse(events, on_close=_closer(first, lease))
-    try:
-        choices, usage = await unless_disconnected(request, _collect_all(opened, lease, body.logprobs is not None))
-    finally:
-        await first.aclose()
-        lease.release()
-    extra = metrics_field(request, body.return_metrics, lease.timing)
+        metrics_of = lambda: metrics_field(request, body.return_metrics, stream.timing)  # noqa: E731
+        events = _events(stream, meta, want_logprobs, body.include_usage(), metrics_of)
+        return EventStreamResponse(events, on_close=stream.aclose)
+    async with stream:
+        generations = await unless_disconnected(request, collect_choices(stream))
+    choices = [
+        _choice(index, g.text, g.finish_reason, completion_logprobs_json(g.logprobs, 0) if want_logprobs else None)
+        for index, g in enumerate(generations)
+    ]
+    usage = Usage(sum(g.usage.prompt_tokens for g in generations), sum(g.usage.completion_tokens for g in generations))
+    extra = metrics_field(request, body.return_metrics, stream.timing)
     return JSONResponse(envelope(meta, "text_completion", choices, usage=usage_json(usage), **extra))
 
 
-async def _collect_all(
-    opened: AsyncIterator[GenerationStream], lease: Lease, want_logprobs: bool
-) -> tuple[list[dict[str, Any]], Usage]:
-    choices, usage = [], Usage(0, 0)
-    index = 0
-    async for stream in opened:
-        try:
-            generation = await collect(stream)
-        finally:
-            await stream.aclose()
-        logprobs = completion_logprobs_json(generation.logprobs, 0) if want_logprobs else None
-        choices.append(_choice(index, generation.text, generation.finish_reason, logprobs))
-        usage = _add(usage, generation.usage)
-        lease.timing.absorb(stream.timing)
-        index += 1
-    return choices, usage
-
-
 async def _events(
-    opened: AsyncIterator[GenerationStream],
-    lease: Lease,
+    stream: LeasedStream[ChoiceChunk],
     meta: ResponseMeta,
     want_logprobs: bool,
     include_usage: bool,
@@ -77,22 +52,18 @@ async def _events(
 ) -> AsyncIterator[bytes]:
     usage = Usage(0, 0)
     usage_field = {"usage": None} if include_usage else {}
-    index = 0
-    async for stream in opened:
-        try:
-            offset = 0
-            async for chunk in stream:
-                logprobs = completion_logprobs_json(chunk.logprobs, offset) if want_logprobs else None
-                offset += len(chunk.text)
-                if chunk.text or chunk.finish_reason or chunk.logprobs:
-                    choice = _choice(index, chunk.text, chunk.finish_reason, logprobs)
-                    yield sse(envelope(meta, "text_completion", [choice], **usage_field))
-                usage = _add(usage, chunk.usage) if chunk.usage else usage
-        finally:
-            await stream.aclose()
-        lease.timing.absorb(stream.timing)
-        index += 1
-    lease.release()  # before the last event, so the timing in it is final
+    offsets: dict[int, int] = {}
+    async for index, chunk in stream:
+        offset = offsets.get(index, 0)
+        logprobs = completion_logprobs_json(chunk.logprobs, offset) if want_logprobs else None
+        offsets[index] = offset + len(chunk.text)
+        if chunk.text or chunk.finish_reason or chunk.logprobs:
+            choice = _choice(index, chunk.text, chunk.finish_reason, logprobs)
+            yield sse(envelope(meta, "text_completion", [choice], **usage_field))
+        if chunk.usage:
+            usage = Usage(usage.prompt_tokens + chunk.usage.prompt_tokens,
+                          usage.completion_tokens + chunk.usage.completion_tokens)  # fmt: skip
+    await stream.aclose()  # the turn goes back before the last event, so its timing is final
     metrics = metrics_of()
     if include_usage or metrics:
         usage_part = {"usage": usage_json(usage)} if include_usage else {}
@@ -100,26 +71,5 @@ async def _events(
     yield DONE
 
 
-async def _each_stream(
-    pool: ModelPool, lease: Lease, first: GenerationStream, rest: list[CompletionRequest]
-) -> AsyncIterator[GenerationStream]:
-    """Each prompt's stream in turn, on the same lease; later ones start when reached."""
-    yield first
-    for request in rest:
-        yield await pool.complete_on(lease, request)
-
-
-def _closer(first: GenerationStream, lease: Lease) -> Any:
-    async def close() -> None:
-        await first.aclose()
-        lease.release()
-
-    return close
-
-
 def _choice(index: int, text: str, finish_reason: str | None, logprobs: dict[str, Any] | None) -> dict[str, Any]:
     return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
-
-
-def _add(a: Usage, b: Usage) -> Usage:
-    return Usage(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens)

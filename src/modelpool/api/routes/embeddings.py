@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 
 import numpy as np
+import numpy.typing as npt
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -19,12 +20,12 @@ router = APIRouter()
 async def create_embeddings(body: EmbeddingsBody, request: Request) -> JSONResponse:
     note_model(request, body.model)
     pool = pool_of(request)
-    slot = pool.slot(body.model)
+    model_id = pool.model_id(body.model)
     result, timing = await unless_disconnected(request, pool.embed(body.model, body.to_request(), body.call_options()))
     dimensions = result.vectors.shape[1]
     if body.dimensions is not None and body.dimensions != dimensions:
         raise InvalidRequest(
-            f"model '{slot.id}' makes {dimensions}-dimensional embeddings and cannot shorten them",
+            f"model '{model_id}' makes {dimensions}-dimensional embeddings and cannot shorten them",
             param="dimensions",
         )
     vectors = result.vectors.astype("<f4", copy=False)
@@ -33,11 +34,12 @@ async def create_embeddings(body: EmbeddingsBody, request: Request) -> JSONRespo
         for i, vector in enumerate(vectors)
     ]
     usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
-    body_json = {"object": "list", "data": data, "model": slot.id, "usage": usage}
+    body_json = {"object": "list", "data": data, "model": model_id, "usage": usage}
     return JSONResponse({**body_json, **metrics_field(request, body.return_metrics, timing)})
 
 
-def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
+def _encode(vector: npt.NDArray[np.float32], encoding_format: str) -> list[float] | str:
     if encoding_format == "base64":
         return base64.b64encode(vector.tobytes()).decode("ascii")
-    return vector.tolist()
+    floats: list[float] = vector.tolist()
+    return floats

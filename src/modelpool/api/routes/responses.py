@@ -14,9 +14,10 @@ from modelpool.api.deps import metrics_field, note_model, pool_of, unless_discon
 from modelpool.api.responses_wire import ResponseDraft, status_of
 from modelpool.api.schemas.responses import ResponsesBody
 from modelpool.api.sse import EventStreamResponse
-from modelpool.backends.base import ChatMessage, ChatRequest, Usage
 from modelpool.errors import InvalidRequest
-from modelpool.runtime.generation import GenerationStream, collect
+from modelpool.inference import ChatMessage, ChatRequest, GenerationChunk, Usage
+from modelpool.runtime.generation import collect
+from modelpool.runtime.lease import LeasedStream
 from modelpool.runtime.response_store import ResponseStore, StoredResponse
 
 router = APIRouter()
@@ -26,13 +27,11 @@ router = APIRouter()
 async def create_response(body: ResponsesBody, request: Request) -> Response:
     note_model(request, body.model)
     pool, store = pool_of(request), store_of(request)
-    slot = pool.slot(body.model)
     history = _history(store, body)
     said = [*history, *body.new_messages()]
     system = [ChatMessage("system", body.instructions)] if body.instructions else []
-    chat = ChatRequest(
-        tuple(system + said), body.sampling(slot.config.sampling), body.template_kwargs(), streamed=body.stream
-    )
+    sampling = body.sampling(pool.sampling_defaults(body.model))
+    chat = ChatRequest(tuple(system + said), sampling, body.template_kwargs(), streamed=body.stream)
     stream = await unless_disconnected(request, pool.chat(body.model, chat, body.call_options()))
     draft = ResponseDraft(body, stream.model_id, int(time.time()))
 
@@ -44,16 +43,14 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
 
     if body.stream:
         return EventStreamResponse(_events(stream, draft, finish), on_close=stream.aclose, on_error=_error_event)
-    try:
+    async with stream:
         generation = await unless_disconnected(request, collect(stream))
-    finally:
-        await stream.aclose()
     draft.text, draft.reasoning = generation.text, generation.reasoning
     return JSONResponse(finish(generation.usage, generation.finish_reason))
 
 
 async def _events(
-    stream: GenerationStream, draft: ResponseDraft, finish: Callable[[Usage, str | None], dict[str, Any]]
+    stream: LeasedStream[GenerationChunk], draft: ResponseDraft, finish: Callable[[Usage, str | None], dict[str, Any]]
 ) -> AsyncIterator[bytes]:
     where = {"item_id": draft.message_id, "output_index": 0, "content_index": 0}
     yield _sse(draft.event("response.created", response=draft.response("in_progress")))

@@ -20,7 +20,7 @@ async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONRespon
     scored = sum(r.scored_tokens for r in results)
     return JSONResponse(
         {
-            "model": pool.slot(body.model).id,
+            "model": pool.model_id(body.model),
             "ll": [r.logprob for r in results],
             "is_greedy": [r.is_greedy for r in results],
             "usage": {"prompt_tokens": scored, "total_tokens": scored},
@@ -32,13 +32,13 @@ async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONRespon
 async def generate(body: GenerateBody, request: Request) -> JSONResponse:
     note_model(request, body.model)
     pool = pool_of(request)
-    requests = body.to_requests(pool.slot(body.model).config.sampling)
+    requests = body.to_requests(pool.sampling_defaults(body.model))
     results = await unless_disconnected(request, pool.generate_all(body.model, requests, body.call_options()))
     prompt_tokens = sum(r.usage.prompt_tokens for r in results)
     completion_tokens = sum(r.usage.completion_tokens for r in results)
     return JSONResponse(
         {
-            "model": pool.slot(body.model).id,
+            "model": pool.model_id(body.model),
             "completions": [r.text for r in results],
             "finish_reasons": [r.finish_reason for r in results],
             "usage": {

@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from modelpool.api.schemas.common import GenerationFields, Text, WireModel
-from modelpool.backends.base import ChatMessage, ChatRequest
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
+from modelpool.inference import ChatMessage, ChatRequest
 
 
 class TextPart(WireModel):

@@ -6,9 +6,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from modelpool.backends.base import SamplingParams
 from modelpool.config.durations import Duration
 from modelpool.config.schema import SamplingDefaults
+from modelpool.errors import InvalidRequest
+from modelpool.inference import SamplingParams
 from modelpool.runtime.call import CallOptions
 
 MAX_STOP_SEQUENCES = 16
@@ -68,6 +69,10 @@ class GenerationFields(PoolFields):
     n: int | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    ignore_eos: bool = False
+    """Keep generating past end-of-sequence until max_tokens (vLLM's extension)."""
+    min_tokens: int = Field(default=0, ge=0)
+    """Neither end-of-sequence nor a stop sequence ends the answer before this many tokens (vLLM's)."""
 
     @field_validator("n")
     @classmethod
@@ -108,13 +113,23 @@ class GenerationFields(PoolFields):
             "presence_penalty": self.presence_penalty,
             "frequency_penalty": self.frequency_penalty,
         }
+        check_min_tokens(self.min_tokens, max_tokens, param="min_tokens")
         return SamplingParams(
             max_tokens=max_tokens,
             seed=self.seed,
             stop=tuple(stops),
             logprobs=logprobs,
+            ignore_eos=self.ignore_eos,
+            min_tokens=self.min_tokens,
             **{k: v for k, v in given.items() if v is not None},
         )
+
+
+def check_min_tokens(min_tokens: int, max_tokens: int | None, *, param: str) -> None:
+    """A floor above the cap cannot be met: say so rather than quietly stop at the cap.
+    Checked against the cap in effect (the request's, else the model's default)."""
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise InvalidRequest(f"min_tokens ({min_tokens}) must not exceed max_tokens ({max_tokens})", param=param)
 
 
 def first_given(*values: Any) -> Any:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from modelpool.api.schemas.common import GenerationFields, Text
-from modelpool.backends.base import CompletionRequest
 from modelpool.config.schema import SamplingDefaults
+from modelpool.inference import CompletionRequest
 
 Prompt = Text | list[Text] | list[int] | list[list[int]]
 MAX_PROMPTS = 64
@@ -56,8 +56,8 @@ class CompletionBody(GenerationFields):
         if isinstance(self.prompt, str):
             return [self.prompt]
         if isinstance(self.prompt[0], int):
-            return [tuple(self.prompt)]  # type: ignore[arg-type]
-        return [p if isinstance(p, str) else tuple(p) for p in self.prompt]  # type: ignore[misc]
+            return [tuple(self.prompt)]
+        return [p if isinstance(p, str) else tuple(p) for p in self.prompt]
 
     def to_requests(self, defaults: SamplingDefaults) -> list[CompletionRequest]:
         sampling = self.sampling(defaults, max_tokens=self.max_tokens, logprobs=self.logprobs)

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from modelpool.api.schemas.common import PoolFields, Text
-from modelpool.backends.base import EmbeddingRequest
+from modelpool.inference import EmbeddingRequest
 
 EmbeddingInput = Text | list[Text] | list[int] | list[list[int]]
 MAX_INPUTS = 2048
@@ -40,7 +40,7 @@ class EmbeddingsBody(PoolFields):
         if isinstance(value, str):
             inputs: tuple[str | tuple[int, ...], ...] = (value,)
         elif isinstance(value[0], int):
-            inputs = (tuple(value),)  # type: ignore[arg-type]
+            inputs = (tuple(value),)
         else:
-            inputs = tuple(v if isinstance(v, str) else tuple(v) for v in value)  # type: ignore[misc]
+            inputs = tuple(v if isinstance(v, str) else tuple(v) for v in value)
         return EmbeddingRequest(inputs, truncate=self.truncate)

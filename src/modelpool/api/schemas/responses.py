@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from modelpool.api.schemas.common import PoolFields, Text, WireModel, first_given
-from modelpool.backends.base import ChatMessage, SamplingParams
+from modelpool.api.schemas.common import PoolFields, Text, WireModel, check_min_tokens, first_given
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
+from modelpool.inference import ChatMessage, SamplingParams
 
 
 class TextPart(WireModel):
@@ -44,6 +44,10 @@ class Decoding(WireModel):
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
     max_tokens: int | None = Field(default=None, ge=1)
     stop: Text | list[Text] | None = None
+    ignore_eos: bool = False
+    """As on chat completions: generate until max_tokens, past end-of-sequence."""
+    min_tokens: int = Field(default=0, ge=0)
+    """As on chat completions: no end-of-sequence or stop sequence before this many tokens."""
 
     @field_validator("beam_size")
     @classmethod
@@ -118,8 +122,13 @@ class ResponsesBody(PoolFields):
             "repetition_penalty": first_given(decoding.repetition_penalty, defaults.repetition_penalty),
         }
         max_tokens = first_given(decoding.max_tokens, self.max_output_tokens, defaults.max_tokens)
+        check_min_tokens(decoding.min_tokens, max_tokens, param="decoding.min_tokens")
         return SamplingParams(
-            max_tokens=max_tokens, stop=tuple(stop), **{k: v for k, v in chosen.items() if v is not None}
+            max_tokens=max_tokens,
+            stop=tuple(stop),
+            ignore_eos=decoding.ignore_eos,
+            min_tokens=decoding.min_tokens,
+            **{k: v for k, v in chosen.items() if v is not None},
         )
 
     def template_kwargs(self) -> dict[str, Any]:

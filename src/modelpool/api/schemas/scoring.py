@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from modelpool.api.schemas.common import GenerationFields, PoolFields, Text
-from modelpool.backends.base import CompletionRequest
 from modelpool.config.schema import SamplingDefaults
+from modelpool.inference import CompletionRequest
 
 MAX_ITEMS = 1024
 

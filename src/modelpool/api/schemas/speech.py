@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from modelpool.api.schemas.common import PoolFields, Text
 from modelpool.audio.encode import FORMATS
-from modelpool.backends.base import SpeechRequest
+from modelpool.inference import SpeechRequest
 
 AudioFormat = Literal["wav", "pcm", "mp3", "opus", "flac", "aac"]
 assert set(FORMATS) == set(AudioFormat.__args__)  # type: ignore[attr-defined]

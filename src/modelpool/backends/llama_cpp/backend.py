@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import (
-    ChatRequest,
-    CompletionRequest,
-    GenerationChunk,
-    Limits,
-    MemoryEstimate,
-    SamplingParams,
-    TokenLogprob,
-)
+from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.context import BackendContext
 from modelpool.backends.decoding import with_echo
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
+from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation, files_size, locate
+from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
+from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, SamplingParams, TokenLogprob
 from modelpool.tasks import Task
 
 # Rough: small models need ~25 KiB of f16 KV cache per token, 7B ones ~500 KiB. A
@@ -52,17 +48,20 @@ class LlamaCppOptions(BaseModel):
     the output of a seeded or greedy request may then differ at near-ties."""
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(DeclaredBackend):
     Options = LlamaCppOptions
-    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING})
+    capabilities = Capabilities(tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING}), prompt_scoring=True)
     overridable = frozenset({"n_ctx", "n_threads", "n_batch", "n_gpu_layers", "chat_template", "reuse_prompt_cache"})
 
-    def __init__(self, model: ModelConfig, options: LlamaCppOptions, hub: HubLocation) -> None:
+    @classmethod
+    def capabilities_for(cls, options: LlamaCppOptions) -> Capabilities:
+        return replace(cls.capabilities, context_length=options.n_ctx)  # one context: one request at a time
+
+    def __init__(self, model: ModelConfig, options: LlamaCppOptions, context: BackendContext) -> None:
         self.model = model
         self.options = options
-        self.hub = hub
-        self.tasks = frozenset(model.tasks) if model.tasks is not None else self.supported_tasks
-        self.limits = Limits(max_concurrency=1, context_length=options.n_ctx)
+        self.hub = context.hub
+        self.tasks = context.tasks
         self._thread = EngineThread(model.id)
         self._engine: LlamaEngine | None = None
         self._template: ChatTemplate | None = None
@@ -99,7 +98,7 @@ class LlamaCppBackend:
         if self._engine is None:
             raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[GenerationChunk]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
         engine, template = self._require_engine(), self._template
         if template is None:
             raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
@@ -110,7 +109,7 @@ class LlamaCppBackend:
         ):
             yield chunk
 
-    async def complete(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]:
+    async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
         engine = self._require_engine()
         if isinstance(request.prompt, str):
             prompt = await self._thread.call(engine.tokenize, request.prompt, add_bos=self._add_bos(request.prompt))

@@ -10,8 +10,8 @@ from typing import Any, NoReturn
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from modelpool.backends.base import ChatMessage
 from modelpool.errors import InvalidRequest
+from modelpool.inference import ChatMessage
 
 
 class ChatTemplate:

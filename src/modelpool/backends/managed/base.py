@@ -17,11 +17,13 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import Limits, MemoryEstimate
+from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.context import BackendContext
 from modelpool.backends.remote.client import RetryPolicy, UpstreamClient, UpstreamTimeouts
 from modelpool.backends.remote.forwarding import ForwardingBackend
+from modelpool.capabilities import Capabilities, Locality
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation, files_size, locate
+from modelpool.config.sources import files_size, locate
 from modelpool.errors import ModelLoadFailed, UpstreamUnavailable
 from modelpool.services.pids import create_time, tree_rss
 from modelpool.services.ports import free_port, port_in_use
@@ -30,8 +32,9 @@ from modelpool.services.registry import ENGINE_KIND, Registry, ServiceRecord
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.services")
-_adopted_here: set[int] = set()
-"""Pids adopted by replicas in this modelpool: two replicas never adopt the same process."""
+MANAGED_CAPABILITIES = Capabilities(
+    tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING}), locality=Locality.ENGINE_PROCESS
+)
 
 
 class ManagedOptions(BaseModel):
@@ -65,23 +68,21 @@ class ManagedOptions(BaseModel):
     """Longest wait for the engine's next bytes on a request."""
 
 
-class ManagedServerBackend(ForwardingBackend, ABC):
-    """Subclasses say how to build the command line and where health is answered."""
+class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
+    """Subclasses say how to build the command line, where health is answered, and their
+    capabilities (`capabilities_for` reads the engine's concurrency from its options)."""
 
     Options: ClassVar[type[ManagedOptions]]
-    supported_tasks: ClassVar[frozenset[Task]]
     health_path: str = "/health"
     api_prefix: str = "/v1"
-    remote = False
 
-    def __init__(self, model: ModelConfig, options: ManagedOptions, hub: HubLocation) -> None:
+    def __init__(self, model: ModelConfig, options: ManagedOptions, context: BackendContext) -> None:
         self.model = model
         self.options = options
-        self.hub = hub
-        self.tasks = frozenset(model.tasks) if model.tasks else self.supported_tasks
-        self.limits = Limits(max_concurrency=self.engine_concurrency(), context_length=self.context_length())
+        self.hub = context.hub
+        self._claimed = context.claimed
         self.upstream_model = model.id
-        self.registry = Registry(hub.state_dir)
+        self.registry = Registry(context.hub.state_dir)
         self.process: ManagedProcess | None = None
         self._record_id: str | None = None
         self._on_crash: Callable[[str], None] | None = None
@@ -91,12 +92,6 @@ class ManagedServerBackend(ForwardingBackend, ABC):
     @abstractmethod
     def command(self, weights: Path) -> list[str]:
         """The argv, with `{port}` where the port goes."""
-
-    def engine_concurrency(self) -> int:
-        return 1
-
-    def context_length(self) -> int | None:
-        return None
 
     async def weights(self) -> Path:
         return await locate(self.model, self.hub)
@@ -145,7 +140,7 @@ class ManagedServerBackend(ForwardingBackend, ABC):
         if self.process is not None:
             await self.process.stop()
             if self.process.pid is not None:
-                _adopted_here.discard(self.process.pid)
+                self._claimed.release(self.process.pid)
         if self._record_id is not None:
             self.registry.remove(self._record_id)
             self._record_id = None
@@ -159,7 +154,7 @@ class ManagedServerBackend(ForwardingBackend, ABC):
         await self._disconnect()
         await self.process.detach()
         if self.process.pid is not None:
-            _adopted_here.discard(self.process.pid)  # free for the next modelpool (in this process, in tests)
+            self._claimed.release(self.process.pid)  # free for the next modelpool (in this process, in tests)
         log.info("left persistent process running", extra={"model": self.model.id, "pid": self.process.pid})
 
     async def check_health(self) -> None:
@@ -204,7 +199,7 @@ class ManagedServerBackend(ForwardingBackend, ABC):
     async def _adopt(self) -> bool:
         """Take over a healthy process an earlier modelpool left running for this model."""
         for record in self.registry.find(kind=ENGINE_KIND, name=self.model.id):
-            if record.pid in _adopted_here or (self.options.port and record.port != self.options.port):
+            if record.pid in self._claimed or (self.options.port and record.port != self.options.port):
                 continue
             spec = ProcessSpec(
                 name=self.model.id,
@@ -221,7 +216,7 @@ class ManagedServerBackend(ForwardingBackend, ABC):
             if not await process.check_health():
                 continue
             process.adopt(record.pid, record.started_at)
-            _adopted_here.add(record.pid)
+            self._claimed.claim(record.pid)
             self.process = process
             self._record_id = record.id
             await self._connect(spec)
@@ -244,7 +239,7 @@ class ManagedServerBackend(ForwardingBackend, ABC):
         )
         self.registry.put(record)
         self._record_id = record.id
-        _adopted_here.add(process.pid)
+        self._claimed.claim(process.pid)
 
     def _client(self, spec: ProcessSpec) -> UpstreamClient:
         # No retries: a connection error to our own process means it is gone, and the crash

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import Field
 
-from modelpool.backends.managed.base import ManagedOptions, ManagedServerBackend
+from modelpool.backends.context import BackendContext
+from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
+from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation
 from modelpool.tasks import Task
 
 
@@ -41,25 +43,24 @@ class LlamaServerOptions(ManagedOptions):
 
 class LlamaServerBackend(ManagedServerBackend):
     Options = LlamaServerOptions
-    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING})
+    capabilities = MANAGED_CAPABILITIES
     overridable = frozenset({"context_length", "gpu_layers", "parallel", "threads", "flash_attention", "extra_args"})
     options: LlamaServerOptions
 
-    def __init__(self, model: ModelConfig, options: LlamaServerOptions, hub: HubLocation) -> None:
-        super().__init__(model, options, hub)
-        if model.tasks is None:
-            self.tasks = self.default_tasks(options)
+    @classmethod
+    def capabilities_for(cls, options: LlamaServerOptions) -> Capabilities:
+        """Started for embeddings it does not chat; llama_cpp.server (no `binary`) runs one
+        request at a time, llama-server `parallel` of them."""
+        return replace(
+            cls.capabilities,
+            default_tasks=frozenset({Task.EMBEDDING} if options.embedding else {Task.CHAT, Task.COMPLETION}),
+            engine_concurrency=options.parallel if options.binary else 1,
+            context_length=options.context_length,
+        )
+
+    def __init__(self, model: ModelConfig, options: LlamaServerOptions, context: BackendContext) -> None:
+        super().__init__(model, options, context)
         self.health_path = "/health" if options.binary else "/v1/models"  # llama_cpp.server has no /health
-
-    @staticmethod
-    def default_tasks(options: LlamaServerOptions) -> frozenset[Task]:
-        return frozenset({Task.EMBEDDING} if options.embedding else {Task.CHAT, Task.COMPLETION})
-
-    def engine_concurrency(self) -> int:
-        return self.options.parallel if self.options.binary else 1
-
-    def context_length(self) -> int | None:
-        return self.options.context_length
 
     def command(self, weights: Path) -> list[str]:
         return self._native(weights) if self.options.binary else self._python(weights)

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ByteSize, Field
 
 from modelpool.backends.base import MemoryEstimate
-from modelpool.backends.managed.base import ManagedOptions, ManagedServerBackend
-from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation, files_size
+from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
+from modelpool.capabilities import Capabilities
+from modelpool.config.sources import files_size
 from modelpool.tasks import Task
 
 
@@ -56,25 +57,16 @@ class VllmOptions(ManagedOptions):
 
 class VllmServeBackend(ManagedServerBackend):
     Options = VllmOptions
-    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING})
+    capabilities = replace(MANAGED_CAPABILITIES, default_tasks=frozenset({Task.CHAT, Task.COMPLETION}))
+    """A generative model by default; an embedding one is declared with `tasks: [embedding]`."""
     overridable = frozenset({"max_model_len", "gpu_memory_utilization", "max_num_seqs", "extra_args"})
     options: VllmOptions
 
-    def __init__(self, model: ModelConfig, options: VllmOptions, hub: HubLocation) -> None:
-        super().__init__(model, options, hub)
-        if model.tasks is None:
-            self.tasks = self.default_tasks(options)
-
-    @staticmethod
-    def default_tasks(options: VllmOptions) -> frozenset[Task]:
-        """A generative model; an embedding one is declared with `tasks: [embedding]`."""
-        return frozenset({Task.CHAT, Task.COMPLETION})
-
-    def engine_concurrency(self) -> int:
-        return self.options.max_num_seqs or 256  # vLLM's own default for max_num_seqs
-
-    def context_length(self) -> int | None:
-        return self.options.max_model_len
+    @classmethod
+    def capabilities_for(cls, options: VllmOptions) -> Capabilities:
+        # 256 is vLLM's own default for max_num_seqs.
+        return replace(cls.capabilities, engine_concurrency=options.max_num_seqs or 256,
+                       context_length=options.max_model_len)  # fmt: skip
 
     async def weights(self) -> Path:
         if self.options.model is not None:

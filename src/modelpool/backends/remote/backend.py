@@ -3,15 +3,17 @@ machine, a hosted API). Requests reach it only through the `allow_remote` gate."
 
 from __future__ import annotations
 
-import os
+from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import Limits, MemoryEstimate
+from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.context import BackendContext
 from modelpool.backends.remote.client import RetryPolicy, UpstreamClient, UpstreamTimeouts
-from modelpool.backends.remote.forwarding import ForwardingBackend
+from modelpool.backends.remote.forwarding import TRANSCRIPTION_RATE, ForwardingBackend
+from modelpool.capabilities import Capabilities, Locality, Modality
+from modelpool.config.environment import secret
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation
 from modelpool.errors import ModelLoadFailed, ModelpoolError
 from modelpool.tasks import Task
 
@@ -47,26 +49,29 @@ class RemoteOptions(BaseModel):
     Piper voice: 22050)."""
 
 
-class OpenAIRemoteBackend(ForwardingBackend):
+class OpenAIRemoteBackend(ForwardingBackend, DeclaredBackend):
     Options = RemoteOptions
-    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING, Task.TRANSCRIPTION, Task.SPEECH})
+    capabilities = Capabilities(
+        tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING, Task.TRANSCRIPTION, Task.SPEECH}),
+        default_tasks=frozenset({Task.CHAT, Task.COMPLETION}),
+        modalities=frozenset({Modality.TEXT, Modality.AUDIO}),
+        locality=Locality.REMOTE,
+        needs_source=False,
+        audio_input_rate=TRANSCRIPTION_RATE,
+    )
+    """What the upstream can do is declared with `tasks:`; unsaid, a chat model."""
     overridable = frozenset({"timeout_s", "retries", "max_concurrency"})
-    needs_source = False
-    remote = True
 
-    def __init__(self, model: ModelConfig, options: RemoteOptions, hub: HubLocation) -> None:
+    @classmethod
+    def capabilities_for(cls, options: RemoteOptions) -> Capabilities:
+        return replace(cls.capabilities, engine_concurrency=options.max_concurrency,
+                       context_length=options.context_length)  # fmt: skip
+
+    def __init__(self, model: ModelConfig, options: RemoteOptions, context: BackendContext) -> None:
         self.model = model
         self.options = options
-        self.limits = Limits(max_concurrency=options.max_concurrency, context_length=options.context_length)
         self.upstream_model = options.upstream_model or model.id
-        self.tasks = frozenset(model.tasks) if model.tasks else self.default_tasks(options)
-        if Task.SPEECH in self.tasks:
-            self.sample_rate = options.speech_sample_rate
-
-    @staticmethod
-    def default_tasks(options: RemoteOptions) -> frozenset[Task]:
-        """What the upstream can do is declared with `tasks:`; unsaid, a chat model."""
-        return frozenset({Task.CHAT, Task.COMPLETION})
+        self.speech_sample_rate = options.speech_sample_rate
 
     async def estimate_memory(self) -> MemoryEstimate:
         return MemoryEstimate(0)  # it runs elsewhere
@@ -75,7 +80,7 @@ class OpenAIRemoteBackend(ForwardingBackend):
         options = self.options
         api_key = None
         if options.api_key_env:
-            api_key = os.environ.get(options.api_key_env)
+            api_key = secret(options.api_key_env)
             if not api_key:
                 raise ModelLoadFailed(
                     f"model '{self.model.id}': the environment variable {options.api_key_env} "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -103,12 +103,12 @@ class UpstreamClient:
 
         return await self._with_retries(lambda: self._call("POST", path, None, form()))
 
-    async def stream_bytes(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def stream_bytes(self, path: str, body: dict[str, Any]) -> AsyncGenerator[bytes, None]:
         """A binary response body as it arrives (speech); the request happens before the first chunk."""
         response = await self._with_retries(lambda: self._open_stream(path, body))
         return self._chunks(response)
 
-    async def stream_events(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream_events(self, path: str, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
         """The JSON payload of each server-sent event until `[DONE]`. The request (and its
         retries) happens before the first item, so 4xx answers raise before anything streams."""
         response = await self._with_retries(lambda: self._open_stream(path, body))
@@ -155,7 +155,7 @@ class UpstreamClient:
                 response.release()
         return response
 
-    async def _events(self, response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    async def _events(self, response: aiohttp.ClientResponse) -> AsyncGenerator[dict[str, Any], None]:
         try:
             async for raw in response.content:
                 line = raw.strip()
@@ -173,7 +173,7 @@ class UpstreamClient:
         finally:
             response.close()  # an unfinished stream is abandoned: the upstream stops generating
 
-    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
         try:
             async for chunk in response.content.iter_any():
                 yield chunk

@@ -6,61 +6,59 @@ from __future__ import annotations
 
 import io
 import wave
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from modelpool.backends.base import (
+from modelpool.backends.remote import wire
+from modelpool.backends.remote.client import UpstreamClient
+from modelpool.errors import UpstreamUnavailable
+from modelpool.inference import (
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
     EmbeddingResult,
     GenerationChunk,
-    Limits,
     Segment,
     SpeechRequest,
     TranscriptionRequest,
     Voice,
     Word,
 )
-from modelpool.backends.remote import wire
-from modelpool.backends.remote.client import UpstreamClient
-from modelpool.errors import UpstreamUnavailable
-from modelpool.tasks import Task
 
 SEGMENT_SCORES = ("avg_logprob", "no_speech_prob", "compression_ratio", "temperature")
-Translate = Callable[[AsyncIterator[dict[str, Any]]], AsyncIterator[GenerationChunk]]
+Translate = Callable[[AsyncGenerator[dict[str, Any], None]], AsyncGenerator[GenerationChunk, None]]
 TranslateWhole = Callable[[dict[str, Any]], list[GenerationChunk]]
 
 
+TRANSCRIPTION_RATE = 16_000
+"""Audio is decoded to this rate and sent upstream as WAV (the upstream resamples as it likes)."""
+
+
 class ForwardingBackend:
-    """Chat, completions and embeddings through `self.upstream`. Subclasses open the
+    """Chat, completions, embeddings and audio through `self.upstream`. Subclasses open the
     client in `start()` and say which model name the upstream knows the model by."""
 
-    tasks: frozenset[Task]
-    limits: Limits
     upstream: UpstreamClient | None = None
     upstream_model: str = ""
-    sample_rate: int = 16_000
-    """Transcription: the rate audio is sent at. Speech: the rate of the upstream's PCM."""
-    languages: frozenset[str] | None = None
+    speech_sample_rate: int = 24_000
+    """The rate of the upstream's PCM speech."""
 
     def client(self) -> UpstreamClient:
         if self.upstream is None:
             raise UpstreamUnavailable("the model's upstream is not running (the model is not loaded)")
         return self.upstream
 
-    def chat(self, request: ChatRequest) -> AsyncIterator[GenerationChunk]:
+    def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
         body = wire.chat_body(request, self.upstream_model)
         if request.streamed:
             return self._forward("chat/completions", body, wire.chat_chunks)
         return self._whole("chat/completions", body, wire.chat_whole)
 
-    def complete(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]:
+    def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
         body = wire.completion_body(request, self.upstream_model)
         if request.streamed:
             return self._forward("completions", body, wire.completion_chunks)
@@ -72,7 +70,9 @@ class ForwardingBackend:
         usage = wire.usage_of(payload)
         return EmbeddingResult(vectors, usage.prompt_tokens if usage else 0)
 
-    async def _forward(self, path: str, body: dict[str, Any], translate: Translate) -> AsyncIterator[GenerationChunk]:
+    async def _forward(
+        self, path: str, body: dict[str, Any], translate: Translate
+    ) -> AsyncGenerator[GenerationChunk, None]:
         events = await self.client().stream_events(path, body)  # 4xx raise here, before any chunk
         # Closing this generator closes both below it, and so the upstream response: the
         # upstream stops generating when our client leaves.
@@ -82,14 +82,14 @@ class ForwardingBackend:
 
     async def _whole(
         self, path: str, body: dict[str, Any], translate: TranslateWhole
-    ) -> AsyncIterator[GenerationChunk]:
+    ) -> AsyncGenerator[GenerationChunk, None]:
         """A client that wants the whole answer: one plain upstream response, no stream."""
         for chunk in translate(await self.client().post_json(path, body)):
             yield chunk
 
     # ----- audio ---------------------------------------------------------------------
 
-    async def transcribe(self, request: TranscriptionRequest) -> AsyncIterator[Segment]:
+    async def transcribe(self, request: TranscriptionRequest) -> AsyncGenerator[Segment, None]:
         """The upstream's verbose_json segments (one segment when it only gives text)."""
         fields = {"model": self.upstream_model, "response_format": "verbose_json"}
         fields["temperature"] = str(request.temperature)
@@ -100,15 +100,19 @@ class ForwardingBackend:
         if request.word_timestamps:
             fields["timestamp_granularities[]"] = "word"
         path = "audio/translations" if request.task == "translate" else "audio/transcriptions"
-        upload = ("audio.wav", _wav(request.audio, self.sample_rate), "audio/wav")
+        upload = ("audio.wav", _wav(request.audio, TRANSCRIPTION_RATE), "audio/wav")
         payload = await self.client().post_form(path, fields, upload)
-        for segment in _segments(payload, len(request.audio) / self.sample_rate):
+        for segment in _segments(payload, len(request.audio) / TRANSCRIPTION_RATE):
             yield segment
 
-    def voices(self) -> list[Voice]:
-        return [Voice(self.upstream_model, "", self.sample_rate)]
+    @property
+    def sample_rate(self) -> int:
+        return self.speech_sample_rate
 
-    async def synthesize(self, request: SpeechRequest) -> AsyncIterator[npt.NDArray[np.int16]]:
+    async def voices(self) -> list[Voice]:
+        return [Voice(self.upstream_model, "", self.speech_sample_rate)]
+
+    async def synthesize(self, request: SpeechRequest) -> AsyncGenerator[npt.NDArray[np.int16], None]:
         """The upstream's raw PCM (16-bit little-endian mono), passed on as it arrives."""
         body = {"model": self.upstream_model, "input": request.text, "voice": request.voice or "alloy",
                 "response_format": "pcm", "speed": request.speed}  # fmt: skip
@@ -147,9 +151,12 @@ def _segments(payload: Any, duration_s: float) -> list[Segment]:
         start, end = float(item.get("start", 0.0)), float(item.get("end", 0.0))
         last = index == len(segments) - 1
         inside = tuple(w for w in words if start <= w.start < end or (last and w.start >= end))
-        scores = {key: float(item.get(key, 0.0)) for key in SEGMENT_SCORES}
-        segment = Segment(int(item.get("id", index)), start, end, str(item.get("text", "")), inside, language=language)
-        result.append(replace(segment, **scores))
+        score = {key: float(item.get(key, 0.0)) for key in SEGMENT_SCORES}
+        result.append(Segment(
+            int(item.get("id", index)), start, end, str(item.get("text", "")), inside,
+            avg_logprob=score["avg_logprob"], no_speech_prob=score["no_speech_prob"],
+            compression_ratio=score["compression_ratio"], temperature=score["temperature"], language=language,
+        ))  # fmt: skip
     return result
 
 

@@ -5,13 +5,14 @@ fields it does not know (top_k, min_p, ...), so engine extras go only when asked
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from modelpool.backends.base import (
+from modelpool.errors import UpstreamError
+from modelpool.inference import (
     ChatRequest,
     CompletionRequest,
     GenerationChunk,
@@ -20,7 +21,6 @@ from modelpool.backends.base import (
     TopLogprob,
     Usage,
 )
-from modelpool.errors import UpstreamError
 
 
 def _sampling_fields(sampling: SamplingParams) -> dict[str, Any]:
@@ -35,6 +35,8 @@ def _sampling_fields(sampling: SamplingParams) -> dict[str, Any]:
         "top_k": sampling.top_k or None,
         "min_p": sampling.min_p or None,
         "repetition_penalty": None if sampling.repetition_penalty == 1.0 else sampling.repetition_penalty,
+        "ignore_eos": sampling.ignore_eos or None,
+        "min_tokens": sampling.min_tokens or None,
     }
     fields.update({key: value for key, value in optional.items() if value is not None})
     return fields
@@ -119,7 +121,7 @@ def _completion_piece(choice: dict[str, Any]) -> GenerationChunk:
 
 async def _stream_chunks(
     events: AsyncIterator[dict[str, Any]], piece: Callable[[dict[str, Any]], GenerationChunk]
-) -> AsyncIterator[GenerationChunk]:
+) -> AsyncGenerator[GenerationChunk, None]:
     """Upstream stream events → our chunks. The finish reason is held back until the usage
     event that follows it, so our last chunk carries both, as backends' last chunks do."""
     finish: str | None = None
@@ -136,11 +138,11 @@ async def _stream_chunks(
     yield GenerationChunk(finish_reason=finish or "stop", usage=usage or _counted(pieces))
 
 
-def chat_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[GenerationChunk]:
+def chat_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[GenerationChunk, None]:
     return _stream_chunks(events, _chat_piece)
 
 
-def completion_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[GenerationChunk]:
+def completion_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[GenerationChunk, None]:
     return _stream_chunks(events, _completion_piece)
 
 

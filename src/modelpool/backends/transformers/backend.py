@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import (
-    ChatRequest,
-    CompletionRequest,
-    GenerationChunk,
-    Limits,
-    MemoryEstimate,
-    SamplingParams,
-    TokenLogprob,
-)
+from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.context import BackendContext
 from modelpool.backends.decoding import tokens_to_generate, with_echo
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
@@ -27,9 +21,11 @@ from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.engine import END, BatchLimits, ContinuousBatcher, Sequence
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
+from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation, files_size, locate
+from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
+from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, SamplingParams, TokenLogprob, Usage
 from modelpool.tasks import Task
 
 
@@ -54,17 +50,22 @@ class TransformersOptions(BaseModel):
     """Allow custom model code shipped with the weights."""
 
 
-class TransformersBackend:
+class TransformersBackend(DeclaredBackend):
+    """Continuous batching: up to `max_batch_size` sequences decode together."""
+
     Options = TransformersOptions
-    supported_tasks = frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING})
+    capabilities = Capabilities(tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING}), prompt_scoring=True)
     overridable = frozenset({"max_batch_size", "max_batch_tokens", "prefill_chunk", "max_model_len", "dtype"})
 
-    def __init__(self, model: ModelConfig, options: TransformersOptions, hub: HubLocation) -> None:
+    @classmethod
+    def capabilities_for(cls, options: TransformersOptions) -> Capabilities:
+        batch = options.max_batch_size
+        return replace(cls.capabilities, engine_concurrency=batch, context_length=options.max_model_len)
+
+    def __init__(self, model: ModelConfig, options: TransformersOptions, context: BackendContext) -> None:
         self.model = model
         self.options = options
-        self.hub = hub
-        self.tasks = frozenset(model.tasks) if model.tasks is not None else self.supported_tasks
-        self.limits = Limits(max_concurrency=options.max_batch_size, max_batch_size=options.max_batch_size)
+        self.hub = context.hub
         self._tokenizer_thread = EngineThread(f"{model.id}-tokenizer")
         self._engine: ContinuousBatcher | None = None
         self._tokenizer: Any = None
@@ -83,7 +84,6 @@ class TransformersBackend:
         self._max_len = min(self.options.max_model_len or 8192, _model_limit(model))
         limits = BatchLimits(self.options.max_batch_size, self.options.max_batch_tokens, self.options.prefill_chunk)
         self._engine = ContinuousBatcher(model, tokenizer, _eos_ids(model, tokenizer), limits, self.model.id)
-        self.limits = Limits(self.options.max_batch_size, self._max_len, self.options.max_batch_size)
 
     async def warmup(self) -> None:
         await drain(self._generate([*await self._encode("Hello")], SamplingParams(max_tokens=1, temperature=0)))
@@ -97,12 +97,12 @@ class TransformersBackend:
     async def check_health(self) -> None:
         self._require_engine()
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[GenerationChunk]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
         prompt = await self._tokenizer_thread.call(self._render_chat, request)
         async for chunk in self._generate(prompt, request.sampling, param="messages"):
             yield chunk
 
-    async def complete(self, request: CompletionRequest) -> AsyncIterator[GenerationChunk]:
+    async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
         if isinstance(request.prompt, str):
             prompt = await self._encode(request.prompt) or await self._start_ids()
             echo_text = request.prompt
@@ -133,7 +133,7 @@ class TransformersBackend:
 
     async def _generate(
         self, prompt: list[int], sampling: SamplingParams, param: str = "prompt"
-    ) -> AsyncIterator[GenerationChunk]:
+    ) -> AsyncGenerator[GenerationChunk, None]:
         engine = self._require_engine()
         max_new = self._check_fits(prompt, sampling.max_tokens, param)
         yield GenerationChunk()  # the request fits: anything after this is the generation itself
@@ -146,7 +146,7 @@ class TransformersBackend:
             prompt=prompt,
             params=sampling,
             max_new=max_new,
-            deliver=lambda item: loop.call_soon_threadsafe(queue.put_nowait, item),
+            deliver=lambda item: _put_threadsafe(loop, queue, item),
             generator=make_generator(sampling.seed, engine.device),
             detok=IncrementalDetokenizer(self._tokenizer, prompt),
         )
@@ -210,7 +210,8 @@ class TransformersBackend:
         dtype = _dtype(self.options.dtype, device)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=self.options.trust_remote_code)
-            model = AutoModelForCausalLM.from_pretrained(
+            # transformers' stubs type `.to()` oddly; the model is used through its runtime API.
+            model: Any = AutoModelForCausalLM.from_pretrained(
                 path, dtype=dtype, trust_remote_code=self.options.trust_remote_code
             )
         except (OSError, ValueError) as exc:
@@ -230,10 +231,12 @@ class TransformersBackend:
         return self._tokenizer
 
 
-def _usage(prompt: list[int], generated: int) -> Any:
-    from modelpool.backends.base import Usage
-
+def _usage(prompt: list[int], generated: int) -> Usage:
     return Usage(len(prompt), generated)
+
+
+def _put_threadsafe(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[object], item: object) -> None:
+    loop.call_soon_threadsafe(queue.put_nowait, item)
 
 
 def _MiB(count: int) -> int:

@@ -31,7 +31,7 @@ def hf_folder_for(gguf: Path, cache_root: Path) -> Path:
         raise ModelLoadFailed(f"cannot convert {gguf} for transformers (needs the gguf package): {exc}") from exc
     # A de-quantised model is a plain float model: drop the GGUF quantizer marker, or
     # save_pretrained writes a config that asks for GGUF again.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # torch types Module.__setattr__ as Tensor|Module only; any value is stored
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     partial = target.with_name(target.name + ".partial")

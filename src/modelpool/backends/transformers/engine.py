@@ -20,11 +20,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from modelpool.backends.base import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
-from modelpool.backends.decoding import StopMatcher
+from modelpool.backends.decoding import StopMatcher, may_end
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.sampling import choose_token
 from modelpool.errors import GenerationFailed, ModelUnloaded
+from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
 
 log = logging.getLogger("modelpool.backends")
 END = None  # delivered after a sequence's last chunk
@@ -69,6 +69,7 @@ class ContinuousBatcher:
         self.eos_ids = eos_ids
         self.limits = limits
         self.device = next(model.parameters()).device
+        self._eos_tensor = torch.tensor(sorted(eos_ids), dtype=torch.long, device=self.device)
         self.decode_steps = 0
         self.largest_batch = 0
         self._cond = threading.Condition()
@@ -265,14 +266,15 @@ class ContinuousBatcher:
             return
         seen = torch.tensor(seq.prompt + seq.generated, device=self.device)
         generated = torch.tensor(seq.generated, dtype=torch.long, device=self.device)
-        token = choose_token(logits, seq.params, seen, generated, seq.generator)
+        banned = None if may_end(seq.params, len(seq.generated)) else self._eos_tensor
+        token = choose_token(logits, seq.params, seen, generated, seq.generator, banned=banned)
         if token in self.eos_ids:
             self._finish(seq, "stop", hit_stop=False)
             return
         seq.generated.append(token)
         if seq.params.logprobs is not None:
             seq.pending.append(self._logprob(logits, token, seq.params.logprobs))
-        text, hit_stop = seq.stops.feed(seq.detok.add(token))
+        text, hit_stop = seq.stops.feed(seq.detok.add(token), armed=len(seq.generated) >= seq.params.min_tokens)
         if text or hit_stop:
             seq.deliver(GenerationChunk(text, tuple(seq.pending)))
             seq.pending = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from modelpool.backends.base import SamplingParams
+from modelpool.inference import SamplingParams
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
@@ -23,10 +23,15 @@ def choose_token(
     seen: torch.Tensor,
     generated: torch.Tensor,
     generator: torch.Generator,
+    *,
+    banned: torch.Tensor | None = None,
 ) -> int:
     """One token from one row of logits. `seen` = prompt + generated ids (repetition
-    penalty), `generated` = generated ids only (presence/frequency penalties)."""
+    penalty), `generated` = generated ids only (presence/frequency penalties), `banned` =
+    ids that must not come now (end-of-sequence under ignore_eos / min_tokens)."""
     scores = logits.float().clone()
+    if banned is not None:
+        scores[banned] = float("-inf")
     if params.repetition_penalty != 1.0 and seen.numel():
         picked = scores[seen]
         scores[seen] = torch.where(picked > 0, picked / params.repetition_penalty, picked * params.repetition_penalty)

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from modelpool.backends.base import TokenLogprob, TopLogprob
+from modelpool.inference import TokenLogprob, TopLogprob
 
 
 def score_tokens(model: Any, tokenizer: Any, tokens: list[int], top_n: int) -> list[TokenLogprob]:
@@ -27,7 +27,9 @@ def score_tokens(model: Any, tokenizer: Any, tokens: list[int], top_n: int) -> l
     return scored
 
 
-def _entry(tokenizer: Any, token: int, logprob: float | None, top: tuple[TopLogprob, ...], greedy: bool = True):
+def _entry(
+    tokenizer: Any, token: int, logprob: float | None, top: tuple[TopLogprob, ...], greedy: bool = True
+) -> TokenLogprob:
     text = tokenizer.decode([token])
     return TokenLogprob(text, logprob, tuple(text.encode()), top, greedy=greedy, token_id=token)
 

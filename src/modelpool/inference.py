@@ -1,0 +1,175 @@
+"""The data of inference work that every layer shares: requests, streamed chunks and results.
+
+Plain frozen dataclasses with no behaviour and no engine imports: the API builds them from
+wire bodies, the runtime routes them, backends consume and produce them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int | None = None
+    """None: until end of sequence or the context is full."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k."""
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None
+    """None: no logprobs; N ≥ 0: the chosen token's logprob plus N top alternatives."""
+    ignore_eos: bool = False
+    """Never end at the model's end-of-sequence token: generate until max_tokens (vLLM's name)."""
+    min_tokens: int = 0
+    """Neither end-of-sequence nor a stop sequence ends the generation before this many
+    tokens (vLLM's name)."""
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: tuple[ChatMessage, ...]
+    sampling: SamplingParams = SamplingParams()
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Extra variables for the chat template (enable_thinking, source_lang_code, ...)."""
+    streamed: bool = True
+    """The client reads the answer as it comes. False: it wants it whole, so a forwarding
+    backend asks its upstream for one response (cheaper for most servers, and the only way
+    some of them report usage). Local engines ignore it."""
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    prompt: str | tuple[int, ...]
+    """Text, or token ids in the model's own vocabulary."""
+    sampling: SamplingParams = SamplingParams()
+    echo: bool = False
+    streamed: bool = True
+    """As `ChatRequest.streamed`."""
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float | None
+    """None for the first token of an echoed prompt: nothing came before it."""
+    bytes: tuple[int, ...]
+    top: tuple[TopLogprob, ...] = ()
+    greedy: bool = True
+    """The token is the most likely one at its position (always, for the first)."""
+    token_id: int = -1
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class GenerationChunk:
+    """A piece of generated text. The last chunk of a generation has `finish_reason`
+    ('stop' or 'length') and `usage` set."""
+
+    text: str = ""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    reasoning: str = ""
+    """Reasoning text (models with a reasoning parser); `text` is then the answer only."""
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    inputs: tuple[str | tuple[int, ...], ...]
+    """Texts, or token-id sequences in the model's own vocabulary (no special tokens)."""
+    truncate: bool = False
+    """Cut over-long inputs to the model's maximum instead of rejecting them."""
+
+
+@dataclass(frozen=True)
+class EmbeddingResult:
+    vectors: npt.NDArray[np.float32]
+    """Shape (len(inputs), dimensions), in input order."""
+    prompt_tokens: int
+    token_counts: tuple[int, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class TranscriptionRequest:
+    audio: npt.NDArray[np.float32] = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    """Mono samples at the backend's declared `audio_input_rate` (the pool decodes uploads into it)."""
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    word_timestamps: bool = False
+    task: str = "transcribe"
+    """transcribe, or translate (into English)."""
+
+
+@dataclass(frozen=True)
+class Word:
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class Segment:
+    id: int
+    start: float
+    end: float
+    text: str
+    words: tuple[Word, ...] = ()
+    avg_logprob: float = 0.0
+    no_speech_prob: float = 0.0
+    compression_ratio: float = 0.0
+    temperature: float = 0.0
+    tokens: tuple[int, ...] = ()
+    language: str = "en"
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    text: str
+    voice: str | None = None
+    speed: float = 1.0
+    deterministic: bool = False
+
+
+@dataclass(frozen=True)
+class Voice:
+    name: str
+    language: str
+    sample_rate: int
+    speaker_id: int | None = None

@@ -1,0 +1,46 @@
+"""A pool built from the config: every served model's capabilities resolved and its options
+checked before anything loads, so a bad config fails at start, not at the first request."""
+
+from __future__ import annotations
+
+from modelpool.backends.base import Backend
+from modelpool.backends.context import BackendContext, ClaimedProcesses
+from modelpool.backends.registry import build_backend, model_capabilities
+from modelpool.config.schema import Config, ModelConfig
+from modelpool.config.sources import HubLocation
+from modelpool.runtime.capacity import Capacity
+from modelpool.runtime.clock import Clock, SystemClock
+from modelpool.runtime.eviction import Budget
+from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.slot import ModelSlot
+
+
+def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock | None = None) -> ModelPool:
+    metrics = metrics or Metrics()
+    clock = clock or SystemClock()
+    hub = HubLocation(config.hf_cache_dir, config.offline, config.work_dir or HubLocation.work_dir, config.state_dir)
+    claimed = ClaimedProcesses()
+    budget = Budget(
+        max_models=config.pool.max_loaded_models,
+        memory_bytes=config.pool.memory_budget_bytes,
+        gpu_bytes=config.pool.gpu_memory_budget_bytes,
+    )
+    slots: list[ModelSlot] = []
+    capacity = Capacity(budget, lambda: slots)
+    for model in config.served_models():
+        capabilities = model_capabilities(model)
+
+        def make(cfg: ModelConfig) -> Backend:
+            return build_backend(cfg, BackendContext(hub, model_capabilities(cfg).tasks, claimed))
+
+        slots.append(ModelSlot(model, capabilities, make, metrics, clock, capacity))
+    return ModelPool(
+        slots,
+        metrics,
+        capacity,
+        clock,
+        model_wait_s=config.server.model_wait_s,
+        resolve=model_capabilities,
+        reap_interval_s=config.pool.reap_interval_s,
+    )

@@ -1,0 +1,169 @@
+"""A lease (one admitted request's turn on one replica) and the one stream type that holds a
+lease until it is closed.
+
+Whoever takes a turn gives it back by leaving `async with lease:` or by closing the
+`LeasedStream` the lease was handed to. Both are idempotent, so a turn is given back exactly
+once whatever happens (an abandoned async generator would never run its finally).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import Generic, TypeVar
+
+from modelpool.backends.base import Backend
+from modelpool.errors import ModelUnloaded
+from modelpool.runtime.admission import Ticket
+from modelpool.runtime.replicas import Replica
+from modelpool.runtime.timing import RequestTiming
+
+B = TypeVar("B", bound=Backend, covariant=True)
+T = TypeVar("T")
+_NOTHING = object()
+
+
+class Lease(Generic[B]):
+    """A turn on one replica whose backend serves the task it was leased for (`backend`,
+    typed by that task's Protocol: the slot checked it)."""
+
+    def __init__(
+        self,
+        model_id: str,
+        replica: Replica,
+        backend: B,
+        ticket: Ticket,
+        timing: RequestTiming,
+        keep_alive: float | None,
+        on_release: Callable[[Lease[Backend]], None],
+    ) -> None:
+        self.model_id = model_id
+        self.replica = replica
+        self._backend = backend
+        self.timing = timing
+        self.keep_alive = keep_alive
+        self._ticket = ticket
+        self._on_release = on_release
+        self._released = False
+        replica.take()
+
+    @property
+    def backend(self) -> B:
+        return self._backend
+
+    @property
+    def revoked(self) -> bool:
+        """A forced unload: the request must stop at its next step."""
+        return self.replica.revoked
+
+    def check_revoked(self) -> None:
+        if self.replica.revoked:
+            raise ModelUnloaded(f"model '{self.model_id}' was unloaded while this request ran")
+
+    async def __aenter__(self) -> Lease[B]:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Give the turn back (once; later calls do nothing)."""
+        if self._released:
+            return
+        self._released = True
+        self.replica.give_back()
+        self._ticket.done()
+        self._on_release(self)
+
+
+class LeasedStream(Generic[T]):
+    """Results of one request as they come, holding the model's turn until closed.
+
+    `prefetch()` runs it up to its first item, so that problems with the request itself
+    (prompt too long, bad template) raise before any response has started and still get a
+    4xx. `aclose()` also works on a stream nobody iterated. A forced unload revokes the
+    lease: the stream then stops at its next item.
+    """
+
+    def __init__(
+        self,
+        items: AsyncIterator[T],
+        lease: Lease[Backend],
+        *,
+        observe: Callable[[T], None] | None = None,
+        on_close: Callable[[RequestTiming], None] | None = None,
+    ) -> None:
+        self.model_id = lease.model_id
+        self.timing = lease.timing
+        self._items = items
+        self._lease = lease
+        self._observe = observe
+        self._on_close = on_close
+        self._first: object = _NOTHING
+        self._closed = False
+
+    async def prefetch(self) -> None:
+        with contextlib.suppress(StopAsyncIteration):  # an empty stream closes itself
+            self._first = await self.__anext__()
+
+    def __aiter__(self) -> LeasedStream[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._first is not _NOTHING:
+            first, self._first = self._first, _NOTHING
+            return first  # type: ignore[return-value]  # _first holds a T whenever it is not _NOTHING
+        if self._closed:
+            raise StopAsyncIteration
+        try:
+            self._lease.check_revoked()
+            item = await self._items.__anext__()
+        except BaseException:
+            await self.aclose()
+            raise
+        if self._observe is not None:
+            self._observe(item)
+        return item
+
+    async def __aenter__(self) -> LeasedStream[T]:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            aclose = getattr(self._items, "aclose", None)  # async generators have it; other iterators may not
+            if aclose is not None:
+                await aclose()
+        finally:
+            self._lease.release()
+            if self._on_close is not None:
+                self._on_close(self.timing)
+
+
+async def open_stream(
+    lease: Lease[B],
+    start: Callable[[B], AsyncIterator[T]],
+    *,
+    observe: Callable[[T], None] | None = None,
+    on_close: Callable[[RequestTiming], None] | None = None,
+) -> LeasedStream[T]:
+    """Hand `lease` to a stream of `start(backend)`'s items, prefetched; if starting fails,
+    the turn goes back at once."""
+    try:
+        items = start(lease.backend)
+    except BaseException:
+        lease.release()
+        raise
+    stream = LeasedStream(items, lease, observe=observe, on_close=on_close)
+    await stream.prefetch()
+    return stream

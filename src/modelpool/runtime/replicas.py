@@ -1,0 +1,161 @@
+"""The started backends of one model: starting (with warm-up, measuring and supervision),
+routing to the least busy, scaling away, and stopping. The slot decides when; this does it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from modelpool.backends.base import Backend, ProcessBackend, TokenEmbeddingBackend
+from modelpool.capabilities import Locality, ModelCapabilities
+from modelpool.config.schema import ModelConfig
+from modelpool.runtime.batching import EmbeddingBatcher
+from modelpool.runtime.clock import Clock
+from modelpool.runtime.memory import process_rss, release_freed_memory
+from modelpool.runtime.status import EngineOutput, ReplicaStatus
+from modelpool.tasks import Task
+
+log = logging.getLogger("modelpool.runtime")
+
+
+@dataclass(eq=False)
+class Replica:
+    index: int
+    backend: Backend
+    memory_bytes: int = 0
+    """Measured: process RSS growth while it started (or the engine process's own RSS)."""
+    started_at: float = 0.0
+    """Monotonic time it became ready."""
+    running: int = 0
+    served: int = 0
+    batcher: EmbeddingBatcher | None = None
+    retiring: bool = False
+    """Being scaled away: gets no new requests."""
+    revoked: bool = False
+    """A forced unload: requests running here stop at their next step (503 model_unloaded)."""
+    idle: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    """Set while nothing runs on this replica: the one "idle" signal drains wait on."""
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def take(self) -> None:
+        self.running += 1
+        self.idle.clear()
+
+    def give_back(self) -> None:
+        self.running -= 1
+        self.served += 1
+        if self.running == 0:
+            self.idle.set()
+
+    def status(self) -> ReplicaStatus:
+        process = self.backend if isinstance(self.backend, ProcessBackend) else None
+        return ReplicaStatus(
+            index=self.index,
+            running=self.running,
+            served=self.served,
+            memory_bytes=self.memory_bytes,
+            retiring=self.retiring,
+            pid=process.pid if process else None,
+            port=process.port if process else None,
+        )
+
+    async def stop(self, *, detach: bool = False) -> None:
+        """Stop the backend, logging (not raising) what goes wrong. detach: modelpool is
+        shutting down, and a persistent engine process is left running to be adopted."""
+        if self.batcher is not None:
+            await self.batcher.close()
+        try:
+            if detach and isinstance(self.backend, ProcessBackend):
+                await self.backend.detach()
+            else:
+                await self.backend.stop()
+        except Exception:
+            log.exception("stopping a backend failed")
+
+
+class ReplicaSet:
+    def __init__(self, model_id: str, clock: Clock, on_crash: Callable[[Replica, str], None]) -> None:
+        self.model_id = model_id
+        self._clock = clock
+        self._on_crash = on_crash
+        self.members: list[Replica] = []
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def routable(self) -> list[Replica]:
+        return [r for r in self.members if not r.retiring]
+
+    def least_busy(self) -> Replica:
+        return min(self.routable(), key=lambda r: r.running)
+
+    def next_index(self) -> int:
+        return max((r.index for r in self.members), default=-1) + 1
+
+    async def start(
+        self, index: int, backend: Backend, config: ModelConfig, capabilities: ModelCapabilities
+    ) -> Replica:
+        """Start `backend` as replica `index` and add it; a failed start leaves nothing behind."""
+        before = process_rss()
+        replica = Replica(index, backend)
+        try:
+            await backend.start()
+            if config.warmup:
+                await backend.warmup()
+        except BaseException:
+            await replica.stop()
+            raise
+        replica.started_at = self._clock.monotonic()
+        replica.memory_bytes = max(0, process_rss() - before)
+        locality = capabilities.declared.locality
+        if locality is Locality.REMOTE:
+            replica.memory_bytes = 0  # whatever grew meanwhile was not this model
+        elif isinstance(backend, ProcessBackend):
+            replica.memory_bytes = backend.resident_bytes()
+            backend.supervise(lambda message: self._on_crash(replica, message))
+        if Task.EMBEDDING in capabilities.tasks and isinstance(backend, TokenEmbeddingBackend):
+            replica.batcher = EmbeddingBatcher(backend.embed_tokens, config.batch, f"{self.model_id}#{index}")
+        self.members.append(replica)
+        return replica
+
+    def revoke_all(self) -> None:
+        for replica in self.members:
+            replica.revoked = True
+
+    async def wait_idle(self, replicas: list[Replica] | None = None) -> None:
+        await asyncio.gather(*(r.idle.wait() for r in (self.members if replicas is None else replicas)))
+
+    async def stop_all(self, *, detach: bool = False) -> None:
+        leaving, self.members = self.members, []
+        for replica in leaving:
+            await replica.stop(detach=detach)
+        if leaving:
+            release_freed_memory()
+
+    async def retire(self, leaving: list[Replica]) -> None:
+        """Take replicas out of routing, wait until their requests finish, then stop them."""
+        for replica in leaving:
+            replica.retiring = True
+        await self.wait_idle(leaving)
+        for replica in leaving:
+            self.members.remove(replica)
+            await replica.stop()
+        release_freed_memory()
+
+    def measured_bytes(self) -> int:
+        return sum(r.memory_bytes for r in self.members)
+
+    def output(self, count: int) -> list[EngineOutput]:
+        """The last output lines of each replica's engine process."""
+        return [
+            EngineOutput(r.index, r.backend.pid, r.backend.log_tail(count))
+            for r in self.members
+            if isinstance(r.backend, ProcessBackend)
+        ]
+
+    def statuses(self) -> list[ReplicaStatus]:
+        return [r.status() for r in self.members]
