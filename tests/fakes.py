@@ -5,8 +5,8 @@ smallest complete backend: everything a backend declares, in one class."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt

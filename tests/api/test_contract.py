@@ -90,3 +90,11 @@ async def test_a_backend_that_breaks_its_contract_fails_the_load_with_what_it_la
     assert "lacks embed" in error["message"]
     model = (await client.get("/v1/models/broken")).json()
     assert model["state"] == "failed" and "lacks embed" in model["error"]
+
+
+async def test_listing_voices_reads_the_files_and_loads_nothing() -> None:
+    config = load_config(environ={}, cli={"enabled_models": ["piper-en-us-joe", "smollm2-135m-instruct"]})
+    pool = build_pool(config)
+    voices = await pool.voices()
+    assert [(v.model, v.voice.language, v.voice.sample_rate) for v in voices] == [("piper-en-us-joe", "en_US", 22050)]
+    assert {s.state for s in pool.statuses()} == {"unloaded"}  # neither the voice nor another model was loaded

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from modelpool.backends.context import BackendContext
 from modelpool.backends.managed.llama_server import LlamaServerBackend, LlamaServerOptions
 from modelpool.backends.managed.vllm_serve import VllmOptions, VllmServeBackend
+from modelpool.backends.registry import model_capabilities
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import HubLocation
 from modelpool.tasks import Task
 
 WEIGHTS = Path("/models/smollm2")
@@ -25,12 +26,12 @@ VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 
 def vllm(options: dict[str, Any] | None = None, model_id: str = "smol", **config: Any) -> VllmServeBackend:
     model = ModelConfig(id=model_id, backend="vllm_serve", **{"source": str(WEIGHTS), **config})
-    return VllmServeBackend(model, VllmOptions.model_validate(options or {}), HubLocation())
+    return VllmServeBackend(model, VllmOptions.model_validate(options or {}), BackendContext())
 
 
 def llama(options: dict[str, Any] | None = None, model_id: str = "smol", **config: Any) -> LlamaServerBackend:
     model = ModelConfig(id=model_id, backend="llama_server", source=str(GGUF), **config)
-    return LlamaServerBackend(model, LlamaServerOptions.model_validate(options or {}), HubLocation())
+    return LlamaServerBackend(model, LlamaServerOptions.model_validate(options or {}), BackendContext())
 
 
 def vllm_argv(**options: Any) -> list[str]:
@@ -167,8 +168,8 @@ def test_vllm_extra_args_come_last_after_everything_else() -> None:
     [({}, 256, None), ({"max_num_seqs": 8, "max_model_len": 2048}, 8, 2048)],
 )
 def test_vllm_limits_follow_the_options(options: dict[str, Any], concurrency: int, context: int | None) -> None:
-    backend = vllm(options)
-    assert (backend.limits.max_concurrency, backend.limits.context_length) == (concurrency, context)
+    declared = VllmServeBackend.capabilities_for(VllmOptions.model_validate(options))
+    assert (declared.engine_concurrency, declared.context_length) == (concurrency, context)
 
 
 @pytest.mark.parametrize(
@@ -283,9 +284,9 @@ def test_llama_health_path(binary: str | None, path: str) -> None:
 
 @pytest.mark.parametrize(("binary", "concurrency"), [(LLAMA_SERVER, 4), (None, 1)])
 def test_llama_concurrency_is_parallel_for_native_and_one_for_python(binary: str | None, concurrency: int) -> None:
-    backend = llama({"binary": binary, "parallel": 4, "context_length": 2048})
-    assert backend.engine_concurrency() == backend.limits.max_concurrency == concurrency
-    assert backend.limits.context_length == 2048
+    options = LlamaServerOptions.model_validate({"binary": binary, "parallel": 4, "context_length": 2048})
+    declared = LlamaServerBackend.capabilities_for(options)
+    assert (declared.engine_concurrency, declared.context_length) == (concurrency, 2048)
 
 
 @pytest.mark.parametrize(
@@ -299,7 +300,8 @@ def test_llama_concurrency_is_parallel_for_native_and_one_for_python(binary: str
     ],
 )
 def test_llama_default_tasks(options: dict[str, Any], tasks: list[str] | None, expected: set[Task]) -> None:
-    assert llama(options, tasks=tasks).tasks == expected
+    model = ModelConfig(id="smol", backend="llama_server", source=str(GGUF), options=options, tasks=tasks)
+    assert model_capabilities(model).tasks == expected
 
 
 @pytest.mark.parametrize(

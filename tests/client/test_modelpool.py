@@ -3,6 +3,7 @@ a models.yaml loaded with load_models_config, readiness, typed errors, `service:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import socket
 import sys
@@ -204,13 +205,13 @@ async def test_wait_ready_times_out_when_nothing_listens(tmp_path: Path) -> None
 
 
 async def test_health_check_false_skips_the_probe(tmp_path: Path) -> None:
-    # A socket that listens but never answers: a probe would connect (seen by accept) and,
-    # with no answer, end in ReadyTimeout.
+    # A socket that listens but never answers: a probe would connect (seen by accept) and
+    # wait for an answer (past wait_ready's own timeout: the 5 s bound turns that into a failure).
     with socket.create_server(("127.0.0.1", 0)) as listener:
         listener.setblocking(False)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         roles = {"llm": {"kind": "preset:smollm2", "base_url": url, "health_check": False}}
-        async with make_llm(load_models_config(write_models_yaml(tmp_path, roles)), "llm") as llm:
+        async with make_llm(load_models_config(write_models_yaml(tmp_path, roles)), "llm") as llm, asyncio.timeout(5):
             await llm.wait_ready(0.5)
         with pytest.raises(BlockingIOError):
             listener.accept()  # nobody connected: nothing was asked

@@ -119,10 +119,13 @@ async def test_drain_waits_for_running_work_and_force_cuts_it() -> None:
     forced = asyncio.create_task(slot.unload(drain=False))
     await settle()
     assert lease.revoked  # the request's stream sees this at its next step and raises ModelUnloaded
+    with pytest.raises(ModelUnloaded, match="model 'fake' was unloaded") as caught:
+        lease.check_revoked()
+    assert caught.value.status_code == 503
+    assert not forced.done()  # still waiting for the cut-off request to give its turn back
     lease.release()
     await forced
     assert slot.state is SlotState.UNLOADED
-    assert ModelUnloaded("x").status_code == 503
 
 
 async def test_replicas_share_work_least_busy_first() -> None:

@@ -133,7 +133,8 @@ class ModelConfig(_Strict):
 
     backend: str
     """Engine that runs the model: `llama_cpp`, `sentence_transformers`, `transformers`,
-    `faster_whisper`, `piper`, `llama_server`, `vllm_serve` or `openai_remote`."""
+    `faster_whisper`, `piper`, `llama_server`, `vllm_serve` or `openai_remote` — or your own
+    backend class as `package.module:Class` (see the contract in `modelpool/backends/base.py`)."""
 
     source: str | None = None
     """Where the weights are: a local path (relative to the config file),

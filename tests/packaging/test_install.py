@@ -1,0 +1,42 @@
+"""What `make install` installs is enough for what the README promises: the project's own
+files, read as pip and make read them (a green run on a developer's machine can hide a
+missing install step)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the test machines run 3.11
+    pytest.skip("tomllib needs Python 3.11", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def installed_extras() -> set[str]:
+    """The extras the Makefile's `install` target asks pip for (`pip install -e ".[a,b]"`)."""
+    makefile = (ROOT / "Makefile").read_text()
+    target = makefile.split("\n$(VENV)/.installed:", 1)[1].split("\n\n", 1)[0]
+    found = re.search(r'-e "\.\[([^\]]+)\]"', target)
+    assert found is not None, "the install target installs the project with its extras"
+    return set(found.group(1).split(","))
+
+
+def requirements_of(extras: set[str]) -> list[str]:
+    optional = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return [requirement for extra in sorted(extras) for requirement in optional[extra]]
+
+
+def test_make_install_brings_the_llama_cpp_server_that_a_managed_engine_without_binary_runs() -> None:
+    requirements = requirements_of(installed_extras())
+    assert any(re.match(r"llama-cpp-python\[[^\]]*\bserver\b", r) for r in requirements), requirements
+
+
+def test_make_install_brings_every_engine_of_the_starter_catalog() -> None:
+    extras = installed_extras()
+    assert {"llama", "embeddings", "transformers", "speech", "starter"} <= extras
