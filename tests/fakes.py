@@ -17,7 +17,15 @@ from modelpool.backends.context import BackendContext
 from modelpool.backends.registry import model_capabilities
 from modelpool.capabilities import Capabilities, Locality, ModelCapabilities
 from modelpool.config.schema import ModelConfig
-from modelpool.inference import ChatRequest, EmbeddingRequest, EmbeddingResult, GenerationChunk, Usage
+from modelpool.inference import (
+    ChatRequest,
+    EmbeddingRequest,
+    EmbeddingResult,
+    GenerationChunk,
+    Segment,
+    TranscriptionRequest,
+    Usage,
+)
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.eviction import Budget
@@ -256,3 +264,13 @@ class FakeProcessBackend(FakeBackend):
 
     async def detach(self) -> None:
         self.detaches += 1
+
+
+class SampleCountingTranscriber(EchoBackend):
+    """Transcribes audio into the number of samples it got: shows the rate the pool decoded
+    the upload at, which must be the one the backend declares."""
+
+    capabilities = Capabilities(tasks=frozenset({Task.TRANSCRIPTION}), needs_source=False, audio_input_rate=8000)
+
+    async def transcribe(self, request: TranscriptionRequest) -> AsyncGenerator[Segment, None]:
+        yield Segment(0, 0.0, len(request.audio) / 8000, str(len(request.audio)))

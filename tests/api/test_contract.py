@@ -3,6 +3,8 @@ capabilities shown to clients, a broken backend refused at load with what it lac
 
 from __future__ import annotations
 
+import io
+import wave
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +26,7 @@ from tests.fakes import EchoBackend
 MODELS = {
     "echo": {"backend": "tests.fakes:EchoBackend", "options": {"prefix": "echo:"}, "preload": False},
     "broken": {"backend": "tests.fakes:BrokenEchoBackend", "preload": False, "tasks": ["chat", "embedding"]},
+    "counter": {"backend": "tests.fakes:SampleCountingTranscriber", "preload": False},
 }
 
 
@@ -98,3 +101,16 @@ async def test_listing_voices_reads_the_files_and_loads_nothing() -> None:
     voices = await pool.voices()
     assert [(v.model, v.voice.language, v.voice.sample_rate) for v in voices] == [("piper-en-us-joe", "en_US", 22050)]
     assert {s.state for s in pool.statuses()} == {"unloaded"}  # neither the voice nor another model was loaded
+
+
+async def test_uploads_are_decoded_at_the_rate_the_backend_declares(client: httpx.AsyncClient) -> None:
+    second_at_44k = io.BytesIO()
+    with wave.open(second_at_44k, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(44_100)
+        out.writeframes(b"\x00\x10" * 44_100)
+    files = {"file": ("one-second.wav", second_at_44k.getvalue(), "audio/wav")}
+    form = {"model": "counter", "response_format": "verbose_json"}
+    reply = (await client.post("/v1/audio/transcriptions", data=form, files=files)).json()
+    assert reply["text"] == "8000" and reply["duration"] == pytest.approx(1.0)

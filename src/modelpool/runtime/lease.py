@@ -9,7 +9,7 @@ once whatever happens (an abandoned async generator would never run its finally)
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
 from typing import Generic, TypeVar
 
@@ -90,7 +90,7 @@ class LeasedStream(Generic[T]):
 
     def __init__(
         self,
-        items: AsyncIterator[T],
+        items: AsyncGenerator[T, None],
         lease: Lease[Backend],
         *,
         observe: Callable[[T], None] | None = None,
@@ -141,9 +141,7 @@ class LeasedStream(Generic[T]):
             return
         self._closed = True
         try:
-            aclose = getattr(self._items, "aclose", None)  # async generators have it; other iterators may not
-            if aclose is not None:
-                await aclose()
+            await self._items.aclose()  # stops the generation (and closes an upstream response)
         finally:
             self._lease.release()
             if self._on_close is not None:
@@ -152,7 +150,7 @@ class LeasedStream(Generic[T]):
 
 async def open_stream(
     lease: Lease[B],
-    start: Callable[[B], AsyncIterator[T]],
+    start: Callable[[B], AsyncGenerator[T, None]],
     *,
     observe: Callable[[T], None] | None = None,
     on_close: Callable[[RequestTiming], None] | None = None,

@@ -264,7 +264,7 @@ class ModelPool:
         return await open_stream(lease, each, on_close=self._timing_observer(lease))
 
     async def _generation(
-        self, lease: Lease[B], run: Callable[[B], AsyncIterator[GenerationChunk]]
+        self, lease: Lease[B], run: Callable[[B], AsyncGenerator[GenerationChunk, None]]
     ) -> LeasedStream[GenerationChunk]:
         observe = chunk_timer(lease.timing, self.clock)
         return await open_stream(lease, run, observe=observe, on_close=self._timing_observer(lease))
