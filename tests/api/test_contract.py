@@ -3,8 +3,6 @@ capabilities shown to clients, a broken backend refused at load with what it lac
 
 from __future__ import annotations
 
-import io
-import wave
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +19,7 @@ from modelpool.config.schema import ModelConfig
 from modelpool.errors import ConfigError
 from modelpool.runtime.build import build_pool
 from modelpool.tasks import Task
+from tests.audio_files import wav_bytes
 from tests.fakes import EchoBackend
 
 MODELS = {
@@ -104,13 +103,8 @@ async def test_listing_voices_reads_the_files_and_loads_nothing() -> None:
 
 
 async def test_uploads_are_decoded_at_the_rate_the_backend_declares(client: httpx.AsyncClient) -> None:
-    second_at_44k = io.BytesIO()
-    with wave.open(second_at_44k, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(44_100)
-        out.writeframes(b"\x00\x10" * 44_100)
-    files = {"file": ("one-second.wav", second_at_44k.getvalue(), "audio/wav")}
+    second_at_44k = wav_bytes(rate=44_100, sample=b"\x00\x10")
+    files = {"file": ("one-second.wav", second_at_44k, "audio/wav")}
     form = {"model": "counter", "response_format": "verbose_json"}
     reply = (await client.post("/v1/audio/transcriptions", data=form, files=files)).json()
     assert reply["text"] == "8000" and reply["duration"] == pytest.approx(1.0)

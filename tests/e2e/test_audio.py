@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from tests.audio_files import wav_bytes
 from tests.conftest import CHAT_MODEL, STT_MODEL, TTS_MODEL, serving
 
 SENTENCES = "The quick brown fox jumps over the lazy dog. It was a sunny day in the city. We walked to the park."
@@ -117,16 +118,6 @@ async def test_voices_and_pool_listing(http: httpx.AsyncClient) -> None:
     metrics = (await http.get("/metrics")).text
     assert 'modelpool_audio_seconds_total{direction="in",model="whisper-tiny.en"}' in metrics
     assert "modelpool_real_time_factor_bucket" in metrics
-
-
-def wav_bytes() -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as writer:
-        writer.setnchannels(1)
-        writer.setsampwidth(2)
-        writer.setframerate(16000)
-        writer.writeframes(b"\x00\x00" * 16000)
-    return buffer.getvalue()
 
 
 @pytest.mark.parametrize(

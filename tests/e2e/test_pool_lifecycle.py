@@ -13,6 +13,7 @@ from modelpool.errors import ModelUnloaded
 from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
 from modelpool.runtime.generation import collect
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STARTER_IDS, sdk, serving
+from tests.polling import until
 
 HI = [{"role": "user", "content": "Say hello."}]
 # ignore_eos: a sampled story may end early on some machine; this one surely runs 400 tokens.
@@ -80,8 +81,7 @@ async def test_overflow_gets_429_at_once_and_the_queue_is_served_in_turn() -> No
         queued = asyncio.create_task(
             client.post("/v1/chat/completions", json={"model": CHAT_MODEL, "messages": HI, "max_tokens": 2})
         )
-        while pool.slot(CHAT_MODEL).admission.waiting == 0:
-            await asyncio.sleep(0.01)
+        await until(lambda: pool.slot(CHAT_MODEL).admission.waiting > 0, "the request to queue")
         overflow = await client.post("/v1/chat/completions", json={"model": CHAT_MODEL, "messages": HI})
         assert overflow.status_code == 429
         assert overflow.json()["error"]["code"] == "overloaded" and int(overflow.headers["retry-after"]) >= 1
@@ -111,11 +111,7 @@ async def test_keep_alive_zero_unloads_after_the_request() -> None:
     async with serving(on_demand()) as (app, client):
         await sdk(client).embeddings.create(model=EMBED_MODEL, input="once", extra_body={"keep_alive": 0})
         slot = app.state.pool.slot(EMBED_MODEL)
-        for _ in range(500):
-            if slot.state.value == "unloaded":
-                break
-            await asyncio.sleep(0.01)
-        assert slot.state.value == "unloaded"
+        await until(lambda: slot.state.value == "unloaded", "the unload after the request", timeout_s=5)
 
 
 async def test_idle_model_is_unloaded_by_the_reaper() -> None:
@@ -124,11 +120,7 @@ async def test_idle_model_is_unloaded_by_the_reaper() -> None:
         await sdk(client).chat.completions.create(model=CHAT_MODEL, messages=HI, max_tokens=2)
         assert (await admin_models(client))[CHAT_MODEL]["expires_in_s"] <= 1
         slot = app.state.pool.slot(CHAT_MODEL)
-        for _ in range(100):
-            if slot.state.value == "unloaded":
-                break
-            await asyncio.sleep(0.05)
-        assert slot.state.value == "unloaded"
+        await until(lambda: slot.state.value == "unloaded", "the reaper's unload", timeout_s=5)
 
 
 async def test_unload_drains_running_work_then_force_cuts_it() -> None:
@@ -136,9 +128,8 @@ async def test_unload_drains_running_work_then_force_cuts_it() -> None:
         pool = app.state.pool
         running = await pool.chat(CHAT_MODEL, LONG)
         unloading = asyncio.create_task(client.post(f"/v1/admin/models/{CHAT_MODEL}/unload", json={"drain": True}))
-        async with asyncio.timeout(10):  # the unload starts a moment after the task does
-            while pool.slot(CHAT_MODEL).state.value != "unloading":
-                await asyncio.sleep(0.01)
+        # The unload starts a moment after the task does.
+        await until(lambda: pool.slot(CHAT_MODEL).state.value == "unloading", "the drain to begin")
         assert not unloading.done()  # it waits for the running request: draining
         text = (await collect(running)).text
         assert text  # the running request finished whole

@@ -19,6 +19,7 @@ from modelpool.runtime.generation import collect
 from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
 from tests.e2e.stop_checks import assert_stop_across_tokens_never_leaks
+from tests.polling import until
 
 PROMPTS = ["Write a poem about the sea.", "What is 2+2?", "Name three animals.", "Describe Paris."]
 
@@ -130,11 +131,7 @@ async def test_a_cancelled_request_leaves_the_batch(hf) -> None:
         if chunk.text:
             break
     await stream.aclose()
-    for _ in range(200):
-        if engine.in_flight == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert engine.in_flight == 0
+    await until(lambda: engine.in_flight == 0, "the cancelled sequence to leave the batch", timeout_s=2)
 
 
 async def test_a_long_prompt_is_prefilled_in_chunks_between_decode_steps(hf) -> None:

@@ -1,0 +1,16 @@
+"""Waiting for a state that other tasks bring about: poll with a deadline, never a fixed
+sleep before asserting. A condition that never comes fails with what was awaited."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+
+async def until(condition: Callable[[], bool], what: str, *, timeout_s: float = 10.0) -> None:
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not condition():
+                await asyncio.sleep(0.01)  # yields to the tasks that change the state
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}") from None
