@@ -60,8 +60,8 @@ class PiperBackend(DeclaredBackend):
         path = await locate(self.model, self.hub)
         self._voice = await self._thread.call(self._load, path)
         self._sample_rate = int(self._voice.config.sample_rate)
-        self._speakers = _read_speakers(path)
-        self._language = _read_language(path)
+        voice_config = _read_voice_config(path)
+        self._speakers, self._language = _speakers_of(voice_config), _language_of(voice_config)
 
     async def warmup(self) -> None:
         await drain(self.synthesize(SpeechRequest("Hello.", deterministic=True)))
@@ -136,14 +136,6 @@ def _sentences(voice: Any, text: str, config: Any, cancel: threading.Event) -> I
 def _read_voice_config(path: Path) -> dict[str, Any]:
     config = path.with_name(path.name + ".json")
     return json.loads(config.read_text("utf-8")) if config.is_file() else {}
-
-
-def _read_speakers(path: Path) -> dict[str, int]:
-    return _speakers_of(_read_voice_config(path))
-
-
-def _read_language(path: Path) -> str:
-    return _language_of(_read_voice_config(path))
 
 
 def _speakers_of(config: dict[str, Any]) -> dict[str, int]:

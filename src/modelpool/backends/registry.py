@@ -51,6 +51,8 @@ def model_capabilities(model: ModelConfig) -> ModelCapabilities:
         names = ", ".join(sorted(t.value for t in unsupported))
         raise ConfigError(f"model '{model.id}': backend '{model.backend}' cannot do {names}")
     tasks = declared.served_tasks(asked)
+    if Task.TRANSCRIPTION in tasks and declared.audio_input_rate is None:
+        raise ConfigError(f"backend '{model.backend}' declares transcription but no `audio_input_rate`")
     thinking = ("default", "enabled", "disabled") if model.reasoning_parser and Task.CHAT in tasks else ()
     return ModelCapabilities(tasks, declared, thinking_modes=thinking, overridable=cls.overridable)
 

@@ -236,14 +236,16 @@ class ModelPool:
     async def chat(
         self, name: str, request: ChatRequest, options: CallOptions = DEFAULT_CALL
     ) -> LeasedStream[GenerationChunk]:
-        lease = await self.lease(name, Task.CHAT, ChatBackend, options)
-        parser = self.slot(name).config.reasoning_parser
+        slot = self.slot_for(name, Task.CHAT, options)
+        lease = await slot.lease(ChatBackend, self.model_wait_s, options.keep_alive)
+        parser = slot.config.reasoning_parser
 
         def run(backend: ChatBackend) -> AsyncGenerator[GenerationChunk, None]:
             chunks = backend.chat(request)
             return split_reasoning(chunks, parser) if parser else chunks
 
-        return await self._generation(lease, run)
+        observe = chunk_timer(lease.timing, self.clock)
+        return await open_stream(lease, run, observe=observe, on_close=self._timing_observer(slot.id))
 
     async def complete(
         self, name: str, requests: list[CompletionRequest], options: CallOptions = DEFAULT_CALL
@@ -252,27 +254,23 @@ class ModelPool:
         chunk with its prompt's index. The first prompt starts before this returns, so a
         bad request still gets a 4xx; later ones start when reached."""
         lease = await self.lease(name, Task.COMPLETION, CompletionBackend, options)
-        observe = chunk_timer(lease.timing, self.clock)
+        timer = chunk_timer(lease.timing, self.clock)
 
         async def each(backend: CompletionBackend) -> AsyncGenerator[ChoiceChunk, None]:
             for index, request in enumerate(requests):
                 async with aclosing(backend.complete(request)) as chunks:
                     async for chunk in chunks:
-                        observe(chunk)
                         yield index, chunk
 
-        return await open_stream(lease, each, on_close=self._timing_observer(lease))
+        def observe(piece: ChoiceChunk) -> None:
+            timer(piece[1])
 
-    async def _generation(
-        self, lease: Lease[B], run: Callable[[B], AsyncGenerator[GenerationChunk, None]]
-    ) -> LeasedStream[GenerationChunk]:
-        observe = chunk_timer(lease.timing, self.clock)
-        return await open_stream(lease, run, observe=observe, on_close=self._timing_observer(lease))
+        return await open_stream(lease, each, observe=observe, on_close=self._timing_observer(lease.model_id))
 
-    def _timing_observer(self, lease: Lease[Any]) -> Callable[[RequestTiming], None]:
+    def _timing_observer(self, model_id: str) -> Callable[[RequestTiming], None]:
         def done(timing: RequestTiming) -> None:
             timing.backend_s = self.clock.monotonic() - timing.started
-            self.metrics.observe_timing(lease.model_id, timing)
+            self.metrics.observe_timing(model_id, timing)
 
         return done
 
@@ -295,7 +293,8 @@ class ModelPool:
         """Decode `upload` at the rate the model declares, then its transcript's segments as
         they are decoded, on one turn of the model. Bad audio is a 400 before any waiting."""
         slot = self.slot_for(name, Task.TRANSCRIPTION, options)
-        rate = slot.capabilities.declared.audio_input_rate or 16_000
+        rate = slot.capabilities.declared.audio_input_rate
+        assert rate is not None, "the registry refuses a transcription backend that declares no input rate"
         audio = await asyncio.to_thread(decode_audio, upload, rate)
         job = replace(request, audio=audio)
         audio_s = len(audio) / rate
@@ -357,7 +356,7 @@ class ModelPool:
             try:
                 return list(await asyncio.gather(*(one(r) for r in requests)))
             finally:
-                self._timing_observer(lease)(lease.timing)
+                self._timing_observer(lease.model_id)(lease.timing)
 
     # ----- admin ---------------------------------------------------------------------
 

@@ -63,6 +63,10 @@ class Replica:
             port=process.port if process else None,
         )
 
+    def output(self, count: int) -> list[str]:
+        """The engine process's last `count` output lines (none for an engine in modelpool)."""
+        return self.backend.log_tail(count) if isinstance(self.backend, ProcessBackend) else []
+
     async def stop(self, *, detach: bool = False) -> None:
         """Stop the backend, logging (not raising) what goes wrong. detach: modelpool is
         shutting down, and a persistent engine process is left running to be adopted."""

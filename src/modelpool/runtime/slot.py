@@ -301,9 +301,7 @@ class ModelSlot:
         if replica not in self.replicas.members or self.state is not SlotState.READY:
             return  # it is being stopped anyway
         now = self._clock.monotonic()
-        output = self.replicas.output(200)
-        lines = next((o.lines for o in output if o.replica == replica.index), [])
-        self.crashes.crashed(now - replica.started_at, lines)
+        self.crashes.crashed(now - replica.started_at, replica.output(200))
         self.record.error, self.record.failed_at = message, now
         self._apply(Event.CRASHED)
         log.error("engine process crashed", extra={"model": self.id, "in_a_row": self.crashes.in_a_row,
