@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -38,10 +38,62 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A call the model made: `arguments` is JSON text, as the model wrote it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call, as OpenAI streams them: the first piece of call
+    `index` carries its id and name, later pieces carry more of its arguments' text."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     role: str
+    """system, user, assistant, or tool."""
     content: str
     name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The calls an assistant message made (history sent back by the client)."""
+    tool_call_id: str | None = None
+    """For a `tool` message: the call whose result it carries."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call."""
+
+    name: str
+    description: str | None = None
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    """JSON schema of the arguments object."""
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    mode: Literal["auto", "none", "required", "function"] = "auto"
+    name: str | None = None
+    """The function that must be called (mode `function`)."""
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """What the output must be (`response_format`): any JSON object, or JSON matching `schema`."""
+
+    kind: Literal["json_object", "json_schema"]
+    schema: Mapping[str, Any] | None = None
+    name: str = "response"
+    """The schema's name (forwarded to upstreams, which may require one)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +106,11 @@ class ChatRequest:
     """The client reads the answer as it comes. False: it wants it whole, so a forwarding
     backend asks its upstream for one response (cheaper for most servers, and the only way
     some of them report usage). Local engines ignore it."""
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = ToolChoice()
+    parallel_tool_calls: bool = True
+    """More than one call in one reply."""
+    output: OutputFormat | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +121,7 @@ class CompletionRequest:
     echo: bool = False
     streamed: bool = True
     """As `ChatRequest.streamed`."""
+    output: OutputFormat | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +164,8 @@ class GenerationChunk:
     usage: Usage | None = None
     reasoning: str = ""
     """Reasoning text (models with a reasoning parser); `text` is then the answer only."""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    """Pieces of the tool calls the model is making ('tool_calls' is then the finish reason)."""
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,18 @@
-"""Small test utilities of the SDK tests: vector similarity, word lists, a real PNG."""
+"""Small test utilities of the SDK tests: vector similarity, word lists, a real PNG, and a
+scripted OpenAI-shaped server for wire tests."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import struct
+import threading
 import zlib
+from collections import deque
+from collections.abc import Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -26,3 +33,64 @@ def tiny_png() -> bytes:
     header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + \
         chunk(b"IEND", b"")  # fmt: skip
+
+
+class ScriptedServer:
+    """A real OpenAI-shaped HTTP server on 127.0.0.1 (port 0: the OS picks a free one), in
+    its own thread so that blocking sync clients can call it too. It records every request
+    body and answers with the replies queued, in order; with none left it answers 500."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        """(path, JSON body) of every request, in order."""
+        self._replies: deque[tuple[str, bytes]] = deque()
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._http.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
+        self._thread = threading.Thread(target=self._http.serve_forever, name="scripted-server", daemon=True)
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [body for _, body in self.requests]
+
+    def answer_json(self, payload: Mapping[str, Any]) -> None:
+        self._replies.append(("application/json", json.dumps(payload).encode()))
+
+    def answer_sse(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """A server-sent event stream of these JSON events, then `[DONE]`."""
+        text = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+        self._replies.append(("text/event-stream", text.encode()))
+
+    def __enter__(self) -> ScriptedServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        self._thread.join(timeout=5)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                server.requests.append((self.path, json.loads(body)))
+                if server._replies:
+                    self._reply(200, *server._replies.popleft())
+                else:
+                    error = {"error": {"message": "no reply scripted", "type": "server_error", "code": None}}
+                    self._reply(500, "application/json", json.dumps(error).encode())
+
+            def _reply(self, status: int, content_type: str, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet: the tests assert on what was asked instead."""
+
+        return Handler

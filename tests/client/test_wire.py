@@ -167,7 +167,7 @@ async def test_request_bodies_layer_endpoint_extras_call_fields_and_call_extras(
         "extra_body": {"keep_alive": "5m", "chat_template_kwargs": {"custom": 1}, "top_k": 20},
     }}, environ={})  # fmt: skip
     async with LLMClient(config.endpoint("q"), "http://127.0.0.1:9") as llm:
-        fields = llm._chat_fields([ChatMessage.user("hi")], 8, None, None, ["\n"], False, None)
+        fields = llm._chat_fields([ChatMessage.user("hi")], {"max_tokens": 8, "stop": ["\n"], "enable_thinking": False})
         body = llm._body(fields, {"top_k": 40})
     assert body == {
         "keep_alive": "5m",

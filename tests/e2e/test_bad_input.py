@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 
 OK_MESSAGES = [{"role": "user", "content": "hi"}]
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 EMBEDDINGS = "/v1/embeddings"
@@ -87,14 +88,80 @@ CASES = [
         "invalid_value",
         "decoding.min_tokens",
     ),
+    ("tool-not-a-function", "POST", CHAT, chat(tools=[{"type": "web_search"}]), 400, "invalid_value", "tools[0].type"),
     (
-        "tools",
+        "tool-bad-name",
         "POST",
         CHAT,
-        chat(tools=[{"type": "function", "function": {"name": "f"}}]),
+        chat(tools=[{"type": "function", "function": {"name": "no spaces"}}]),
         400,
         "invalid_value",
-        "tools",
+        "tools[0].function.name",
+    ),
+    (
+        "tool-parameters-not-a-schema",
+        "POST",
+        CHAT,
+        chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "objekt"}}}]),
+        400,
+        "invalid_value",
+        "tools[0].function.parameters",
+    ),
+    (
+        "tool-choice-unknown-function",
+        "POST",
+        CHAT,
+        chat(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "get_time"}}),
+        400,
+        "invalid_value",
+        "tool_choice",
+    ),
+    ("tool-choice-required-without-tools", "POST", CHAT, chat(tool_choice="required"), 400, "invalid_value",
+     "tool_choice"),  # fmt: skip
+    (
+        "tool-message-without-call",
+        "POST",
+        CHAT,
+        chat(messages=[*OK_MESSAGES, {"role": "tool", "tool_call_id": "call_1", "content": "42"}]),
+        400,
+        "invalid_value",
+        "messages[1].tool_call_id",
+    ),
+    (
+        "response-format-bad-schema",
+        "POST",
+        CHAT,
+        chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"minimum": "0"}}}),
+        400,
+        "invalid_value",
+        "response_format.json_schema.schema",
+    ),
+    (
+        "response-format-unenforceable-schema",
+        "POST",
+        CHAT,
+        chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {"type": "null"}}}}),
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    (
+        "response-format-unknown-type",
+        "POST",
+        CHAT,
+        chat(response_format={"type": "yaml"}),
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    (
+        "generate-bad-schema",
+        "POST",
+        "/generate",
+        {"model": CHAT_MODEL, "prompts": ["a"], "json_schema": {"type": 5}},
+        400,
+        "invalid_value",
+        "json_schema",
     ),
     ("logit-bias", "POST", CHAT, chat(logit_bias={"1": 5}), 400, "invalid_value", "logit_bias"),
     ("unknown-model", "POST", CHAT, chat(model="no-such-model"), 404, "model_not_found", "model"),

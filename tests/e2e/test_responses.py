@@ -122,9 +122,12 @@ async def test_pool_style_messages_and_decoding(http, vocab) -> None:
         ({"input": "a", "messages": [{"role": "user", "content": "a"}]}, None),
         ({"input": "a", "decoding": {"beam_size": 4}}, "decoding.beam_size"),
         ({"input": "a", "thinking": "sometimes"}, "thinking"),
-        ({"input": "a", "text": {"format": {"type": "json_schema"}}}, "text.format"),
+        ({"input": "a", "text": {"format": {"type": "json_schema"}}}, "text.format.json_schema.schema"),
+        ({"input": "a", "text": {"format": {"type": "yaml"}}}, "text.format"),
         ({"input": []}, None),
-        ({"input": "a", "tools": [{"type": "function"}]}, "tools"),
+        ({"input": "a", "tools": [{"type": "function"}]}, "tools[0].name"),
+        ({"input": "a", "tools": [{"type": "web_search_preview"}]}, "tools[0].type"),
+        ({"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]}, "input[0].call_id"),
     ],
 )
 async def test_bad_responses_requests(http, body: dict, param: str | None) -> None:

@@ -1,4 +1,4 @@
-"""The Responses API's wire shapes: the response object and its stream events."""
+"""The Responses API's wire shapes: the response object, its output items and stream events."""
 
 from __future__ import annotations
 
@@ -6,22 +6,52 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelpool.api.schemas.responses import ResponsesBody
-from modelpool.inference import Usage
+from modelpool.api.schemas.responses import FunctionTool, ResponsesBody
+from modelpool.backends.remote.wire import response_format_json
+from modelpool.inference import ChatRequest, ToolCall, Usage
+
+
+@dataclass
+class CallItem:
+    """A `function_call` output item as it is built."""
+
+    id: str
+    call_id: str
+    name: str
+    arguments: str = ""
+
+    def json(self, status: str) -> dict[str, Any]:
+        return {"id": self.id, "type": "function_call", "status": status, "call_id": self.call_id,
+                "name": self.name, "arguments": self.arguments}  # fmt: skip
+
+    def call(self) -> ToolCall:
+        return ToolCall(self.call_id, self.name, self.arguments)
 
 
 @dataclass
 class ResponseDraft:
-    """One response as it is built: ids, the request's echoed settings, and the text so far."""
+    """One response as it is built: ids, the request's echoed settings, the text and calls so far."""
 
     body: ResponsesBody
+    chat: ChatRequest
     model: str
     created_at: int
     id: str = field(default_factory=lambda: f"resp_{secrets.token_hex(16)}")
     message_id: str = field(default_factory=lambda: f"msg_{secrets.token_hex(16)}")
     text: str = ""
     reasoning: str = ""
+    calls: list[CallItem] = field(default_factory=list)
     sequence: int = 0
+
+    def add_call(self, call_id: str, name: str) -> CallItem:
+        item = CallItem(f"fc_{secrets.token_hex(16)}", call_id, name)
+        self.calls.append(item)
+        return item
+
+    @property
+    def has_message(self) -> bool:
+        """A reply that only calls has no message item; any other reply has one."""
+        return bool(self.text) or not self.calls
 
     def message(self, status: str) -> dict[str, Any]:
         content = [] if status == "in_progress" else [self.part()]
@@ -30,21 +60,29 @@ class ResponseDraft:
     def part(self) -> dict[str, Any]:
         return {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
 
-    def response(
-        self, status: str, usage: Usage | None = None, finish_reason: str | None = None, **extra: Any
-    ) -> dict[str, Any]:
-        body = self.body
-        incomplete = status == "incomplete"
-        output = [] if status == "in_progress" else [self.message("incomplete" if incomplete else "completed")]
-        if self.reasoning and output:  # models with a reasoning parser: their thinking comes first
-            reasoning = {
+    def output(self, status: str) -> list[dict[str, Any]]:
+        if status == "in_progress":
+            return []
+        item_status = "incomplete" if status == "incomplete" else "completed"
+        output: list[dict[str, Any]] = []
+        if self.reasoning:  # models with a reasoning parser: their thinking comes first
+            output.append({
                 "id": f"rs_{self.message_id[4:]}",
                 "type": "reasoning",
                 "summary": [],
                 "content": [{"type": "reasoning_text", "text": self.reasoning}],
                 "status": "completed",
-            }
-            output.insert(0, reasoning)
+            })  # fmt: skip
+        if self.has_message:
+            output.append(self.message(item_status))
+        output += [call.json(item_status) for call in self.calls]
+        return output
+
+    def response(
+        self, status: str, usage: Usage | None = None, finish_reason: str | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        body, chat = self.body, self.chat
+        incomplete = status == "incomplete"
         return {
             "id": self.id,
             "object": "response",
@@ -55,15 +93,15 @@ class ResponseDraft:
             "instructions": body.instructions,
             "max_output_tokens": body.max_output_tokens,
             "model": self.model,
-            "output": output,
-            "parallel_tool_calls": False,
+            "output": self.output(status),
+            "parallel_tool_calls": chat.parallel_tool_calls,
             "previous_response_id": body.previous_response_id,
             "reasoning": {"effort": None, "summary": None},
             "store": body.store,
             "temperature": body.temperature,
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "none",
-            "tools": [],
+            "text": {"format": _format_json(chat)},
+            "tool_choice": _choice_json(chat),
+            "tools": [_tool_json(tool) for tool in body.tools or []],
             "top_p": body.top_p,
             "truncation": "disabled",
             "usage": usage_json(usage) if usage is not None else None,
@@ -90,3 +128,21 @@ def usage_json(usage: Usage) -> dict[str, Any]:
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": usage.total_tokens,
     }
+
+
+def _format_json(chat: ChatRequest) -> dict[str, Any]:
+    if chat.output is None:
+        return {"type": "text"}
+    wire = response_format_json(chat.output)
+    if wire["type"] == "json_schema":  # the Responses API's flat shape
+        return {"type": "json_schema", **wire["json_schema"]}
+    return wire
+
+
+def _choice_json(chat: ChatRequest) -> Any:
+    choice = chat.tool_choice
+    return {"type": "function", "name": choice.name} if choice.mode == "function" else choice.mode
+
+
+def _tool_json(tool: FunctionTool) -> dict[str, Any]:
+    return tool.model_dump(mode="json", exclude_none=True)

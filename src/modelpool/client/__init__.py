@@ -7,6 +7,13 @@ imports the runtime or the backends.
         reply = await llm.chat([ChatMessage.user("Hi")], max_tokens=40, enable_thinking=False)
         print(reply.content, reply.reasoning, reply.usage)
 
+Tools and structured output (the OpenAI wire format; tools.py, results.py):
+
+    reply = await llm.chat(history, tools=[get_weather])   # a function, a pydantic class or a dict
+    for call in reply.tool_calls:                          # ToolCall(id, name, arguments); .args
+        ...
+    city = (await llm.chat(history, response_format=City)).parsed   # a validated City
+
 `modelpool.client.sync` has the same factories returning blocking clients. The typed
 exceptions are drawn in `modelpool.client.errors`; presets in `modelpool.client.presets`.
 """
@@ -35,10 +42,12 @@ from modelpool.client.errors import (
     RemoteNotAllowed,
     RequestTooLarge,
     ServerError,
+    StructuredOutputError,
+    ToolArgumentsError,
     UpstreamUnavailable,
 )
 from modelpool.client.factory import make_embedder, make_llm, make_stt, make_tts, make_vlm
-from modelpool.client.llm import LLMClient, VLMClient
+from modelpool.client.llm import ChatOptions, LLMClient, VLMClient
 from modelpool.client.messages import ChatMessage
 from modelpool.client.presets import PRESETS, Capabilities, Preset, Thinking
 from modelpool.client.results import (
@@ -46,12 +55,18 @@ from modelpool.client.results import (
     ChatResult,
     Completion,
     Embeddings,
+    ParsedChat,
     Speech,
+    ToolCall,
+    ToolCallAccumulator,
+    ToolCallDelta,
     Transcript,
     TranscriptSegment,
     Usage,
     Voice,
+    parse_structured,
 )
+from modelpool.client.tools import ResponseFormat, ToolChoice, ToolLike, tool_schema
 
 __all__ = [
     "PRESETS",
@@ -61,6 +76,7 @@ __all__ = [
     "Capabilities",
     "ChatDelta",
     "ChatMessage",
+    "ChatOptions",
     "ChatResult",
     "ClientError",
     "Completion",
@@ -80,16 +96,25 @@ __all__ = [
     "NotFound",
     "NotReady",
     "Overloaded",
+    "ParsedChat",
     "PermissionDenied",
     "Preset",
     "ReadyTimeout",
     "RemoteNotAllowed",
     "RequestTooLarge",
+    "ResponseFormat",
     "STTClient",
     "ServerError",
     "Speech",
+    "StructuredOutputError",
     "TTSClient",
     "Thinking",
+    "ToolArgumentsError",
+    "ToolCall",
+    "ToolCallAccumulator",
+    "ToolCallDelta",
+    "ToolChoice",
+    "ToolLike",
     "Transcript",
     "TranscriptSegment",
     "UpstreamUnavailable",
@@ -103,4 +128,6 @@ __all__ = [
     "make_tts",
     "make_vlm",
     "parse_models_config",
+    "parse_structured",
+    "tool_schema",
 ]

@@ -10,6 +10,8 @@ whichever server answered. Nothing maps by matching message text.
     ClientError                       any SDK failure: .message .status_code .code .error_type .param
     ├── ConfigError                   models.yaml or a make_* call is wrong (nothing was sent)
     ├── ConnectionFailed              the server could not be reached (transport error)
+    ├── ToolArgumentsError            a tool call's arguments are not the JSON object asked for (.arguments)
+    ├── StructuredOutputError         the answer does not validate against response_format (.text)
     ├── ReadyTimeout (= NotReady)     wait_ready gave up: .last_status, .last_code
     ├── InvalidRequest (= BadRequest) 400, 422
     │   └── ContextLengthExceeded     400 context_length_exceeded
@@ -64,6 +66,29 @@ class ConfigError(ClientError):
 
 class ConnectionFailed(ClientError):
     """The server could not be reached, or the connection broke mid-answer."""
+
+
+class ToolArgumentsError(ClientError):
+    """A tool call's `arguments` are not a JSON object (or do not fit the tool's model).
+
+    The server answered fine; the model wrote arguments that cannot be used. `.arguments`
+    keeps the text as the model wrote it, so an agent can show it back to the model."""
+
+    def __init__(self, message: str, *, tool_name: str, arguments: str) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+        self.arguments = arguments
+
+
+class StructuredOutputError(ClientError):
+    """The answer to a `response_format=Model` request is not valid JSON for the model.
+
+    `.text` is the model's whole answer (the message holds at most its first 2000
+    characters), so a caller can log it, retry, or repair it."""
+
+    def __init__(self, message: str, *, text: str) -> None:
+        super().__init__(message)
+        self.text = text
 
 
 class ReadyTimeout(ClientError):

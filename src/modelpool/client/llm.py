@@ -8,63 +8,117 @@ reasoning text is read from in the answer, so the same call works on every serve
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict, overload
+
+from typing_extensions import Unpack
 
 from modelpool.client.base import RoleClient
 from modelpool.client.config import Endpoint
 from modelpool.client.errors import ConfigError
 from modelpool.client.messages import MessageLike, messages_to_wire
 from modelpool.client.presets import Role, Thinking
-from modelpool.client.results import ChatDelta, ChatResult, Completion, chat_delta, chat_result, completion
+from modelpool.client.results import (
+    ChatDelta,
+    ChatResult,
+    Completion,
+    M,
+    ParsedChat,
+    chat_delta,
+    chat_result,
+    completion,
+    parsed_chat,
+    whole_call_deltas,
+)
+from modelpool.client.tools import (
+    ResponseFormat,
+    ToolChoice,
+    ToolLike,
+    response_format_value,
+    tool_choice_value,
+    tool_schema,
+)
 from modelpool.client.transport import sse_events
 
 Stop = str | Sequence[str] | None
+CHAT_PATH = "/v1/chat/completions"
+
+
+class CompletionOptions(TypedDict, total=False):
+    """The sampling options of `complete` (None, like leaving one out, sends nothing)."""
+
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    stop: Stop
+    seed: int | None
+    extra_body: Mapping[str, Any] | None
+    """Fields added to the body last (over the endpoint's extra_body and the call's own)."""
+
+
+class ChatOptions(CompletionOptions, total=False):
+    """The options of `chat` and `stream_chat` (and of the sync facade's)."""
+
+    enable_thinking: bool | None
+    tools: Sequence[ToolLike] | None
+    """Functions the model may call: OpenAI tool dicts, functions, pydantic model classes (tools.py)."""
+    tool_choice: ToolChoice | None
+    """"auto", "none", "required", or one function: by name, as the tool itself, or an OpenAI dict."""
+    parallel_tool_calls: bool | None
+    """False: at most one tool call per answer (None leaves it to the server)."""
 
 
 class LLMClient(RoleClient):
+    """Chat and completions. Tools (`tools=`, `tool_choice=`) come back as
+    `ChatResult.tool_calls`; `response_format=Model` (a pydantic class) asks for JSON that
+    fits the model and returns a `ParsedChat[Model]` whose `.parsed` is the instance."""
+
     kind: ClassVar[Role] = Role.LLM
 
+    @overload
+    async def chat(
+        self, messages: Sequence[MessageLike], *, response_format: type[M], **options: Unpack[ChatOptions]
+    ) -> ParsedChat[M]: ...
+
+    @overload
     async def chat(
         self,
         messages: Sequence[MessageLike],
         *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        stop: Stop = None,
-        enable_thinking: bool | None = None,
-        seed: int | None = None,
-        extra_body: Mapping[str, Any] | None = None,
+        response_format: Mapping[str, Any] | None = None,
+        **options: Unpack[ChatOptions],
+    ) -> ChatResult: ...
+
+    async def chat(
+        self, messages: Sequence[MessageLike], *, response_format: ResponseFormat = None, **options: Unpack[ChatOptions]
     ) -> ChatResult:
-        fields = self._chat_fields(messages, max_tokens, temperature, top_p, stop, enable_thinking, seed)
-        raw = await self._transport.post_json("/v1/chat/completions", self._body(fields, extra_body))
-        return chat_result(raw, self.endpoint.reasoning_fields)
+        """One answer. With `response_format=Model` the answer is validated into `Model`
+        (StructuredOutputError, holding the text, if it does not fit); a response_format
+        dict is sent unchanged and the answer left as text."""
+        fields = self._chat_fields(messages, options, response_format)
+        raw = await self._transport.post_json(CHAT_PATH, self._body(fields, options.get("extra_body")))
+        result = chat_result(raw, self.endpoint.reasoning_fields)
+        if isinstance(response_format, type):
+            return parsed_chat(result, response_format)
+        return result
 
     async def stream_chat(
-        self,
-        messages: Sequence[MessageLike],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        stop: Stop = None,
-        enable_thinking: bool | None = None,
-        seed: int | None = None,
-        extra_body: Mapping[str, Any] | None = None,
+        self, messages: Sequence[MessageLike], *, response_format: ResponseFormat = None, **options: Unpack[ChatOptions]
     ) -> AsyncIterator[ChatDelta]:
         """Deltas as the server sends them; with `stream_usage`, the last one carries usage.
-        An endpoint without streaming gets one request, delivered as a single delta."""
-        fields = self._chat_fields(messages, max_tokens, temperature, top_p, stop, enable_thinking, seed)
+        Tool calls come in pieces (`ChatDelta.tool_calls`; join them with a
+        ToolCallAccumulator); a `response_format=Model` answer is streamed as text (validate
+        the joined text with `parse_structured`). An endpoint without streaming gets one
+        request, delivered as a single delta."""
         caps = self.endpoint.capabilities
-        if not caps.streaming:
-            whole = await self.chat(messages, max_tokens=max_tokens, temperature=temperature, top_p=top_p, stop=stop,
-                                    enable_thinking=enable_thinking, seed=seed, extra_body=extra_body)  # fmt: skip
-            yield ChatDelta(whole.content, whole.reasoning, whole.finish_reason, whole.usage)
+        if not caps.streaming:  # the format goes as its dict: a stream's answer is text, never validated
+            as_sent = response_format_value(response_format)
+            yield _single_delta(await self.chat(messages, response_format=as_sent, **options))
             return
+        fields = self._chat_fields(messages, options, response_format)
         fields["stream"] = True
         if caps.stream_usage:
             fields["stream_options"] = {"include_usage": True}
-        async with self._transport.stream("/v1/chat/completions", self._body(fields, extra_body)) as response:
+        async with self._transport.stream(CHAT_PATH, self._body(fields, options.get("extra_body"))) as response:
             async for event in sse_events(response):
                 if event.get("choices") or event.get("usage"):
                     yield chat_delta(event, self.endpoint.reasoning_fields)
@@ -86,23 +140,22 @@ class LLMClient(RoleClient):
         return completion(await self._transport.post_json("/v1/completions", self._body(fields, extra_body)))
 
     def _chat_fields(
-        self,
-        messages: Sequence[MessageLike],
-        max_tokens: int | None,
-        temperature: float | None,
-        top_p: float | None,
-        stop: Stop,
-        enable_thinking: bool | None,
-        seed: int | None,
+        self, messages: Sequence[MessageLike], options: ChatOptions, response_format: ResponseFormat = None
     ) -> dict[str, Any]:
+        """The call's own body fields (None = not sent; `extra_body` is layered by `_body`)."""
+        tools = [tool_schema(tool) for tool in options.get("tools") or ()]
         return {
             "messages": messages_to_wire(messages),
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
-            "stop": _stop(stop),
-            "seed": seed,
-            **thinking_fields(self.endpoint.thinking, enable_thinking),
+            "max_tokens": options.get("max_tokens"),
+            "temperature": options.get("temperature"),
+            "top_p": options.get("top_p"),
+            "stop": _stop(options.get("stop")),
+            "seed": options.get("seed"),
+            "tools": tools or None,
+            "tool_choice": tool_choice_value(options.get("tool_choice"), tools),
+            "parallel_tool_calls": options.get("parallel_tool_calls"),
+            "response_format": response_format_value(response_format),
+            **thinking_fields(self.endpoint.thinking, options.get("enable_thinking")),
         }
 
 
@@ -130,3 +183,9 @@ def thinking_fields(thinking: Thinking, enable: bool | None) -> dict[str, Any]:
 
 def _stop(stop: Stop) -> str | list[str] | None:
     return stop if stop is None or isinstance(stop, str) else list(stop)
+
+
+def _single_delta(whole: ChatResult) -> ChatDelta:
+    """A whole answer as the one delta of a stream (its tool calls as whole pieces)."""
+    return ChatDelta(whole.content, whole.reasoning, whole.finish_reason, whole.usage,
+                     whole_call_deltas(whole.tool_calls))  # fmt: skip

@@ -1,17 +1,27 @@
-"""Chat messages, including images as OpenAI `image_url` parts.
+"""Chat messages, including images as OpenAI `image_url` parts and the two messages of a
+tool round: the assistant's calls and each tool's output.
 
 Local images (bytes, or a path) travel inline as base64 data URIs with their real MIME
 type, so a server never needs to reach back to the caller's disk or network.
+
+    reply = await llm.chat(history, tools=[get_weather])
+    history.append(ChatMessage.from_result(reply))  # the calls must precede their outputs
+    for call in reply.tool_calls:
+        history.append(ChatMessage.tool(call.id, get_weather(**call.args)))
+    final = await llm.chat(history, tools=[get_weather])
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import mimetypes
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from modelpool.client.results import ChatResult, ToolCall
 
 ContentPart = dict[str, Any]
 ImageSource = bytes | Path | str
@@ -29,9 +39,14 @@ _MAGIC = [
 @dataclass(frozen=True)
 class ChatMessage:
     role: str
-    content: str | list[ContentPart]
-    """Text, or a list of OpenAI content parts (`text`, `image_url`, `input_audio`)."""
+    content: str | list[ContentPart] | None
+    """Text, or a list of OpenAI content parts (`text`, `image_url`, `input_audio`); None
+    only for an assistant message that just calls tools."""
     name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    """An assistant message's calls (they must come before the tool messages answering them)."""
+    tool_call_id: str | None = None
+    """A tool message's: the id of the call it answers."""
 
     @classmethod
     def system(cls, text: str) -> ChatMessage:
@@ -46,13 +61,30 @@ class ChatMessage:
         return cls("user", parts)
 
     @classmethod
-    def assistant(cls, text: str) -> ChatMessage:
-        return cls("assistant", text)
+    def assistant(cls, text: str = "", *, tool_calls: Sequence[ToolCall] = ()) -> ChatMessage:
+        """An earlier answer; with tool calls and no text, the content goes as null (the
+        standard shape, which some chat templates need to tell a call from an empty answer)."""
+        return cls("assistant", None if tool_calls and not text else text, tool_calls=tuple(tool_calls))
+
+    @classmethod
+    def from_result(cls, result: ChatResult) -> ChatMessage:
+        """The assistant message that puts a reply (its text and tool calls) into the history."""
+        return cls.assistant(result.content, tool_calls=result.tool_calls)
+
+    @classmethod
+    def tool(cls, call_id: str, content: object) -> ChatMessage:
+        """A tool's output, answering the call `call_id`. Text goes as is; anything else
+        (a dict, a list, a number) as its JSON, the form models read tool outputs in."""
+        return cls("tool", content if isinstance(content, str) else json.dumps(content), tool_call_id=call_id)
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.name is not None:
             wire["name"] = self.name
+        if self.tool_calls:
+            wire["tool_calls"] = [call.to_wire() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            wire["tool_call_id"] = self.tool_call_id
         return wire
 
 

@@ -17,7 +17,7 @@ import asyncio
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, overload
 
 from typing_extensions import Self, Unpack
 
@@ -30,25 +30,23 @@ from modelpool.client.factory import make_llm as _make_llm
 from modelpool.client.factory import make_stt as _make_stt
 from modelpool.client.factory import make_tts as _make_tts
 from modelpool.client.factory import make_vlm as _make_vlm
-from modelpool.client.llm import LLMClient, Stop, VLMClient
+from modelpool.client.llm import ChatOptions, CompletionOptions, LLMClient, VLMClient
 from modelpool.client.messages import MessageLike
-from modelpool.client.results import ChatDelta, ChatResult, Completion, Embeddings, Speech, Transcript, Voice
+from modelpool.client.results import (
+    ChatDelta,
+    ChatResult,
+    Completion,
+    Embeddings,
+    M,
+    ParsedChat,
+    Speech,
+    Transcript,
+    Voice,
+)
+from modelpool.client.tools import ResponseFormat
 
 T = TypeVar("T")
 A = TypeVar("A", bound=RoleClient)
-
-
-class CompletionOptions(TypedDict, total=False):
-    max_tokens: int | None
-    temperature: float | None
-    top_p: float | None
-    stop: Stop
-    seed: int | None
-    extra_body: Mapping[str, Any] | None
-
-
-class ChatOptions(CompletionOptions, total=False):
-    enable_thinking: bool | None
 
 
 class SpeechOptions(TypedDict, total=False):
@@ -136,11 +134,30 @@ class SyncClient(Generic[A]):
 
 
 class SyncLLM(SyncClient[LLMClient]):
-    def chat(self, messages: Sequence[MessageLike], **options: Unpack[ChatOptions]) -> ChatResult:
-        return self._loop.run(self.client.chat(messages, **options))
+    @overload
+    def chat(
+        self, messages: Sequence[MessageLike], *, response_format: type[M], **options: Unpack[ChatOptions]
+    ) -> ParsedChat[M]: ...
 
-    def stream_chat(self, messages: Sequence[MessageLike], **options: Unpack[ChatOptions]) -> Iterator[ChatDelta]:
-        return self._loop.iterate(self.client.stream_chat(messages, **options))
+    @overload
+    def chat(
+        self,
+        messages: Sequence[MessageLike],
+        *,
+        response_format: Mapping[str, Any] | None = None,
+        **options: Unpack[ChatOptions],
+    ) -> ChatResult: ...
+
+    def chat(
+        self, messages: Sequence[MessageLike], *, response_format: ResponseFormat = None, **options: Unpack[ChatOptions]
+    ) -> ChatResult:
+        """LLMClient.chat, blocking: `response_format=Model` gives a ParsedChat[Model]."""
+        return self._loop.run(self.client.chat(messages, response_format=response_format, **options))
+
+    def stream_chat(
+        self, messages: Sequence[MessageLike], *, response_format: ResponseFormat = None, **options: Unpack[ChatOptions]
+    ) -> Iterator[ChatDelta]:
+        return self._loop.iterate(self.client.stream_chat(messages, response_format=response_format, **options))
 
     def complete(self, prompt: str, **options: Unpack[CompletionOptions]) -> Completion:
         return self._loop.run(self.client.complete(prompt, **options))

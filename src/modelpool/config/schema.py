@@ -214,6 +214,15 @@ class ModelConfig(_Strict):
     """Return <think>…</think> text as `reasoning_content`: `think` when the model opens the
     tag, `think_open` when the chat template already did."""
 
+    tool_parser: Literal["hermes", "llama3_json", "mistral", "generic"] | None = None
+    """How the model writes tool calls (local backends). Default: detected from the chat
+    template (`<tool_call>`: hermes, `[TOOL_CALLS]`: mistral, `<|python_tag|>`:
+    llama3_json); a template that takes no `tools` gets the generic JSON format."""
+
+    constrained_auto_tools: bool = True
+    """With `tool_choice: auto`, hold the reply to plain text or well-formed calls (local
+    backends). Off: the model writes freely, and a call it botches comes back as text."""
+
     sampling: SamplingDefaults = Field(default_factory=SamplingDefaults)
     """Sampling values used when a request leaves them out."""
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
-from modelpool.inference import GenerationChunk, TokenLogprob, Usage
+from modelpool.inference import GenerationChunk, TokenLogprob, ToolCall, ToolCallDelta, Usage
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.timing import RequestTiming
+from modelpool.tools.calls import assemble_calls
 
 ChoiceChunk = tuple[int, GenerationChunk]
 """A chunk of one choice (one prompt of a multi-prompt completion), by its index."""
@@ -19,7 +20,7 @@ def chunk_timer(timing: RequestTiming, clock: Clock) -> Callable[[GenerationChun
     (summed over the generations of a multi-prompt request)."""
 
     def observe(chunk: GenerationChunk) -> None:
-        if chunk.text and timing.time_to_first_token_s is None:
+        if (chunk.text or chunk.tool_calls) and timing.time_to_first_token_s is None:
             timing.time_to_first_token_s = clock.monotonic() - timing.started
         if chunk.usage is not None:
             timing.prompt_tokens += chunk.usage.prompt_tokens
@@ -35,21 +36,26 @@ class Generation:
     finish_reason: str
     usage: Usage
     reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 async def collect(stream: AsyncIterator[GenerationChunk]) -> Generation:
-    """Assemble a whole generation from its stream."""
+    """Assemble a whole generation from its stream (tool calls from their streamed pieces,
+    so a whole reply holds exactly what its stream would have)."""
     texts: list[str] = []
     reasoning: list[str] = []
     logprobs: list[TokenLogprob] = []
+    calls: list[ToolCallDelta] = []
     finish_reason, usage = "stop", Usage(0, 0)
     async for chunk in stream:
         texts.append(chunk.text)
         reasoning.append(chunk.reasoning)
         logprobs.extend(chunk.logprobs)
+        calls.extend(chunk.tool_calls)
         finish_reason = chunk.finish_reason or finish_reason
         usage = chunk.usage or usage
-    return Generation("".join(texts), tuple(logprobs), finish_reason, usage, "".join(reasoning))
+    text = "".join(texts)
+    return Generation(text, tuple(logprobs), finish_reason, usage, "".join(reasoning), assemble_calls(calls))
 
 
 async def collect_choices(stream: AsyncIterator[ChoiceChunk]) -> list[Generation]:

@@ -237,6 +237,7 @@ class ModelPool:
         self, name: str, request: ChatRequest, options: CallOptions = DEFAULT_CALL
     ) -> LeasedStream[GenerationChunk]:
         slot = self.slot_for(name, Task.CHAT, options)
+        _check_chat_features(slot, request)
         lease = await slot.lease(ChatBackend, self.model_wait_s, options.keep_alive)
         parser = slot.config.reasoning_parser
 
@@ -346,6 +347,8 @@ class ModelPool:
     ) -> list[Generation]:
         """Generate for every prompt on one turn of the model, all at once: an engine that
         batches (transformers) runs them together, one that does not runs them in turn."""
+        if any(r.output is not None for r in requests):
+            _check_structured(self.slot_for(name, Task.COMPLETION, options), "json_schema")
         async with await self.lease(name, Task.COMPLETION, CompletionBackend, options) as lease:
             observe = chunk_timer(lease.timing, self.clock)
 
@@ -423,6 +426,20 @@ class ModelPool:
             budget=BudgetStatus(budget.max_models, budget.memory_bytes, budget.gpu_bytes),
             models=models,
         )
+
+
+def _check_chat_features(slot: ModelSlot, request: ChatRequest) -> None:
+    """Tools and response formats go only to models whose backend declares them: refused
+    here, with the field named, rather than silently ignored."""
+    if request.tools and request.tool_choice.mode != "none" and not slot.capabilities.declared.tools:
+        raise InvalidRequest(f"model '{slot.id}' does not support tool calling", param="tools")
+    if request.output is not None:
+        _check_structured(slot, "response_format")
+
+
+def _check_structured(slot: ModelSlot, param: str) -> None:
+    if not slot.capabilities.declared.structured_output:
+        raise InvalidRequest(f"model '{slot.id}' does not support structured output", param=param)
 
 
 async def _observed(

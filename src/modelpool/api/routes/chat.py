@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from modelpool.api.deps import ResponseMeta, metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.render import chat_logprobs_json, envelope, usage_json
 from modelpool.api.schemas.chat import ChatCompletionBody
+from modelpool.api.schemas.tools import tool_call_delta_json, tool_call_json
 from modelpool.api.sse import DONE, EventStreamResponse, sse
 from modelpool.inference import GenerationChunk, Usage
 from modelpool.runtime.generation import collect
@@ -34,9 +35,13 @@ async def create_chat_completion(body: ChatCompletionBody, request: Request) -> 
     async with stream:
         generation = await unless_disconnected(request, collect(stream))
     extra = metrics_field(request, body.return_metrics, stream.timing)
+    message: dict[str, Any] = {"role": "assistant", "content": generation.text, **_reasoning(generation.reasoning)}
+    if generation.tool_calls:
+        message["content"] = generation.text or None  # OpenAI's shape for a reply that only calls
+        message["tool_calls"] = [tool_call_json(call) for call in generation.tool_calls]
     choice = {
         "index": 0,
-        "message": {"role": "assistant", "content": generation.text, **_reasoning(generation.reasoning)},
+        "message": message,
         "logprobs": chat_logprobs_json(generation.logprobs) if body.logprobs else None,
         "finish_reason": generation.finish_reason,
     }
@@ -70,6 +75,10 @@ async def _events(
                 "logprobs": chat_logprobs_json(chunk.logprobs) if chunk.logprobs else None,
                 "finish_reason": None,
             }
+            yield sse(envelope(meta, "chat.completion.chunk", [choice], **usage_field))
+        if chunk.tool_calls:
+            delta = {"tool_calls": [tool_call_delta_json(piece) for piece in chunk.tool_calls]}
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
             yield sse(envelope(meta, "chat.completion.chunk", [choice], **usage_field))
         if chunk.finish_reason:
             usage = chunk.usage

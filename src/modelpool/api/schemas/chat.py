@@ -7,6 +7,18 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from modelpool.api.schemas.common import GenerationFields, Text, WireModel
+from modelpool.api.schemas.tools import (
+    ChatTool,
+    ChoiceMode,
+    check_tool_results,
+    MessageToolCall,
+    NamedToolChoice,
+    ResponseFormat,
+    format_output,
+    to_tool_calls,
+    to_tool_choice,
+    to_tools,
+)
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
 from modelpool.inference import ChatMessage, ChatRequest
@@ -31,13 +43,13 @@ ContentPart = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="t
 
 
 class Message(WireModel):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[ContentPart] | None = None
     name: Text | None = None
-
-
-class ResponseFormat(WireModel):
-    type: Literal["text"]
+    tool_calls: list[MessageToolCall] | None = None
+    """An assistant message's calls."""
+    tool_call_id: str | None = None
+    """A tool message's call."""
 
 
 class ChatCompletionBody(GenerationFields):
@@ -46,9 +58,9 @@ class ChatCompletionBody(GenerationFields):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    response_format: ResponseFormat | None = None
-    tools: list[dict[str, Any]] | None = Field(default=None, max_length=0)
-    tool_choice: Literal["none"] | None = None
+    response_format: ResponseFormat | None = Field(default=None, discriminator="type")
+    tools: list[ChatTool] | None = Field(default=None, max_length=128)
+    tool_choice: ChoiceMode | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     """Extra variables for the model's chat template (vLLM's name), e.g. {"enable_thinking": false}."""
@@ -63,10 +75,24 @@ class ChatCompletionBody(GenerationFields):
         messages = tuple(_to_message(i, m) for i, m in enumerate(self.messages))
         if messages[-1].role == "assistant" and not messages[-1].content:
             raise InvalidRequest("the last message is an empty assistant message", param="messages")
+        check_tool_results(messages)
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens or self.max_tokens or defaults.max_tokens
         sampling = self.sampling(defaults, max_tokens=max_tokens, logprobs=logprobs)
-        return ChatRequest(messages, sampling, self.chat_template_kwargs or {}, streamed=self.stream)
+        tools = to_tools([t.function for t in self.tools or []], lambda i: f"tools[{i}].function")
+        named = self.tool_choice.function.name if isinstance(self.tool_choice, NamedToolChoice) else None
+        mode = None if isinstance(self.tool_choice, NamedToolChoice) else self.tool_choice
+        output = format_output(self.response_format, "response_format.json_schema.schema")
+        return ChatRequest(
+            messages,
+            sampling,
+            self.chat_template_kwargs or {},
+            streamed=self.stream,
+            tools=tools,
+            tool_choice=to_tool_choice(mode, named, tools, "tool_choice"),
+            parallel_tool_calls=self.parallel_tool_calls is not False,
+            output=output,
+        )
 
 
 def _to_message(index: int, message: Message) -> ChatMessage:
@@ -83,6 +109,9 @@ def _to_message(index: int, message: Message) -> ChatMessage:
         content = "\n".join(texts)
     else:
         content = message.content or ""
-    if not content and role != "assistant":
+    if not content and role not in ("assistant", "tool"):
         raise InvalidRequest(f"a {message.role} message must have content", param=f"messages[{index}].content")
-    return ChatMessage(role=role, content=content, name=message.name)
+    if message.tool_calls and role != "assistant":
+        raise InvalidRequest("only assistant messages carry tool_calls", param=f"messages[{index}].tool_calls")
+    calls = to_tool_calls(message.tool_calls or [])
+    return ChatMessage(role, content, message.name, tool_calls=calls, tool_call_id=message.tool_call_id)

@@ -3,14 +3,25 @@ model-pool APIs (`messages`, `decoding`, `thinking`, language codes)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from modelpool.api.schemas.common import PoolFields, Text, WireModel, check_min_tokens, first_given
+from modelpool.api.schemas.tools import (
+    FUNCTION_NAME,
+    ChoiceMode,
+    FunctionDefinition,
+    JsonObjectFormat,
+    to_output,
+    to_tool_choice,
+    to_tools,
+)
+from modelpool.api.schemas.tools import TextFormat as TextOnly
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
-from modelpool.inference import ChatMessage, SamplingParams
+from modelpool.inference import ChatMessage, OutputFormat, SamplingParams, ToolCall
 
 
 class TextPart(WireModel):
@@ -29,6 +40,56 @@ class InputMessage(WireModel):
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class FunctionCallItem(WireModel):
+    """A call the model made in an earlier turn, sent back as input."""
+
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: Text
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(WireModel):
+    """The result of a call, for the model to read."""
+
+    type: Literal["function_call_output"]
+    call_id: str = Field(min_length=1)
+    output: Text
+    id: str | None = None
+    status: str | None = None
+
+
+InputItem = Annotated[InputMessage | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")]
+
+
+class FunctionTool(WireModel):
+    """`{"type": "function", "name": ..., "parameters": ...}` (the Responses API's flat shape)."""
+
+    type: Literal["function"]
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: Text | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    def definition(self) -> FunctionDefinition:
+        return FunctionDefinition(name=self.name, description=self.description, parameters=self.parameters)
+
+
+class NamedFunction(WireModel):
+    type: Literal["function"]
+    name: str = Field(min_length=1)
+
+
+class JsonSchemaText(WireModel):
+    type: Literal["json_schema"]
+    name: str = Field(default="response", pattern=FUNCTION_NAME)
+    schema_: dict[str, Any] = Field(alias="schema")
+    description: Text | None = None
+    strict: bool | None = None
 
 
 class PoolMessage(WireModel):
@@ -58,19 +119,18 @@ class Decoding(WireModel):
 
 
 class TextFormat(WireModel):
-    format: dict[str, Any] | None = None
+    format: Annotated[TextOnly | JsonObjectFormat | JsonSchemaText, Field(discriminator="type")] | None = None
 
-    @field_validator("format")
-    @classmethod
-    def _plain_text(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None and value.get("type") != "text":
-            raise ValueError("only the plain text format is supported")
-        return value
+    def output(self) -> OutputFormat | None:
+        chosen = self.format
+        if isinstance(chosen, JsonSchemaText):
+            return to_output("json_schema", chosen.schema_, "text.format.schema", chosen.name)
+        return to_output(chosen.type, None, "text.format") if chosen is not None else None
 
 
 class ResponsesBody(PoolFields):
     model: str = Field(min_length=1)
-    input: Text | list[InputMessage] | None = None
+    input: Text | list[InputItem] | None = None
     messages: list[PoolMessage] | None = None
     instructions: Text | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
@@ -85,8 +145,8 @@ class ResponsesBody(PoolFields):
     thinking: Literal["default", "enabled", "disabled"] = "default"
     source_lang_code: str | None = None
     target_lang_code: str | None = None
-    tools: list[dict[str, Any]] | None = Field(default=None, max_length=0)
-    tool_choice: Literal["none", "auto"] | None = None
+    tools: list[FunctionTool] | None = Field(default=None, max_length=128)
+    tool_choice: ChoiceMode | NamedFunction | None = None
     parallel_tool_calls: bool | None = None
     text: TextFormat | None = None
     truncation: Literal["disabled", "auto"] | None = None
@@ -102,14 +162,41 @@ class ResponsesBody(PoolFields):
         return self
 
     def new_messages(self) -> list[ChatMessage]:
-        """This request's turn(s), without instructions or earlier responses."""
+        """This request's turn(s), without instructions or earlier responses. Calls sent back
+        become an assistant message with `tool_calls` (consecutive ones together), their
+        outputs `tool` messages."""
         if self.messages is not None:
             return [ChatMessage(_role(m.role), m.content) for m in self.messages]
         if isinstance(self.input, str):
             if not self.input:
                 raise InvalidRequest("input must not be empty", param="input")
             return [ChatMessage("user", self.input)]
-        return [ChatMessage(_role(m.role), m.text()) for m in self.input or []]
+        said: list[ChatMessage] = []
+        for item in self.input or []:
+            if isinstance(item, FunctionCallItem):
+                call = ToolCall(item.call_id, item.name, item.arguments)
+                last = said[-1] if said else None
+                if last is not None and last.role == "assistant" and last.tool_calls:
+                    said[-1] = replace(last, tool_calls=(*last.tool_calls, call))
+                else:
+                    said.append(ChatMessage("assistant", "", tool_calls=(call,)))
+            elif isinstance(item, FunctionCallOutputItem):
+                said.append(ChatMessage("tool", item.output, tool_call_id=item.call_id))
+            else:
+                said.append(ChatMessage(_role(item.role), item.text()))
+        return said
+
+    def tool_fields(self) -> dict[str, Any]:
+        """tools, tool_choice, parallel_tool_calls and output of the chat request."""
+        tools = to_tools([t.definition() for t in self.tools or []], lambda i: f"tools[{i}]")
+        named = self.tool_choice.name if isinstance(self.tool_choice, NamedFunction) else None
+        mode = None if isinstance(self.tool_choice, NamedFunction) else self.tool_choice
+        return {
+            "tools": tools,
+            "tool_choice": to_tool_choice(mode, named, tools, "tool_choice"),
+            "parallel_tool_calls": self.parallel_tool_calls is not False,
+            "output": self.text.output() if self.text is not None else None,
+        }
 
     def sampling(self, defaults: SamplingDefaults) -> SamplingParams:
         decoding = self.decoding or Decoding()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, field_validator, model_validator
 
 from modelpool.api.schemas.common import GenerationFields, PoolFields, Text
+from modelpool.api.schemas.tools import to_output
 from modelpool.config.schema import SamplingDefaults
 from modelpool.inference import CompletionRequest
 
@@ -35,6 +38,9 @@ class LoglikelihoodBody(PoolFields):
 class GenerateBody(GenerationFields):
     prompts: list[Text | list[int]] = Field(min_length=1, max_length=MAX_ITEMS)
     max_tokens: int = Field(default=16, ge=1)
+    json_schema: dict[str, Any] | None = None
+    """Every completion is JSON matching this schema (batch extraction); decoding is
+    constrained, so each one parses unless cut by max_tokens."""
 
     @field_validator("stream")
     @classmethod
@@ -45,4 +51,5 @@ class GenerateBody(GenerationFields):
 
     def to_requests(self, defaults: SamplingDefaults) -> list[CompletionRequest]:
         sampling = self.sampling(defaults, max_tokens=self.max_tokens, logprobs=None)
-        return [CompletionRequest(p if isinstance(p, str) else tuple(p), sampling) for p in self.prompts]
+        output = None if self.json_schema is None else to_output("json_schema", self.json_schema, "json_schema")
+        return [CompletionRequest(p if isinstance(p, str) else tuple(p), sampling, output=output) for p in self.prompts]

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.constraint import TokenConstraint
 from modelpool.backends.context import BackendContext
 from modelpool.backends.decoding import with_echo
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
@@ -22,6 +23,10 @@ from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, SamplingParams, TokenLogprob
 from modelpool.tasks import Task
+from modelpool.tools.grammar import grammar_param, output_grammar
+from modelpool.tools.parsers import make_parser
+from modelpool.tools.prompt import plan_chat
+from modelpool.tools.stream import with_tool_calls
 
 # Rough: small models need ~25 KiB of f16 KV cache per token, 7B ones ~500 KiB. A
 # measurement after loading replaces the estimate; set `memory_bytes` to be exact.
@@ -50,7 +55,12 @@ class LlamaCppOptions(BaseModel):
 
 class LlamaCppBackend(DeclaredBackend):
     Options = LlamaCppOptions
-    capabilities = Capabilities(tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING}), prompt_scoring=True)
+    capabilities = Capabilities(
+        tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING}),
+        prompt_scoring=True,
+        tools=True,
+        structured_output=True,
+    )
     overridable = frozenset({"n_ctx", "n_threads", "n_batch", "n_gpu_layers", "chat_template", "reuse_prompt_cache"})
 
     @classmethod
@@ -102,11 +112,19 @@ class LlamaCppBackend(DeclaredBackend):
         engine, template = self._require_engine(), self._template
         if template is None:
             raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
-        prompt_text = template.render(request.messages, **request.template_kwargs)
+        plan = plan_chat(
+            request,
+            template_source=template.source,
+            configured_parser=self.model.tool_parser,
+            constrain_auto=self.model.constrained_auto_tools,
+        )
+        prompt_text = template.render(plan.messages, plan.tools, **request.template_kwargs)
         prompt = await self._thread.call(engine.tokenize, prompt_text, add_bos=self._add_bos(prompt_text))
-        async for chunk in self._thread.stream(
-            lambda cancel: engine.generate(prompt, request.sampling, cancel, param="messages")
-        ):
+        constraint = await self._constraint(plan.grammar, grammar_param(request))
+        chunks = self._thread.stream(
+            lambda cancel: engine.generate(prompt, request.sampling, cancel, param="messages", constraint=constraint)
+        )
+        async for chunk in with_tool_calls(chunks, make_parser(plan.parser, live=plan.live)) if plan.parser else chunks:
             yield chunk
 
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
@@ -121,7 +139,11 @@ class LlamaCppBackend(DeclaredBackend):
         echoed: tuple[TokenLogprob, ...] = ()
         if request.echo and request.sampling.logprobs is not None:
             echoed = tuple(await self._thread.call(engine.score_tokens, prompt, request.sampling.logprobs))
-        chunks = self._thread.stream(lambda cancel: engine.generate(prompt, request.sampling, cancel, param="prompt"))
+        grammar = output_grammar(request.output) if request.output is not None else None
+        constraint = await self._constraint(grammar, "response_format")
+        chunks = self._thread.stream(
+            lambda cancel: engine.generate(prompt, request.sampling, cancel, param="prompt", constraint=constraint)
+        )
         async for chunk in with_echo(chunks, echo_text, echoed) if request.echo else chunks:
             yield chunk
 
@@ -135,6 +157,12 @@ class LlamaCppBackend(DeclaredBackend):
     async def score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
         engine = self._require_engine()
         return await self._thread.call(engine.score_tokens, engine.check_token_ids(tuple(tokens), "prompt"), top_n)
+
+    async def _constraint(self, grammar: str | None, param: str) -> TokenConstraint | None:
+        if grammar is None:
+            return None
+        engine = self._require_engine()
+        return await self._thread.call(lambda: engine.grammars.start(grammar, param))
 
     def _load(self, path: str) -> LlamaEngine:
         from llama_cpp import Llama

@@ -3,7 +3,7 @@ the way Hugging Face tokenizers do: sandboxed, trim_blocks/lstrip_blocks, bos/eo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -11,7 +11,6 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from modelpool.errors import InvalidRequest
-from modelpool.inference import ChatMessage
 
 
 class ChatTemplate:
@@ -21,17 +20,24 @@ class ChatTemplate:
         )
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        # Jinja's own tojson escapes <, >, & and ' for HTML; templates written for Hugging
+        # Face expect plain JSON (tool schemas would otherwise reach the model as \u003c).
+        env.filters["tojson"] = _tojson
+        self.source = source
         self._template = env.from_string(source)
         self._bos_token = bos_token
         self._eos_token = eos_token
 
-    def render(self, messages: Sequence[ChatMessage], **template_kwargs: Any) -> str:
-        data = [{"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})} for m in messages]
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **template_kwargs: Any
+    ) -> str:
+        """`messages` and `tools` in the Hugging Face layout (see tools/prompt.py)."""
         try:
             # The request's variables cannot replace the ones the template is rendered with.
             variables = {
                 **template_kwargs,
-                "messages": data,
+                "messages": messages,
+                "tools": tools,
                 "add_generation_prompt": True,
                 "bos_token": self._bos_token,
                 "eos_token": self._eos_token,
@@ -43,3 +49,8 @@ class ChatTemplate:
 
 def _raise_exception(message: str) -> NoReturn:
     raise TemplateError(message)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+            sort_keys: bool = False) -> str:  # fmt: skip
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)

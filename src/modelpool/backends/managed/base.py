@@ -33,7 +33,10 @@ from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.services")
 MANAGED_CAPABILITIES = Capabilities(
-    tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING}), locality=Locality.ENGINE_PROCESS
+    tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.EMBEDDING}),
+    locality=Locality.ENGINE_PROCESS,
+    tools=True,  # forwarded as they are: the engine renders, constrains and parses them
+    structured_output=True,
 )
 
 

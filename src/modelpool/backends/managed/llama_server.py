@@ -35,6 +35,9 @@ class LlamaServerOptions(ManagedOptions):
     """CPU threads for generation (default: the engine's choice)."""
     embedding: bool = False
     """Serve embeddings instead of generation (`--embeddings` / `--embedding true`)."""
+    jinja: bool = True
+    """llama-server: render chats with the GGUF's Jinja template (`--jinja`), which tool
+    calls need."""
     chat_format: str | None = None
     """llama_cpp.server only: a named chat format instead of the GGUF's template."""
     extra_args: list[str] = Field(default_factory=list)
@@ -74,6 +77,7 @@ class LlamaServerBackend(ManagedServerBackend):
         argv += ["-fa", "on"] if o.flash_attention else []
         argv += ["-t", str(o.threads)] if o.threads else []
         argv += ["--embeddings"] if o.embedding else []
+        argv += ["--jinja"] if o.jinja else []
         return argv + o.extra_args
 
     def _python(self, weights: Path) -> list[str]:

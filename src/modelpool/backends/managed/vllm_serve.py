@@ -51,6 +51,10 @@ class VllmOptions(ManagedOptions):
     """Disable CUDA graphs (`--enforce-eager`): faster start, slower decode."""
     trust_remote_code: bool = False
     """Run code shipped with the model (`--trust-remote-code`)."""
+    tool_call_parser: str | None = None
+    """vLLM's parser for the model's tool calls (`hermes`, `llama3_json`, `mistral`, ...):
+    turns on `tool_choice: auto` (`--enable-auto-tool-choice --tool-call-parser`). Named and
+    required tool choices and `response_format` work without it."""
     extra_args: list[str] = Field(default_factory=list)
     """Appended to the command line as they are."""
 
@@ -111,4 +115,5 @@ class VllmServeBackend(ManagedServerBackend):
             argv += [flag, json.dumps(document, separators=(",", ":"))] if document is not None else []
         argv += ["--enforce-eager"] if o.enforce_eager else []
         argv += ["--trust-remote-code"] if o.trust_remote_code else []
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", o.tool_call_parser] if o.tool_call_parser else []
         return argv + o.extra_args

@@ -58,6 +58,8 @@ class OpenAIRemoteBackend(ForwardingBackend, DeclaredBackend):
         locality=Locality.REMOTE,
         needs_source=False,
         audio_input_rate=TRANSCRIPTION_RATE,
+        tools=True,  # forwarded as they are: the upstream renders, constrains and parses them
+        structured_output=True,
     )
     """What the upstream can do is declared with `tasks:`; unsaid, a chat model."""
     overridable = frozenset({"timeout_s", "retries", "max_concurrency"})

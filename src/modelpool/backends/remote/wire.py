@@ -5,6 +5,7 @@ fields it does not know (top_k, min_p, ...), so engine extras go only when asked
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
@@ -13,11 +14,14 @@ import numpy.typing as npt
 
 from modelpool.errors import UpstreamError
 from modelpool.inference import (
+    ChatMessage,
     ChatRequest,
     CompletionRequest,
     GenerationChunk,
+    OutputFormat,
     SamplingParams,
     TokenLogprob,
+    ToolCallDelta,
     TopLogprob,
     Usage,
 )
@@ -46,15 +50,55 @@ def _stream_fields(streamed: bool) -> dict[str, Any]:
     return {"stream": True, "stream_options": {"include_usage": True}} if streamed else {"stream": False}
 
 
+def _wire_message(message: ChatMessage) -> dict[str, Any]:
+    item: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.name:
+        item["name"] = message.name
+    if message.tool_calls:
+        item["content"] = message.content or None
+        item["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        item["tool_call_id"] = message.tool_call_id
+    return item
+
+
+def _tool_fields(request: ChatRequest) -> dict[str, Any]:
+    """tools, tool_choice, parallel_tool_calls and response_format, as the client sent them."""
+    fields: dict[str, Any] = {}
+    if request.tools:
+        fields["tools"] = [
+            {"type": "function", "function": {"name": t.name, **({"description": t.description} if t.description
+                                              else {}), "parameters": dict(t.parameters)}}
+            for t in request.tools
+        ]  # fmt: skip
+        choice = request.tool_choice
+        named = {"type": "function", "function": {"name": choice.name}}
+        fields["tool_choice"] = named if choice.mode == "function" else choice.mode
+        if not request.parallel_tool_calls:
+            fields["parallel_tool_calls"] = False
+    if request.output is not None:
+        fields["response_format"] = response_format_json(request.output)
+    return fields
+
+
+def response_format_json(output: OutputFormat) -> dict[str, Any]:
+    if output.kind == "json_object" or output.schema is None:
+        return {"type": "json_object"}
+    spec = {"name": output.name, "schema": dict(output.schema), "strict": True}
+    return {"type": "json_schema", "json_schema": spec}
+
+
 def chat_body(request: ChatRequest, model: str) -> dict[str, Any]:
-    messages = [
-        {"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})} for m in request.messages
-    ]
+    messages = [_wire_message(m) for m in request.messages]
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
         **_stream_fields(request.streamed),
         **_sampling_fields(request.sampling),
+        **_tool_fields(request),
     }
     if request.sampling.logprobs is not None:
         body["logprobs"] = True
@@ -74,6 +118,8 @@ def completion_body(request: CompletionRequest, model: str) -> dict[str, Any]:
     }
     if request.echo:
         body["echo"] = True
+    if request.output is not None:
+        body["response_format"] = response_format_json(request.output)
     if request.sampling.logprobs is not None:
         body["logprobs"] = request.sampling.logprobs
     return body
@@ -112,7 +158,30 @@ def usage_of(payload: dict[str, Any]) -> Usage | None:
 def _chat_piece(choice: dict[str, Any]) -> GenerationChunk:
     delta = choice.get("delta") or {}
     reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
-    return GenerationChunk(delta.get("content") or "", _chat_logprobs(choice.get("logprobs")), reasoning=reasoning)
+    logprobs = _chat_logprobs(choice.get("logprobs"))
+    calls = _call_pieces(delta.get("tool_calls"))
+    return GenerationChunk(delta.get("content") or "", logprobs, reasoning=reasoning, tool_calls=calls)
+
+
+def _call_pieces(calls: Any) -> tuple[ToolCallDelta, ...]:
+    """An upstream's tool calls (streamed pieces or whole calls) as our pieces."""
+    if not isinstance(calls, list):
+        return ()
+    pieces = []
+    for position, call in enumerate(calls):
+        if not isinstance(call, dict):
+            continue
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        pieces.append(
+            ToolCallDelta(
+                index=int(call.get("index", position)),
+                id=call.get("id"),
+                name=function.get("name"),
+                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+            )
+        )
+    return tuple(pieces)
 
 
 def _completion_piece(choice: dict[str, Any]) -> GenerationChunk:
@@ -131,7 +200,7 @@ async def _stream_chunks(
         usage = usage_of(event) or usage
         for choice in event.get("choices") or []:
             chunk = piece(choice)
-            if chunk.text or chunk.reasoning or chunk.logprobs:
+            if chunk.text or chunk.reasoning or chunk.logprobs or chunk.tool_calls:
                 pieces += 1
                 yield chunk
             finish = choice.get("finish_reason") or finish
@@ -152,7 +221,9 @@ def chat_whole(payload: dict[str, Any]) -> list[GenerationChunk]:
     message = choice.get("message") or {}
     text = message.get("content") or ""
     reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
-    answer = GenerationChunk(text=text, reasoning=reasoning, logprobs=_chat_logprobs(choice.get("logprobs")))
+    logprobs = _chat_logprobs(choice.get("logprobs"))
+    calls = _call_pieces(message.get("tool_calls"))
+    answer = GenerationChunk(text=text, reasoning=reasoning, logprobs=logprobs, tool_calls=calls)
     return [answer, GenerationChunk(finish_reason=choice.get("finish_reason") or "stop", usage=usage_of(payload))]
 
 

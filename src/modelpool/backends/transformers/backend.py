@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.context import BackendContext
 from modelpool.backends.decoding import tokens_to_generate, with_echo
 from modelpool.backends.requirements import require_engine
@@ -27,6 +29,10 @@ from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, SamplingParams, TokenLogprob, Usage
 from modelpool.tasks import Task
+from modelpool.tools.grammar import grammar_param, output_grammar
+from modelpool.tools.parsers import make_parser
+from modelpool.tools.prompt import ChatPlan, plan_chat
+from modelpool.tools.stream import with_tool_calls
 
 
 class TransformersOptions(BaseModel):
@@ -54,7 +60,12 @@ class TransformersBackend(DeclaredBackend):
     """Continuous batching: up to `max_batch_size` sequences decode together."""
 
     Options = TransformersOptions
-    capabilities = Capabilities(tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING}), prompt_scoring=True)
+    capabilities = Capabilities(
+        tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING}),
+        prompt_scoring=True,
+        tools=True,
+        structured_output=True,
+    )
     overridable = frozenset({"max_batch_size", "max_batch_tokens", "prefill_chunk", "max_model_len", "dtype"})
 
     @classmethod
@@ -98,8 +109,20 @@ class TransformersBackend(DeclaredBackend):
         self._require_engine()
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        prompt = await self._tokenizer_thread.call(self._render_chat, request)
-        async for chunk in self._generate(prompt, request.sampling, param="messages"):
+        tokenizer = self._require_tokenizer()
+        source = self.options.chat_template or tokenizer.chat_template
+        if not isinstance(source, str):
+            raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
+        plan = plan_chat(
+            request,
+            template_source=source,
+            configured_parser=self.model.tool_parser,
+            constrain_auto=self.model.constrained_auto_tools,
+        )
+        prompt = await self._tokenizer_thread.call(self._render_chat, plan, request.template_kwargs)
+        constraint = await self._constraint(plan.grammar, grammar_param(request))
+        chunks = self._generate(prompt, request.sampling, param="messages", constraint=constraint)
+        async for chunk in with_tool_calls(chunks, make_parser(plan.parser, live=plan.live)) if plan.parser else chunks:
             yield chunk
 
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
@@ -112,7 +135,9 @@ class TransformersBackend(DeclaredBackend):
         echoed: tuple[TokenLogprob, ...] = ()
         if request.echo and request.sampling.logprobs is not None:
             echoed = tuple(await self.score_tokens(prompt, request.sampling.logprobs))
-        chunks = self._generate(prompt, request.sampling, param="prompt")
+        grammar = output_grammar(request.output) if request.output is not None else None
+        constraint = await self._constraint(grammar, "response_format")
+        chunks = self._generate(prompt, request.sampling, param="prompt", constraint=constraint)
         async for chunk in with_echo(chunks, echo_text, echoed) if request.echo else chunks:
             yield chunk
 
@@ -132,7 +157,11 @@ class TransformersBackend(DeclaredBackend):
     # ----- internals -----------------------------------------------------------------
 
     async def _generate(
-        self, prompt: list[int], sampling: SamplingParams, param: str = "prompt"
+        self,
+        prompt: list[int],
+        sampling: SamplingParams,
+        param: str = "prompt",
+        constraint: TokenConstraint | None = None,
     ) -> AsyncGenerator[GenerationChunk, None]:
         engine = self._require_engine()
         max_new = self._check_fits(prompt, sampling.max_tokens, param)
@@ -149,6 +178,7 @@ class TransformersBackend(DeclaredBackend):
             deliver=lambda item: _put_threadsafe(loop, queue, item),
             generator=make_generator(sampling.seed, engine.device),
             detok=IncrementalDetokenizer(self._tokenizer, prompt),
+            constraint=constraint,
         )
         engine.submit(sequence)
         try:
@@ -160,21 +190,34 @@ class TransformersBackend(DeclaredBackend):
         finally:
             sequence.cancelled.set()  # a consumer that leaves takes its sequence out of the batch
 
-    def _render_chat(self, request: ChatRequest) -> list[int]:
+    async def _constraint(self, grammar: str | None, param: str) -> TokenConstraint | None:
+        if grammar is None:
+            return None
+        return await self._tokenizer_thread.call(lambda: self._grammars.start(grammar, param))
+
+    @cached_property
+    def _grammars(self) -> GrammarCompiler:
+        """Built on the first constrained request (~1 s for a 49k vocabulary), then kept."""
+        from llguidance.hf import from_tokenizer
+
+        engine, tokenizer = self._require_engine(), self._require_tokenizer()
+        vocab_size = int(engine.model.get_output_embeddings().weight.shape[0])
+        eos = sorted(engine.eos_ids)
+        grammar_tokenizer = from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=eos[0] if eos else None)
+        return GrammarCompiler(grammar_tokenizer, vocab_size, eos, eos[0])
+
+    def _render_chat(self, plan: ChatPlan, template_kwargs: Mapping[str, Any]) -> list[int]:
         tokenizer = self._require_tokenizer()
-        messages = [{"role": m.role, "content": m.content} for m in request.messages]
-        template = self.options.chat_template
-        if template is None and not tokenizer.chat_template:
-            raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
         from jinja2 import TemplateError
 
         try:
             text = tokenizer.apply_chat_template(
-                messages,
+                plan.messages,
+                tools=plan.tools,
                 tokenize=False,
                 add_generation_prompt=True,
-                chat_template=template,
-                **dict(request.template_kwargs),
+                chat_template=self.options.chat_template,
+                **dict(template_kwargs),
             )
         except TemplateError as exc:
             raise InvalidRequest(f"the model's chat template rejected these messages: {exc}", param="messages") from exc

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from modelpool.backends.constraint import TokenConstraint
 from modelpool.backends.decoding import StopMatcher, may_end
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.sampling import choose_token
@@ -39,6 +40,9 @@ class Sequence:
     """Called on the engine thread with each GenerationChunk, then END (or an exception)."""
     generator: torch.Generator
     detok: IncrementalDetokenizer
+    constraint: TokenConstraint | None = None
+    """The grammar this sequence's output must follow (its own, so free and constrained
+    sequences share the batch)."""
     cancelled: threading.Event = field(default_factory=threading.Event)
     generated: list[int] = field(default_factory=list)
     prefilled: int = 0
@@ -266,11 +270,17 @@ class ContinuousBatcher:
             return
         seen = torch.tensor(seq.prompt + seq.generated, device=self.device)
         generated = torch.tensor(seq.generated, dtype=torch.long, device=self.device)
-        banned = None if may_end(seq.params, len(seq.generated)) else self._eos_tensor
-        token = choose_token(logits, seq.params, seen, generated, seq.generator, banned=banned)
+        allowed, banned = None, None
+        if seq.constraint is not None:  # the grammar decides when the output may end
+            allowed = torch.from_numpy(seq.constraint.allowed()).to(self.device)
+        elif not may_end(seq.params, len(seq.generated)):
+            banned = self._eos_tensor
+        token = choose_token(logits, seq.params, seen, generated, seq.generator, banned=banned, allowed=allowed)
         if token in self.eos_ids:
             self._finish(seq, "stop", hit_stop=False)
             return
+        if seq.constraint is not None:
+            seq.constraint.advance(token)
         seq.generated.append(token)
         if seq.params.logprobs is not None:
             seq.pending.append(self._logprob(logits, token, seq.params.logprobs))
@@ -280,6 +290,8 @@ class ContinuousBatcher:
             seq.pending = []
         if hit_stop:
             self._finish(seq, "stop", hit_stop=True)
+        elif seq.constraint is not None and seq.constraint.complete:
+            self._finish(seq, "stop", hit_stop=False)
         elif len(seq.generated) >= seq.max_new:
             self._finish(seq, "length", hit_stop=False)
 

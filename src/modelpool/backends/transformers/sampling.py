@@ -25,13 +25,17 @@ def choose_token(
     generator: torch.Generator,
     *,
     banned: torch.Tensor | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> int:
     """One token from one row of logits. `seen` = prompt + generated ids (repetition
     penalty), `generated` = generated ids only (presence/frequency penalties), `banned` =
-    ids that must not come now (end-of-sequence under ignore_eos / min_tokens)."""
+    ids that must not come now (end-of-sequence under ignore_eos / min_tokens), `allowed` =
+    a boolean mask of the only ids that may come (a grammar's)."""
     scores = logits.float().clone()
     if banned is not None:
         scores[banned] = float("-inf")
+    if allowed is not None:
+        scores[~allowed] = float("-inf")
     if params.repetition_penalty != 1.0 and seen.numel():
         picked = scores[seen]
         scores[seen] = torch.where(picked > 0, picked / params.repetition_penalty, picked * params.repetition_penalty)

@@ -1,0 +1,1 @@
+"""Tool calls in generated text: per-family streaming parsers, call assembly, chunk streams."""
