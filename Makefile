@@ -69,6 +69,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_batching
 	$(BIN)/python -m benchmarks.bench_speech
 	$(BIN)/python -m benchmarks.bench_forwarding
+	$(BIN)/python -m benchmarks.bench_structured
 
 docs: install
 	$(BIN)/modelpool config-schema > docs/config.schema.json

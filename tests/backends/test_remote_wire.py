@@ -12,7 +12,18 @@ import pytest
 
 from modelpool.backends.remote import wire
 from modelpool.errors import UpstreamError
-from modelpool.inference import ChatMessage, ChatRequest, CompletionRequest, SamplingParams, Usage
+from modelpool.inference import (
+    ChatMessage,
+    ChatRequest,
+    CompletionRequest,
+    OutputFormat,
+    SamplingParams,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    Usage,
+)
 
 
 def test_chat_body_sends_what_is_set_and_engine_extras_only_when_used() -> None:
@@ -121,3 +132,64 @@ def test_embeddings_decode_base64_or_floats_in_input_order() -> None:
     assert vectors.dtype == np.float32 and vectors.tolist() == [[0.5, -1.0], [1.0, 2.0]]
     with pytest.raises(UpstreamError, match="1 embeddings for 2 inputs"):
         wire.embedding_vectors({"data": payload["data"][:1]}, 2)
+
+
+def test_tools_history_and_formats_are_forwarded_as_the_client_sent_them() -> None:
+    call = ToolCall("call_1", "add", '{"a": 1}')
+    messages = (
+        ChatMessage("user", "add one"),
+        ChatMessage("assistant", "", tool_calls=(call,)),
+        ChatMessage("tool", "2", tool_call_id="call_1"),
+    )
+    tool = Tool("add", "Adds.", {"type": "object", "properties": {"a": {"type": "integer"}}})
+    schema = {"type": "object", "properties": {"sum": {"type": "integer"}}}
+    request = ChatRequest(messages, tools=(tool,), tool_choice=ToolChoice("function", "add"), parallel_tool_calls=False,
+                          output=OutputFormat("json_schema", schema, "total"))  # fmt: skip
+    body = wire.chat_body(request, "up")
+    assert body["messages"][1:] == [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}]},
+        {"role": "tool", "content": "2", "tool_call_id": "call_1"},
+    ]  # fmt: skip
+    assert body["tools"] == [{"type": "function", "function": {"name": "add", "description": "Adds.",
+                                                               "parameters": tool.parameters}}]  # fmt: skip
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    assert body["parallel_tool_calls"] is False
+    assert body["response_format"] == {"type": "json_schema",
+                                       "json_schema": {"name": "total", "schema": schema, "strict": True}}  # fmt: skip
+    plain = wire.chat_body(ChatRequest(messages[:1], tools=(tool,)), "up")
+    assert plain["tool_choice"] == "auto" and "parallel_tool_calls" not in plain and "response_format" not in plain
+    generate = wire.completion_body(CompletionRequest("x", output=OutputFormat("json_object")), "up")
+    assert generate["response_format"] == {"type": "json_object"}
+
+
+async def test_upstream_tool_calls_come_back_as_pieces_streamed_or_whole() -> None:
+    first = {"index": 0, "id": "call_9", "type": "function", "function": {"name": "add", "arguments": ""}}
+    stream = events(
+        delta(tool_calls=[first]),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": '{"a":'}}]),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": " 1}"}}]),
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 6}},
+    )
+    chunks = [c async for c in wire.chat_chunks(stream)]
+    pieces = [p for c in chunks for p in c.tool_calls]
+    assert pieces == [ToolCallDelta(0, "call_9", "add", ""), ToolCallDelta(0, None, None, '{"a":'),
+                      ToolCallDelta(0, None, None, " 1}")]  # fmt: skip
+    assert chunks[-1].finish_reason == "tool_calls" and chunks[-1].usage == Usage(4, 6)
+    whole = {
+        "choices": [{"message": {"content": None, "tool_calls": [{"id": "call_9", "type": "function",
+                     "function": {"name": "add", "arguments": '{"a": 1}'}}]}, "finish_reason": "tool_calls"}],
+    }  # fmt: skip
+    answer, finish = wire.chat_whole(whole)
+    assert answer.tool_calls == (ToolCallDelta(0, "call_9", "add", '{"a": 1}'),) and answer.text == ""
+    assert finish.finish_reason == "tool_calls"
+
+
+async def test_a_repeated_name_on_later_pieces_is_sent_once() -> None:
+    """llama-cpp-python's server names the function on every streamed piece."""
+    named = {"index": 0, "id": "call_1", "function": {"name": "add", "arguments": '{"a"'}}
+    again = {"index": 0, "id": "call_1", "function": {"name": "add", "arguments": ": 1}"}}
+    chunks = [c async for c in wire.chat_chunks(events(delta(tool_calls=[named]), delta(tool_calls=[again])))]
+    pieces = [p for c in chunks for p in c.tool_calls]
+    assert pieces == [ToolCallDelta(0, "call_1", "add", '{"a"'), ToolCallDelta(0, None, None, ": 1}")]

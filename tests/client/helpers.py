@@ -47,7 +47,9 @@ class ScriptedServer:
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._http.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
-        self._thread = threading.Thread(target=self._http.serve_forever, name="scripted-server", daemon=True)
+        # A short poll: shutdown() waits for the serving loop's next look (0.5 s by default).
+        serve = {"poll_interval": 0.01}
+        self._thread = threading.Thread(target=self._http.serve_forever, kwargs=serve, name="scripted", daemon=True)
 
     @property
     def bodies(self) -> list[dict[str, Any]]:

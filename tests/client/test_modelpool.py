@@ -10,8 +10,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, Literal
 
 import pytest
+from pydantic import BaseModel, Field
 
 from modelpool.client import (
     AdminClient,
@@ -81,6 +83,30 @@ async def test_stream_chat_deltas_join_to_the_answer_and_end_with_usage(config: 
     assert "".join(d.content for d in deltas) == whole.content
     assert [d.finish_reason for d in deltas if d.finish_reason] == [whole.finish_reason]
     assert deltas[-1].usage == whole.usage
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=20)
+    age: int = Field(ge=18, le=99)
+
+
+def get_weather(city: Annotated[str, Field(max_length=30)], unit: Literal["celsius", "fahrenheit"]) -> str:
+    """Current weather in a city."""
+    return f"21 degrees {unit} in {city}"
+
+
+async def test_tools_and_typed_structured_output_on_the_real_model(config: ModelsConfig) -> None:
+    async with make_llm(config, "agent_llm") as llm:
+        person = await llm.chat([ChatMessage.user("Invent a person.")], response_format=Person, temperature=0)
+        assert isinstance(person.parsed, Person) and 18 <= person.parsed.age <= 99
+        question = [ChatMessage.user("What's the weather in Oslo?")]
+        called = await llm.chat(question, tools=[get_weather], tool_choice="get_weather", temperature=0)
+        [call] = called.tool_calls
+        assert call.name == "get_weather" and called.finish_reason == "tool_calls"
+        result = get_weather(**call.args)
+        history = [*question, ChatMessage.from_result(called), ChatMessage.tool(call.id, result)]
+        answer = await llm.chat(history, tools=[get_weather], tool_choice="none", max_tokens=40, temperature=0)
+    assert answer.content.strip() and not answer.tool_calls
 
 
 async def test_complete_continues_a_prompt(config: ModelsConfig) -> None:

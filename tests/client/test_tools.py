@@ -117,8 +117,8 @@ USAGE = {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}
 
 
 def reply(finish_reason: str = "stop", **message: Any) -> dict[str, Any]:
-    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "usage": USAGE,
-            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason}]}  # fmt: skip
+    choice = {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason}
+    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "choices": [choice], "usage": USAGE}
 
 
 def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
@@ -162,10 +162,8 @@ def no_args() -> str:
 
 
 def test_a_function_without_parameters_or_docstring() -> None:
-    assert tool_schema(no_args) == {
-        "type": "function",
-        "function": {"name": "no_args", "parameters": {"type": "object", "properties": {}, "additionalProperties": False}},
-    }
+    parameters = {"type": "object", "properties": {}, "additionalProperties": False}
+    assert tool_schema(no_args) == {"type": "function", "function": {"name": "no_args", "parameters": parameters}}
 
 
 def star_args(*cities: str) -> None: ...
@@ -177,7 +175,7 @@ def undefined_hint(city: NoSuchType) -> None: ...  # type: ignore[name-defined] 
 @pytest.mark.parametrize(
     ("tool", "complaint"),
     [
-        (star_args, "parameter 'cities' is *args"),
+        (star_args, "parameter 'cities' is \\*args"),
         (star_kwargs, "parameter 'options' is \\*\\*kwargs"),
         (positional, "parameter 'city' is positional-only"),
         (undefined_hint, "tool 'undefined_hint': its parameters have no JSON schema .*NoSuchType"),
@@ -239,8 +237,15 @@ def test_tool_choice_forms(choice: Any, sent: object) -> None:
 
 
 async def test_a_tool_choice_naming_no_tool_is_refused_before_sending(server: ScriptedServer, llm: LLMClient) -> None:
-    with pytest.raises(ValueError, match=r"tool_choice names 'get_wether', which is not among the tools \(get_weather, Booking\)"):  # fmt: skip
+    complaint = r"tool_choice names 'get_wether', which is not among the tools \(get_weather, Booking\)"
+    with pytest.raises(ValueError, match=complaint):
         await llm.chat(HISTORY, tools=[get_weather, Booking], tool_choice="get_wether")
+    assert server.requests == []
+
+
+async def test_a_misspelt_option_is_refused_before_sending(server: ScriptedServer, llm: LLMClient) -> None:
+    with pytest.raises(TypeError, match="unexpected chat option\\(s\\): tool_choise"):
+        await llm.chat(HISTORY, tools=[get_weather], tool_choise="auto")  # type: ignore[call-overload]
     assert server.requests == []
 
 
@@ -248,14 +253,14 @@ def test_tool_call_arguments_parsed_and_refused() -> None:
     assert ToolCall("c", "no_args", "").args == {} and ToolCall("c", "Nothing", " ").parse(Nothing) == Nothing()
     broken = ToolCall("call_9", "get_weather", '{"city": "Par')
     with pytest.raises(ToolArgumentsError) as caught:
-        broken.args
+        _ = broken.args
     error = caught.value
     assert (error.tool_name, error.arguments) == ("get_weather", '{"city": "Par')
     assert error.message.startswith("the arguments of tool call 'get_weather' (id 'call_9') are not JSON (")
     assert error.message.endswith(""": '{"city": "Par'""")
     with pytest.raises(ToolArgumentsError, match=r"are JSON but not an object \(list\): '\[1, 2\]'"):
-        ToolCall("c", "f", "[1, 2]").args
-    with pytest.raises(ToolArgumentsError, match="do not fit Booking \\(people: Input should be greater than or equal to 1"):
+        _ = ToolCall("c", "f", "[1, 2]").args
+    with pytest.raises(ToolArgumentsError, match=r"do not fit Booking \(people: Input should be greater than or equal"):
         ToolCall("c", "Booking", '{"restaurant": "Chez Lu", "people": 0}').parse(Booking)
 
 
@@ -314,7 +319,7 @@ async def test_a_tool_call_instead_of_a_parsed_answer(server: ScriptedServer, ll
     result = await llm.chat(HISTORY, tools=[get_weather], response_format=City)
     assert [call.name for call in result.tool_calls] == ["get_weather"]
     with pytest.raises(StructuredOutputError, match="the model called tools instead of answering"):
-        result.parsed
+        _ = result.parsed
 
 
 STREAMED = [
@@ -418,6 +423,9 @@ def test_assistant_messages_with_and_without_calls() -> None:
         "role": "assistant", "content": "Let me look.", "tool_calls": [CALLS[0]]}  # fmt: skip
     assert ChatMessage.assistant("Hi.").to_wire() == {"role": "assistant", "content": "Hi."}
     assert ChatMessage.assistant().to_wire() == {"role": "assistant", "content": ""}
+    city = ChatMessage.tool("call_3", City(name="Lyon", population=5))
+    assert city.to_wire() == {"role": "tool", "content": '{"name":"Lyon","population":5}', "tool_call_id": "call_3"}
+    assert ChatMessage.tool("call_4", [1.5, None]).content == "[1.5, null]"
 
 
 def test_the_sync_facade_sends_and_reads_the_same(server: ScriptedServer) -> None:

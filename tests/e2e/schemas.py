@@ -27,7 +27,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "properties": {
             "numbers": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 9},
                         "minItems": 2, "maxItems": 4},
-        },  # fmt: skip
+        },
         "required": ["numbers"],
         "additionalProperties": False,
     },

@@ -117,7 +117,7 @@ CASES = [
         "tool_choice",
     ),
     ("tool-choice-required-without-tools", "POST", CHAT, chat(tool_choice="required"), 400, "invalid_value",
-     "tool_choice"),  # fmt: skip
+     "tool_choice"),
     (
         "tool-message-without-call",
         "POST",
@@ -140,7 +140,7 @@ CASES = [
         "response-format-unenforceable-schema",
         "POST",
         CHAT,
-        chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {"type": "null"}}}}),
+        chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {"type": "null"}}}}),  # noqa: E501
         400,
         "invalid_value",
         "response_format",

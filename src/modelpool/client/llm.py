@@ -143,6 +143,7 @@ class LLMClient(RoleClient):
         self, messages: Sequence[MessageLike], options: ChatOptions, response_format: ResponseFormat = None
     ) -> dict[str, Any]:
         """The call's own body fields (None = not sent; `extra_body` is layered by `_body`)."""
+        _check_options(options)
         tools = [tool_schema(tool) for tool in options.get("tools") or ()]
         return {
             "messages": messages_to_wire(messages),
@@ -183,6 +184,14 @@ def thinking_fields(thinking: Thinking, enable: bool | None) -> dict[str, Any]:
 
 def _stop(stop: Stop) -> str | list[str] | None:
     return stop if stop is None or isinstance(stop, str) else list(stop)
+
+
+def _check_options(options: ChatOptions) -> None:
+    """A misspelt option raises, as a keyword argument would: `**options` alone takes anything
+    at run time, and a silently dropped `max_token=` would be hard to see."""
+    unknown = sorted(options.keys() - ChatOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"unexpected chat option(s): {', '.join(unknown)}")
 
 
 def _single_delta(whole: ChatResult) -> ChatDelta:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from modelpool.client.results import ChatResult, ToolCall
 
 ContentPart = dict[str, Any]
@@ -74,8 +76,9 @@ class ChatMessage:
     @classmethod
     def tool(cls, call_id: str, content: object) -> ChatMessage:
         """A tool's output, answering the call `call_id`. Text goes as is; anything else
-        (a dict, a list, a number) as its JSON, the form models read tool outputs in."""
-        return cls("tool", content if isinstance(content, str) else json.dumps(content), tool_call_id=call_id)
+        (a pydantic model, a dict, a list, a number) as its JSON, the form models read
+        tool outputs in."""
+        return cls("tool", _tool_output(content), tool_call_id=call_id)
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -94,6 +97,14 @@ MessageLike = ChatMessage | Mapping[str, Any]
 
 def messages_to_wire(messages: Sequence[MessageLike]) -> list[dict[str, Any]]:
     return [m.to_wire() if isinstance(m, ChatMessage) else dict(m) for m in messages]
+
+
+def _tool_output(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, BaseModel):
+        return content.model_dump_json()
+    return json.dumps(content)
 
 
 def image_part(image: ImageSource) -> ContentPart:

@@ -217,7 +217,7 @@ class StreamingToolParser:
 
     def _text(self, final: bool) -> bool:
         buf = self._buf
-        if not self._started:
+        if not self._started and self._start_markers:
             start = skip_space(buf, 0)
             if start == len(buf) and not final:
                 return False

@@ -10,10 +10,10 @@ from modelpool.api.schemas.common import GenerationFields, Text, WireModel
 from modelpool.api.schemas.tools import (
     ChatTool,
     ChoiceMode,
-    check_tool_results,
     MessageToolCall,
     NamedToolChoice,
     ResponseFormat,
+    check_tool_results,
     format_output,
     to_tool_calls,
     to_tool_choice,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -208,7 +210,25 @@ async def _stream_chunks(
 
 
 def chat_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[GenerationChunk, None]:
-    return _stream_chunks(events, _chat_piece)
+    return _first_names_only(_stream_chunks(events, _chat_piece))
+
+
+async def _first_names_only(chunks: AsyncGenerator[GenerationChunk, None]) -> AsyncGenerator[GenerationChunk, None]:
+    """A call's id and name are sent once, on its first piece, as OpenAI streams them.
+    llama-cpp-python's server repeats the name on every piece, and clients that join
+    pieces (the openai SDK does) would read `get_weatherget_weather...`."""
+    named: set[int] = set()
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            if chunk.tool_calls:
+                pieces = []
+                for piece in chunk.tool_calls:
+                    if piece.index in named:
+                        piece = replace(piece, id=None, name=None)
+                    named.add(piece.index)
+                    pieces.append(piece)
+                chunk = replace(chunk, tool_calls=tuple(pieces))
+            yield chunk
 
 
 def completion_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[GenerationChunk, None]:
