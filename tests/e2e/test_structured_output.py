@@ -146,21 +146,26 @@ async def test_streamed_tool_call_deltas_assemble_to_the_whole_reply(oai: openai
 
 @pytest.mark.parametrize("model", BACKENDS)
 async def test_an_agent_loop_calls_reads_the_result_and_answers(oai: openai.AsyncOpenAI, model: str) -> None:
+    """As agent frameworks run it: call tools while the model asks for them (at most three
+    rounds, the last one with `tool_choice: none` so it must answer), then a final answer."""
     messages: list[Any] = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
-    first = await oai.chat.completions.create(
-        model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=100, temperature=0
-    )
-    calls = first.choices[0].message.tool_calls or []
-    assert calls and all(call.function.name == "get_weather" for call in calls)
-    messages.append(first.choices[0].message.model_dump(exclude_none=True))
-    for call in calls:  # the model may ask for several units at once: answer each call
-        messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 21})})
-    final = await oai.chat.completions.create(
-        model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=60, temperature=0
-    )
-    answer = final.choices[0]
-    assert answer.finish_reason in ("stop", "length")
-    assert answer.message.tool_calls is None and answer.message.content
+    rounds_with_calls = 0
+    for tool_choice in ["required", "auto", "none"]:
+        reply = await oai.chat.completions.create(
+            model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice=tool_choice,  # type: ignore[arg-type]
+            parallel_tool_calls=False, max_tokens=150, temperature=0,
+        )  # fmt: skip
+        message = reply.choices[0].message
+        if not message.tool_calls:
+            break
+        assert reply.choices[0].finish_reason == "tool_calls"
+        rounds_with_calls += 1
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls:  # the model may ask for several units at once: answer each call
+            assert call.function.name == "get_weather"
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 21})})
+    assert rounds_with_calls >= 1 and message.content and not message.tool_calls
+    assert reply.choices[0].finish_reason in ("stop", "length")
 
 
 @pytest.mark.parametrize("model", BACKENDS)

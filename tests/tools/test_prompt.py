@@ -84,3 +84,11 @@ def test_unconstrained_auto_parses_calls_only_once_whole() -> None:
     required = plan_chat(ChatRequest(HISTORY[:1], tools=(ADD,), tool_choice=ToolChoice("required")),
                          template_source=HERMES, configured_parser=None, constrain_auto=False)  # fmt: skip
     assert required.grammar is not None and required.live
+
+
+def test_history_of_calls_is_shown_as_text_to_a_template_without_tools_even_with_choice_none() -> None:
+    plan = plan_chat(ChatRequest(HISTORY, tools=(ADD,), tool_choice=ToolChoice("none")), template_source=CHATML,
+                     configured_parser=None, constrain_auto=True)  # fmt: skip
+    assert plan.tools is None and plan.parser is None
+    assert json.loads(plan.messages[1]["content"]) == {"tool_calls": [{"name": "add", "arguments": {"a": 2}}]}
+    assert plan.messages[2]["role"] == "user" and "tool_response" in plan.messages[2]["content"]

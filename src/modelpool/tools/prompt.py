@@ -78,8 +78,9 @@ def plan_chat(
     family = (configured_parser or detect_family(template_source)) if native else "generic"
     calling = bool(request.tools) and request.tool_choice.mode != "none"
     if not calling:
+        # Earlier calls and results are still shown, in the form the template can render.
         grammar = output_grammar(request.output) if request.output is not None else None
-        return ChatPlan(template_messages(request.messages, generic=False), None, grammar, None, live=False)
+        return ChatPlan(template_messages(request.messages, generic=not native), None, grammar, None, live=False)
     grammar = chat_grammar(
         request.tools,
         request.tool_choice,
