@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from modelpool.api.schemas.common import PoolFields, Text, WireModel, check_min_tokens, first_given
 from modelpool.api.schemas.tools import (
@@ -63,7 +63,18 @@ class FunctionCallOutputItem(WireModel):
     status: str | None = None
 
 
-InputItem = Annotated[InputMessage | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")]
+def _item_kind(item: Any) -> str:
+    """A message item may leave out its `type` (OpenAI's "easy input message")."""
+    kind = item.get("type", "message") if isinstance(item, dict) else getattr(item, "type", "message")
+    return kind if isinstance(kind, str) else "message"
+
+
+InputItem = Annotated[
+    Annotated[InputMessage, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+    Discriminator(_item_kind),
+]
 
 
 class FunctionTool(WireModel):
