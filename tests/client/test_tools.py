@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.client import (
     ChatDelta,
@@ -31,7 +31,7 @@ from modelpool.client import (
 from modelpool.client.config import Endpoint
 from modelpool.client.presets import PRESETS
 from modelpool.client.results import chat_result
-from modelpool.client.tools import tool_choice_value
+from modelpool.client.tools import closed, tool_choice_value
 from tests.client.helpers import ScriptedServer
 
 HISTORY = [ChatMessage.user("Weather in Paris?")]
@@ -88,6 +88,7 @@ BOOKING = {
             "required": ["restaurant", "people"],
             "title": "Booking",
             "type": "object",
+            "additionalProperties": False,
         },
     },
 }
@@ -103,6 +104,7 @@ CITY_FORMAT = {
             "required": ["name", "population"],
             "title": "City",
             "type": "object",
+            "additionalProperties": False,
         },
         "strict": True,
     },
@@ -153,7 +155,8 @@ async def llm(server: ScriptedServer) -> AsyncIterator[LLMClient]:
 def test_a_function_a_pydantic_class_and_a_dict_become_openai_tools() -> None:
     assert tool_schema(get_weather) == WEATHER
     assert tool_schema(Booking) == BOOKING
-    assert BOOKING["function"]["parameters"] == Booking.model_json_schema()  # type: ignore[index]
+    # The model's own schema, closed to fields it does not declare (OpenAI's strict mode).
+    assert BOOKING["function"]["parameters"] == {**Booking.model_json_schema(), "additionalProperties": False}  # type: ignore[index]
     assert tool_schema(SEARCH) == SEARCH and tool_schema(SEARCH) is not SEARCH
 
 
@@ -276,7 +279,7 @@ async def test_response_format_model_is_sent_strict_and_parsed(server: ScriptedS
     result = await llm.chat(HISTORY, response_format=City, temperature=0)
     assert server.bodies == [{"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}],
                               "temperature": 0, "response_format": CITY_FORMAT}]  # fmt: skip
-    assert CITY_FORMAT["json_schema"]["schema"] == City.model_json_schema()  # type: ignore[index]
+    assert CITY_FORMAT["json_schema"]["schema"] == {**City.model_json_schema(), "additionalProperties": False}  # type: ignore[index]
     assert isinstance(result, ParsedChat) and result.parsed == City(name="Paris", population=2102650)
     assert result.content == '{"name": "Paris", "population": 2102650}' and result.usage is not None
 
@@ -442,3 +445,21 @@ def test_the_sync_facade_sends_and_reads_the_same(server: ScriptedServer) -> Non
     assert server.bodies[0]["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert city == City(name="Paris", population=3) and server.bodies[1]["response_format"] == CITY_FORMAT
     assert server.bodies[2]["parallel_tool_calls"] is True and [c.id for c in calls.calls()] == ["call_1", "call_2"]
+
+
+def test_nested_models_are_closed_at_every_level_unless_they_say_otherwise() -> None:
+    class Address(BaseModel):
+        city: str
+
+    class Open(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        note: str
+
+    class Person(BaseModel):
+        home: Address
+        extra: Open
+
+    schema = closed(Person.model_json_schema())
+    assert schema["additionalProperties"] is False
+    assert schema["$defs"]["Address"]["additionalProperties"] is False
+    assert schema["$defs"]["Open"]["additionalProperties"] is True  # the model says so

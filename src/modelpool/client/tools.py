@@ -54,7 +54,7 @@ def tool_schema(tool: ToolLike) -> dict[str, Any]:
     if isinstance(tool, Mapping):
         return dict(tool)
     if isinstance(tool, type) and issubclass(tool, BaseModel):
-        return _function(tool.__name__, inspect.cleandoc(tool.__doc__ or ""), tool.model_json_schema())
+        return _function(tool.__name__, inspect.cleandoc(tool.__doc__ or ""), closed(tool.model_json_schema()))
     if callable(tool):
         return _function(tool_name(tool), inspect.getdoc(tool) or "", parameters_schema(tool))
     raise TypeError(f"a tool is an OpenAI tool dict, a function or a pydantic model class, not {type(tool).__name__}")
@@ -107,8 +107,23 @@ def response_format_value(response_format: ResponseFormat) -> dict[str, Any] | N
         return None
     if isinstance(response_format, Mapping):
         return dict(response_format)
-    schema = {"name": response_format.__name__, "schema": response_format.model_json_schema(), "strict": True}
+    schema = {"name": response_format.__name__, "schema": closed(response_format.model_json_schema()), "strict": True}
     return {"type": "json_schema", "json_schema": schema}
+
+
+def closed(schema: Any) -> Any:
+    """The schema with `additionalProperties: false` on every object that does not say
+    otherwise, as OpenAI's strict mode requires. A model's own schema leaves it out (pydantic
+    ignores unknown keys by default), and a server that enforces the schema would then let a
+    model add fields of its own without bound."""
+    if isinstance(schema, list):
+        return [closed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {key: closed(value) for key, value in schema.items()}
+    if (result.get("type") == "object" or "properties" in result) and "additionalProperties" not in result:
+        result["additionalProperties"] = False
+    return result
 
 
 def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
