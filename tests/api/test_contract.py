@@ -80,6 +80,29 @@ async def test_the_smallest_backend_serves_chat(client: httpx.AsyncClient) -> No
     assert reply["choices"][0]["message"]["content"] == "echo:hello there "
 
 
+async def test_tools_and_formats_reach_only_backends_that_declare_them(client: httpx.AsyncClient) -> None:
+    """The echo backend declares neither: asked for them, it is a 400 naming the field, not
+    an answer that silently ignores them. `tool_choice: none` asks for no calls."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    hi = [{"role": "user", "content": "hi"}]
+    cases = [
+        ({"tools": [tool]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
+         "response_format"),
+    ]  # fmt: skip
+    for fields, param in cases:
+        response = await client.post("/v1/chat/completions", json={"model": "echo", "messages": hi, **fields})
+        assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+        assert "does not support" in response.json()["error"]["message"]
+    unused = await client.post("/v1/chat/completions", json={"model": "echo", "messages": hi, "tools": [tool],
+                                                             "tool_choice": "none"})  # fmt: skip
+    assert unused.status_code == 200 and unused.json()["choices"][0]["message"]["content"] == "echo:hi "
+    responses = await client.post("/v1/responses", json={"model": "echo", "input": "hi",
+                                                          "text": {"format": {"type": "json_object"}}})  # fmt: skip
+    assert responses.status_code == 400 and responses.json()["error"]["param"] == "response_format"
+
+
 async def test_a_backend_that_breaks_its_contract_fails_the_load_with_what_it_lacks(
     client: httpx.AsyncClient,
 ) -> None:

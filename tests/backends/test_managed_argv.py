@@ -203,6 +203,7 @@ def test_native_default_command() -> None:
         LLAMA_SERVER, "-m", str(GGUF),
         "--host", "127.0.0.1", "--port", "{port}", "--alias", "smol",
         "-c", "4096", "-ngl", "0", "-np", "1",
+        "--jinja",
     ]  # fmt: skip
 
 
@@ -320,3 +321,15 @@ def test_llama_invalid_options_are_rejected(options: dict[str, Any], field: str)
     with pytest.raises(ValidationError) as caught:
         LlamaServerOptions.model_validate(options)
     assert {error["loc"][0] for error in caught.value.errors()} == {field}
+
+
+def test_llama_server_renders_with_jinja_unless_told_not_to() -> None:
+    """llama-server's tool calling needs its Jinja renderer; llama_cpp.server has no such flag."""
+    assert native_argv().count("--jinja") == 1 and "--jinja" not in native_argv(jinja=False)
+    assert "--jinja" not in python_argv()
+
+
+def test_vllm_tool_call_parser_turns_on_auto_tool_choice() -> None:
+    command = vllm_argv(tool_call_parser="hermes")
+    assert contains(command, ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
+    assert "--enable-auto-tool-choice" not in vllm_argv()
