@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
+from tests.e2e.conftest import smollm2_gguf
 from tests.e2e.schemas import ADD_TOOL, PROMPTS, SCHEMAS, WEATHER_TOOL
 
 BACKENDS = [CHAT_MODEL, HF_MODEL]
@@ -199,3 +200,36 @@ async def test_generate_extracts_json_for_every_prompt(client: httpx.AsyncClient
         assert body["finish_reasons"] == ["stop"] * len(prompts)
         for text in body["completions"]:
             jsonschema.validate(json.loads(text), schema)
+
+
+HERMES_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nYou may call functions. Signatures:\n<tools>\n"
+    "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}</tools>\nFor each call, return a JSON object "
+    'with the function name and arguments within <tool_call></tool_call> tags.<|im_end|>\n{% endif %}'
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{% if message.tool_calls %}"
+    "{% for call in message.tool_calls %}<tool_call>\n{{ call.function | tojson }}\n</tool_call>{% endfor %}"
+    "{% else %}{{ message.content }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A Qwen/Hermes-style template that takes `tools`: the model's reply is parsed as hermes."""
+
+
+async def test_a_template_with_tools_gets_its_own_format_parsed_as_hermes() -> None:
+    model = "smollm2-hermes"
+    config = {"backend": "llama_cpp", "source": str(smollm2_gguf()), "options": {"chat_template": HERMES_TEMPLATE}}
+    async with serving({"enabled_models": [model], "models": {model: config}}) as (app, http):
+        reply = await sdk(http).chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Add 2 and 40."}],
+            tools=[ADD_TOOL, WEATHER_TOOL],  # type: ignore[list-item]
+            tool_choice="required",
+            parallel_tool_calls=False,
+            max_tokens=120,
+            temperature=0,
+        )
+        backend = app.state.pool.slot(model).replicas.members[0].backend
+        rendered = backend._template.render([{"role": "user", "content": "x"}], [ADD_TOOL])
+    [call] = reply.choices[0].message.tool_calls or []
+    assert reply.choices[0].finish_reason == "tool_calls" and call.function.name == "add"
+    assert "<tools>" in rendered and '"name": "add"' in rendered  # the template itself showed the tools
+    jsonschema.validate(json.loads(call.function.arguments), ADD_TOOL["function"]["parameters"])  # type: ignore[index]
