@@ -1,0 +1,1 @@
+"""Media that requests carry (images), loaded under the server's safety rules."""

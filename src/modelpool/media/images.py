@@ -1,0 +1,221 @@
+"""Images from a request's content parts: a `data:` URI always; an `http(s)://` URL only when
+remote images are allowed, fetched under a guard; a `file://` URL only under allowed
+directories. Every problem is the request's: a 400 (413 for size) naming the part.
+
+The guard against server-side request forgery: a URL whose host resolves to a loopback,
+private, shared, link-local (cloud metadata at 169.254.169.254), multicast, reserved or
+unspecified address is refused, unless its host is explicitly allowed. The check is on the address the
+connection really uses (a resolver that refuses, so DNS cannot answer differently to the
+check and to the connection), and on every redirect, which is followed by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import io
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urljoin, urlsplit
+
+from aiohttp.resolver import ThreadedResolver
+
+from modelpool.errors import InvalidRequest, RequestTooLarge
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
+"""What Pillow decodes for us, and the MIME type each is forwarded as."""
+REDIRECT_STATUSES = {301, 302, 303, 307, 308}
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """Where images may come from, and how big they may be (from the server config)."""
+
+    allow_remote: bool = False
+    allowed_hosts: frozenset[str] = frozenset()
+    """Hosts fetched even though they resolve to a private address (an internal media server)."""
+    local_dirs: tuple[Path, ...] = ()
+    max_bytes: int = 20 * 1024 * 1024
+    max_pixels: int = 40_000_000
+    fetch_timeout_s: float = 10.0
+    max_redirects: int = 5
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """An image as decoded (RGB, first frame of an animation) and its original bytes."""
+
+    image: Image.Image = field(repr=False)
+    data: bytes = field(repr=False)
+    mime: str
+
+    def data_uri(self) -> str:
+        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+
+async def load_image(url: str, policy: ImagePolicy, param: str) -> LoadedImage:
+    """The image a content part's URL names, decoded; errors name `param`."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "data":
+        data = data_uri_bytes(url, policy, param)
+    elif scheme in ("http", "https"):
+        if not policy.allow_remote:
+            raise InvalidRequest("remote image URLs are off on this server (server.allow_remote_images); "
+                                 "send the image as a data: URI", param=param)  # fmt: skip
+        data = await fetch(url, policy, param)
+    elif scheme == "file":
+        data = await asyncio.to_thread(read_local, url, policy, param)
+    else:
+        raise InvalidRequest(f"an image URL must be data:, http(s): or file:, not {scheme or 'empty'}:", param=param)
+    image, mime = await asyncio.to_thread(decode, data, policy.max_pixels, param)
+    return LoadedImage(image, data, mime)
+
+
+def data_uri_bytes(url: str, policy: ImagePolicy, param: str) -> bytes:
+    header, comma, payload = url.partition(",")
+    if not comma or not header.lower().endswith(";base64"):
+        raise InvalidRequest("an image data URI must be base64: data:image/png;base64,...", param=param)
+    if len(payload) * 3 // 4 > policy.max_bytes:
+        raise RequestTooLarge(f"the image is over {policy.max_bytes} bytes (server.max_image_bytes)", param=param)
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest("the image data URI is not valid base64", param=param) from None
+
+
+def decode(data: bytes, max_pixels: int, param: str) -> tuple[Image.Image, str]:
+    """Decode with Pillow: PNG, JPEG, WebP, GIF (its first frame), as RGB. The size is
+    checked from the header, before the pixels are decoded."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as opened:
+            if opened.format not in FORMATS:
+                raise InvalidRequest(f"image format {opened.format} is not supported (PNG, JPEG, WebP, GIF)",
+                                     param=param)  # fmt: skip
+            width, height = opened.size
+            if width * height > max_pixels:
+                raise RequestTooLarge(f"the image is {width}x{height}, over {max_pixels} pixels "
+                                      "(server.max_image_pixels)", param=param)  # fmt: skip
+            opened.seek(0)
+            return opened.convert("RGB"), FORMATS[opened.format]
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise InvalidRequest(f"the image cannot be decoded: {exc}", param=param) from None
+
+
+def read_local(url: str, policy: ImagePolicy, param: str) -> bytes:
+    """A file:// image, only under one of `policy.local_dirs` (after resolving links)."""
+    path = Path(unquote(urlsplit(url).path)).resolve()
+    if not any(path.is_relative_to(root.resolve()) for root in policy.local_dirs):
+        raise InvalidRequest("file:// images are allowed only under server.allowed_local_media_dirs", param=param)
+    try:
+        size = path.stat().st_size
+        if size > policy.max_bytes:
+            raise RequestTooLarge(f"the image is over {policy.max_bytes} bytes (server.max_image_bytes)", param=param)
+        return path.read_bytes()
+    except OSError as exc:
+        raise InvalidRequest(f"the image file cannot be read: {exc.strerror}", param=param) from None
+
+
+def is_public(address: str) -> bool:
+    """Whether an IP address is one the public internet routes to."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    # is_global is False for private, loopback, link-local, shared (100.64/10), reserved
+    # and unspecified addresses alike.
+    return ip.is_global and not ip.is_multicast
+
+
+class _Refused(OSError):
+    """A host resolved to an address the guard refuses (an OSError, so aiohttp reports it
+    as a connection error and keeps it as the cause)."""
+
+
+async def fetch(url: str, policy: ImagePolicy, param: str) -> bytes:
+    """GET an image under the guard: public addresses only (or allowed hosts), redirects
+    followed by hand and checked again, a deadline for the whole fetch, a byte limit."""
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(resolver=_GuardedResolver(policy.allowed_hosts), use_dns_cache=False)
+    timeout = aiohttp.ClientTimeout(total=policy.fetch_timeout_s)
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            for _ in range(policy.max_redirects + 1):
+                _check_literal_host(url, policy, param)
+                async with session.get(url, allow_redirects=False) as response:
+                    if response.status in REDIRECT_STATUSES and "Location" in response.headers:
+                        url = urljoin(url, response.headers["Location"])
+                        continue
+                    if response.status != 200:
+                        raise InvalidRequest(f"fetching the image gave HTTP {response.status}", param=param)
+                    return await _read_limited(response, policy.max_bytes, param)
+            raise InvalidRequest(f"fetching the image took more than {policy.max_redirects} redirects", param=param)
+    except TimeoutError:
+        raise InvalidRequest(f"fetching the image took longer than {policy.fetch_timeout_s:g} s",
+                             param=param) from None  # fmt: skip
+    except (aiohttp.ClientError, OSError) as exc:
+        refused = _refusal_in(exc)
+        if refused is not None:
+            raise InvalidRequest(f"image URL refused: {refused}", param=param) from None
+        raise InvalidRequest(f"the image could not be fetched: {exc}", param=param) from None
+
+
+def _refusal_in(exc: BaseException) -> _Refused | None:
+    """The guard's refusal, however aiohttp wrapped it."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a few wrappers deep at most; never follow a cycle
+        if seen is None or isinstance(seen, _Refused):
+            return seen
+        seen = getattr(seen, "os_error", None) or seen.__cause__ or seen.__context__
+    return None
+
+
+def _check_literal_host(url: str, policy: ImagePolicy, param: str) -> None:
+    """An IP address in the URL itself is never resolved, so it is checked here."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest("an image URL (or its redirect) must be http(s) with a host", param=param)
+    host = parts.hostname
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        return
+    if host not in policy.allowed_hosts and not is_public(str(literal)):
+        raise InvalidRequest(f"image URL refused: {host} is not a public address", param=param)
+
+
+async def _read_limited(response: Any, limit: int, param: str) -> bytes:
+    declared = response.content_length
+    if declared is not None and declared > limit:
+        raise RequestTooLarge(f"the image is over {limit} bytes (server.max_image_bytes)", param=param)
+    body = bytearray()
+    async for piece in response.content.iter_chunked(64 * 1024):
+        body += piece
+        if len(body) > limit:
+            raise RequestTooLarge(f"the image is over {limit} bytes (server.max_image_bytes)", param=param)
+    return bytes(body)
+
+
+class _GuardedResolver(ThreadedResolver):
+    """aiohttp's resolver, refusing non-public addresses for hosts not explicitly allowed."""
+
+    def __init__(self, allowed_hosts: frozenset[str]) -> None:
+        super().__init__()
+        self._allowed = allowed_hosts
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[Any]:
+        found = await super().resolve(host, port, family)
+        if host in self._allowed:
+            return list(found)
+        refused = [entry["host"] for entry in found if not is_public(entry["host"])]
+        if refused:
+            raise _Refused(f"{host} resolves to {refused[0]}, which is not a public address")
+        return list(found)
