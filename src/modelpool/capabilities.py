@@ -69,6 +69,11 @@ class Capabilities:
     """Transcription: the sample rate (Hz) uploads are decoded to before they reach the backend."""
     languages: tuple[str, ...] | None = None
     """Speech models: the languages understood or spoken (None: whatever the model knows)."""
+    max_images: int | None = None
+    """Image models: most images one request may carry (None: no limit known here)."""
+    image_urls_upstream: bool = False
+    """Forwarding backends: the upstream fetches `http(s)://` image URLs itself, so they are
+    sent as they are rather than fetched (and checked) by modelpool."""
 
     def served_tasks(self, asked: frozenset[Task] | None) -> frozenset[Task]:
         """The tasks a model serves: what its config asks, within `tasks`; else the default."""
@@ -116,4 +121,5 @@ class ModelCapabilities:
             "needs_source": declared.needs_source,
             "audio_input_rate": declared.audio_input_rate,
             "languages": list(declared.languages) if declared.languages is not None else None,
+            "max_images": declared.max_images if Modality.IMAGE in declared.modalities else None,
         }

@@ -65,6 +65,12 @@ class UnsupportedTask(InvalidRequest):
     code = "unsupported_task"
 
 
+class ModalityUnsupported(InvalidRequest):
+    """An input the model cannot read (an image to a text-only model)."""
+
+    code = "modality_unsupported"
+
+
 class AuthenticationFailed(ModelpoolError):
     status_code = 401
     type = "authentication_error"

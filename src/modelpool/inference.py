@@ -58,6 +58,29 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True)
+class ImageInput:
+    """An image part of a message, as the client sent it, and once the pool has loaded it
+    (the backend then sees `image`, a decoded RGB PIL image, and `data_uri`)."""
+
+    url: str
+    """data:, http(s): or file: (as sent)."""
+    param: str
+    """Where it was in the request (`messages[0].content[1]`), for errors about it."""
+    detail: str | None = None
+    image: Any = None
+    data_uri: str | None = None
+    """The image's bytes as a data URI, for forwarding (None: forwarded by its URL)."""
+
+
+@dataclass(frozen=True)
+class TextPart:
+    text: str
+
+
+ContentPart = TextPart | ImageInput
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     role: str
     """system, user, assistant, or tool."""
@@ -67,6 +90,13 @@ class ChatMessage:
     """The calls an assistant message made (history sent back by the client)."""
     tool_call_id: str | None = None
     """For a `tool` message: the call whose result it carries."""
+    parts: tuple[ContentPart, ...] = ()
+    """Set when the message carries images: its text and images in order (`content` holds
+    the text alone)."""
+
+    @property
+    def images(self) -> tuple[ImageInput, ...]:
+        return tuple(part for part in self.parts if isinstance(part, ImageInput))
 
 
 @dataclass(frozen=True)

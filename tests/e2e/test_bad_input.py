@@ -11,6 +11,10 @@ import pytest
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 
 OK_MESSAGES = [{"role": "user", "content": "hi"}]
+PNG = (
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+)
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -49,10 +53,29 @@ CASES = [
         "messages[0].content",
     ),
     (
-        "image-part",
+        "image-to-a-text-model",
         "POST",
         CHAT,
-        chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]),
+        chat(messages=[{"role": "user", "content": [{"type": "text", "text": "what is it?"},
+                                                     {"type": "image_url", "image_url": {"url": PNG}}]}]),
+        400,
+        "modality_unsupported",
+        "messages[0].content[1]",
+    ),  # fmt: skip
+    (
+        "audio-part",
+        "POST",
+        CHAT,
+        chat(messages=[{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]),  # noqa: E501
+        400,
+        "modality_unsupported",
+        "messages[0].content[0]",
+    ),
+    (
+        "image-in-a-system-message",
+        "POST",
+        CHAT,
+        chat(messages=[{"role": "system", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}, *OK_MESSAGES]),  # noqa: E501
         400,
         "invalid_value",
         "messages[0].content[0]",

@@ -60,6 +60,25 @@ class ServerConfig(_Strict):
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     """On SIGTERM/SIGINT, how long in-flight requests may run before the server stops anyway."""
 
+    allow_remote_images: bool = False
+    """Fetch `http(s)://` image URLs in requests. Off: only data URIs (and allowed files).
+    Fetches never reach loopback, private, link-local or metadata addresses."""
+
+    image_fetch_allowed_hosts: list[str] = Field(default_factory=list)
+    """Hosts fetched although they resolve to a private address (an internal media server)."""
+
+    allowed_local_media_dirs: list[Path] = Field(default_factory=list)
+    """Directories `file://` image URLs may point into (none: no local files)."""
+
+    max_image_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
+    """Largest image accepted (413 above it)."""
+
+    max_image_pixels: int = Field(default=40_000_000, gt=0)
+    """Most pixels (width × height) an image may have (413 above it)."""
+
+    image_fetch_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest a remote image fetch may take, redirects included."""
+
 
 class Scope(str, Enum):
     INFERENCE = "inference"

@@ -8,6 +8,7 @@ from modelpool.backends.context import BackendContext, ClaimedProcesses
 from modelpool.backends.registry import build_backend, model_capabilities
 from modelpool.config.schema import Config, ModelConfig
 from modelpool.config.sources import HubLocation
+from modelpool.media.images import ImagePolicy
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock, SystemClock
 from modelpool.runtime.eviction import Budget
@@ -43,4 +44,17 @@ def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock |
         model_wait_s=config.server.model_wait_s,
         resolve=model_capabilities,
         reap_interval_s=config.pool.reap_interval_s,
+        images=image_policy(config),
+    )
+
+
+def image_policy(config: Config) -> ImagePolicy:
+    server = config.server
+    return ImagePolicy(
+        allow_remote=server.allow_remote_images,
+        allowed_hosts=frozenset(server.image_fetch_allowed_hosts),
+        local_dirs=tuple(server.allowed_local_media_dirs),
+        max_bytes=server.max_image_bytes,
+        max_pixels=server.max_image_pixels,
+        fetch_timeout_s=server.image_fetch_timeout_s,
     )

@@ -57,8 +57,10 @@ from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.embedding import embed_on
 from modelpool.runtime.eviction import Budget
+from modelpool.media.images import ImagePolicy
 from modelpool.runtime.generation import ChoiceChunk, Generation, chunk_timer, collect
 from modelpool.runtime.lease import Lease, LeasedStream, open_stream
+from modelpool.runtime.images import with_loaded_images
 from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.memory import gpu_memory, system_memory
 from modelpool.runtime.metrics import Metrics
@@ -104,6 +106,7 @@ class ModelPool:
         model_wait_s: float | None,
         resolve: Callable[[ModelConfig], ModelCapabilities],
         reap_interval_s: float = 1.0,
+        images: ImagePolicy | None = None,
     ) -> None:
         """`resolve(config)` gives a config's capabilities (checking its options): admin
         overrides are checked with it before they replace a model's settings."""
@@ -112,6 +115,8 @@ class ModelPool:
         self.capacity = capacity
         self.clock = clock
         self.reap_interval_s = reap_interval_s
+        self.images = images or ImagePolicy()
+        """Where images in requests may come from, and their limits."""
         self._resolve = resolve
         self._slots = {slot.id: slot for slot in slots}
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
@@ -238,6 +243,7 @@ class ModelPool:
     ) -> LeasedStream[GenerationChunk]:
         slot = self.slot_for(name, Task.CHAT, options)
         _check_chat_features(slot, request)
+        request = await with_loaded_images(request, slot.id, slot.capabilities.declared, self.images)
         lease = await slot.lease(ChatBackend, self.model_wait_s, options.keep_alive)
         parser = slot.config.reasoning_parser
 

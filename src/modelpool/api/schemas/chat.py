@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from modelpool.api.schemas.common import GenerationFields, Text, WireModel
+from modelpool.api.schemas.content import ChatPart, to_content
 from modelpool.api.schemas.tools import (
     ChatTool,
     ChoiceMode,
@@ -21,30 +22,12 @@ from modelpool.api.schemas.tools import (
 )
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
-from modelpool.inference import ChatMessage, ChatRequest
-
-
-class TextPart(WireModel):
-    type: Literal["text"]
-    text: Text
-
-
-class ImagePart(WireModel):
-    type: Literal["image_url"]
-    image_url: dict[str, Any]
-
-
-class AudioPart(WireModel):
-    type: Literal["input_audio"]
-    input_audio: dict[str, Any]
-
-
-ContentPart = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
+from modelpool.inference import ChatMessage, ChatRequest, ContentPart
 
 
 class Message(WireModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Text | list[ContentPart] | None = None
+    content: Text | list[ChatPart] | None = None
     name: Text | None = None
     tool_calls: list[MessageToolCall] | None = None
     """An assistant message's calls."""
@@ -97,21 +80,15 @@ class ChatCompletionBody(GenerationFields):
 
 def _to_message(index: int, message: Message) -> ChatMessage:
     role = "system" if message.role == "developer" else message.role
+    parts: tuple[ContentPart, ...] = ()
     if isinstance(message.content, list):
-        texts = []
-        for part_index, part in enumerate(message.content):
-            if not isinstance(part, TextPart):
-                raise InvalidRequest(
-                    f"content of type '{part.type}' is not supported by this model",
-                    param=f"messages[{index}].content[{part_index}]",
-                )
-            texts.append(part.text)
-        content = "\n".join(texts)
+        where = f"messages[{index}].content"
+        content, parts = to_content(message.content, where, images_allowed=role == "user")
     else:
         content = message.content or ""
-    if not content and role not in ("assistant", "tool"):
+    if not content and not parts and role not in ("assistant", "tool"):
         raise InvalidRequest(f"a {message.role} message must have content", param=f"messages[{index}].content")
     if message.tool_calls and role != "assistant":
         raise InvalidRequest("only assistant messages carry tool_calls", param=f"messages[{index}].tool_calls")
     calls = to_tool_calls(message.tool_calls or [])
-    return ChatMessage(role, content, message.name, tool_calls=calls, tool_call_id=message.tool_call_id)
+    return ChatMessage(role, content, message.name, tool_calls=calls, tool_call_id=message.tool_call_id, parts=parts)

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from modelpool.api.schemas.common import PoolFields, Text, WireModel, check_min_tokens, first_given
+from modelpool.api.schemas.content import AnyPart, ResponsesPart, to_content
 from modelpool.api.schemas.tools import (
     FUNCTION_NAME,
     ChoiceMode,
@@ -24,22 +25,12 @@ from modelpool.errors import InvalidRequest
 from modelpool.inference import ChatMessage, OutputFormat, SamplingParams, ToolCall
 
 
-class TextPart(WireModel):
-    type: Literal["input_text", "output_text", "text"]
-    text: Text
-    annotations: list[Any] | None = None
-    logprobs: list[Any] | None = None
-
-
 class InputMessage(WireModel):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: Text | list[TextPart]
+    content: Text | list[ResponsesPart]
     id: str | None = None
     status: str | None = None
-
-    def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
 
 class FunctionCallItem(WireModel):
@@ -105,7 +96,7 @@ class JsonSchemaText(WireModel):
 
 class PoolMessage(WireModel):
     role: Literal["user", "assistant", "system", "developer"]
-    content: Text
+    content: Text | list[AnyPart]
 
 
 class Decoding(WireModel):
@@ -177,13 +168,13 @@ class ResponsesBody(PoolFields):
         become an assistant message with `tool_calls` (consecutive ones together), their
         outputs `tool` messages."""
         if self.messages is not None:
-            return [ChatMessage(_role(m.role), m.content) for m in self.messages]
+            return [_message(m.role, m.content, f"messages[{i}].content") for i, m in enumerate(self.messages)]
         if isinstance(self.input, str):
             if not self.input:
                 raise InvalidRequest("input must not be empty", param="input")
             return [ChatMessage("user", self.input)]
         said: list[ChatMessage] = []
-        for item in self.input or []:
+        for index, item in enumerate(self.input or []):
             if isinstance(item, FunctionCallItem):
                 call = ToolCall(item.call_id, item.name, item.arguments)
                 last = said[-1] if said else None
@@ -194,7 +185,7 @@ class ResponsesBody(PoolFields):
             elif isinstance(item, FunctionCallOutputItem):
                 said.append(ChatMessage("tool", item.output, tool_call_id=item.call_id))
             else:
-                said.append(ChatMessage(_role(item.role), item.text()))
+                said.append(_message(item.role, item.content, f"input[{index}].content"))
         return said
 
     def tool_fields(self) -> dict[str, Any]:
@@ -238,6 +229,13 @@ class ResponsesBody(PoolFields):
         if self.target_lang_code:
             kwargs["target_lang_code"] = self.target_lang_code
         return kwargs
+
+
+def _message(role: str, content: str | list[Any], where: str) -> ChatMessage:
+    if isinstance(content, str):
+        return ChatMessage(_role(role), content)
+    text, parts = to_content(content, where, images_allowed=role == "user", separator="")
+    return ChatMessage(_role(role), text, parts=parts)
 
 
 def _role(role: str) -> str:

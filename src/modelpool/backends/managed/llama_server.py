@@ -11,7 +11,7 @@ from pydantic import Field
 
 from modelpool.backends.context import BackendContext
 from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
-from modelpool.capabilities import Capabilities
+from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.tasks import Task
 
@@ -54,11 +54,13 @@ class LlamaServerBackend(ManagedServerBackend):
     def capabilities_for(cls, options: LlamaServerOptions) -> Capabilities:
         """Started for embeddings it does not chat; llama_cpp.server (no `binary`) runs one
         request at a time, llama-server `parallel` of them."""
+        modalities = {Modality.TEXT, Modality.IMAGE} if options.mmproj else {Modality.TEXT}
         return replace(
             cls.capabilities,
             default_tasks=frozenset({Task.EMBEDDING} if options.embedding else {Task.CHAT, Task.COMPLETION}),
             engine_concurrency=options.parallel if options.binary else 1,
             context_length=options.context_length,
+            modalities=frozenset(modalities),  # with its projector, the engine reads images
         )
 
     def __init__(self, model: ModelConfig, options: LlamaServerOptions, context: BackendContext) -> None:

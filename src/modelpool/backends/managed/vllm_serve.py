@@ -13,7 +13,7 @@ from pydantic import ByteSize, Field
 
 from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
-from modelpool.capabilities import Capabilities
+from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.sources import files_size
 from modelpool.tasks import Task
 
@@ -68,9 +68,12 @@ class VllmServeBackend(ManagedServerBackend):
 
     @classmethod
     def capabilities_for(cls, options: VllmOptions) -> Capabilities:
-        # 256 is vLLM's own default for max_num_seqs.
+        # 256 is vLLM's own default for max_num_seqs. A model allowed images per prompt reads them.
+        images = (options.limit_mm_per_prompt or {}).get("image", 0)
+        modalities = frozenset({Modality.TEXT, Modality.IMAGE} if images else {Modality.TEXT})
         return replace(cls.capabilities, engine_concurrency=options.max_num_seqs or 256,
-                       context_length=options.max_model_len)  # fmt: skip
+                       context_length=options.max_model_len, modalities=modalities,
+                       max_images=images or None)  # fmt: skip
 
     async def weights(self) -> Path:
         if self.options.model is not None:

@@ -44,6 +44,14 @@ class RemoteOptions(BaseModel):
     """Requests forwarded at once; more wait in modelpool's queue."""
     context_length: int | None = Field(default=None, ge=1)
     """The upstream model's context, for `/v1/models` (requests are checked upstream)."""
+    vision: bool = False
+    """The upstream model reads images: image parts are forwarded (data URIs as they are)."""
+    upstream_fetches_images: bool = False
+    """Send `http(s)://` image URLs to the upstream as they are, for it to fetch; otherwise
+    modelpool fetches them (under `server.allow_remote_images` and its guard) and forwards
+    the bytes as a data URI."""
+    max_images: int | None = Field(default=None, ge=1)
+    """Most images a request may carry (the upstream's limit, when it has one)."""
     speech_sample_rate: int = Field(default=24_000, ge=8000)
     """Sample rate of the upstream's `pcm` speech (OpenAI's: 24000; a modelpool with a
     Piper voice: 22050)."""
@@ -66,8 +74,10 @@ class OpenAIRemoteBackend(ForwardingBackend, DeclaredBackend):
 
     @classmethod
     def capabilities_for(cls, options: RemoteOptions) -> Capabilities:
+        modalities = cls.capabilities.modalities | ({Modality.IMAGE} if options.vision else set())
         return replace(cls.capabilities, engine_concurrency=options.max_concurrency,
-                       context_length=options.context_length)  # fmt: skip
+                       context_length=options.context_length, modalities=frozenset(modalities),
+                       max_images=options.max_images, image_urls_upstream=options.upstream_fetches_images)  # fmt: skip
 
     def __init__(self, model: ModelConfig, options: RemoteOptions, context: BackendContext) -> None:
         self.model = model

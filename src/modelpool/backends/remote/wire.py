@@ -18,10 +18,12 @@ from modelpool.errors import UpstreamError
 from modelpool.inference import (
     ChatMessage,
     ChatRequest,
+    ContentPart,
     CompletionRequest,
     GenerationChunk,
     OutputFormat,
     SamplingParams,
+    TextPart,
     TokenLogprob,
     ToolCallDelta,
     TopLogprob,
@@ -52,8 +54,20 @@ def _stream_fields(streamed: bool) -> dict[str, Any]:
     return {"stream": True, "stream_options": {"include_usage": True}} if streamed else {"stream": False}
 
 
+def _wire_content(part: ContentPart) -> dict[str, Any]:
+    """A part as OpenAI's API takes it: an image by the data URI modelpool loaded it into,
+    or by its URL when the upstream fetches it."""
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    image_url: dict[str, Any] = {"url": part.data_uri or part.url}
+    if part.detail is not None:
+        image_url["detail"] = part.detail
+    return {"type": "image_url", "image_url": image_url}
+
+
 def _wire_message(message: ChatMessage) -> dict[str, Any]:
-    item: dict[str, Any] = {"role": message.role, "content": message.content}
+    content: Any = [_wire_content(part) for part in message.parts] if message.parts else message.content
+    item: dict[str, Any] = {"role": message.role, "content": content}
     if message.name:
         item["name"] = message.name
     if message.tool_calls:

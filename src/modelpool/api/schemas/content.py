@@ -1,0 +1,94 @@
+"""Content parts of messages, as Chat Completions and the Responses API send them: text and
+images (audio parts are named, and refused: no chat model here reads audio)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from modelpool.api.schemas.common import Text, WireModel
+from modelpool.errors import InvalidRequest, ModalityUnsupported
+from modelpool.inference import ContentPart, ImageInput
+from modelpool.inference import TextPart as TextContent
+
+Detail = Literal["auto", "low", "high"]
+
+
+class ChatTextPart(WireModel):
+    type: Literal["text"]
+    text: Text
+
+
+class ImageUrl(WireModel):
+    url: str = Field(min_length=1)
+    detail: Detail | None = None
+
+
+class ChatImagePart(WireModel):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class ChatAudioPart(WireModel):
+    type: Literal["input_audio"]
+    input_audio: dict[str, Any]
+
+
+ChatPart = Annotated[ChatTextPart | ChatImagePart | ChatAudioPart, Field(discriminator="type")]
+
+
+class ResponsesTextPart(WireModel):
+    type: Literal["input_text", "output_text", "text"]
+    text: Text
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class ResponsesImagePart(WireModel):
+    """`{"type": "input_image", "image_url": "data:..." | "https://...", "detail": ...}`."""
+
+    type: Literal["input_image"]
+    image_url: str | None = Field(default=None, min_length=1)
+    file_id: str | None = None
+    detail: Detail | None = None
+
+
+ResponsesPart = Annotated[ResponsesTextPart | ResponsesImagePart, Field(discriminator="type")]
+
+AnyPart = ChatTextPart | ChatImagePart | ResponsesTextPart | ResponsesImagePart
+"""Either API's parts (llm-pool's `messages` take both); "text" parts are the chat kind."""
+
+
+def to_content(
+    wire: Sequence[Any], where: str, *, images_allowed: bool, separator: str = "\n"
+) -> tuple[str, tuple[ContentPart, ...]]:
+    """(the text, joined by `separator`; the parts in order when there is an image, else
+    ()). `where` is the content's field (`messages[0].content`); a part's errors name
+    `where[i]`."""
+    texts: list[str] = []
+    parts: list[ContentPart] = []
+    for index, part in enumerate(wire):
+        param = f"{where}[{index}]"
+        if isinstance(part, ChatTextPart | ResponsesTextPart):
+            texts.append(part.text)
+            parts.append(TextContent(part.text))
+        elif isinstance(part, ChatAudioPart):
+            raise ModalityUnsupported("audio content parts are not read by chat models; transcribe the audio "
+                                      "with /v1/audio/transcriptions first", param=param)  # fmt: skip
+        else:
+            url, detail = _image_source(part, param)
+            if not images_allowed:
+                raise InvalidRequest("images go in user messages only", param=param)
+            parts.append(ImageInput(url, param, detail))
+    has_image = any(isinstance(p, ImageInput) for p in parts)
+    return separator.join(texts), tuple(parts) if has_image else ()
+
+
+def _image_source(part: ChatImagePart | ResponsesImagePart, param: str) -> tuple[str, str | None]:
+    if isinstance(part, ChatImagePart):
+        return part.image_url.url, part.image_url.detail
+    if part.image_url is None:
+        raise InvalidRequest("an input_image needs image_url (file ids are not supported)", param=param)
+    return part.image_url, part.detail
