@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 
 OK_MESSAGES = [{"role": "user", "content": "hi"}]
+TEXT_PART = {"type": "text", "text": "what is it?"}
 PNG = (
     "data:image/png;base64,"
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
@@ -56,12 +57,11 @@ CASES = [
         "image-to-a-text-model",
         "POST",
         CHAT,
-        chat(messages=[{"role": "user", "content": [{"type": "text", "text": "what is it?"},
-                                                     {"type": "image_url", "image_url": {"url": PNG}}]}]),
+        chat(messages=[{"role": "user", "content": [TEXT_PART, {"type": "image_url", "image_url": {"url": PNG}}]}]),
         400,
         "modality_unsupported",
         "messages[0].content[1]",
-    ),  # fmt: skip
+    ),
     (
         "audio-part",
         "POST",

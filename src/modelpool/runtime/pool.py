@@ -52,15 +52,15 @@ from modelpool.inference import (
     TranscriptionRequest,
     Voice,
 )
+from modelpool.media.images import ImagePolicy
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.embedding import embed_on
 from modelpool.runtime.eviction import Budget
-from modelpool.media.images import ImagePolicy
 from modelpool.runtime.generation import ChoiceChunk, Generation, chunk_timer, collect
-from modelpool.runtime.lease import Lease, LeasedStream, open_stream
 from modelpool.runtime.images import with_loaded_images
+from modelpool.runtime.lease import Lease, LeasedStream, open_stream
 from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.memory import gpu_memory, system_memory
 from modelpool.runtime.metrics import Metrics

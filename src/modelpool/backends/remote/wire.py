@@ -18,8 +18,8 @@ from modelpool.errors import UpstreamError
 from modelpool.inference import (
     ChatMessage,
     ChatRequest,
-    ContentPart,
     CompletionRequest,
+    ContentPart,
     GenerationChunk,
     OutputFormat,
     SamplingParams,
