@@ -18,7 +18,7 @@ from typing import Any
 
 from jinja2 import Environment, TemplateSyntaxError, meta
 
-from modelpool.inference import ChatMessage, ChatRequest, Tool
+from modelpool.inference import ChatMessage, ChatRequest, TextPart, Tool
 from modelpool.tools.grammar import chat_grammar, output_grammar
 
 FAMILIES = ("hermes", "llama3_json", "mistral", "generic")
@@ -108,7 +108,7 @@ def template_messages(messages: Sequence[ChatMessage], *, generic: bool) -> list
     names = {call.id: call.name for m in messages for call in m.tool_calls}
     rendered = []
     for message in messages:
-        item: dict[str, Any] = {"role": message.role, "content": message.content}
+        item: dict[str, Any] = {"role": message.role, "content": _content(message)}
         if message.name:
             item["name"] = message.name
         if message.tool_calls and generic:
@@ -141,6 +141,14 @@ def with_generic_tools(messages: Sequence[ChatMessage], tools: Sequence[Tool]) -
     else:
         rendered.insert(0, {"role": "system", "content": instructions})
     return rendered
+
+
+def _content(message: ChatMessage) -> Any:
+    """Text, or for a message with images the parts in order, as vision models' templates
+    (and processors) take them: `{"type": "image"}` where each image goes."""
+    if not message.parts:
+        return message.content
+    return [{"type": "text", "text": p.text} if isinstance(p, TextPart) else {"type": "image"} for p in message.parts]
 
 
 def _function(tool: Tool) -> dict[str, Any]:

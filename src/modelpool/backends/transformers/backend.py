@@ -23,7 +23,8 @@ from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.engine import END, BatchLimits, ContinuousBatcher, Sequence
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
-from modelpool.capabilities import Capabilities
+from modelpool.backends.transformers.vision import load_vision_model, render_with_images
+from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
@@ -54,6 +55,11 @@ class TransformersOptions(BaseModel):
     """A Jinja chat template that replaces the tokenizer's."""
     trust_remote_code: bool = False
     """Allow custom model code shipped with the weights."""
+    vision: bool = False
+    """An image-text-to-text model (LLaVA, Idefics3/SmolVLM, ...): loaded with its processor,
+    it reads images in chat messages."""
+    max_images: int = Field(default=8, ge=1)
+    """Most images one request may carry (vision models)."""
 
 
 class TransformersBackend(DeclaredBackend):
@@ -70,8 +76,12 @@ class TransformersBackend(DeclaredBackend):
 
     @classmethod
     def capabilities_for(cls, options: TransformersOptions) -> Capabilities:
-        batch = options.max_batch_size
-        return replace(cls.capabilities, engine_concurrency=batch, context_length=options.max_model_len)
+        declared = replace(
+            cls.capabilities, engine_concurrency=options.max_batch_size, context_length=options.max_model_len
+        )
+        if not options.vision:
+            return declared
+        return replace(declared, modalities=frozenset({Modality.TEXT, Modality.IMAGE}), max_images=options.max_images)
 
     def __init__(self, model: ModelConfig, options: TransformersOptions, context: BackendContext) -> None:
         self.model = model
@@ -80,6 +90,8 @@ class TransformersBackend(DeclaredBackend):
         self._tokenizer_thread = EngineThread(f"{model.id}-tokenizer")
         self._engine: ContinuousBatcher | None = None
         self._tokenizer: Any = None
+        self._processor: Any = None
+        """A vision model's processor (None for a text model)."""
         self._max_len = 0
 
     async def estimate_memory(self) -> MemoryEstimate:
@@ -91,7 +103,8 @@ class TransformersBackend(DeclaredBackend):
         require_engine(self.model.id, ("torch", "transformers"), "transformers")
         path = await locate(self.model, self.hub)
         model, tokenizer = await asyncio.to_thread(self._load, path)
-        self._tokenizer = tokenizer
+        self._tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        self._processor = tokenizer if self.options.vision else None
         self._max_len = min(self.options.max_model_len or 8192, _model_limit(model))
         limits = BatchLimits(self.options.max_batch_size, self.options.max_batch_tokens, self.options.prefill_chunk)
         self._engine = ContinuousBatcher(model, tokenizer, _eos_ids(model, tokenizer), limits, self.model.id)
@@ -110,7 +123,8 @@ class TransformersBackend(DeclaredBackend):
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
         tokenizer = self._require_tokenizer()
-        source = self.options.chat_template or tokenizer.chat_template
+        processor_template = getattr(self._processor, "chat_template", None)
+        source = self.options.chat_template or processor_template or tokenizer.chat_template
         if not isinstance(source, str):
             raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
         plan = plan_chat(
@@ -119,9 +133,17 @@ class TransformersBackend(DeclaredBackend):
             configured_parser=self.model.tool_parser,
             constrain_auto=self.model.constrained_auto_tools,
         )
-        prompt = await self._tokenizer_thread.call(self._render_chat, plan, request.template_kwargs)
+        images = [image.image for message in request.messages for image in message.images]
+        vision: dict[str, Any] | None = None
+        if images:
+            prompt, vision = await self._tokenizer_thread.call(
+                render_with_images, self._processor, plan, self.options.chat_template, request.template_kwargs,
+                images, self._require_engine().model,
+            )  # fmt: skip
+        else:
+            prompt = await self._tokenizer_thread.call(self._render_chat, plan, request.template_kwargs)
         constraint = await self._constraint(plan.grammar, grammar_param(request))
-        chunks = self._generate(prompt, request.sampling, param="messages", constraint=constraint)
+        chunks = self._generate(prompt, request.sampling, param="messages", constraint=constraint, vision=vision)
         async for chunk in with_tool_calls(chunks, make_parser(plan.parser, live=plan.live)) if plan.parser else chunks:
             yield chunk
 
@@ -162,6 +184,7 @@ class TransformersBackend(DeclaredBackend):
         sampling: SamplingParams,
         param: str = "prompt",
         constraint: TokenConstraint | None = None,
+        vision: dict[str, Any] | None = None,
     ) -> AsyncGenerator[GenerationChunk, None]:
         engine = self._require_engine()
         max_new = self._check_fits(prompt, sampling.max_tokens, param)
@@ -179,6 +202,7 @@ class TransformersBackend(DeclaredBackend):
             generator=make_generator(sampling.seed, engine.device),
             detok=IncrementalDetokenizer(self._tokenizer, prompt),
             constraint=constraint,
+            vision=vision,
         )
         engine.submit(sequence)
         try:
@@ -251,6 +275,11 @@ class TransformersBackend(DeclaredBackend):
             path = hf_folder_for(path, self.hub.work_dir)
         device = pick_device(self.options.device)
         dtype = _dtype(self.options.dtype, device)
+        if self.options.vision:  # the processor stands in for the tokenizer (it holds one)
+            vision_model, processor = load_vision_model(path, dtype, self.options.trust_remote_code, self.model.id)
+            vision_model.to(device).eval()
+            torch.set_grad_enabled(False)
+            return vision_model, processor
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=self.options.trust_remote_code)
             # transformers' stubs type `.to()` oddly; the model is used through its runtime API.
@@ -295,7 +324,8 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
 
 
 def _model_limit(model: Any) -> int:
-    return int(getattr(model.config, "max_position_embeddings", 0) or 8192)
+    config = getattr(model.config, "text_config", None) or model.config  # a vision model's language part
+    return int(getattr(config, "max_position_embeddings", 0) or 8192)
 
 
 def _dtype(dtype: str, device: str) -> Any:

@@ -43,6 +43,9 @@ class Sequence:
     constraint: TokenConstraint | None = None
     """The grammar this sequence's output must follow (its own, so free and constrained
     sequences share the batch)."""
+    vision: dict[str, Any] | None = None
+    """A vision model's image inputs (pixel_values, ...) for the prompt: it is prefilled in
+    one piece with them, then decodes in the batch like any other sequence."""
     cancelled: threading.Event = field(default_factory=threading.Event)
     generated: list[int] = field(default_factory=list)
     prefilled: int = 0
@@ -153,7 +156,8 @@ class ContinuousBatcher:
 
     def _prefill_piece(self, seq: Sequence, budget: int) -> int:
         start = seq.prefilled
-        chunk = seq.prompt[start : start + budget]
+        # Image tokens must meet their pixels in one forward pass: no chunks for those prompts.
+        chunk = seq.prompt[start:] if seq.vision is not None else seq.prompt[start : start + budget]
         if seq.cache is None:
             from transformers import DynamicCache
 
@@ -165,6 +169,7 @@ class ContinuousBatcher:
             past_key_values=seq.cache,
             use_cache=True,
             logits_to_keep=1,
+            **(seq.vision or {}),
         )
         seq.prefilled += len(chunk)
         if seq.prefilled == len(seq.prompt):
