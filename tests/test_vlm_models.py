@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from PIL import Image
@@ -18,6 +18,13 @@ from tests.vlm_models import (
     tiny_idefics3,
     tiny_llava,
 )
+
+
+class Built(NamedTuple):
+    folder: Path
+    build: Callable[[Path | None], Path]
+    image_tokens: int  # per image, as the processor expands it
+
 
 BUILDERS: dict[str, tuple[Callable[[Path | None], Path], int]] = {
     "llava": (tiny_llava, LLAVA_IMAGE_TOKENS),
@@ -33,13 +40,13 @@ def solid(colour: tuple[int, int, int], size: tuple[int, int] = (64, 64)) -> Ima
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDERS))
-def vlm(request: pytest.FixtureRequest) -> tuple[Path, int]:
+def vlm(request: pytest.FixtureRequest) -> Built:
     build, image_tokens = BUILDERS[request.param]
-    return build(None), image_tokens
+    return Built(build(None), build, image_tokens)
 
 
-def test_greedy_output_depends_on_the_image_and_repeats_for_the_same_one(vlm: tuple[Path, int]) -> None:
-    folder, _ = vlm
+def test_greedy_output_depends_on_the_image_and_repeats_for_the_same_one(vlm: Built) -> None:
+    folder = vlm.folder
     red, red_prompt = direct_generate(folder, WITH_IMAGE, [solid((255, 0, 0))], 12)
     again, _ = direct_generate(folder, WITH_IMAGE, [solid((255, 0, 0))], 12)
     blue, blue_prompt = direct_generate(folder, WITH_IMAGE, [solid((0, 0, 255))], 12)
@@ -49,10 +56,10 @@ def test_greedy_output_depends_on_the_image_and_repeats_for_the_same_one(vlm: tu
     assert len(red) == 12
 
 
-def test_an_image_adds_the_tokens_its_processor_inserts(vlm: tuple[Path, int]) -> None:
+def test_an_image_adds_the_tokens_its_processor_inserts(vlm: Built) -> None:
     from transformers import AutoProcessor
 
-    folder, image_tokens = vlm
+    folder, _, image_tokens = vlm
     _, text_only = direct_generate(folder, TEXT_ONLY, [], 1)
     _, with_image = direct_generate(folder, WITH_IMAGE, [solid((0, 255, 0))], 1)
     _, with_odd_image = direct_generate(folder, WITH_IMAGE, [solid((0, 255, 0), (200, 37))], 1)
@@ -62,11 +69,10 @@ def test_an_image_adds_the_tokens_its_processor_inserts(vlm: tuple[Path, int]) -
     assert processor._get_num_multimodal_tokens(image_sizes=[(64, 64)]).num_image_tokens == [image_tokens]
 
 
-def test_the_chat_template_takes_strings_and_content_parts(vlm: tuple[Path, int]) -> None:
+def test_the_chat_template_takes_strings_and_content_parts(vlm: Built) -> None:
     from transformers import AutoProcessor
 
-    folder, _ = vlm
-    processor: Any = AutoProcessor.from_pretrained(folder)
+    processor: Any = AutoProcessor.from_pretrained(vlm.folder)
     messages = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "Compare "}, {"type": "image"}, {"type": "image"}]},
@@ -80,9 +86,8 @@ def test_the_chat_template_takes_strings_and_content_parts(vlm: tuple[Path, int]
     assert processor.tokenizer.chat_template == processor.chat_template
 
 
-def test_a_built_folder_is_reused_not_rebuilt(vlm: tuple[Path, int]) -> None:
-    folder, _ = vlm
-    build, _ = BUILDERS["llava" if "llava" in folder.name else "idefics3"]
+def test_a_built_folder_is_reused_not_rebuilt(vlm: Built) -> None:
+    folder, build, _ = vlm
     weights = folder / "model.safetensors"
     before = weights.stat().st_mtime_ns
     assert build(folder.parent) == folder

@@ -30,7 +30,7 @@ from tests.e2e.conftest import smollm2_gguf
 
 if TYPE_CHECKING:
     from PIL.Image import Image
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
+    from transformers import LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 # Bump when a builder changes what it writes: old cached folders are then ignored.
 BUILD_VERSION = 1
@@ -158,7 +158,7 @@ def _smollm2_tokenizer(extra_special_tokens: list[str]) -> PreTrainedTokenizerBa
     return tokenizer
 
 
-def _text_config(tokenizer: PreTrainedTokenizerBase) -> Any:
+def _text_config(tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
     from transformers import LlamaConfig
 
     return LlamaConfig(

@@ -102,9 +102,10 @@ class TransformersBackend(DeclaredBackend):
     async def start(self) -> None:
         require_engine(self.model.id, ("torch", "transformers"), "transformers")
         path = await locate(self.model, self.hub)
-        model, tokenizer = await asyncio.to_thread(self._load, path)
-        self._tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
-        self._processor = tokenizer if self.options.vision else None
+        model, loaded = await asyncio.to_thread(self._load, path)
+        tokenizer = getattr(loaded, "tokenizer", loaded)  # a vision model's processor holds its tokenizer
+        self._tokenizer = tokenizer
+        self._processor = loaded if self.options.vision else None
         self._max_len = min(self.options.max_model_len or 8192, _model_limit(model))
         limits = BatchLimits(self.options.max_batch_size, self.options.max_batch_tokens, self.options.prefill_chunk)
         self._engine = ContinuousBatcher(model, tokenizer, _eos_ids(model, tokenizer), limits, self.model.id)
