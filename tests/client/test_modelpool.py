@@ -4,6 +4,7 @@ a models.yaml loaded with load_models_config, readiness, typed errors, `service:
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import socket
 import sys
@@ -37,8 +38,8 @@ from modelpool.client import (
 from modelpool.services.pids import create_time
 from modelpool.services.ports import free_port
 from modelpool.services.registry import Registry, ServiceRecord
-from tests.client.conftest import ENVIRON, KEY, KEY_ENV, PATTERN, SLEEPER, THINKER, keyed, write_models_yaml
-from tests.client.helpers import cosine, tiny_png, words
+from tests.client.conftest import ENVIRON, KEY, KEY_ENV, PATTERN, SLEEPER, THINKER, VLM, keyed, write_models_yaml
+from tests.client.helpers import cosine, serving_file, solid_png, tiny_png, words
 from tests.conftest import CHAT_MODEL
 from tests.processes import Server, running
 
@@ -57,7 +58,8 @@ def config(pool_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Mod
         "search": keyed(f"{url}/v1", "preset:minilm"),  # a trailing /v1 is accepted
         "ears": keyed(url, "preset:whisper"),
         "voice": keyed(url, "preset:piper", extra_body={"deterministic": True}),
-        "eyes": keyed(url, "preset:smollm2", capabilities={"vision": True}),  # a lie: no VLM exists here
+        "eyes": keyed(url, "preset:smollm2", capabilities={"vision": True}),  # a lie: SmolLM2 reads no images
+        "vision": keyed(url, "openai_compat", model_name=VLM, capabilities={"vision": True}),
         "ghost_model": keyed(url, "preset:smollm2", model_name="no-such-model"),
         "sleeper": keyed(url, "openai_compat", model_name=SLEEPER),
         "wrong_key": {"kind": "preset:smollm2", "base_url": url, "api_key_env": "WRONG_KEY"},
@@ -183,14 +185,32 @@ async def test_a_wrong_key_raises_authentication_error(config: ModelsConfig) -> 
 
 
 async def test_vlm_sends_the_image_and_a_text_only_model_refuses_it(config: ModelsConfig) -> None:
-    """No vision-language model exists on this machine (no package ships one), so the VLM
-    role points at SmolLM2 with `vision: true` claimed: the image part must reach the server,
-    and modelpool's 400 for it must come back typed, naming the part."""
+    """The `eyes` role claims vision for SmolLM2, which reads no images: modelpool's 400 for
+    the image part comes back typed, naming the part."""
     async with make_vlm(config, "eyes") as vlm:
         with pytest.raises(InvalidRequest) as caught:
             await vlm.chat([ChatMessage.user("What is in this picture?", images=[tiny_png()])], max_tokens=8)
     error = caught.value
-    assert error.param == "messages[0].content[1]" and "image_url" in error.message
+    assert error.param == "messages[0].content[1]" and error.code == "modality_unsupported"
+
+
+async def test_vlm_reads_images_as_bytes_path_url_and_data_uri(config: ModelsConfig, tmp_path: Path) -> None:
+    """The same picture given four ways gets the same answer from a real vision model, and a
+    different picture a different one (the tiny VLM's words are nonsense, its sight is not)."""
+    red, blue = solid_png("red"), solid_png("blue")
+    (tmp_path / "red.png").write_bytes(red)
+    with serving_file(red) as url:
+        sources = [red, tmp_path / "red.png", url, "data:image/png;base64," + base64.b64encode(red).decode()]
+        async with make_vlm(config, "vision") as vlm:
+            await vlm.wait_ready(60)
+            answers = [
+                (await vlm.chat([ChatMessage.user("What is this?", images=[source])], max_tokens=6, temperature=0))
+                for source in sources
+            ]
+            other = await vlm.chat([ChatMessage.user("What is this?", images=[blue])], max_tokens=6, temperature=0)
+    assert len({a.content for a in answers}) == 1 and answers[0].content
+    assert other.content != answers[0].content
+    assert answers[0].usage is not None and answers[0].usage.prompt_tokens > 10
 
 
 async def test_make_vlm_refuses_a_role_without_vision(config: ModelsConfig) -> None:
