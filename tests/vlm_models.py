@@ -207,13 +207,13 @@ def _build_llava(folder: Path) -> None:
     config = LlavaConfig(
         vision_config=vision,
         text_config=_text_config(tokenizer),
-        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        image_token_index=int(tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)),
         image_seq_length=LLAVA_IMAGE_TOKENS,
         vision_feature_select_strategy="default",
         vision_feature_layer=-1,
     )
     torch.manual_seed(0)
-    model = LlavaForConditionalGeneration(config).to(torch.float32).eval()
+    model = LlavaForConditionalGeneration(config).eval()
     image_processor = CLIPImageProcessorPil(
         size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}
     )
@@ -246,12 +246,12 @@ def _build_idefics3(folder: Path) -> None:
     config = Idefics3Config(
         vision_config=vision,
         text_config=_text_config(tokenizer),
-        image_token_id=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        image_token_id=int(tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)),
         scale_factor=IDEFICS3_SCALE_FACTOR,
         pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(0)
-    model = Idefics3ForConditionalGeneration(config).to(torch.float32).eval()
+    model = Idefics3ForConditionalGeneration(config).eval()
     image_processor = Idefics3ImageProcessorPil(
         do_image_splitting=False,
         size={"longest_edge": IMAGE_SIZE},

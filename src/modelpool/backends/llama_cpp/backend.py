@@ -15,9 +15,10 @@ from modelpool.backends.context import BackendContext
 from modelpool.backends.decoding import with_echo
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
+from modelpool.backends.llama_cpp.vision import ImageProjector, with_markers
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
-from modelpool.capabilities import Capabilities
+from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
@@ -48,6 +49,10 @@ class LlamaCppOptions(BaseModel):
     """Map the GGUF file instead of reading it into memory."""
     chat_template: str | None = None
     """A Jinja chat template that replaces the one inside the GGUF."""
+    mmproj: str | None = None
+    """A GGUF vision projector (`mmproj-*.gguf`) for the model: it then reads images."""
+    max_images: int = Field(default=4, ge=1)
+    """Most images one request may carry (with `mmproj`)."""
     reuse_prompt_cache: bool = False
     """Reuse the KV cache of a shared prompt prefix. Faster for long multi-turn chats, but
     the output of a seeded or greedy request may then differ at near-ties."""
@@ -61,11 +66,16 @@ class LlamaCppBackend(DeclaredBackend):
         tools=True,
         structured_output=True,
     )
-    overridable = frozenset({"n_ctx", "n_threads", "n_batch", "n_gpu_layers", "chat_template", "reuse_prompt_cache"})
+    overridable = frozenset(
+        {"n_ctx", "n_threads", "n_batch", "n_gpu_layers", "chat_template", "reuse_prompt_cache", "max_images"}
+    )
 
     @classmethod
     def capabilities_for(cls, options: LlamaCppOptions) -> Capabilities:
-        return replace(cls.capabilities, context_length=options.n_ctx)  # one context: one request at a time
+        declared = replace(cls.capabilities, context_length=options.n_ctx)  # one context: one request at a time
+        if options.mmproj is None:
+            return declared
+        return replace(declared, modalities=frozenset({Modality.TEXT, Modality.IMAGE}), max_images=options.max_images)
 
     def __init__(self, model: ModelConfig, options: LlamaCppOptions, context: BackendContext) -> None:
         self.model = model
@@ -75,6 +85,7 @@ class LlamaCppBackend(DeclaredBackend):
         self._thread = EngineThread(model.id)
         self._engine: LlamaEngine | None = None
         self._template: ChatTemplate | None = None
+        self._projector: ImageProjector | None = None
 
     async def estimate_memory(self) -> MemoryEstimate:
         """The GGUF plus a KV cache for the context, before loading (a measurement replaces the
@@ -97,9 +108,14 @@ class LlamaCppBackend(DeclaredBackend):
         self._engine = await self._thread.call(self._load, str(path))
         if Task.CHAT in self.tasks:
             self._template = self._chat_template()
+        if self.options.mmproj is not None:
+            self._projector = await self._thread.call(self._load_projector, self.options.mmproj)
 
     async def stop(self) -> None:
         engine, self._engine = self._engine, None
+        projector, self._projector = self._projector, None
+        if projector is not None:
+            await self._thread.call(projector.close)
         if engine is not None:
             await self._thread.call(engine.llm.close)
         await asyncio.to_thread(self._thread.shutdown)
@@ -118,12 +134,23 @@ class LlamaCppBackend(DeclaredBackend):
             configured_parser=self.model.tool_parser,
             constrain_auto=self.model.constrained_auto_tools,
         )
-        prompt_text = template.render(plan.messages, plan.tools, **request.template_kwargs)
-        prompt = await self._thread.call(engine.tokenize, prompt_text, add_bos=self._add_bos(prompt_text))
+        images = [image.image for message in request.messages for image in message.images]
+        projector = self._projector
+        messages = with_markers(plan.messages, projector.marker) if projector is not None else plan.messages
+        prompt_text = template.render(messages, plan.tools, **request.template_kwargs)
         constraint = await self._constraint(plan.grammar, grammar_param(request))
-        chunks = self._thread.stream(
-            lambda cancel: engine.generate(prompt, request.sampling, cancel, param="messages", constraint=constraint)
-        )
+        add_bos, sampling = self._add_bos(prompt_text), request.sampling
+        if images and projector is not None:
+            chunks = self._thread.stream(
+                lambda cancel: engine.generate_with_images(
+                    projector, prompt_text, images, sampling, cancel, add_bos=add_bos, constraint=constraint
+                )
+            )
+        else:
+            prompt = await self._thread.call(engine.tokenize, prompt_text, add_bos=add_bos)
+            chunks = self._thread.stream(
+                lambda cancel: engine.generate(prompt, sampling, cancel, param="messages", constraint=constraint)
+            )
         async for chunk in with_tool_calls(chunks, make_parser(plan.parser, live=plan.live)) if plan.parser else chunks:
             yield chunk
 
@@ -163,6 +190,11 @@ class LlamaCppBackend(DeclaredBackend):
             return None
         engine = self._require_engine()
         return await self._thread.call(lambda: engine.grammars.start(grammar, param))
+
+    def _load_projector(self, path: str) -> ImageProjector:
+        opts = self.options
+        return ImageProjector(self._require_engine().llm, path, n_threads=opts.n_threads or os.cpu_count() or 1,
+                              use_gpu=opts.n_gpu_layers != 0, model_id=self.model.id)  # fmt: skip
 
     def _load(self, path: str) -> LlamaEngine:
         from llama_cpp import Llama

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.decoding import StopMatcher, Utf8Stream, may_end, tokens_to_generate
+from modelpool.backends.llama_cpp.vision import ImageProjector
 from modelpool.errors import InvalidRequest
 from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
 
@@ -64,6 +65,7 @@ class LlamaEngine:
         *,
         param: str,
         constraint: TokenConstraint | None = None,
+        prefilled: bool = False,
     ) -> Iterator[GenerationChunk]:
         """Stream the completion of `prompt`. The first chunk is empty and comes once the
         request is known to fit, so request errors are raised before anything streams.
@@ -77,7 +79,7 @@ class LlamaEngine:
             return
         llm = self.llm
         llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
-        if not self._reuse_prompt_cache:
+        if not self._reuse_prompt_cache and not prefilled:
             # A fresh evaluation of the whole prompt keeps seeded and greedy output
             # reproducible; reusing a cached prefix changes the arithmetic slightly.
             llm.reset()
@@ -121,6 +123,22 @@ class LlamaEngine:
             tail, hit_stop = stops.feed(utf8.flush())
             tail += "" if hit_stop else stops.flush()
         yield GenerationChunk(tail, tuple(pending), finish_reason=finish, usage=Usage(len(prompt), generated))
+
+    def generate_with_images(
+        self,
+        projector: ImageProjector,
+        text: str,
+        images: Sequence[Any],
+        sampling: SamplingParams,
+        cancel: threading.Event,
+        *,
+        add_bos: bool,
+        constraint: TokenConstraint | None = None,
+    ) -> Iterator[GenerationChunk]:
+        """As `generate`, for a prompt whose images the projector evaluates first (the
+        prompt then counts their tokens)."""
+        prompt = projector.prefill(self.llm, text, images, add_bos=add_bos)
+        yield from self.generate(prompt, sampling, cancel, param="messages", constraint=constraint, prefilled=True)
 
     @cached_property
     def _eog_ids(self) -> npt.NDArray[np.intc]:
