@@ -23,9 +23,10 @@ from PIL import Image
 
 from tests.conftest import CHAT_MODEL, sdk, serving
 from tests.processes import Server, modelpool_serve
-from tests.vlm_models import direct_generate, tiny_llava
+from tests.vlm_models import direct_generate, tiny_idefics3, tiny_llava
 
 VLM = "tiny-llava"
+IDEFICS = "tiny-idefics3"
 QUESTION = "What is in the picture?"
 
 
@@ -57,9 +58,10 @@ def folder() -> Path:
 async def client(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
     media = tmp_path_factory.mktemp("media")
     (media / "green.png").write_bytes(png("green"))
-    models = {VLM: {**vlm_config(folder, max_images=2), "preload": True}}
+    models = {VLM: {**vlm_config(folder, max_images=2), "preload": True}, IDEFICS: vlm_config(tiny_idefics3())}
     server = {"allowed_local_media_dirs": [str(media)], "max_image_pixels": 1_000_000, "max_image_bytes": 200_000}
-    async with serving({"enabled_models": [VLM, CHAT_MODEL], "models": models, "server": server}) as (app, http):
+    enabled = [VLM, IDEFICS, CHAT_MODEL]
+    async with serving({"enabled_models": enabled, "models": models, "server": server}) as (app, http):
         await app.state.pool.slot(VLM).ensure_ready(None)
         http.headers["x-media-dir"] = str(media)  # where the tests find it (not read by the server)
         yield http
@@ -85,6 +87,19 @@ async def test_the_image_reaches_the_model_and_matches_plain_transformers(client
         model=VLM, messages=[{"role": "user", "content": QUESTION}], max_tokens=8, temperature=0
     )
     assert text_only.usage.prompt_tokens < prompt_tokens
+
+
+async def test_a_smolvlm_family_model_matches_plain_transformers_too(client: httpx.AsyncClient) -> None:
+    """Idefics3 (SmolVLM's family): its processor wraps each image in its own tokens."""
+    oai = sdk(client)
+    red, blue = [await answer(oai, ask(data_uri(png(c))), model=IDEFICS) for c in ("red", "blue")]
+    assert red.choices[0].message.content != blue.choices[0].message.content
+    template = [{"role": "user", "content": [{"type": "text", "text": QUESTION}, {"type": "image"}]}]
+    ids, prompt_tokens = direct_generate(tiny_idefics3(), template, [Image.new("RGB", (64, 64), "blue")], 8)
+    from transformers import AutoTokenizer
+
+    expected = AutoTokenizer.from_pretrained(tiny_idefics3()).decode(ids, skip_special_tokens=True)
+    assert blue.choices[0].message.content == expected and blue.usage.prompt_tokens == prompt_tokens
 
 
 async def test_images_and_text_requests_share_the_batch_and_answer_as_alone(client: httpx.AsyncClient) -> None:
