@@ -333,3 +333,10 @@ def test_vllm_tool_call_parser_turns_on_auto_tool_choice() -> None:
     command = vllm_argv(tool_call_parser="hermes")
     assert contains(command, ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
     assert "--enable-auto-tool-choice" not in vllm_argv()
+
+
+def test_a_projector_on_llama_cpp_server_selects_the_mtmd_chat_format() -> None:
+    """llama_cpp.server drops images unless its chat format runs libmtmd; a chosen format stays."""
+    assert value_of(python_argv(mmproj="/m/proj.gguf"), "--chat_format") == "mtmd"
+    assert value_of(python_argv(mmproj="/m/proj.gguf", chat_format="llava-1-5"), "--chat_format") == "llava-1-5"
+    assert "--chat_format" not in python_argv()

@@ -94,5 +94,7 @@ class LlamaServerBackend(ManagedServerBackend):
         argv += ["--flash_attn", "true"] if o.flash_attention else []
         argv += ["--n_threads", str(o.threads)] if o.threads else []
         argv += ["--embedding", "true"] if o.embedding else []
-        argv += ["--chat_format", o.chat_format] if o.chat_format else []
+        # With a projector, only the mtmd chat format reads images (others drop them silently).
+        chat_format = o.chat_format or ("mtmd" if o.mmproj else None)
+        argv += ["--chat_format", chat_format] if chat_format else []
         return argv + o.extra_args
