@@ -16,8 +16,10 @@ from modelpool.inference import (
     ChatMessage,
     ChatRequest,
     CompletionRequest,
+    ImageInput,
     OutputFormat,
     SamplingParams,
+    TextPart,
     Tool,
     ToolCall,
     ToolCallDelta,
@@ -193,3 +195,15 @@ async def test_a_repeated_name_on_later_pieces_is_sent_once() -> None:
     chunks = [c async for c in wire.chat_chunks(events(delta(tool_calls=[named]), delta(tool_calls=[again])))]
     pieces = [p for c in chunks for p in c.tool_calls]
     assert pieces == [ToolCallDelta(0, "call_1", "add", '{"a"'), ToolCallDelta(0, None, None, ": 1}")]
+
+
+def test_image_parts_are_forwarded_as_data_uris_or_by_url_in_order() -> None:
+    loaded = ImageInput("file:///m/cat.png", "messages[0].content[1]", "low", data_uri="data:image/png;base64,AAA")
+    by_url = ImageInput("https://example.com/dog.png", "messages[0].content[2]")  # the upstream fetches it
+    message = ChatMessage("user", "compare", parts=(TextPart("compare"), loaded, by_url))
+    body = wire.chat_body(ChatRequest((message,)), "up")
+    assert body["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "compare"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA", "detail": "low"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/dog.png"}},
+    ]}]  # fmt: skip

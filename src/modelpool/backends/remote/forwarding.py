@@ -114,8 +114,10 @@ class ForwardingBackend:
 
     async def synthesize(self, request: SpeechRequest) -> AsyncGenerator[npt.NDArray[np.int16], None]:
         """The upstream's raw PCM (16-bit little-endian mono), passed on as it arrives."""
-        body = {"model": self.upstream_model, "input": request.text, "voice": request.voice or "alloy",
-                "response_format": "pcm", "speed": request.speed}  # fmt: skip
+        body: dict[str, Any] = {"model": self.upstream_model, "input": request.text, "voice": request.voice or "alloy",
+                                "response_format": "pcm", "speed": request.speed}  # fmt: skip
+        if request.deterministic:  # modelpool's extension: sent only when asked for
+            body["deterministic"] = True
         carry = b""
         async with aclosing(await self.client().stream_bytes("audio/speech", body)) as chunks:
             async for chunk in chunks:

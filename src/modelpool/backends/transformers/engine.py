@@ -46,6 +46,10 @@ class Sequence:
     vision: dict[str, Any] | None = None
     """A vision model's image inputs (pixel_values, ...) for the prompt: it is prefilled in
     one piece with them, then decodes in the batch like any other sequence."""
+    position_offset: int = 0
+    """Added to the positions of this sequence's generated tokens. Qwen2-VL gives an image
+    fewer rotary positions than tokens (M-RoPE); the model reports the difference when it
+    prefills the prompt, and decoding must go on from there."""
     cancelled: threading.Event = field(default_factory=threading.Event)
     generated: list[int] = field(default_factory=list)
     prefilled: int = 0
@@ -162,15 +166,19 @@ class ContinuousBatcher:
             from transformers import DynamicCache
 
             seq.cache = DynamicCache()
+        # With images the model places the prompt's tokens itself (2-D or multimodal positions).
+        positions = torch.arange(start, start + len(chunk), device=self.device).unsqueeze(0)
         out = self.model(
             input_ids=torch.tensor([chunk], device=self.device),
-            position_ids=torch.arange(start, start + len(chunk), device=self.device).unsqueeze(0),
+            position_ids=None if seq.vision is not None else positions,
             attention_mask=torch.ones(1, start + len(chunk), dtype=torch.long, device=self.device),
             past_key_values=seq.cache,
             use_cache=True,
             logits_to_keep=1,
             **(seq.vision or {}),
         )
+        if seq.vision is not None:
+            seq.position_offset = self._rope_delta()
         seq.prefilled += len(chunk)
         if seq.prefilled == len(seq.prompt):
             self._prefilling.pop(0)
@@ -178,6 +186,12 @@ class ContinuousBatcher:
             self._accept(seq, out.logits[0, -1])
             self._remove_done()
         return len(chunk)
+
+    def _rope_delta(self) -> int:
+        """What the last prefill's multimodal rotary positions fell short of its token count
+        (Qwen2-VL keeps it as `rope_deltas`); 0 for models with plain positions."""
+        deltas = getattr(getattr(self.model, "model", None), "rope_deltas", None)
+        return int(deltas.flatten()[0]) if isinstance(deltas, torch.Tensor) and deltas.numel() else 0
 
     def _decode(self) -> None:
         if not self._active:
@@ -211,7 +225,7 @@ class ContinuousBatcher:
 
     def _join(self, seq: Sequence) -> None:
         length = len(seq.prompt)
-        position = torch.tensor([length], device=self.device)
+        position = torch.tensor([length + seq.position_offset], device=self.device)
         if self._cache is None or self._mask is None or self._next_pos is None:
             self._cache, seq.cache = seq.cache, None
             self._mask = torch.ones(1, length, dtype=torch.long, device=self.device)

@@ -5,8 +5,8 @@ The processor renders the chat (its template puts the image tokens where the ima
 and turns the images into the model's inputs by the model's own rules (resizing, tiling).
 A prompt with images is prefilled in one forward pass with its pixels; after that it
 decodes in the continuous batch like any text sequence, since decoding reads only the KV
-cache. Families whose decoding needs more than that (Qwen2-VL's 3-D rotary positions) are
-refused at load rather than answered wrongly.
+cache — with its own position offset where the model's multimodal rotary positions
+(Qwen2-VL's M-RoPE) make an image take fewer positions than tokens.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from typing import Any
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.tools.prompt import ChatPlan
 
-UNBATCHABLE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
-"""Model types whose decode steps need image-dependent positions (not supported yet)."""
+UNSUPPORTED = ("qwen3_vl", "qwen3_vl_moe")
+"""Model types whose rotary positions differ from Qwen2-VL's and that this backend has not
+been checked against: refused at load rather than risk wrong answers."""
 
 
 def load_vision_model(path: Path, dtype: Any, trust_remote_code: bool, model_id: str) -> tuple[Any, Any]:
@@ -28,10 +29,9 @@ def load_vision_model(path: Path, dtype: Any, trust_remote_code: bool, model_id:
 
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        if config.model_type in UNBATCHABLE:
+        if config.model_type in UNSUPPORTED:
             raise ModelLoadFailed(f"model '{model_id}': {config.model_type} models are not supported by the "
-                                  "transformers backend yet (their decoding needs image positions); serve it "
-                                  "with vllm_serve or llama_server")  # fmt: skip
+                                  "transformers backend yet; serve it with vllm_serve or llama_server")  # fmt: skip
         processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)  # type: ignore[no-untyped-call]
         model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
