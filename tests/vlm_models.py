@@ -10,8 +10,18 @@ Each builder writes its folder once into a cache directory (by default under
 at once when it already exists: a folder is built under a temporary name, gets a marker
 file last, and is renamed into place.
 
-Both families use the same ChatML template (`CHAT_TEMPLATE`); image content parts
-render as `<image>`, which each processor expands into its image tokens.
+LLaVA and Idefics3 use the same ChatML template (`CHAT_TEMPLATE`); image content parts
+render as `<image>`, which each processor expands into its image tokens. Qwen2-VL's
+(`QWEN2_VL_CHAT_TEMPLATE`) is the same ChatML with Qwen's image placeholder instead.
+
+Qwen2-VL without torchvision: transformers 5.23's `Qwen2VLProcessor` cannot be built or
+loaded without a torchvision video processor (its `__init__` takes `video_processor`, and
+`AutoProcessor` loads one eagerly, even for images only), and torchvision is not installed
+here. So the tiny Qwen2-VL's `processor_config.json` names `PaddleOCRVLProcessor`:
+transformers' own image-only processor of the same design (Qwen2-VL's image processor,
+which falls back to its PIL class, each `<|image_pad|>` expanded to grid_t*grid_h*grid_w /
+merge_size**2 copies, `image_grid_thw` and `mm_token_type_ids` in its output). For images
+it gives exactly what `Qwen2VLProcessor` gives (tests/test_vlm_models.py checks that).
 """
 
 from __future__ import annotations
@@ -38,29 +48,34 @@ COMPLETE_MARKER = ".complete"
 
 IMAGE_TOKEN = "<image>"
 
-# ChatML, as SmolLM2's own (without its default system prompt). `content` is a string or
-# a list of OpenAI-style parts: {"type": "text", "text": ...} renders its text;
-# {"type": "image"} (or "image_url") renders IMAGE_TOKEN, one per image.
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
-    "{%- if message['content'] is string -%}"
-    "{{- message['content'] -}}"
-    "{%- else -%}"
-    "{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'text' -%}"
-    "{{- part['text'] -}}"
-    "{%- elif part['type'] in ['image', 'image_url'] -%}"
-    "{{- '" + IMAGE_TOKEN + "' -}}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- endif -%}"
-    "{{- '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}"
-    "{{- '<|im_start|>assistant\\n' -}}"
-    "{%- endif -%}"
-)
+
+def _chat_template(image_text: str) -> str:
+    """ChatML, as SmolLM2's own (without its default system prompt). `content` is a string or
+    a list of OpenAI-style parts: {"type": "text", "text": ...} renders its text;
+    {"type": "image"} (or "image_url") renders `image_text`, once per image."""
+    return (
+        "{%- for message in messages -%}"
+        "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+        "{%- if message['content'] is string -%}"
+        "{{- message['content'] -}}"
+        "{%- else -%}"
+        "{%- for part in message['content'] -%}"
+        "{%- if part['type'] == 'text' -%}"
+        "{{- part['text'] -}}"
+        "{%- elif part['type'] in ['image', 'image_url'] -%}"
+        "{{- '" + image_text + "' -}}"
+        "{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- endif -%}"
+        "{{- '<|im_end|>\\n' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}"
+        "{{- '<|im_start|>assistant\\n' -}}"
+        "{%- endif -%}"
+    )
+
+
+CHAT_TEMPLATE = _chat_template(IMAGE_TOKEN)
 
 # Vision towers: 64x64 images in 16x16 patches (4x4 = 16 patches).
 IMAGE_SIZE = 64
@@ -76,6 +91,29 @@ IDEFICS3_IMAGE_SEQ_LEN = PATCHES // IDEFICS3_SCALE_FACTOR**2
 IDEFICS3_IMAGE_TOKENS = IDEFICS3_IMAGE_SEQ_LEN + 3
 IDEFICS3_SPECIAL_TOKENS = ["<fake_token_around_image>", IMAGE_TOKEN, "<end_of_utterance>", "<global-img>"]
 
+# Qwen2-VL: dynamic resolution. An image is resized to multiples of 28 (patch 14 x merge 2)
+# with min_pixels <= height * width <= max_pixels (about), cut into 14x14 patches, and each
+# 2x2 of them becomes one <|image_pad|> token, so the count depends on the image's size:
+# `qwen2_vl_image_pads`. A 64x64 image is scaled up to 112x112 (min_pixels): 8x8 patches,
+# 4x4 = 16 <|image_pad|>, between <|vision_start|> and <|vision_end|> (the chat template's).
+QWEN2_VL_VISION_START = "<|vision_start|>"
+QWEN2_VL_VISION_END = "<|vision_end|>"
+QWEN2_VL_IMAGE_PAD = "<|image_pad|>"
+QWEN2_VL_VIDEO_PAD = "<|video_pad|>"
+QWEN2_VL_SPECIAL_TOKENS = [QWEN2_VL_VISION_START, QWEN2_VL_VISION_END, QWEN2_VL_IMAGE_PAD, QWEN2_VL_VIDEO_PAD]
+QWEN2_VL_IMAGE_TEXT = QWEN2_VL_VISION_START + QWEN2_VL_IMAGE_PAD + QWEN2_VL_VISION_END
+QWEN2_VL_CHAT_TEMPLATE = _chat_template(QWEN2_VL_IMAGE_TEXT)
+QWEN2_VL_PATCH_SIZE = 14
+QWEN2_VL_MERGE_SIZE = 2
+QWEN2_VL_MIN_PIXELS = 112 * 112
+QWEN2_VL_MAX_PIXELS = 224 * 224
+QWEN2_VL_IMAGE_PADS = 16  # <|image_pad|> tokens for a 64x64 image
+QWEN2_VL_IMAGE_TOKENS = QWEN2_VL_IMAGE_PADS + 2  # what a 64x64 image adds to a prompt
+# M-RoPE gives an image max(grid_h, grid_w) rotary positions (in merged units) rather than
+# one per token: a 64x64 image's 4x4 grid takes 4 positions for its 16 tokens, so the text
+# after it sits 12 positions lower than its index (the model's `rope_deltas`).
+QWEN2_VL_ROPE_DELTA = -(QWEN2_VL_IMAGE_PADS - 4)
+
 
 def default_cache_dir() -> Path:
     return HubLocation.work_dir / "tiny-vlm"
@@ -89,6 +127,26 @@ def tiny_llava(cache_dir: Path | None = None) -> Path:
 def tiny_idefics3(cache_dir: Path | None = None) -> Path:
     """A SmolVLM / Idefics3 model folder: Idefics3 vision (hidden 64, 2 layers) + Llama (hidden 128, 2 layers)."""
     return _cached(cache_dir, f"tiny-idefics3-v{BUILD_VERSION}", _build_idefics3)
+
+
+def tiny_qwen2_vl(cache_dir: Path | None = None) -> Path:
+    """A Qwen2-VL model folder: Qwen2-VL vision (embed 64, 2 layers) + Qwen2 text (hidden 128, 2 layers, M-RoPE).
+
+    Its processor is `PaddleOCRVLProcessor` around Qwen2-VL's image processor: see the
+    module docstring (no torchvision here)."""
+    return _cached(cache_dir, f"tiny-qwen2-vl-v{BUILD_VERSION}", _build_qwen2_vl)
+
+
+def qwen2_vl_image_pads(width: int, height: int) -> int:
+    """How many <|image_pad|> tokens the tiny Qwen2-VL's processor gives an image of this size
+    (the prompt gets two more: <|vision_start|> and <|vision_end|>)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    factor = QWEN2_VL_PATCH_SIZE * QWEN2_VL_MERGE_SIZE
+    resized_height, resized_width = smart_resize(
+        height, width, factor=factor, min_pixels=QWEN2_VL_MIN_PIXELS, max_pixels=QWEN2_VL_MAX_PIXELS
+    )
+    return (resized_height // factor) * (resized_width // factor)
 
 
 def direct_generate(
@@ -262,5 +320,72 @@ def _build_idefics3(folder: Path) -> None:
         tokenizer=tokenizer,
         image_seq_len=IDEFICS3_IMAGE_SEQ_LEN,
         chat_template=CHAT_TEMPLATE,
+    )
+    _save(folder, model, processor, tokenizer)
+
+
+def _build_qwen2_vl(folder: Path) -> None:
+    import torch
+    from transformers import PaddleOCRVLProcessor, Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tokenizer = _smollm2_tokenizer(QWEN2_VL_SPECIAL_TOKENS)
+    # Named in tokenizer_config.json ("image_token": ...), as multimodal tokenizers have them:
+    # the processor reads `tokenizer.image_token` / `image_token_id`.
+    tokenizer._set_model_specific_special_tokens(
+        {
+            "image_token": QWEN2_VL_IMAGE_PAD,
+            "video_token": QWEN2_VL_VIDEO_PAD,
+            "vision_start_token": QWEN2_VL_VISION_START,
+            "vision_end_token": QWEN2_VL_VISION_END,
+        }
+    )
+    tokenizer.chat_template = QWEN2_VL_CHAT_TEMPLATE
+    ids = {token: int(tokenizer.convert_tokens_to_ids(token)) for token in QWEN2_VL_SPECIAL_TOKENS}
+    vision = {
+        "depth": 2,
+        "embed_dim": 64,
+        "num_heads": 2,
+        "mlp_ratio": 2,
+        "patch_size": QWEN2_VL_PATCH_SIZE,
+        "spatial_merge_size": QWEN2_VL_MERGE_SIZE,
+        "temporal_patch_size": 2,
+        "hidden_size": 128,  # the merger's output: the text model's hidden size
+    }
+    text = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
+        # M-RoPE: head_dim 64, so 32 rotary frequencies, split over (temporal, height, width).
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [8, 12, 12]},
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    config = Qwen2VLConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=ids[QWEN2_VL_IMAGE_PAD],
+        video_token_id=ids[QWEN2_VL_VIDEO_PAD],
+        vision_start_token_id=ids[QWEN2_VL_VISION_START],
+        vision_end_token_id=ids[QWEN2_VL_VISION_END],
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = Qwen2VLForConditionalGeneration(config).eval()
+    image_processor = Qwen2VLImageProcessorPil(
+        min_pixels=QWEN2_VL_MIN_PIXELS,
+        max_pixels=QWEN2_VL_MAX_PIXELS,
+        patch_size=QWEN2_VL_PATCH_SIZE,
+        merge_size=QWEN2_VL_MERGE_SIZE,
+        temporal_patch_size=2,
+    )
+    processor = PaddleOCRVLProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN2_VL_CHAT_TEMPLATE
     )
     _save(folder, model, processor, tokenizer)

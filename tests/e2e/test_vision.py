@@ -23,10 +23,11 @@ from PIL import Image
 
 from tests.conftest import CHAT_MODEL, sdk, serving
 from tests.processes import Server, modelpool_serve
-from tests.vlm_models import direct_generate, tiny_idefics3, tiny_llava
+from tests.vlm_models import direct_generate, tiny_idefics3, tiny_llava, tiny_qwen2_vl
 
 VLM = "tiny-llava"
 IDEFICS = "tiny-idefics3"
+QWEN = "tiny-qwen2-vl"
 QUESTION = "What is in the picture?"
 
 
@@ -58,9 +59,13 @@ def folder() -> Path:
 async def client(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
     media = tmp_path_factory.mktemp("media")
     (media / "green.png").write_bytes(png("green"))
-    models = {VLM: {**vlm_config(folder, max_images=2), "preload": True}, IDEFICS: vlm_config(tiny_idefics3())}
+    models = {
+        VLM: {**vlm_config(folder, max_images=2), "preload": True},
+        IDEFICS: vlm_config(tiny_idefics3()),
+        QWEN: vlm_config(tiny_qwen2_vl()),
+    }
     server = {"allowed_local_media_dirs": [str(media)], "max_image_pixels": 1_000_000, "max_image_bytes": 200_000}
-    enabled = [VLM, IDEFICS, CHAT_MODEL]
+    enabled = [VLM, IDEFICS, QWEN, CHAT_MODEL]
     async with serving({"enabled_models": enabled, "models": models, "server": server}) as (app, http):
         await app.state.pool.slot(VLM).ensure_ready(None)
         http.headers["x-media-dir"] = str(media)  # where the tests find it (not read by the server)
@@ -100,6 +105,45 @@ async def test_a_smolvlm_family_model_matches_plain_transformers_too(client: htt
 
     expected = AutoTokenizer.from_pretrained(tiny_idefics3()).decode(ids, skip_special_tokens=True)
     assert blue.choices[0].message.content == expected and blue.usage.prompt_tokens == prompt_tokens
+
+
+def direct_logprobs(folder: Path, color: str, steps: int) -> list[float]:
+    """Plain transformers `generate` (greedy): the log-probability of each chosen token."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(folder)
+    model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
+    template = [{"role": "user", "content": [{"type": "text", "text": QUESTION}, {"type": "image"}]}]
+    text = processor.apply_chat_template(template, add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text], images=[Image.new("RGB", (64, 64), color)], return_tensors="pt")
+    with torch.inference_mode():
+        out = model.generate(**inputs, max_new_tokens=steps, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True)  # fmt: skip
+    chosen = out.sequences[0, inputs["input_ids"].shape[1] :]
+    return [float(torch.log_softmax(logits[0].float(), -1)[token]) for logits, token in zip(out.logits, chosen, strict=True)]
+
+
+async def test_qwen2_vl_decodes_in_the_batch_from_its_rotary_offset(client: httpx.AsyncClient) -> None:
+    """Qwen2-VL's M-RoPE gives an image fewer positions than tokens (16 tokens, 4 positions
+    for a 64x64 picture): each sequence decodes from its own offset, alone or in a batch with
+    others. The log-probabilities, which move with any position error even where the tiny
+    model's greedy words do not, equal plain transformers'."""
+    oai = sdk(client)
+
+    async def scored(messages: list[dict[str, Any]]) -> Any:
+        return await oai.chat.completions.create(model=QWEN, messages=messages, max_tokens=6, temperature=0,  # type: ignore[arg-type]
+                                                 logprobs=True)  # fmt: skip
+
+    colors = ("red", "blue", "green")
+    alone = [await scored(ask(data_uri(png(c)))) for c in colors]
+    batched = await asyncio.gather(*(scored(ask(data_uri(png(c)))) for c in colors),
+                                   scored([{"role": "user", "content": "Say hi."}]))  # fmt: skip
+    for color, one, together in zip(colors, alone, batched, strict=False):
+        expected = direct_logprobs(tiny_qwen2_vl(), color, 6)
+        for reply in (one, together):
+            got = [entry.logprob for entry in reply.choices[0].logprobs.content]
+            assert got == pytest.approx(expected, abs=1e-4), color
 
 
 async def test_images_and_text_requests_share_the_batch_and_answer_as_alone(client: httpx.AsyncClient) -> None:
