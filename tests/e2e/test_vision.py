@@ -121,7 +121,8 @@ def direct_logprobs(folder: Path, color: str, steps: int) -> list[float]:
         out = model.generate(**inputs, max_new_tokens=steps, do_sample=False, output_logits=True,
                              return_dict_in_generate=True)  # fmt: skip
     chosen = out.sequences[0, inputs["input_ids"].shape[1] :]
-    return [float(torch.log_softmax(logits[0].float(), -1)[token]) for logits, token in zip(out.logits, chosen, strict=True)]
+    steps_logits = zip(out.logits, chosen, strict=True)
+    return [float(torch.log_softmax(logits[0].float(), -1)[token]) for logits, token in steps_logits]
 
 
 async def test_qwen2_vl_decodes_in_the_batch_from_its_rotary_offset(client: httpx.AsyncClient) -> None:
