@@ -267,3 +267,34 @@ async def test_a_remote_vision_model_gets_the_image_forwarded(client: httpx.Asyn
     assert forwarded.choices[0].message.content == direct.choices[0].message.content
     assert forwarded.usage.prompt_tokens == direct.usage.prompt_tokens
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "modality_unsupported"
+
+
+async def test_remote_images_on_loopback_are_refused_and_slow_ones_time_out(folder: Path) -> None:
+    """With remote images on, a URL on this machine is refused by the guard (its address is
+    loopback), and a host allowed by name but too slow answers 400 at the deadline."""
+    from aiohttp import web
+
+    async def slow(_: web.Request) -> web.Response:
+        await asyncio.sleep(3)
+        return web.Response(body=png("red"), content_type="image/png")
+
+    app = web.Application()
+    app.router.add_get("/slow.png", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    server = {"allow_remote_images": True, "image_fetch_allowed_hosts": ["localhost"], "image_fetch_timeout_s": 0.5}
+    try:
+        config = {"starter_models": False, "models": {VLM: vlm_config(folder)}, "server": server}
+        async with serving(config) as (_, http):
+            by_address = {"model": VLM, "messages": ask(f"http://127.0.0.1:{port}/slow.png")}
+            refused = await http.post("/v1/chat/completions", json=by_address)
+            by_allowed_name = {"model": VLM, "messages": ask(f"http://localhost:{port}/slow.png")}
+            slow_reply = await http.post("/v1/chat/completions", json=by_allowed_name)
+    finally:
+        await runner.cleanup()
+    assert refused.status_code == 400 and "not a public address" in refused.json()["error"]["message"]
+    assert slow_reply.status_code == 400 and "longer than 0.5 s" in slow_reply.json()["error"]["message"]
+    assert refused.json()["error"]["param"] == slow_reply.json()["error"]["param"] == "messages[0].content[1]"
