@@ -24,6 +24,7 @@ from PIL import Image
 from tests.conftest import CHAT_MODEL, sdk, serving
 from tests.processes import Server, modelpool_serve
 from tests.vlm_models import direct_generate, tiny_idefics3, tiny_llava, tiny_qwen2_vl
+from tests.web_servers import web_server
 
 VLM = "tiny-llava"
 IDEFICS = "tiny-idefics3"
@@ -280,21 +281,13 @@ async def test_remote_images_on_loopback_are_refused_and_slow_ones_time_out(fold
 
     app = web.Application()
     app.router.add_get("/slow.png", slow)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
     server = {"allow_remote_images": True, "image_fetch_allowed_hosts": ["localhost"], "image_fetch_timeout_s": 0.5}
-    try:
-        config = {"starter_models": False, "models": {VLM: vlm_config(folder)}, "server": server}
-        async with serving(config) as (_, http):
-            by_address = {"model": VLM, "messages": ask(f"http://127.0.0.1:{port}/slow.png")}
-            refused = await http.post("/v1/chat/completions", json=by_address)
-            by_allowed_name = {"model": VLM, "messages": ask(f"http://localhost:{port}/slow.png")}
-            slow_reply = await http.post("/v1/chat/completions", json=by_allowed_name)
-    finally:
-        await runner.cleanup()
+    config = {"starter_models": False, "models": {VLM: vlm_config(folder)}, "server": server}
+    async with web_server(app) as port, serving(config) as (_, http):
+        by_address = {"model": VLM, "messages": ask(f"http://127.0.0.1:{port}/slow.png")}
+        refused = await http.post("/v1/chat/completions", json=by_address)
+        by_allowed_name = {"model": VLM, "messages": ask(f"http://localhost:{port}/slow.png")}
+        slow_reply = await http.post("/v1/chat/completions", json=by_allowed_name)
     assert refused.status_code == 400 and "not a public address" in refused.json()["error"]["message"]
     assert slow_reply.status_code == 400 and "longer than 0.5 s" in slow_reply.json()["error"]["message"]
     assert refused.json()["error"]["param"] == slow_reply.json()["error"]["param"] == "messages[0].content[1]"

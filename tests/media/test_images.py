@@ -16,6 +16,7 @@ from PIL import Image
 
 from modelpool.errors import InvalidRequest, RequestTooLarge
 from modelpool.media.images import ImagePolicy, is_public, load_image
+from tests.web_servers import web_server
 
 PART = "messages[0].content[1]"
 
@@ -101,13 +102,8 @@ async def media_server() -> AsyncIterator[str]:
     app.router.add_get("/again", to_picture)
     app.router.add_get("/slow", slow)
     app.router.add_get("/huge", huge)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    yield f"127.0.0.1:{port}"
-    await runner.cleanup()
+    async with web_server(app) as port:
+        yield f"127.0.0.1:{port}"
 
 
 async def test_a_server_on_loopback_is_refused_by_address_and_by_name(media_server: str) -> None:

@@ -23,7 +23,7 @@ from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.engine import END, BatchLimits, ContinuousBatcher, Sequence
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
-from modelpool.backends.transformers.vision import load_vision_model, render_with_images
+from modelpool.backends.transformers.vision import load_vision_model, render_chat_text, render_with_images
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
@@ -233,19 +233,7 @@ class TransformersBackend(DeclaredBackend):
 
     def _render_chat(self, plan: ChatPlan, template_kwargs: Mapping[str, Any]) -> list[int]:
         tokenizer = self._require_tokenizer()
-        from jinja2 import TemplateError
-
-        try:
-            text = tokenizer.apply_chat_template(
-                plan.messages,
-                tools=plan.tools,
-                tokenize=False,
-                add_generation_prompt=True,
-                chat_template=self.options.chat_template,
-                **dict(template_kwargs),
-            )
-        except TemplateError as exc:
-            raise InvalidRequest(f"the model's chat template rejected these messages: {exc}", param="messages") from exc
+        text = render_chat_text(tokenizer, plan, self.options.chat_template, template_kwargs)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     async def _encode(self, text: str) -> list[int]:

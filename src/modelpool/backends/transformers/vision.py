@@ -40,19 +40,15 @@ def load_vision_model(path: Path, dtype: Any, trust_remote_code: bool, model_id:
     return model, processor
 
 
-def render_with_images(
-    processor: Any,
-    plan: ChatPlan,
-    chat_template: str | None,
-    template_kwargs: Mapping[str, Any],
-    images: Sequence[Any],
-    model: Any,
-) -> tuple[list[int], dict[str, Any]]:
-    """(prompt token ids with the image tokens, the image inputs for the prefill)."""
+def render_chat_text(
+    renderer: Any, plan: ChatPlan, chat_template: str | None, template_kwargs: Mapping[str, Any]
+) -> str:
+    """The chat as text, by a tokenizer's or a processor's `apply_chat_template` (the same
+    call on both); a template that refuses the messages is the request's fault."""
     from jinja2 import TemplateError
 
     try:
-        text = processor.apply_chat_template(
+        text: str = renderer.apply_chat_template(
             plan.messages,
             tools=plan.tools,
             tokenize=False,
@@ -62,6 +58,19 @@ def render_with_images(
         )
     except TemplateError as exc:
         raise InvalidRequest(f"the model's chat template rejected these messages: {exc}", param="messages") from exc
+    return text
+
+
+def render_with_images(
+    processor: Any,
+    plan: ChatPlan,
+    chat_template: str | None,
+    template_kwargs: Mapping[str, Any],
+    images: Sequence[Any],
+    model: Any,
+) -> tuple[list[int], dict[str, Any]]:
+    """(prompt token ids with the image tokens, the image inputs for the prefill)."""
+    text = render_chat_text(processor, plan, chat_template, template_kwargs)
     inputs = processor(text=[text], images=list(images), return_tensors="pt", add_special_tokens=False)
     ids = [int(t) for t in inputs["input_ids"][0]]
     extra = {}
