@@ -12,6 +12,9 @@ from tests.conftest import CHAT_MODEL, EMBED_MODEL
 
 OK_MESSAGES = [{"role": "user", "content": "hi"}]
 TEXT_PART = {"type": "text", "text": "what is it?"}
+DEEP_SCHEMA: dict[str, object] = {"type": "object"}
+for _ in range(400):
+    DEEP_SCHEMA = {"items": DEEP_SCHEMA}
 PNG = (
     "data:image/png;base64,"
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
@@ -158,6 +161,24 @@ CASES = [
         400,
         "invalid_value",
         "response_format.json_schema.schema",
+    ),
+    (
+        "response-format-schema-with-a-bad-$schema",
+        "POST",
+        CHAT,
+        chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"$schema": 5}}}),
+        400,
+        "invalid_value",
+        "response_format.json_schema.schema",
+    ),
+    (
+        "tool-parameters-nested-too-deep",
+        "POST",
+        CHAT,
+        chat(tools=[{"type": "function", "function": {"name": "f", "parameters": DEEP_SCHEMA}}]),
+        400,
+        "invalid_value",
+        "tools[0].function.parameters",
     ),
     (
         "response-format-unenforceable-schema",

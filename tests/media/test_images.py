@@ -145,3 +145,32 @@ async def test_local_files_only_under_allowed_directories(tmp_path: Path) -> Non
             await load_image(url, policy, PART)
     with pytest.raises(InvalidRequest, match="cannot be read"):
         await load_image(f"file://{allowed}/missing.png", policy, PART)
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["１２７.０.０.１", "①②⑦.0.0.1", "127。0。0。1", "１６９.２５４.１６９.２５４", "[::1]", "[::ffff:127.0.0.1]",
+     "[::127.0.0.1]", "2130706433", "0", "127.1"],
+)  # fmt: skip
+async def test_addresses_in_any_spelling_are_refused_before_connecting(host: str) -> None:
+    """Hosts that yarl normalises to a loopback or metadata address (Unicode digits and dots),
+    or that aiohttp would connect to without resolving: refused, never fetched."""
+    with pytest.raises(InvalidRequest) as raised:
+        await load_image(f"http://{host}:9/cat.png", ImagePolicy(allow_remote=True, fetch_timeout_s=2), PART)
+    assert raised.value.param == PART
+    assert "not a public address" in raised.value.message or "malformed" in raised.value.message
+
+
+@pytest.mark.parametrize("url", ["http://[::1/cat.png", "https://[x]/a", "file:///tmp/%00x.png"])
+async def test_malformed_urls_are_a_400(url: str) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        await load_image(url, ImagePolicy(allow_remote=True, local_dirs=(Path("/tmp"),)), PART)
+    assert raised.value.param == PART
+
+
+async def test_a_phone_cameras_multi_picture_jpeg_is_read_as_jpeg() -> None:
+    buffer = io.BytesIO()
+    first, second = Image.new("RGB", (8, 8), "red"), Image.new("RGB", (8, 8), "blue")
+    first.save(buffer, format="MPO", save_all=True, append_images=[second])
+    loaded = await load_image(data_uri(buffer.getvalue(), "image/jpeg"), ImagePolicy(), PART)
+    assert loaded.mime == "image/jpeg" and loaded.image.getpixel((0, 0))[0] > 200

@@ -29,8 +29,9 @@ from modelpool.errors import InvalidRequest, RequestTooLarge
 if TYPE_CHECKING:
     from PIL import Image
 
-FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
-"""What Pillow decodes for us, and the MIME type each is forwarded as."""
+FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "MPO": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
+"""What Pillow decodes for us, and the MIME type each is forwarded as (MPO: a phone camera's
+multi-picture JPEG)."""
 REDIRECT_STATUSES = {301, 302, 303, 307, 308}
 
 
@@ -62,6 +63,13 @@ class LoadedImage:
 
 async def load_image(url: str, policy: ImagePolicy, param: str) -> LoadedImage:
     """The image a content part's URL names, decoded; errors name `param`."""
+    try:
+        return await _load(url, policy, param)
+    except ValueError as exc:  # a URL or path that cannot even be parsed (`http://[::1/`, a NUL byte)
+        raise InvalidRequest(f"the image URL is malformed: {exc}", param=param) from None
+
+
+async def _load(url: str, policy: ImagePolicy, param: str) -> LoadedImage:
     scheme = urlsplit(url).scheme.lower()
     if scheme == "data":
         data = data_uri_bytes(url, policy, param)
@@ -129,9 +137,14 @@ def is_public(address: str) -> bool:
     ip = ipaddress.ip_address(address)
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address) and ip in _IPV4_COMPATIBLE:
+        return False  # ::a.b.c.d, deprecated, and routed to the IPv4 address by some stacks
     # is_global is False for private, loopback, link-local, shared (100.64/10), reserved
     # and unspecified addresses alike.
     return ip.is_global and not ip.is_multicast
+
+
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 
 class _Refused(OSError):
@@ -145,19 +158,23 @@ async def fetch(url: str, policy: ImagePolicy, param: str) -> bytes:
     import aiohttp
 
     connector = aiohttp.TCPConnector(resolver=_GuardedResolver(policy.allowed_hosts), use_dns_cache=False)
-    timeout = aiohttp.ClientTimeout(total=policy.fetch_timeout_s)
-    try:
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+    async def follow() -> bytes:
+        target = url
+        async with aiohttp.ClientSession(connector=connector) as session:
             for _ in range(policy.max_redirects + 1):
-                _check_literal_host(url, policy, param)
-                async with session.get(url, allow_redirects=False) as response:
+                _check_literal_host(target, policy, param)
+                async with session.get(target, allow_redirects=False) as response:
                     if response.status in REDIRECT_STATUSES and "Location" in response.headers:
-                        url = urljoin(url, response.headers["Location"])
+                        target = urljoin(target, response.headers["Location"])
                         continue
                     if response.status != 200:
                         raise InvalidRequest(f"fetching the image gave HTTP {response.status}", param=param)
                     return await _read_limited(response, policy.max_bytes, param)
             raise InvalidRequest(f"fetching the image took more than {policy.max_redirects} redirects", param=param)
+
+    try:  # one deadline for the whole fetch, redirects included (aiohttp's is per request)
+        return await asyncio.wait_for(follow(), policy.fetch_timeout_s)
     except TimeoutError:
         raise InvalidRequest(f"fetching the image took longer than {policy.fetch_timeout_s:g} s",
                              param=param) from None  # fmt: skip
@@ -179,16 +196,23 @@ def _refusal_in(exc: BaseException) -> _Refused | None:
 
 
 def _check_literal_host(url: str, policy: ImagePolicy, param: str) -> None:
-    """An IP address in the URL itself is never resolved, so it is checked here."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    """An IP address as the host is never resolved (aiohttp connects to it directly), so it
+    is checked here, in the form aiohttp will use: yarl normalises the host first (full-width
+    and other Unicode digits become ASCII), which a check on the raw text would miss."""
+    from aiohttp.helpers import is_ip_address
+    from yarl import URL
+
+    parsed = URL(url)
+    host = parsed.raw_host
+    if parsed.scheme not in ("http", "https") or not host:
         raise InvalidRequest("an image URL (or its redirect) must be http(s) with a host", param=param)
-    host = parts.hostname
+    if host in policy.allowed_hosts or not is_ip_address(host):
+        return  # a name: the guarded resolver checks what it resolves to
     try:
-        literal = ipaddress.ip_address(host)
-    except ValueError:
-        return
-    if host not in policy.allowed_hosts and not is_public(str(literal)):
+        public = is_public(host)
+    except ValueError:  # aiohttp would take it for an address that ipaddress does not read
+        public = False
+    if not public:
         raise InvalidRequest(f"image URL refused: {host} is not a public address", param=param)
 
 

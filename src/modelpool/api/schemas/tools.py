@@ -83,9 +83,13 @@ def check_schema(schema: Mapping[str, Any], param: str) -> None:
     """A JSON schema must be one (the metaschema of its draft, 2020-12 when unsaid)."""
     from jsonschema import SchemaError, validators
 
+    if not isinstance(schema.get("$schema", ""), str):
+        raise InvalidRequest("`$schema` must be a string (a metaschema URI)", param=param)
     validator = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
         validator.check_schema(dict(schema))
+    except RecursionError:
+        raise InvalidRequest("the JSON schema is nested too deeply", param=param) from None
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.path)
         raise InvalidRequest(f"not a valid JSON schema{f' at {where}' if where else ''}: {exc.message}",

@@ -14,7 +14,7 @@ import ctypes
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from modelpool.errors import ContextLengthExceeded, GenerationFailed, ModelLoadFailed
+from modelpool.errors import ContextLengthExceeded, GenerationFailed, InvalidRequest, ModelLoadFailed
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -58,7 +58,10 @@ class ImageProjector:
             prompt.add_special, prompt.parse_special = add_bos, True
             array = (mtmd.mtmd_bitmap_p_ctypes * len(bitmaps))(*bitmaps)
             if mtmd.mtmd_tokenize(self._context, chunks, ctypes.byref(prompt), array, len(bitmaps)) != 0:
-                raise GenerationFailed("llama.cpp could not split the prompt around its images")
+                # The rendered prompt has a different number of image places than images (the
+                # chat template dropped a message that carried one).
+                raise InvalidRequest("the chat template does not place every image of these messages",
+                                     param="messages")  # fmt: skip
             llm.reset()
             llm._ctx.kv_cache_clear()
             for index in range(mtmd.mtmd_input_chunks_size(chunks)):
@@ -87,6 +90,9 @@ class ImageProjector:
         )
         if status != 0:
             raise GenerationFailed(f"llama.cpp could not evaluate an image (error {status})")
+        # The image's positions hold no token: mark them so that no later prompt (with
+        # reuse_prompt_cache) can match a stale token there and inherit this image's KV cells.
+        llm.input_ids[llm.n_tokens : reached.value] = -1
         llm.n_tokens = reached.value
 
     def _bitmap(self, image: Any) -> Any:
@@ -106,7 +112,9 @@ def with_markers(messages: list[dict[str, Any]], marker: str) -> list[dict[str, 
     for message in messages:
         content = message.get("content")
         if isinstance(content, list):
-            text = "".join(part["text"] if part.get("type") == "text" else marker for part in content)
+            # A marker typed by the user would stand for an image that is not there: dropped.
+            text = "".join(part["text"].replace(marker, "") if part.get("type") == "text" else marker
+                           for part in content)  # fmt: skip
             message = {**message, "content": text}
         rendered.append(message)
     return rendered

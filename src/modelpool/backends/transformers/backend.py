@@ -228,7 +228,10 @@ class TransformersBackend(DeclaredBackend):
         engine, tokenizer = self._require_engine(), self._require_tokenizer()
         vocab_size = int(engine.model.get_output_embeddings().weight.shape[0])
         eos = sorted(engine.eos_ids)
-        grammar_tokenizer = from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=eos[0] if eos else None)
+        if not eos:
+            raise InvalidRequest(f"model '{self.model.id}' has no end-of-sequence token, so a constrained output "
+                                 "could not end; structured output is off for it", param="response_format")  # fmt: skip
+        grammar_tokenizer = from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=eos[0])
         return GrammarCompiler(grammar_tokenizer, vocab_size, eos, eos[0])
 
     def _render_chat(self, plan: ChatPlan, template_kwargs: Mapping[str, Any]) -> list[int]:

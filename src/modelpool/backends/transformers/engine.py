@@ -24,7 +24,7 @@ from modelpool.backends.constraint import TokenConstraint
 from modelpool.backends.decoding import StopMatcher, may_end
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.sampling import choose_token
-from modelpool.errors import GenerationFailed, ModelUnloaded
+from modelpool.errors import GenerationFailed, InvalidRequest, ModelUnloaded
 from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
 
 log = logging.getLogger("modelpool.backends")
@@ -156,7 +156,13 @@ class ContinuousBatcher:
         (so a crowd of new requests gets first tokens quickly), or one piece of a long one."""
         budget = self.limits.prefill_chunk
         while budget > 0 and self._prefilling and self._has_room(self._prefilling[0]):
-            budget -= self._prefill_piece(self._prefilling[0], budget)
+            seq = self._prefilling[0]
+            try:
+                budget -= self._prefill_piece(seq, budget)
+            except ValueError as exc:  # this prompt's own problem (image tokens that do not fit its pixels)
+                self._prefilling.remove(seq)
+                seq.done = True
+                seq.deliver(InvalidRequest(f"the model refused this prompt: {exc}", param="messages"))
 
     def _prefill_piece(self, seq: Sequence, budget: int) -> int:
         start = seq.prefilled

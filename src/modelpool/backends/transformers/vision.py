@@ -71,7 +71,10 @@ def render_with_images(
 ) -> tuple[list[int], dict[str, Any]]:
     """(prompt token ids with the image tokens, the image inputs for the prefill)."""
     text = render_chat_text(processor, plan, chat_template, template_kwargs)
-    inputs = processor(text=[text], images=list(images), return_tensors="pt", add_special_tokens=False)
+    try:
+        inputs = processor(text=[text], images=list(images), return_tensors="pt", add_special_tokens=False)
+    except ValueError as exc:  # the processor's own rules (an aspect ratio it cannot tile, ...)
+        raise InvalidRequest(f"the model's processor refused these images: {exc}", param="messages") from None
     ids = [int(t) for t in inputs["input_ids"][0]]
     extra = {}
     for name, value in inputs.items():
