@@ -93,11 +93,3 @@ class GrammarCompiler:
                 self._cache.popitem(last=False)
         return matcher
 
-
-def check_grammar(grammar: str, param: str) -> None:
-    """Refuse a grammar llguidance cannot compile, before any model is involved."""
-    from llguidance import LLMatcher
-
-    problem = LLMatcher.validate_grammar(LLMatcher.grammar_from_lark(grammar))
-    if problem:
-        raise InvalidRequest(f"the schema cannot be enforced: {problem}", param=param)

@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from jinja2 import Environment, TemplateSyntaxError, meta
 
 from modelpool.inference import ChatMessage, ChatRequest, TextPart, Tool
 from modelpool.tools.grammar import chat_grammar, output_grammar
-
-FAMILIES = ("hermes", "llama3_json", "mistral", "generic")
 
 GENERIC_INSTRUCTIONS = (
     "You can call these tools (JSON schema of each one's arguments):\n{tools}\n\n"
@@ -48,8 +47,9 @@ class ChatPlan:
     """Calls are constrained to be well-formed, so they stream as they are written."""
 
 
+@lru_cache(maxsize=64)
 def template_handles_tools(source: str) -> bool:
-    """The chat template reads a `tools` variable."""
+    """The chat template reads a `tools` variable (parsed once per template, not per request)."""
     try:
         return "tools" in meta.find_undeclared_variables(Environment().parse(source))
     except TemplateSyntaxError:

@@ -103,9 +103,10 @@ class TransformersBackend(DeclaredBackend):
         require_engine(self.model.id, ("torch", "transformers"), "transformers")
         path = await locate(self.model, self.hub)
         model, loaded = await asyncio.to_thread(self._load, path)
-        tokenizer = getattr(loaded, "tokenizer", loaded)  # a vision model's processor holds its tokenizer
-        self._tokenizer = tokenizer
+        # A vision model loads its processor, which holds its tokenizer.
         self._processor = loaded if self.options.vision else None
+        tokenizer = loaded.tokenizer if self.options.vision else loaded
+        self._tokenizer = tokenizer
         self._max_len = min(self.options.max_model_len or 8192, _model_limit(model))
         limits = BatchLimits(self.options.max_batch_size, self.options.max_batch_tokens, self.options.prefill_chunk)
         self._engine = ContinuousBatcher(model, tokenizer, _eos_ids(model, tokenizer), limits, self.model.id)
@@ -124,7 +125,7 @@ class TransformersBackend(DeclaredBackend):
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
         tokenizer = self._require_tokenizer()
-        processor_template = getattr(self._processor, "chat_template", None)
+        processor_template = self._processor.chat_template if self._processor is not None else None
         source = self.options.chat_template or processor_template or tokenizer.chat_template
         if not isinstance(source, str):
             raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
@@ -316,7 +317,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
 
 
 def _model_limit(model: Any) -> int:
-    config = getattr(model.config, "text_config", None) or model.config  # a vision model's language part
+    config = model.config.get_text_config()  # a vision model's language part; the config itself otherwise
     return int(getattr(config, "max_position_embeddings", 0) or 8192)
 
 

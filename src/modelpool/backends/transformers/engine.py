@@ -196,6 +196,7 @@ class ContinuousBatcher:
     def _rope_delta(self) -> int:
         """What the last prefill's multimodal rotary positions fell short of its token count
         (Qwen2-VL keeps it as `rope_deltas`); 0 for models with plain positions."""
+        # transformers keeps it on the inner model, and only for families with M-RoPE.
         deltas = getattr(getattr(self.model, "model", None), "rope_deltas", None)
         return int(deltas.flatten()[0]) if isinstance(deltas, torch.Tensor) and deltas.numel() else 0
 
