@@ -13,8 +13,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from modelpool.backends.channel import Channel
+
 T = TypeVar("T")
-_DONE = object()
 
 
 class EngineThread:
@@ -25,20 +26,14 @@ class EngineThread:
         return await asyncio.wrap_future(self._executor.submit(fn, *args, **kwargs))
 
     async def stream(self, produce: Callable[[threading.Event], Iterator[T]]) -> AsyncGenerator[T, None]:
-        """Iterate `produce(cancel)` on the engine thread and yield its items here.
+        """Iterate `produce(cancel)` on the engine thread and yield its items here; items
+        that pile up while the consumer is busy cross to the event loop in one wakeup.
 
         Closing the returned iterator sets `cancel`; the producer checks it between
         items, so generation stops within one step and the thread is free again.
         """
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[Any, BaseException | None]] = asyncio.Queue()
-        cancel = threading.Event()
-
-        def deliver(item: Any, error: BaseException | None = None) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, (item, error))
-            except RuntimeError:  # the loop is gone (shutdown); nobody is listening
-                cancel.set()
+        channel: Channel[T] = Channel(asyncio.get_running_loop())
+        cancel = channel.cancelled
 
         def run() -> None:
             if cancel.is_set():  # the consumer left while we were queued behind another call
@@ -48,11 +43,11 @@ class EngineThread:
                 for item in iterator:
                     if cancel.is_set():
                         break
-                    deliver(item)
+                    channel.put(item)
             except BaseException as exc:
-                deliver(_DONE, exc)
+                channel.end(exc)
             else:
-                deliver(_DONE)
+                channel.end()
             finally:
                 close = getattr(iterator, "close", None)
                 if close is not None:
@@ -60,15 +55,11 @@ class EngineThread:
 
         self._executor.submit(run)
         try:
-            while True:
-                item, error = await queue.get()
-                if item is _DONE:
-                    if error is not None:
-                        raise error
-                    return
-                yield item
+            async for run_of_items in channel.runs():
+                for item in run_of_items:
+                    yield item
         finally:
-            cancel.set()
+            cancel.set()  # at once: the inner generator is only closed when collected
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -1,48 +1,79 @@
-"""LlamaCppBackend: GGUF models for chat and completions, on a thread of their own."""
+"""LlamaCppBackend: GGUF models for chat and completions, many requests at once in one
+llama.cpp context (continuous batching: see engine.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
+import warnings
 from collections.abc import AsyncGenerator
 from dataclasses import replace
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
-from modelpool.backends.constraint import TokenConstraint
+from modelpool.backends.channel import Channel, chunk_stream
+from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.context import BackendContext
-from modelpool.backends.decoding import with_echo
+from modelpool.backends.decoding import tokens_to_generate, with_echo
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
-from modelpool.backends.llama_cpp.vision import ImageProjector, with_markers
+from modelpool.backends.llama_cpp.model import GgufModel
+from modelpool.backends.llama_cpp.sequence import Job, ScoringJob
+from modelpool.backends.llama_cpp.vision import ImageProjector, ImagePrompt, with_markers
 from modelpool.backends.requirements import require_engine
-from modelpool.backends.threads import EngineThread, drain
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
-from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, SamplingParams, TokenLogprob
+from modelpool.inference import (
+    ChatRequest,
+    CompletionRequest,
+    GenerationChunk,
+    SamplingParams,
+    TokenLogprob,
+    Usage,
+)
 from modelpool.tasks import Task
 from modelpool.tools.grammar import grammar_param, output_grammar
 from modelpool.tools.parsers import make_parser
 from modelpool.tools.prompt import plan_chat
 from modelpool.tools.stream import with_tool_calls
 
+if TYPE_CHECKING:
+    from llguidance import LLTokenizer
+
 # Rough: small models need ~25 KiB of f16 KV cache per token, 7B ones ~500 KiB. A
 # measurement after loading replaces the estimate; set `memory_bytes` to be exact.
 _KV_BYTES_PER_TOKEN_GUESS = 64 * 1024
+PARALLEL_CPU, PARALLEL_GPU = 8, 32
+BATCH_INVARIANT_UBATCH = 63  # ggml-cpu's flash attention tiles queries from GGML_FA_TILE_Q = 64 rows
 
 
 class LlamaCppOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     n_ctx: int = Field(default=4096, ge=16)
-    """Context length in tokens (prompt + completion)."""
+    """Context length of one request in tokens (prompt + completion)."""
+    parallel: int | None = Field(default=None, ge=1, le=256)
+    """Requests decoded together in one context (continuous batching); the KV cache holds
+    `n_ctx × parallel` tokens, so each of them may fill its whole context. Default: 8 on
+    CPU, 32 with layers on a GPU. It is also the model's default `max_concurrency`."""
     n_threads: int | None = Field(default=None, ge=1)
     """CPU threads for generation (default: all cores)."""
     n_batch: int = Field(default=512, ge=1)
-    """Prompt tokens evaluated per step."""
+    """Tokens evaluated per step: every decoding request's next token, then as many prompt
+    tokens of newcomers as fit. Smaller keeps running streams smoother while long prompts
+    arrive; larger fills a burst's prompts sooner."""
+    n_ubatch: int | None = Field(default=None, ge=1)
+    """Tokens llama.cpp computes at once inside a step. Default on CPU: 63, because from 64
+    query rows llama.cpp's CPU attention switches to a tiled kernel whose sums come out in
+    another order: below that, a request's logits do not depend on what else is in the
+    batch (measured bit-exact), so greedy and seeded output are the same alone or in a busy
+    batch. 512 prefills long prompts somewhat faster (README). Default with a GPU: 512."""
     n_gpu_layers: int = 0
     """Layers offloaded to the GPU (-1: all); needs a GPU build of llama-cpp-python."""
     use_mmap: bool = True
@@ -54,8 +85,17 @@ class LlamaCppOptions(BaseModel):
     max_images: int = Field(default=4, ge=1)
     """Most images one request may carry (with `mmproj`)."""
     reuse_prompt_cache: bool = False
-    """Reuse the KV cache of a shared prompt prefix. Faster for long multi-turn chats, but
-    the output of a seeded or greedy request may then differ at near-ties."""
+    """Keep a finished request's KV cells and start a later request that shares its prefix
+    (a system prompt, a multi-turn history) from there. Faster for long shared prompts, but
+    greedy or seeded output may then differ slightly from a fresh evaluation (see README)."""
+
+    @property
+    def sequences(self) -> int:
+        return self.parallel or (PARALLEL_GPU if self.n_gpu_layers != 0 else PARALLEL_CPU)
+
+    @property
+    def micro_batch(self) -> int:
+        return self.n_ubatch or (512 if self.n_gpu_layers != 0 else BATCH_INVARIANT_UBATCH)
 
 
 class LlamaCppBackend(DeclaredBackend):
@@ -66,13 +106,12 @@ class LlamaCppBackend(DeclaredBackend):
         tools=True,
         structured_output=True,
     )
-    overridable = frozenset(
-        {"n_ctx", "n_threads", "n_batch", "n_gpu_layers", "chat_template", "reuse_prompt_cache", "max_images"}
-    )
+    overridable = frozenset({"n_ctx", "parallel", "n_threads", "n_batch", "n_ubatch", "n_gpu_layers", "chat_template",
+                             "reuse_prompt_cache", "max_images"})  # fmt: skip
 
     @classmethod
     def capabilities_for(cls, options: LlamaCppOptions) -> Capabilities:
-        declared = replace(cls.capabilities, context_length=options.n_ctx)  # one context: one request at a time
+        declared = replace(cls.capabilities, context_length=options.n_ctx, engine_concurrency=options.sequences)
         if options.mmproj is None:
             return declared
         return replace(declared, modalities=frozenset({Modality.TEXT, Modality.IMAGE}), max_images=options.max_images)
@@ -82,43 +121,35 @@ class LlamaCppBackend(DeclaredBackend):
         self.options = options
         self.hub = context.hub
         self.tasks = context.tasks
-        self._thread = EngineThread(model.id)
         self._engine: LlamaEngine | None = None
         self._template: ChatTemplate | None = None
-        self._projector: ImageProjector | None = None
 
     async def estimate_memory(self) -> MemoryEstimate:
-        """The GGUF plus a KV cache for the context, before loading (a measurement replaces the
-        RAM part). With layers offloaded, the GPU holds them (all of them for -1)."""
+        """The GGUF plus a KV cache for every parallel context, before loading (a measurement
+        replaces the RAM part). With layers offloaded, the GPU holds them (all of them for -1)."""
         path = await locate(self.model, self.hub)
-        total = files_size(path) + self.options.n_ctx * _KV_BYTES_PER_TOKEN_GUESS + 32 * 1024 * 1024
+        kv = self.options.n_ctx * self.options.sequences * _KV_BYTES_PER_TOKEN_GUESS
+        total = files_size(path) + kv + 32 * 1024 * 1024
         if self.options.n_gpu_layers == 0:
             return MemoryEstimate(ram_bytes=total)
         return MemoryEstimate(ram_bytes=32 * 1024 * 1024, gpu_bytes=total)
 
     async def warmup(self) -> None:
-        engine = self._require_engine()
-        prompt = await self._thread.call(engine.tokenize, "Hello", add_bos=True)
-        warm = SamplingParams(max_tokens=1, temperature=0.0)
-        await drain(self._thread.stream(lambda cancel: engine.generate(prompt, warm, cancel, param="prompt")))
+        prompt = await self._tokenize("Hello", add_bos=True)
+        async for _ in self._generate(prompt, SamplingParams(max_tokens=1, temperature=0.0), "prompt"):
+            continue
 
     async def start(self) -> None:
         require_engine(self.model.id, ("llama_cpp",), "llama")
         path = await locate(self.model, self.hub)
-        self._engine = await self._thread.call(self._load, str(path))
+        self._engine = await asyncio.to_thread(self._load, str(path))
         if Task.CHAT in self.tasks:
             self._template = self._chat_template()
-        if self.options.mmproj is not None:
-            self._projector = await self._thread.call(self._load_projector, self.options.mmproj)
 
     async def stop(self) -> None:
         engine, self._engine = self._engine, None
-        projector, self._projector = self._projector, None
-        if projector is not None:
-            await self._thread.call(projector.close)
         if engine is not None:
-            await self._thread.call(engine.llm.close)
-        await asyncio.to_thread(self._thread.shutdown)
+            await asyncio.to_thread(engine.close)
 
     async def check_health(self) -> None:
         if self._engine is None:
@@ -135,108 +166,172 @@ class LlamaCppBackend(DeclaredBackend):
             constrain_auto=self.model.constrained_auto_tools,
         )
         images = [image.image for message in request.messages for image in message.images]
-        projector = self._projector
+        projector = engine.projector
         messages = with_markers(plan.messages, projector.marker) if projector is not None else plan.messages
         prompt_text = template.render(messages, plan.tools, **request.template_kwargs)
         constraint = await self._constraint(plan.grammar, grammar_param(request))
-        add_bos, sampling = self._add_bos(prompt_text), request.sampling
+        add_bos = self._add_bos(prompt_text)
         if images and projector is not None:
-            chunks = self._thread.stream(
-                lambda cancel: engine.generate_with_images(
-                    projector, prompt_text, images, sampling, cancel, add_bos=add_bos, constraint=constraint
-                )
-            )
+            chunks = self._generate([], request.sampling, "messages", constraint,
+                                    images=ImagePrompt(prompt_text, images, add_bos))  # fmt: skip
         else:
-            prompt = await self._thread.call(engine.tokenize, prompt_text, add_bos=add_bos)
-            chunks = self._thread.stream(
-                lambda cancel: engine.generate(prompt, sampling, cancel, param="messages", constraint=constraint)
-            )
+            prompt = await self._tokenize(prompt_text, add_bos=add_bos)
+            chunks = self._generate(prompt, request.sampling, "messages", constraint)
         async for chunk in with_tool_calls(chunks, make_parser(plan.parser, live=plan.live)) if plan.parser else chunks:
             yield chunk
 
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
         engine = self._require_engine()
         if isinstance(request.prompt, str):
-            prompt = await self._thread.call(engine.tokenize, request.prompt, add_bos=self._add_bos(request.prompt))
+            prompt = await self._tokenize(request.prompt, add_bos=self._add_bos(request.prompt))
             echo_text = request.prompt
         else:
-            prompt = engine.check_token_ids(request.prompt, param="prompt")
-            echo_text = await self._thread.call(engine.token_text, prompt)
-        prompt = engine.start_of(prompt, "prompt")
+            prompt = self._check_token_ids(request.prompt)
+            echo_text = engine.model.detokenize(prompt).decode("utf-8", errors="replace")
+        prompt = self._start_of(prompt)
         echoed: tuple[TokenLogprob, ...] = ()
         if request.echo and request.sampling.logprobs is not None:
-            echoed = tuple(await self._thread.call(engine.score_tokens, prompt, request.sampling.logprobs))
+            echoed = tuple(await self._score(prompt, request.sampling.logprobs))
         grammar = output_grammar(request.output) if request.output is not None else None
         constraint = await self._constraint(grammar, "response_format")
-        chunks = self._thread.stream(
-            lambda cancel: engine.generate(prompt, request.sampling, cancel, param="prompt", constraint=constraint)
-        )
+        chunks = self._generate(prompt, request.sampling, "prompt", constraint)
         async for chunk in with_echo(chunks, echo_text, echoed) if request.echo else chunks:
             yield chunk
 
     async def tokenize(self, text: str) -> list[int]:
-        return await self._thread.call(self._require_engine().tokenize, text, add_bos=False)
+        return await self._tokenize(text, add_bos=False)
 
     async def start_token(self) -> int | None:
-        bos = self._require_engine().llm.token_bos()
+        bos = self._require_engine().model.bos
         return bos if bos >= 0 else None
 
     async def score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
+        return await self._score(self._check_token_ids(tuple(tokens)), top_n)
+
+    # ----- internals -----------------------------------------------------------------
+
+    async def _generate(
+        self,
+        prompt: list[int],
+        sampling: SamplingParams,
+        param: str,
+        constraint: TokenConstraint | None = None,
+        *,
+        images: ImagePrompt | None = None,
+    ) -> AsyncGenerator[GenerationChunk, None]:
+        """Stream a generation from the batch engine. The first chunk is empty and comes once
+        the request is known to fit, so request errors are raised before anything streams."""
         engine = self._require_engine()
-        return await self._thread.call(engine.score_tokens, engine.check_token_ids(tuple(tokens), "prompt"), top_n)
+        max_new = 0
+        if images is None:
+            prompt = self._start_of(prompt, param)
+            max_new = tokens_to_generate(len(prompt), sampling.max_tokens, engine.n_ctx, param)
+            if max_new == 0:
+                yield GenerationChunk()
+                yield GenerationChunk(finish_reason="length", usage=Usage(len(prompt), 0))
+                return
+        channel: Channel[GenerationChunk] = Channel(asyncio.get_running_loop())
+        seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
+        job = Job(prompt, sampling=sampling, max_new=max_new, channel=channel, constraint=constraint,
+                  images=images, seed=seed)  # fmt: skip
+        engine.submit(job)
+        async for chunk in chunk_stream(channel):
+            yield chunk
+
+    async def _score(self, prompt: list[int], top_n: int) -> list[TokenLogprob]:
+        """Log-probabilities of every token given the ones before it, from one evaluation of
+        the prompt (a sequence of its own in the batch, every position's logits kept)."""
+        engine = self._require_engine()
+        tokens_to_generate(len(prompt), 0, engine.n_ctx, "prompt")
+        job = ScoringJob(prompt, top_n=top_n)
+        engine.submit(job)
+        return await asyncio.wrap_future(job.future)
+
+    async def _tokenize(self, text: str, *, add_bos: bool) -> list[int]:
+        model = self._require_engine().model
+        if len(text) < 2048:  # microseconds: not worth a thread hop
+            return model.tokenize(text, add_bos=add_bos)
+        return await asyncio.to_thread(model.tokenize, text, add_bos=add_bos)
+
+    def _start_of(self, prompt: list[int], param: str = "prompt") -> list[int]:
+        """An empty prompt means "from the start": the BOS token, as OpenAI's API treats it."""
+        if prompt:
+            return prompt
+        bos = self._require_engine().model.bos
+        if bos < 0:
+            raise InvalidRequest("the prompt is empty and this model has no start-of-text token", param=param)
+        return [bos]
+
+    def _check_token_ids(self, tokens: tuple[int, ...]) -> list[int]:
+        n_vocab = self._require_engine().model.n_vocab
+        bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})", param="prompt")
+        return list(tokens)
 
     async def _constraint(self, grammar: str | None, param: str) -> TokenConstraint | None:
         if grammar is None:
             return None
-        engine = self._require_engine()
-        return await self._thread.call(lambda: engine.grammars.start(grammar, param))
+        return await asyncio.to_thread(lambda: self._grammars.start(grammar, param))
 
-    def _load_projector(self, path: str) -> ImageProjector:
-        opts = self.options
-        return ImageProjector(self._require_engine().llm, path, n_threads=opts.n_threads or os.cpu_count() or 1,
-                              use_gpu=opts.n_gpu_layers != 0, model_id=self.model.id)  # fmt: skip
+    @cached_property
+    def _grammars(self) -> GrammarCompiler:
+        """Built on the first constrained request (~0.2 s for a 49k vocabulary), then kept."""
+        model = self._require_engine().model
+        eog = [int(t) for t in model.eog_ids]
+        return GrammarCompiler(grammar_tokenizer(model), model.n_vocab, eog, model.eos)
 
     def _load(self, path: str) -> LlamaEngine:
-        from llama_cpp import Llama
-
         opts = self.options
+        threads = opts.n_threads or os.cpu_count() or 1
+        model = GgufModel(path, n_gpu_layers=opts.n_gpu_layers, use_mmap=opts.use_mmap, model_id=self.model.id)
         try:
-            llm = Llama(
-                model_path=path,
-                n_ctx=opts.n_ctx,
-                n_threads=opts.n_threads or os.cpu_count() or 1,
-                n_batch=opts.n_batch,
-                n_gpu_layers=opts.n_gpu_layers,
-                use_mmap=opts.use_mmap,
-                verbose=False,
-            )
-        except (ValueError, RuntimeError) as exc:
-            raise ModelLoadFailed(f"model '{self.model.id}': llama.cpp could not load {path}: {exc}") from exc
-        return LlamaEngine(llm, reuse_prompt_cache=opts.reuse_prompt_cache)
+            engine = LlamaEngine(model, n_ctx=opts.n_ctx, parallel=opts.sequences, n_batch=opts.n_batch,
+                                 n_ubatch=opts.micro_batch, n_threads=threads, reuse_prompt_cache=opts.reuse_prompt_cache,
+                                 model_id=self.model.id)  # fmt: skip
+        except BaseException:
+            model.close()
+            raise
+        if opts.mmproj is not None:
+            try:
+                engine.projector = ImageProjector(model, opts.mmproj, n_threads=threads,
+                                                  use_gpu=opts.n_gpu_layers != 0, model_id=self.model.id)  # fmt: skip
+            except BaseException:
+                engine.close()
+                raise
+        return engine
 
     def _chat_template(self) -> ChatTemplate | None:
-        llm = self._require_engine().llm
-        source = self.options.chat_template or llm.metadata.get("tokenizer.chat_template")
+        model = self._require_engine().model
+        source = self.options.chat_template or model.metadata("tokenizer.chat_template")
         if not source:
             return None
-        return ChatTemplate(
-            source, bos_token=self._token_text(llm.token_bos()), eos_token=self._token_text(llm.token_eos())
-        )
+        return ChatTemplate(source, bos_token=self._token_text(model.bos), eos_token=self._token_text(model.eos))
 
     def _token_text(self, token: int) -> str:
         if token < 0:
             return ""
-        return self._require_engine().llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+        return self._require_engine().model.piece(token, special=True).decode("utf-8", errors="replace")
 
     def _add_bos(self, text: str) -> bool:
         """Add BOS when the model asks for it, unless the text (a rendered template) has it."""
-        llm = self._require_engine().llm
-        if not llm._model.add_bos_token():
+        model = self._require_engine().model
+        if not model.adds_bos:
             return False
-        bos = self._token_text(llm.token_bos())
+        bos = self._token_text(model.bos)
         return not (bos and text.startswith(bos))
 
     def _require_engine(self) -> LlamaEngine:
         if self._engine is None:
             raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
         return self._engine
+
+
+def grammar_tokenizer(model: GgufModel) -> LLTokenizer:
+    """llguidance's view of the model's vocabulary. Its builder calls a llama.cpp function
+    that llama-cpp-python marks deprecated, once per token: the warning is silenced here."""
+    from llguidance.llamacpp import lltokenizer_from_vocab
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return lltokenizer_from_vocab(model.vocab, n_vocab=model.n_vocab, eos_token=model.eos)

@@ -1,252 +1,345 @@
-"""The blocking side of the llama.cpp backend. Everything here runs on the backend's
-engine thread: a llama.cpp context is not free-threaded."""
+"""Continuous batching for a GGUF model in process: one llama.cpp context serves up to
+`parallel` sequences at once.
+
+The context has a unified KV cache of `n_ctx × parallel` cells, one sequence id per
+request, so each request may fill its whole `n_ctx` and none ever waits for cells. One
+thread owns the context and runs steps: each step is one `llama_decode` of a batch that
+holds the next token of every decoding sequence plus, in the room left (`n_batch`),
+prompt tokens of newcomers — several short prompts at once, or the next piece of a long
+one, so running streams never stall for a whole long prompt. A new request joins at the
+next step; a finished or cancelled one leaves at once and its KV cells are freed (kept
+for a later request's shared prefix with `reuse_prompt_cache`). Each sequence has its
+own sampler chain and seed, grammar, stop strings and logprobs; scoring requests
+(`/loglikelihood`, echo) are sequences too, whose every prompt position yields logits.
+"""
 
 from __future__ import annotations
 
-import random
+import ctypes
+import logging
 import threading
-import warnings
-from collections.abc import Iterator, Sequence
-from functools import cached_property
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
-from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
-from modelpool.backends.decoding import StopMatcher, Utf8Stream, may_end, tokens_to_generate
-from modelpool.backends.llama_cpp.vision import ImageProjector
-from modelpool.errors import InvalidRequest
-from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
+from modelpool.backends.llama_cpp.model import GgufModel
+from modelpool.backends.llama_cpp.sequence import Job, ScoringJob, log_softmax, scored_token
+from modelpool.errors import GenerationFailed, InvalidRequest, ModelLoadFailed, ModelUnloaded
+from modelpool.inference import GenerationChunk
 
 if TYPE_CHECKING:
-    from llama_cpp import Llama, LogitsProcessorList
-    from llguidance import LLTokenizer
+    from modelpool.backends.llama_cpp.vision import ImageProjector
+
+log = logging.getLogger("modelpool.backends")
+
+
+class _Slot:
+    """A sequence id of the context, and what its KV cells hold while no job uses it."""
+
+    def __init__(self, seq_id: int) -> None:
+        self.seq_id = seq_id
+        self.job: Job | ScoringJob | None = None
+        self.cached: list[int] = []
 
 
 class LlamaEngine:
-    def __init__(self, llm: Llama, *, reuse_prompt_cache: bool) -> None:
+    def __init__(
+        self,
+        model: GgufModel,
+        *,
+        n_ctx: int,
+        parallel: int,
+        n_batch: int,
+        n_ubatch: int,
+        n_threads: int,
+        reuse_prompt_cache: bool,
+        model_id: str,
+    ) -> None:
         import llama_cpp
 
-        self.llm = llm
-        self._vocab = llm._model.vocab
-        self._is_eog = llama_cpp.llama_vocab_is_eog
-        self._reuse_prompt_cache = reuse_prompt_cache
+        self._llama = llama_cpp
+        self.model = model
+        self.n_ctx = n_ctx
+        self.parallel = parallel
+        self._reuse = reuse_prompt_cache
+        self._n_batch = max(n_batch, parallel)  # every decoding sequence's token fits in one step
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx * parallel
+        params.n_batch = self._n_batch
+        params.n_ubatch = min(n_ubatch, self._n_batch)
+        params.n_seq_max = parallel
+        params.kv_unified = True
+        params.n_threads = params.n_threads_batch = n_threads
+        params.no_perf = True
+        context = llama_cpp.llama_init_from_model(model.model, params)
+        if not context:
+            raise ModelLoadFailed(f"model '{model_id}': llama.cpp could not make a context of {params.n_ctx} tokens")
+        self.context: Any = context
+        self._memory = llama_cpp.llama_get_memory(context)
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._slots = [_Slot(i) for i in range(parallel)]
+        self.projector: ImageProjector | None = None
+        self.decode_steps = 0
+        self.largest_batch = 0
+        """Most sequences one step has decoded together (for tests and the benchmark)."""
+        self._cond = threading.Condition()
+        self._incoming: deque[Job | ScoringJob] = deque()
+        self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"llama-{model_id}", daemon=True)
+        self._thread.start()
+
+    # ----- from other threads --------------------------------------------------------
+
+    def submit(self, job: Job | ScoringJob) -> None:
+        with self._cond:
+            if self._stopping:
+                raise ModelUnloaded("the model was unloaded")
+            self._incoming.append(job)
+            self._cond.notify()
+
+    def call(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run `fn` on the engine thread between two steps."""
+        future: Future[Any] = Future()
+        with self._cond:
+            self._calls.append((fn, future))
+            self._cond.notify()
+        return future
+
+    def close(self) -> None:
+        """Stop the engine thread (failing what still runs), then free the context."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+        if self.projector is not None:
+            self.projector.close()
+        self._llama.llama_batch_free(self._batch)
+        self._llama.llama_free(self.context)
+        self.model.close()
 
     @property
-    def context_length(self) -> int:
-        return int(self.llm.n_ctx())
+    def in_flight(self) -> int:
+        return len(self._incoming) + sum(slot.job is not None for slot in self._slots)
 
-    def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
-        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True))
+    # ----- the engine thread ---------------------------------------------------------
 
-    def check_token_ids(self, tokens: tuple[int, ...], param: str) -> list[int]:
-        n_vocab = self.llm.n_vocab()
-        bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
-        if bad is not None:
-            raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})", param=param)
-        return list(tokens)
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._stopping or self._incoming or self._calls or self._busy()):
+                    self._cond.wait()
+                if self._stopping:
+                    break
+                calls = list(self._calls)
+                self._calls.clear()
+            for fn, future in calls:
+                _run_call(fn, future)
+            try:
+                self._step()
+            except Exception as exc:
+                log.exception("llama.cpp generation step failed")
+                self._fail_all(GenerationFailed(f"generation failed: {exc}"))
+        self._fail_all(ModelUnloaded("the model was unloaded while this request ran"))
+        for job in self._incoming:
+            job.fail(ModelUnloaded("the model was unloaded"))
+        for _, future in self._calls:
+            future.set_exception(ModelUnloaded("the model was unloaded"))
 
-    def token_text(self, tokens: list[int]) -> str:
-        return self.llm.detokenize(tokens).decode("utf-8", errors="replace")
+    def _busy(self) -> bool:
+        return any(slot.job is not None for slot in self._slots)
 
-    @cached_property
-    def grammars(self) -> GrammarCompiler:
-        """Built on the first constrained request (~0.2 s for a 49k vocabulary), then kept."""
-        eog = [int(t) for t in self._eog_ids]
-        eos = self.llm.token_eos()
-        return GrammarCompiler(grammar_tokenizer(self.llm), self.llm.n_vocab(), eog, eos)
-
-    def generate(
-        self,
-        prompt: list[int],
-        sampling: SamplingParams,
-        cancel: threading.Event,
-        *,
-        param: str,
-        constraint: TokenConstraint | None = None,
-        prefilled: bool = False,
-    ) -> Iterator[GenerationChunk]:
-        """Stream the completion of `prompt`. The first chunk is empty and comes once the
-        request is known to fit, so request errors are raised before anything streams.
-        With a `constraint`, only tokens its grammar allows are sampled, and the
-        generation ends when the grammar is complete."""
-        prompt = self.start_of(prompt, param)
-        max_new = self._check_fits(prompt, sampling.max_tokens, param)
-        yield GenerationChunk()
-        if max_new == 0:
-            yield GenerationChunk(finish_reason="length", usage=Usage(len(prompt), 0))
+    def _step(self) -> None:
+        self._drop_cancelled()
+        self._admit()
+        outputs = self._fill_batch()
+        if not outputs:
             return
-        llm = self.llm
-        llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
-        if not self._reuse_prompt_cache and not prefilled:
-            # A fresh evaluation of the whole prompt keeps seeded and greedy output
-            # reproducible; reusing a cached prefix changes the arithmetic slightly.
-            llm.reset()
-        utf8, stops = Utf8Stream(), StopMatcher(sampling.stop)
-        pending: list[TokenLogprob] = []
-        generated, finish, hit_stop = 0, "length", False
-        tokens = llm.generate(
-            prompt,
-            temp=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-            min_p=sampling.min_p,
-            repeat_penalty=sampling.repetition_penalty,
-            presence_penalty=sampling.presence_penalty,
-            frequency_penalty=sampling.frequency_penalty,
-            logits_processor=self._logits_processor(sampling, prompt, constraint),
-        )
-        for token in tokens:
-            if cancel.is_set():
+        status = self._llama.llama_decode(self.context, self._batch)
+        if status != 0:
+            raise GenerationFailed(f"llama_decode returned {status}")
+        self.decode_steps += 1
+        for index, job, position in outputs:
+            if isinstance(job, ScoringJob):
+                self._score(job, index, position)
+            else:
+                self._sample(job, index)
+        self._release_finished()
+
+    # ----- admission -----------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while self._incoming:
+            slot = self._free_slot(self._incoming[0])
+            if slot is None:
                 return
-            if self._is_eog(self._vocab, token):
-                finish = "stop"
-                break
-            if constraint is not None:
-                constraint.advance(token)
-            generated += 1
-            piece = llm.detokenize([token])
-            if sampling.logprobs is not None:
-                pending.append(self._logprob(token, piece, sampling.logprobs))
-            text, hit_stop = stops.feed(utf8.feed(piece), armed=generated >= sampling.min_tokens)
-            if text or hit_stop:
-                yield GenerationChunk(text, tuple(pending))
-                pending = []
-            if hit_stop or (constraint is not None and constraint.complete):
-                finish = "stop"
-                break
-            if generated >= max_new:
-                break
-        tail = ""
-        if not hit_stop:  # release what was held back for a stop sequence that never came
-            tail, hit_stop = stops.feed(utf8.flush())
-            tail += "" if hit_stop else stops.flush()
-        yield GenerationChunk(tail, tuple(pending), finish_reason=finish, usage=Usage(len(prompt), generated))
+            with self._cond:
+                job = self._incoming.popleft()
+            if job.abandoned:
+                continue
+            slot.job = job
+            job.seq_id = slot.seq_id
+            try:
+                self._start(job, slot)
+            except (InvalidRequest, GenerationFailed) as exc:  # this request's own problem
+                job.fail(exc)
+                self._free(slot)
 
-    def generate_with_images(
-        self,
-        projector: ImageProjector,
-        text: str,
-        images: Sequence[Any],
-        sampling: SamplingParams,
-        cancel: threading.Event,
-        *,
-        add_bos: bool,
-        constraint: TokenConstraint | None = None,
-    ) -> Iterator[GenerationChunk]:
-        """As `generate`, for a prompt whose images the projector evaluates first (the
-        prompt then counts their tokens)."""
-        prompt = projector.prefill(self.llm, text, images, add_bos=add_bos)
-        yield from self.generate(prompt, sampling, cancel, param="messages", constraint=constraint, prefilled=True)
-
-    @cached_property
-    def _eog_ids(self) -> npt.NDArray[np.intc]:
-        """Every end-of-generation token (EOS, EOT, <|im_end|>, ...). Found on first use:
-        one call per vocabulary entry (~15 ms for 49k), paid only by ignore_eos/min_tokens."""
-        n_vocab = self.llm.n_vocab()
-        return np.array([t for t in range(n_vocab) if self._is_eog(self._vocab, t)], dtype=np.intc)
-
-    def _logits_processor(
-        self, sampling: SamplingParams, prompt: list[int], constraint: TokenConstraint | None
-    ) -> LogitsProcessorList | None:
-        """Rules out tokens before llama.cpp samples: those the constraint's grammar does not
-        allow, and end-of-generation tokens while the request may not end yet (ignore_eos,
-        min_tokens). None keeps llama.cpp's own sampler chain untouched."""
-        if constraint is None and may_end(sampling, 0):
+    def _free_slot(self, job: Job | ScoringJob) -> _Slot | None:
+        free = [slot for slot in self._slots if slot.job is None]
+        if not free:
             return None
-        from llama_cpp import LogitsProcessorList
+        if not self._reuse or not isinstance(job, Job) or job.images is not None:
+            return min(free, key=lambda slot: len(slot.cached))  # leave the richest caches for later
+        return max(free, key=lambda slot: _common_prefix(slot.cached, job.prompt))
 
-        eog, prompt_length = self._eog_ids, len(prompt)
+    def _start(self, job: Job | ScoringJob, slot: _Slot) -> None:
+        keep = 0
+        if self._reuse and isinstance(job, Job) and job.images is None:
+            # At least the last prompt token is evaluated again: its logits choose the first token.
+            keep = min(_common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
+        self._llama.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1)
+        slot.cached = []
+        job.position = job.evaluated = keep
+        job.history = job.prompt[:keep]
+        job.start(self.model, self._llama)
+        if isinstance(job, Job) and job.images is not None:
+            self._prefill_images(job)
 
-        def restrict(input_ids: npt.NDArray[np.intc], logits: npt.NDArray[np.single]) -> npt.NDArray[np.single]:
-            if constraint is not None:
-                logits[~constraint.allowed()] = -np.inf
-            # input_ids is the prompt plus the tokens generated so far (llama.cpp's own count,
-            # right also when a cached prefix was reused).
-            # A grammar decides itself when the output may end.
-            elif not may_end(sampling, len(input_ids) - prompt_length):
-                logits[eog] = -np.inf
-            return logits
+    def _prefill_images(self, job: Job) -> None:
+        """Evaluate a prompt with images at once (libmtmd decodes it itself, the images as
+        their projected embeddings), then choose its first token from the last logits."""
+        assert self.projector is not None and job.images is not None
+        chunks = self.projector.tokenize(job.images)
+        try:
+            job.prompt_tokens = chunks.n_tokens
+            job.max_new = job.room(self.n_ctx)  # a prompt or max_tokens too long fails here, before any work
+            job.position = job.evaluated = self.projector.evaluate(chunks, self.context, job.seq_id, self._n_batch)
+        finally:
+            chunks.close()
+        # The images' cells hold no token: -1 there, so that no later prompt can match them.
+        job.history = [-1] * chunks.n_tokens
+        job.channel_put(GenerationChunk())
+        if job.max_new == 0:
+            job.finish("length", hit_stop=False)
+        else:
+            self._sample(job, -1)
 
-        return LogitsProcessorList([restrict])
+    # ----- one step's batch ----------------------------------------------------------
 
-    def start_of(self, prompt: list[int], param: str) -> list[int]:
-        """An empty prompt means "from the start": the BOS token, as OpenAI's API treats it."""
-        if prompt:
-            return prompt
-        bos = self.llm.token_bos()
-        if bos < 0:
-            raise InvalidRequest("the prompt is empty and this model has no start-of-text token", param=param)
-        return [bos]
+    def _fill_batch(self) -> list[tuple[int, Job | ScoringJob, int]]:
+        """The next token of every decoding sequence, then prompt pieces in admission order
+        while there is room. Returns (batch index, job, position) for each output row."""
+        batch, outputs, count = self._batch, [], 0
 
-    def score_tokens(self, tokens: list[int], top_n: int, param: str = "prompt") -> list[TokenLogprob]:
-        """Log-probabilities of every token given the ones before it, computed from the
-        logits of one fresh evaluation (llama-cpp-python's own echo logprobs are shifted by
-        one token, and its `logits_all` would keep n_ctx × n_vocab floats)."""
-        self._check_fits(tokens, 0, param)
-        llm, n_vocab = self.llm, self.llm.n_vocab()
-        llm.reset()
-        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-        scored = [self._scored(tokens[0], None, None, 0)]
-        for start in range(0, len(tokens), llm.n_batch):
-            chunk = tokens[start : start + llm.n_batch]
-            llm._batch.set_batch(chunk, n_past=start, logits_all=True)
-            llm._ctx.decode(llm._batch)
-            for offset in range(len(chunk)):
-                position = start + offset
-                if position + 1 < len(tokens):
-                    logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(offset), shape=(n_vocab,))
-                    scored.append(self._scored(tokens[position + 1], _log_softmax(logits), logits, top_n))
-        llm.reset()  # the KV cache now holds this prompt, not a generation's: nothing to reuse
-        return scored
+        def add(token: int, job: Job | ScoringJob, wants_logits: bool) -> None:
+            nonlocal count
+            batch.token[count] = token
+            batch.pos[count] = job.position
+            batch.n_seq_id[count] = 1
+            batch.seq_id[count][0] = job.seq_id
+            batch.logits[count] = wants_logits
+            if wants_logits:
+                outputs.append((count, job, job.position))
+            job.position += 1
+            job.history.append(token)
+            count += 1
 
-    def _scored(self, token: int, logprobs: np.ndarray | None, logits: np.ndarray | None, top_n: int) -> TokenLogprob:
-        piece = self.llm.detokenize([token], special=True)
-        if logprobs is None or logits is None:
-            return TokenLogprob(_text(piece), None, tuple(piece), token_id=token)
-        top: tuple[TopLogprob, ...] = ()
-        if top_n:
-            best = np.argpartition(-logprobs, top_n)[:top_n]
-            top = tuple(self._top(int(t), float(logprobs[t])) for t in best[np.argsort(-logprobs[best])])
-        greedy = int(np.argmax(logits)) == token
-        return TokenLogprob(_text(piece), float(logprobs[token]), tuple(piece), top, greedy=greedy, token_id=token)
+        active = [slot.job for slot in self._slots if slot.job is not None and not slot.job.done]
+        for job in active:
+            if isinstance(job, Job) and job.next_token is not None:
+                add(job.next_token, job, True)
+                job.next_token = None
+        decoding = count
+        for job in sorted(active, key=lambda j: j.order):
+            room = self._n_batch - count
+            if room <= 0:
+                break
+            if job.evaluated >= len(job.prompt) or (isinstance(job, Job) and job.images is not None):
+                continue
+            piece = job.prompt[job.evaluated : job.evaluated + room]
+            last = job.evaluated + len(piece) == len(job.prompt)
+            for offset, token in enumerate(piece):
+                # A scoring job wants every position's logits; a generation only its prompt's last.
+                add(token, job, isinstance(job, ScoringJob) or (last and offset == len(piece) - 1))
+            job.evaluated += len(piece)
+        batch.n_tokens = count
+        self.largest_batch = max(self.largest_batch, decoding)
+        return outputs
 
-    def _check_fits(self, prompt: list[int], max_tokens: int | None, param: str) -> int:
-        return tokens_to_generate(len(prompt), max_tokens, self.context_length, param)
+    # ----- after the step: one output row --------------------------------------------
 
-    def _logprob(self, token: int, piece: bytes, top_n: int) -> TokenLogprob:
-        """Log-probabilities under the model's own distribution (before sampling settings)."""
-        llm = self.llm
-        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
-        logprobs = _log_softmax(logits)
-        top: tuple[TopLogprob, ...] = ()
-        if top_n:
-            best = np.argpartition(-logprobs, top_n)[:top_n]
-            best = best[np.argsort(-logprobs[best])]
-            top = tuple(self._top(int(t), float(logprobs[t])) for t in best)
-        return TokenLogprob(_text(piece), float(logprobs[token]), tuple(piece), top, token_id=token)
+    def _logits(self, index: int) -> np.ndarray:
+        pointer = self._llama.llama_get_logits_ith(self.context, index)
+        return np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
 
-    def _top(self, token: int, logprob: float) -> TopLogprob:
-        piece = self.llm.detokenize([token], special=True)  # show <|im_end|>, not ""
-        return TopLogprob(_text(piece), logprob, tuple(piece))
+    def _sample(self, job: Job, index: int) -> None:
+        job.accept(self._choose(job, index, self._logits(index)))
+
+    def _choose(self, job: Job, index: int, logits: np.ndarray) -> int:
+        """The sequence's sampler chain picks from logits that its rules were applied to in
+        place (the context's own buffer, which the sampler reads)."""
+        job.remember_logprobs(logits)
+        if job.constraint is not None:
+            logits[~job.constraint.allowed()] = -np.inf
+        elif not job.may_end():
+            logits[self.model.eog_ids] = -np.inf
+        return int(self._llama.llama_sampler_sample(job.sampler, self.context, index))
+
+    def _score(self, job: ScoringJob, index: int, position: int) -> None:
+        if position + 1 < len(job.prompt):
+            logprobs = log_softmax(self._logits(index))
+            job.scored.append(scored_token(self.model, job.prompt[position + 1], logprobs, job.top_n))
+        if len(job.scored) == len(job.prompt):
+            job.finish()
+
+    # ----- leaving -------------------------------------------------------------------
+
+    def _release_finished(self) -> None:
+        for slot in self._slots:
+            if slot.job is not None and slot.job.done:
+                self._free(slot)
+
+    def _free(self, slot: _Slot) -> None:
+        job, slot.job = slot.job, None
+        if job is not None:
+            job.close(self._llama)
+        if self._reuse and job is not None and isinstance(job, Job):
+            slot.cached = job.history  # what the KV cells of this sequence now hold
+        else:
+            self._llama.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            slot.cached = []
+
+    def _drop_cancelled(self) -> None:
+        for slot in self._slots:
+            if slot.job is not None and slot.job.abandoned:
+                slot.job.done = True
+                self._free(slot)
+
+    def _fail_all(self, error: Exception) -> None:
+        for slot in self._slots:
+            if slot.job is not None:
+                slot.job.fail(error)
+                slot.job.close(self._llama)
+                slot.job = None
+            slot.cached = []
+        self._llama.llama_memory_clear(self._memory, True)
 
 
-def grammar_tokenizer(llm: Llama) -> LLTokenizer:
-    """llguidance's view of the model's vocabulary. Its builder calls a llama.cpp function
-    that llama-cpp-python marks deprecated, once per token: the warning is silenced here."""
-    from llguidance.llamacpp import lltokenizer_from_vocab
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return lltokenizer_from_vocab(llm._model.vocab, n_vocab=llm.n_vocab(), eos_token=llm.token_eos())
-
-
-def _log_softmax(logits: npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.float64]:
-    shifted = logits.astype(np.float64) - float(np.max(logits))
-    result: npt.NDArray[np.float64] = shifted - np.log(np.exp(shifted).sum())
-    return result
+def _common_prefix(cached: list[int], prompt: list[int]) -> int:
+    n = 0
+    for a, b in zip(cached, prompt, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
-def _text(piece: bytes) -> str:
-    return piece.decode("utf-8", errors="replace")
+def _run_call(fn: Callable[[], Any], future: Future[Any]) -> None:
+    try:
+        future.set_result(fn())
+    except BaseException as exc:
+        future.set_exception(exc)

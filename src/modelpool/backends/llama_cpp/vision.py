@@ -5,23 +5,24 @@ The prompt is rendered with the model's own chat template, an image part becomin
 libmtmd's media marker; libmtmd splits it into text and image chunks, and each chunk is
 evaluated into the context (an image as its projected embeddings). Generation then goes on
 from there, with every option a text prompt has (sampling, stops, logprobs, grammars).
-Everything here runs on the backend's engine thread.
+Everything here runs on the engine thread, which owns the llama.cpp context.
 """
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from modelpool.errors import ContextLengthExceeded, GenerationFailed, InvalidRequest, ModelLoadFailed
+from modelpool.errors import GenerationFailed, InvalidRequest, ModelLoadFailed
 
 if TYPE_CHECKING:
-    from llama_cpp import Llama
+    from modelpool.backends.llama_cpp.model import GgufModel
 
 
 class ImageProjector:
-    def __init__(self, llm: Llama, path: str, *, n_threads: int, use_gpu: bool, model_id: str) -> None:
+    def __init__(self, model: GgufModel, path: str, *, n_threads: int, use_gpu: bool, model_id: str) -> None:
         import llama_cpp.mtmd_cpp as mtmd
 
         self._mtmd = mtmd
@@ -29,7 +30,7 @@ class ImageProjector:
         params.use_gpu = use_gpu
         params.print_timings = False
         params.n_threads = n_threads
-        context = mtmd.mtmd_init_from_file(path.encode(), llm.model, params)
+        context = mtmd.mtmd_init_from_file(path.encode(), model.model, params)
         if not context:
             raise ModelLoadFailed(f"model '{model_id}': llama.cpp could not load the projector {path}")
         if not mtmd.mtmd_support_vision(context):
@@ -44,56 +45,39 @@ class ImageProjector:
             self._mtmd.mtmd_free(self._context)
             self._context = None
 
-    def prefill(self, llm: Llama, text: str, images: Sequence[Any], *, add_bos: bool) -> list[int]:
-        """Evaluate `text` (with one marker per image) and the images into a fresh context;
-        returns the prompt as llama-cpp-python then holds it (image positions included), for
-        generation to continue from."""
+    def tokenize(self, prompt: ImagePrompt) -> MediaChunks:
+        """libmtmd's split of the prompt into text and image chunks (each image resized and
+        cut into the tiles its encoder takes); free it with `close()`."""
         mtmd = self._mtmd
-        bitmaps = [self._bitmap(image) for image in images]
+        bitmaps = [self._bitmap(image) for image in prompt.images]
         chunks = mtmd.mtmd_input_chunks_init()
         try:
-            encoded = text.encode("utf-8")
-            prompt = mtmd.mtmd_input_text()
-            prompt.text, prompt.text_len = encoded, len(encoded)
-            prompt.add_special, prompt.parse_special = add_bos, True
+            encoded = prompt.text.encode("utf-8")
+            text = mtmd.mtmd_input_text()
+            text.text, text.text_len = encoded, len(encoded)
+            text.add_special, text.parse_special = prompt.add_bos, True
             array = (mtmd.mtmd_bitmap_p_ctypes * len(bitmaps))(*bitmaps)
-            if mtmd.mtmd_tokenize(self._context, chunks, ctypes.byref(prompt), array, len(bitmaps)) != 0:
+            if mtmd.mtmd_tokenize(self._context, chunks, ctypes.byref(text), array, len(bitmaps)) != 0:
+                mtmd.mtmd_input_chunks_free(chunks)
                 # The rendered prompt has a different number of image places than images (the
                 # chat template dropped a message that carried one).
                 raise InvalidRequest("the chat template does not place every image of these messages",
                                      param="messages")  # fmt: skip
-            llm.reset()
-            llm._ctx.kv_cache_clear()
-            for index in range(mtmd.mtmd_input_chunks_size(chunks)):
-                self._evaluate(llm, mtmd.mtmd_input_chunks_get(chunks, index))
-            return [int(t) for t in llm.input_ids[: llm.n_tokens]]
         finally:
-            mtmd.mtmd_input_chunks_free(chunks)
             for bitmap in bitmaps:
                 mtmd.mtmd_bitmap_free(bitmap)
+        return MediaChunks(mtmd, chunks)
 
-    def _evaluate(self, llm: Llama, chunk: Any) -> None:
-        mtmd = self._mtmd
-        size = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
-        if llm.n_tokens + size > llm.n_ctx():
-            raise ContextLengthExceeded(
-                f"the prompt with its images needs more than the context's {llm.n_ctx()} tokens", param="messages"
-            )
-        if mtmd.mtmd_input_chunk_get_type(chunk) == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
-            count = ctypes.c_size_t()
-            pointer = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
-            llm.eval([pointer[i] for i in range(count.value)])
-            return
+    def evaluate(self, chunks: MediaChunks, llama_context: Any, seq_id: int, n_batch: int) -> int:
+        """Evaluate text and images into sequence `seq_id` from position 0, the last token's
+        logits kept; returns the position generation goes on from."""
         reached = ctypes.c_int32(0)
-        status = mtmd.mtmd_helper_eval_chunk_single(
-            self._context, llm._ctx.ctx, chunk, llm.n_tokens, 0, llm.n_batch, False, ctypes.byref(reached)
+        status = self._mtmd.mtmd_helper_eval_chunks(
+            self._context, llama_context, chunks.chunks, 0, seq_id, n_batch, True, ctypes.byref(reached)
         )
         if status != 0:
-            raise GenerationFailed(f"llama.cpp could not evaluate an image (error {status})")
-        # The image's positions hold no token: mark them so that no later prompt (with
-        # reuse_prompt_cache) can match a stale token there and inherit this image's KV cells.
-        llm.input_ids[llm.n_tokens : reached.value] = -1
-        llm.n_tokens = reached.value
+            raise GenerationFailed(f"llama.cpp could not evaluate the prompt with its images (error {status})")
+        return int(reached.value)
 
     def _bitmap(self, image: Any) -> Any:
         """A decoded RGB image as libmtmd's bitmap (no second decode of the file)."""
@@ -103,6 +87,28 @@ class ImageProjector:
         if not bitmap:
             raise GenerationFailed("llama.cpp could not take the image")
         return bitmap
+
+
+@dataclass(frozen=True)
+class ImagePrompt:
+    """A rendered chat prompt with one media marker per image, and the decoded images."""
+
+    text: str
+    images: Sequence[Any]
+    add_bos: bool
+
+
+class MediaChunks:
+    def __init__(self, mtmd: Any, chunks: Any) -> None:
+        self._mtmd = mtmd
+        self.chunks = chunks
+        self.n_tokens = int(mtmd.mtmd_helper_get_n_tokens(chunks))
+        """KV cells the prompt takes (an image's tokens included)."""
+
+    def close(self) -> None:
+        if self.chunks:
+            self._mtmd.mtmd_input_chunks_free(self.chunks)
+            self.chunks = None
 
 
 def with_markers(messages: list[dict[str, Any]], marker: str) -> list[dict[str, Any]]:
