@@ -68,12 +68,17 @@ class LlamaCppOptions(BaseModel):
     """Tokens evaluated per step: every decoding request's next token, then as many prompt
     tokens of newcomers as fit. Smaller keeps running streams smoother while long prompts
     arrive; larger fills a burst's prompts sooner."""
+    batch_invariant: bool | None = None
+    """Keep a request's output independent of what else is in the batch: greedy and seeded
+    requests give the same tokens alone or in a busy batch (measured bit-exact on CPU).
+    llama.cpp's CPU attention rounds differently with 64 or more query rows (a tiled
+    kernel) and with a single row once 512 KV cells are in use (a split-KV kernel), so
+    micro-batches stay under 64 rows (`n_ubatch` 63) and never hold a lone row (a spare row
+    is added). Costs a little prefill speed (README). Default: on for CPU, off with a GPU,
+    whose kernels give no such guarantee."""
     n_ubatch: int | None = Field(default=None, ge=1)
-    """Tokens llama.cpp computes at once inside a step. Default on CPU: 63, because from 64
-    query rows llama.cpp's CPU attention switches to a tiled kernel whose sums come out in
-    another order: below that, a request's logits do not depend on what else is in the
-    batch (measured bit-exact), so greedy and seeded output are the same alone or in a busy
-    batch. 512 prefills long prompts somewhat faster (README). Default with a GPU: 512."""
+    """Tokens llama.cpp computes at once inside a step (default: 63 when batch-invariant,
+    otherwise 512)."""
     n_gpu_layers: int = 0
     """Layers offloaded to the GPU (-1: all); needs a GPU build of llama-cpp-python."""
     use_mmap: bool = True
@@ -94,8 +99,14 @@ class LlamaCppOptions(BaseModel):
         return self.parallel or (PARALLEL_GPU if self.n_gpu_layers != 0 else PARALLEL_CPU)
 
     @property
+    def invariant(self) -> bool:
+        return self.batch_invariant if self.batch_invariant is not None else self.n_gpu_layers == 0
+
+    @property
     def micro_batch(self) -> int:
-        return self.n_ubatch or (512 if self.n_gpu_layers != 0 else BATCH_INVARIANT_UBATCH)
+        if self.n_ubatch is not None:
+            return min(self.n_ubatch, BATCH_INVARIANT_UBATCH) if self.invariant else self.n_ubatch
+        return BATCH_INVARIANT_UBATCH if self.invariant else 512
 
 
 class LlamaCppBackend(DeclaredBackend):
@@ -106,8 +117,10 @@ class LlamaCppBackend(DeclaredBackend):
         tools=True,
         structured_output=True,
     )
-    overridable = frozenset({"n_ctx", "parallel", "n_threads", "n_batch", "n_ubatch", "n_gpu_layers", "chat_template",
-                             "reuse_prompt_cache", "max_images"})  # fmt: skip
+    overridable = frozenset({
+        "n_ctx", "parallel", "n_threads", "n_batch", "n_ubatch", "batch_invariant", "n_gpu_layers",
+        "chat_template", "reuse_prompt_cache", "max_images",
+    })  # fmt: skip
 
     @classmethod
     def capabilities_for(cls, options: LlamaCppOptions) -> Capabilities:
@@ -287,8 +300,8 @@ class LlamaCppBackend(DeclaredBackend):
         model = GgufModel(path, n_gpu_layers=opts.n_gpu_layers, use_mmap=opts.use_mmap, model_id=self.model.id)
         try:
             engine = LlamaEngine(model, n_ctx=opts.n_ctx, parallel=opts.sequences, n_batch=opts.n_batch,
-                                 n_ubatch=opts.micro_batch, n_threads=threads, reuse_prompt_cache=opts.reuse_prompt_cache,
-                                 model_id=self.model.id)  # fmt: skip
+                                 n_ubatch=opts.micro_batch, n_threads=threads, batch_invariant=opts.invariant,
+                                 reuse_prompt_cache=opts.reuse_prompt_cache, model_id=self.model.id)  # fmt: skip
         except BaseException:
             model.close()
             raise

@@ -56,6 +56,7 @@ class LlamaEngine:
         n_ubatch: int,
         n_threads: int,
         reuse_prompt_cache: bool,
+        batch_invariant: bool,
         model_id: str,
     ) -> None:
         import llama_cpp
@@ -65,13 +66,19 @@ class LlamaEngine:
         self.n_ctx = n_ctx
         self.parallel = parallel
         self._reuse = reuse_prompt_cache
-        self._n_batch = max(n_batch, parallel)  # every decoding sequence's token fits in one step
+        self._n_batch = max(n_batch, parallel) + 1  # every decoding sequence's token (and a spare row) fits
+        self._n_ubatch = min(n_ubatch, self._n_batch)
+        self._invariant = batch_invariant
+        self._spare: _Slot | None = None
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx * parallel
         params.n_batch = self._n_batch
-        params.n_ubatch = min(n_ubatch, self._n_batch)
+        params.n_ubatch = self._n_ubatch
         params.n_seq_max = parallel
-        params.kv_unified = True
+        # Batch-invariant: a KV stream per sequence, so its cells always sit in position order
+        # (in one unified cache a newcomer's tokens fill the holes a finished sequence left,
+        # and attention would sum a sequence's cells in another order than alone).
+        params.kv_unified = not batch_invariant
         params.n_threads = params.n_threads_batch = n_threads
         params.no_perf = True
         context = llama_cpp.llama_init_from_model(model.model, params)
@@ -83,8 +90,13 @@ class LlamaEngine:
         self._slots = [_Slot(i) for i in range(parallel)]
         self.projector: ImageProjector | None = None
         self.decode_steps = 0
+        # What the engine did, for tests, the benchmark and the admin API.
         self.largest_batch = 0
-        """Most sequences one step has decoded together (for tests and the benchmark)."""
+        """Most sequences one step has decoded together."""
+        self.most_prompts_in_a_step = 0
+        """Most prompts (or pieces of prompts) one step has prefilled together."""
+        self.reused_tokens = 0
+        """Prompt tokens taken from the KV cells of an earlier request (reuse_prompt_cache)."""
         self._cond = threading.Condition()
         self._incoming: deque[Job | ScoringJob] = deque()
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
@@ -125,6 +137,17 @@ class LlamaEngine:
     def in_flight(self) -> int:
         return len(self._incoming) + sum(slot.job is not None for slot in self._slots)
 
+    def cells_in_use(self) -> Future[int]:
+        """KV cells that hold some sequence's tokens (asked on the engine thread)."""
+        llama, memory = self._llama, self._memory
+
+        def count() -> int:
+            lows = (llama.llama_memory_seq_pos_min(memory, slot.seq_id) for slot in self._slots)
+            highs = (llama.llama_memory_seq_pos_max(memory, slot.seq_id) for slot in self._slots)
+            return sum(high - low + 1 for low, high in zip(lows, highs, strict=True) if high >= 0)
+
+        return self.call(count)
+
     # ----- the engine thread ---------------------------------------------------------
 
     def _run(self) -> None:
@@ -159,6 +182,9 @@ class LlamaEngine:
         if not outputs:
             return
         status = self._llama.llama_decode(self.context, self._batch)
+        if self._spare is not None:
+            self._llama.llama_memory_seq_rm(self._memory, self._spare.seq_id, len(self._spare.cached), -1)
+            self._spare = None
         if status != 0:
             raise GenerationFailed(f"llama_decode returned {status}")
         self.decode_steps += 1
@@ -205,6 +231,7 @@ class LlamaEngine:
         slot.cached = []
         job.position = job.evaluated = keep
         job.history = job.prompt[:keep]
+        self.reused_tokens += keep
         job.start(self.model, self._llama)
         if isinstance(job, Job) and job.images is not None:
             self._prefill_images(job)
@@ -253,7 +280,7 @@ class LlamaEngine:
             if isinstance(job, Job) and job.next_token is not None:
                 add(job.next_token, job, True)
                 job.next_token = None
-        decoding = count
+        decoding, prompts = count, 0
         for job in sorted(active, key=lambda j: j.order):
             room = self._n_batch - count
             if room <= 0:
@@ -266,9 +293,27 @@ class LlamaEngine:
                 # A scoring job wants every position's logits; a generation only its prompt's last.
                 add(token, job, isinstance(job, ScoringJob) or (last and offset == len(piece) - 1))
             job.evaluated += len(piece)
+            prompts += 1
+        if self._invariant and count % self._n_ubatch == 1:
+            count = self._add_spare_row(count)
         batch.n_tokens = count
         self.largest_batch = max(self.largest_batch, decoding)
+        self.most_prompts_in_a_step = max(self.most_prompts_in_a_step, prompts)
         return outputs
+
+    def _add_spare_row(self, count: int) -> int:
+        """A micro-batch of one row would take llama.cpp's split-KV attention once 512 cells
+        are in use (ggml-cpu: one query row, nek1 >= 512), which rounds differently from the
+        multi-row kernel. A spare row, in a free sequence after what its cells hold (removed
+        again after the step), keeps every row on the same kernel."""
+        spare = next((slot for slot in self._slots if slot.job is None and len(slot.cached) < self.n_ctx), None)
+        if spare is None:  # parallel = 1: nothing to borrow
+            return count
+        batch = self._batch
+        batch.token[count], batch.pos[count], batch.n_seq_id[count] = max(self.model.bos, 0), len(spare.cached), 1
+        batch.seq_id[count][0], batch.logits[count] = spare.seq_id, False
+        self._spare = spare
+        return count + 1
 
     # ----- after the step: one output row --------------------------------------------
 
