@@ -11,7 +11,7 @@ import pytest
 from llguidance import LLMatcher, LLTokenizer
 
 from modelpool.backends.constraint import GrammarCompiler
-from modelpool.backends.llama_cpp.engine import grammar_tokenizer
+from modelpool.backends.llama_cpp.model import GgufModel, grammar_tokenizer
 from modelpool.errors import InvalidRequest
 from modelpool.inference import OutputFormat, Tool, ToolChoice
 from modelpool.tools.grammar import chat_grammar, output_grammar
@@ -25,11 +25,9 @@ AGE = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0,
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Iterator[LLTokenizer]:
-    from llama_cpp import Llama
-
-    llm = Llama(str(smollm2_gguf()), vocab_only=True, verbose=False)
-    yield grammar_tokenizer(llm)  # it tokenizes through llm's vocabulary: llm must outlive it
-    llm.close()
+    model = GgufModel(str(smollm2_gguf()), model_id="smollm2", vocab_only=True)
+    yield grammar_tokenizer(model)  # it tokenizes through the model's vocabulary: the model must outlive it
+    model.close()
 
 
 def accepts(tokenizer: LLTokenizer, grammar: str, text: str) -> bool:

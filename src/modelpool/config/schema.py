@@ -178,7 +178,7 @@ class ModelConfig(_Strict):
 
     max_concurrency: int | None = Field(default=None, ge=1)
     """Requests one replica runs at once; the rest wait their turn. Default: what the engine
-    can run at once (1 for a llama.cpp context, `max_batch_size` for transformers)."""
+    can run at once (`parallel` for llama.cpp, `max_batch_size` for transformers)."""
 
     max_queue: int = Field(default=64, ge=0)
     """Requests that may wait per replica; beyond that, 429 `overloaded` at once."""

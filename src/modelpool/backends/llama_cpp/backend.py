@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import warnings
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +19,7 @@ from modelpool.backends.context import BackendContext
 from modelpool.backends.decoding import tokens_to_generate, with_echo
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
-from modelpool.backends.llama_cpp.model import GgufModel
+from modelpool.backends.llama_cpp.model import GgufModel, grammar_tokenizer
 from modelpool.backends.llama_cpp.sequence import Job, ScoringJob
 from modelpool.backends.llama_cpp.vision import ImageProjector, ImagePrompt, with_markers
 from modelpool.backends.requirements import require_engine
@@ -42,9 +40,6 @@ from modelpool.tools.grammar import grammar_param, output_grammar
 from modelpool.tools.parsers import make_parser
 from modelpool.tools.prompt import plan_chat
 from modelpool.tools.stream import with_tool_calls
-
-if TYPE_CHECKING:
-    from llguidance import LLTokenizer
 
 # Rough: small models need ~25 KiB of f16 KV cache per token, 7B ones ~500 KiB. A
 # measurement after loading replaces the estimate; set `memory_bytes` to be exact.
@@ -338,13 +333,3 @@ class LlamaCppBackend(DeclaredBackend):
         if self._engine is None:
             raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
         return self._engine
-
-
-def grammar_tokenizer(model: GgufModel) -> LLTokenizer:
-    """llguidance's view of the model's vocabulary. Its builder calls a llama.cpp function
-    that llama-cpp-python marks deprecated, once per token: the warning is silenced here."""
-    from llguidance.llamacpp import lltokenizer_from_vocab
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return lltokenizer_from_vocab(model.vocab, n_vocab=model.n_vocab, eos_token=model.eos)

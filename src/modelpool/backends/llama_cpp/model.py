@@ -9,13 +9,17 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import warnings
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from modelpool.errors import ModelLoadFailed
+
+if TYPE_CHECKING:
+    from llguidance import LLTokenizer
 
 _backend_ready = threading.Lock()
 _backend_initialised = False
@@ -36,7 +40,9 @@ def init_llama_backend() -> None:
 
 
 class GgufModel:
-    def __init__(self, path: str, *, n_gpu_layers: int, use_mmap: bool, model_id: str) -> None:
+    def __init__(
+        self, path: str, *, n_gpu_layers: int = 0, use_mmap: bool = True, model_id: str, vocab_only: bool = False
+    ) -> None:
         import llama_cpp
 
         init_llama_backend()
@@ -44,6 +50,7 @@ class GgufModel:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
         params.use_mmap = use_mmap
+        params.vocab_only = vocab_only
         model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), params)
         if not model:
             raise ModelLoadFailed(f"model '{model_id}': llama.cpp could not load {path}")
@@ -119,3 +126,14 @@ class GgufModel:
             buffer = ctypes.create_string_buffer(-length)
             length = self._llama.llama_token_to_piece(self.vocab, token, buffer, -length, 0, special)
         return buffer.raw[:length]
+
+
+def grammar_tokenizer(model: GgufModel) -> LLTokenizer:
+    """llguidance's view of the model's vocabulary (the model must outlive it). Its builder
+    calls a llama.cpp function that llama-cpp-python marks deprecated, once per token: the
+    warning is silenced here."""
+    from llguidance.llamacpp import lltokenizer_from_vocab
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return lltokenizer_from_vocab(model.vocab, n_vocab=model.n_vocab, eos_token=model.eos)
