@@ -70,6 +70,21 @@ async def test_greedy_output_of_sixteen_concurrent_requests_equals_each_alone(se
     assert engine.most_prompts_in_a_step >= 8  # the burst's prompts were prefilled together
 
 
+async def test_a_long_conversation_equals_alone_in_a_batch_that_thins_out(served) -> None:
+    """Past 256 tokens a lone row would take llama.cpp's split-KV attention; alone, and once
+    the short requests beside it have left, the long one gets a spare row instead."""
+    _, client = served
+    oai = sdk(client)
+    story = " ".join(f"On day {day} the travellers walked to the next village and rested." for day in range(1, 25))
+    question = f"{story}\nSummarise the journey."
+    alone = await chat(oai, question, max_tokens=60, extra_body={"ignore_eos": True})
+    together = await asyncio.gather(
+        chat(oai, question, max_tokens=60, extra_body={"ignore_eos": True}),
+        *(chat(oai, q, max_tokens=5) for q in QUESTIONS[:3]),
+    )
+    assert together[0] == alone
+
+
 async def test_seeded_sampling_reproduces_inside_a_busy_batch(served) -> None:
     _, client = served
     oai = sdk(client)

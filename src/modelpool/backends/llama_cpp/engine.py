@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from modelpool.backends.llama_cpp.vision import ImageProjector
 
 log = logging.getLogger("modelpool.backends")
+_SPLIT_KV_FROM = 224
+"""A lone row from this position on may span 512 KV cells (its stream holds positions
+0..pos, padded to 256 cells); a margin below 256 in case cells are not perfectly packed."""
 
 
 class _Slot:
@@ -294,7 +297,7 @@ class LlamaEngine:
                 add(token, job, isinstance(job, ScoringJob) or (last and offset == len(piece) - 1))
             job.evaluated += len(piece)
             prompts += 1
-        if self._invariant and count % self._n_ubatch == 1:
+        if self._invariant and count % self._n_ubatch == 1 and batch.pos[count - 1] >= _SPLIT_KV_FROM:
             count = self._add_spare_row(count)
         batch.n_tokens = count
         self.largest_batch = max(self.largest_batch, decoding)
@@ -302,10 +305,11 @@ class LlamaEngine:
         return outputs
 
     def _add_spare_row(self, count: int) -> int:
-        """A micro-batch of one row would take llama.cpp's split-KV attention once 512 cells
-        are in use (ggml-cpu: one query row, nek1 >= 512), which rounds differently from the
-        multi-row kernel. A spare row, in a free sequence after what its cells hold (removed
-        again after the step), keeps every row on the same kernel."""
+        """A micro-batch of one row takes llama.cpp's split-KV attention once its sequence
+        spans 512 cells (ggml-cpu: one query row, nek1 >= 512; llama.cpp pads the span to
+        256), which rounds differently from the multi-row kernel. A spare row, in a free
+        sequence after what its cells hold (removed again after the step), keeps every row
+        on the same kernel. Short sequences never need it, so a lone short chat pays nothing."""
         spare = next((slot for slot in self._slots if slot.job is None and len(slot.cached) < self.n_ctx), None)
         if spare is None:  # parallel = 1: nothing to borrow
             return count
