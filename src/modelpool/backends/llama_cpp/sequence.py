@@ -4,8 +4,9 @@ only reads the channel or the future, and leaving (cancel) is seen through them.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -163,12 +164,12 @@ class ScoringJob(_InEngine):
         self.scored = [first_token(model, self.prompt[0])]
 
     def finish(self) -> None:
-        if not self.future.done():
+        with contextlib.suppress(InvalidStateError):  # the caller gave up (cancelled) meanwhile
             self.future.set_result(self.scored)
         self.done = True
 
     def fail(self, error: Exception) -> None:
-        if not self.future.done():
+        with contextlib.suppress(InvalidStateError):
             self.future.set_exception(error)
         self.done = True
 
