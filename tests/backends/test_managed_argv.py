@@ -264,6 +264,11 @@ def test_parallel_goes_to_the_native_server_only() -> None:
     assert python_argv(parallel=3) == python_argv()
 
 
+def test_each_native_slot_gets_the_whole_context_length() -> None:
+    # llama-server splits -c among its -np slots (n_ctx_slot = c / np).
+    assert value_of(native_argv(parallel=3, context_length=2048), "-c") == str(3 * 2048)
+
+
 def test_chat_format_goes_to_the_python_server_only() -> None:
     assert value_of(python_argv(chat_format="chatml"), "--chat_format") == "chatml"
     assert native_argv(chat_format="chatml") == native_argv()

