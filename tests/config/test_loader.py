@@ -15,6 +15,7 @@ STARTER = {
     "smollm2-135m-instruct",
     "all-minilm-l6-v2",
     "smollm2-135m-instruct-hf",
+    "smollm2-135m-instruct-ct2",
     "whisper-tiny.en",
     "piper-en-us-joe",
 }

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, HF_MODEL, STARTER_IDS, STT_MODEL, TTS_MODEL
+from tests.conftest import CHAT_MODEL, CT2_MODEL, EMBED_MODEL, HF_MODEL, STARTER_IDS, STT_MODEL, TTS_MODEL
 
 
 async def test_models_list_and_retrieve(oai: openai.AsyncOpenAI, http: httpx.AsyncClient) -> None:
@@ -33,7 +33,14 @@ async def test_health_and_readiness(http: httpx.AsyncClient) -> None:
     assert (await http.get("/healthz")).json() == {"status": "ok"}
     ready = await http.get("/readyz")
     assert ready.status_code == 200
-    states = {CHAT_MODEL: "ready", EMBED_MODEL: "ready", HF_MODEL: "unloaded", STT_MODEL: "ready", TTS_MODEL: "ready"}
+    states = {
+        CHAT_MODEL: "ready",
+        EMBED_MODEL: "ready",
+        HF_MODEL: "unloaded",
+        CT2_MODEL: "unloaded",
+        STT_MODEL: "ready",
+        TTS_MODEL: "ready",
+    }
     assert ready.json() == {"status": "ready", "models": states}
 
 

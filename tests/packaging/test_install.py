@@ -40,3 +40,8 @@ def test_make_install_brings_the_llama_cpp_server_that_a_managed_engine_without_
 def test_make_install_brings_every_engine_of_the_starter_catalog() -> None:
     extras = installed_extras()
     assert {"llama", "embeddings", "transformers", "speech", "starter"} <= extras
+
+
+def test_make_install_brings_what_the_ctranslate2_starter_model_runs_on() -> None:
+    names = {re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0] for requirement in requirements_of(installed_extras())}
+    assert {"ctranslate2", "transformers", "gguf"} <= names, names

@@ -19,6 +19,7 @@ BACKENDS: Mapping[str, str] = {
     "llama_cpp": "modelpool.backends.llama_cpp.backend:LlamaCppBackend",
     "sentence_transformers": "modelpool.backends.sentence_transformers:SentenceTransformersBackend",
     "transformers": "modelpool.backends.transformers.backend:TransformersBackend",
+    "ctranslate2": "modelpool.backends.ctranslate2.backend:CTranslate2Backend",
     "faster_whisper": "modelpool.backends.faster_whisper:FasterWhisperBackend",
     "piper": "modelpool.backends.piper:PiperBackend",
     "llama_server": "modelpool.backends.managed.llama_server:LlamaServerBackend",

@@ -152,7 +152,7 @@ class ModelConfig(_Strict):
 
     backend: str
     """Engine that runs the model: `llama_cpp`, `sentence_transformers`, `transformers`,
-    `faster_whisper`, `piper`, `llama_server`, `vllm_serve` or `openai_remote` — or your own
+    `ctranslate2`, `faster_whisper`, `piper`, `llama_server`, `vllm_serve` or `openai_remote` — or your own
     backend class as `package.module:Class` (see the contract in `modelpool/backends/base.py`)."""
 
     source: str | None = None

@@ -1,0 +1,265 @@
+"""The CTranslate2 backend on SmolLM2 (the starter GGUF, converted once to CT2 int8): the
+generation checks the other LLM backends pass, batching (a burst shares one batch; greedy
+answers in a batch equal each alone), cancellation, and prompt scoring against a direct
+CT2 computation on the same converted folder."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from modelpool.backends.ctranslate2.convert import ct2_folder_for
+from modelpool.config.sources import HubLocation
+from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
+from modelpool.runtime.generation import collect
+from tests.conftest import CT2_MODEL, sdk, serving
+from tests.e2e.conftest import smollm2_gguf
+from tests.e2e.stop_checks import assert_stop_across_tokens_never_leaks
+from tests.polling import until
+
+# A burst gathered this long always shares a batch, so what these tests see does not hang
+# on how fast this machine submits requests (the default, 5 ms, is tuned for latency).
+GATHER_MS = 150
+TEXT = "The capital of France is Paris. The capital of Italy is Rome."
+
+
+@pytest.fixture(scope="session")
+def ct2_folder() -> Path:
+    """The converted model: the first session on a machine pays the conversion (~20 s),
+    later ones find it in the work dir (the server's load below then converts nothing)."""
+    return ct2_folder_for(smollm2_gguf(), HubLocation.work_dir, "int8")
+
+
+@pytest.fixture(scope="module")
+async def ct2(ct2_folder: Path) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    cli = {
+        "enabled_models": [CT2_MODEL],
+        "models": {CT2_MODEL: {"preload": True, "options": {"batch_gather_ms": GATHER_MS}}},
+    }
+    async with serving(cli) as (app, client):
+        await app.state.pool.slot(CT2_MODEL).ensure_ready(None)
+        yield app, client
+
+
+@pytest.fixture(scope="module")
+def direct(ct2_folder: Path) -> tuple[Any, Any]:
+    """The same CT2 folder, loaded outside modelpool: (generator, tokenizer)."""
+    import ctranslate2
+    from transformers import AutoTokenizer
+
+    return ctranslate2.Generator(str(ct2_folder), compute_type="int8"), AutoTokenizer.from_pretrained(ct2_folder)
+
+
+def engine_of(app: Any) -> Any:
+    return app.state.pool.slot(CT2_MODEL).replicas.members[0].backend._engine
+
+
+def chat(text: str, **sampling: Any) -> ChatRequest:
+    return ChatRequest((ChatMessage("user", text),), SamplingParams(**{"max_tokens": 24, "temperature": 0, **sampling}))
+
+
+async def answer(pool: Any, request: ChatRequest) -> str:
+    return (await collect(await pool.chat(CT2_MODEL, request))).text
+
+
+async def test_openai_sdk_chat_streamed_and_whole_agree(ct2) -> None:
+    _, client = ct2
+    oai = sdk(client)
+    messages = [{"role": "user", "content": "Name three colors."}]
+    whole = await oai.chat.completions.create(model=CT2_MODEL, messages=messages, max_tokens=30, temperature=0)
+    stream = await oai.chat.completions.create(
+        model=CT2_MODEL, messages=messages, max_tokens=30, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = [chunk async for chunk in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content and text.strip()
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens <= 30
+    assert whole.usage.prompt_tokens == 34  # SmolLM2's template with its default system message
+
+
+async def test_completions_text_and_token_ids_agree_and_echo(ct2, direct) -> None:
+    _, client = ct2
+    oai = sdk(client)
+    _, tokenizer = direct
+    prompt = "The capital of France is"
+    text = await oai.completions.create(model=CT2_MODEL, prompt=prompt, max_tokens=8, temperature=0)
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    by_ids = await oai.completions.create(model=CT2_MODEL, prompt=ids, max_tokens=8, temperature=0)
+    assert by_ids.choices[0].text == text.choices[0].text and text.usage.prompt_tokens == len(ids)
+    echoed = await oai.completions.create(model=CT2_MODEL, prompt=prompt, max_tokens=8, temperature=0, echo=True)
+    assert echoed.choices[0].text == prompt + text.choices[0].text
+
+
+async def test_stop_strings_never_leak_even_split_across_tokens(ct2) -> None:
+    _, client = ct2
+    await assert_stop_across_tokens_never_leaks(sdk(client), CT2_MODEL)
+
+
+async def test_max_tokens_ignore_eos_and_min_tokens(ct2) -> None:
+    _, client = ct2
+    oai = sdk(client)
+    say_ok = {"model": CT2_MODEL, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 48}
+    plain = await oai.chat.completions.create(**say_ok, temperature=0)
+    answer_text = plain.choices[0].message.content
+    assert plain.choices[0].finish_reason == "stop" and plain.usage.completion_tokens <= 32  # the premise
+    forced = await oai.chat.completions.create(**say_ok, temperature=0, extra_body={"ignore_eos": True})
+    assert (forced.choices[0].finish_reason, forced.usage.completion_tokens) == ("length", 48)
+    assert forced.choices[0].message.content.startswith(answer_text)  # only the end was ruled out
+    floor = plain.usage.completion_tokens + 8
+    held = await oai.chat.completions.create(
+        **say_ok, temperature=0, stop=[answer_text[:2]], extra_body={"min_tokens": floor}
+    )
+    assert held.usage.completion_tokens >= floor and held.choices[0].message.content.startswith(answer_text)
+    capped = await oai.chat.completions.create(**{**say_ok, "max_tokens": 5}, temperature=0.9, top_p=0.95,
+                                               extra_body={"ignore_eos": True})  # fmt: skip
+    assert (capped.choices[0].finish_reason, capped.usage.completion_tokens) == ("length", 5)
+
+
+async def test_logprobs_of_generated_tokens_with_alternatives(ct2) -> None:
+    _, client = ct2
+    reply = await sdk(client).chat.completions.create(
+        model=CT2_MODEL, messages=[{"role": "user", "content": "Say OK."}], max_tokens=6, temperature=0,
+        logprobs=True, top_logprobs=3,
+    )  # fmt: skip
+    content = reply.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == reply.choices[0].message.content
+    for token in content:  # greedy: each token is its step's most likely one
+        assert len(token.top_logprobs) == 3 and token.top_logprobs[0].token == token.token
+        assert token.logprob == pytest.approx(token.top_logprobs[0].logprob, abs=1e-4) and token.logprob <= 0
+
+
+async def test_a_burst_shares_one_batch_and_greedy_answers_equal_each_alone(ct2, direct) -> None:
+    app, _ = ct2
+    pool, engine = app.state.pool, engine_of(app)
+    _, tokenizer = direct
+    same_length = [f"Describe the color {color}." for color in ("red", "blue", "green", "black")]
+    lengths = {len(tokenizer(p)["input_ids"]) for p in same_length}
+    assert len(lengths) == 1, lengths  # the premise: equal prompts are fed to CT2 the same way alone or together
+    alone = [await answer(pool, chat(p)) for p in same_length]
+    batches_before = engine.batches_run
+    together = await asyncio.gather(*(answer(pool, chat(p)) for p in same_length))
+    assert list(together) == alone
+    assert engine.batches_run - batches_before == 1  # all four in one batch
+
+
+async def test_prompts_of_different_lengths_share_a_batch_and_the_shortest_match_alone(ct2, direct) -> None:
+    """CT2 feeds a longer prompt's extra tokens step by step in a batch; in int8 that changes
+    its numbers a little, so its greedy answer may differ from alone (measured: 5 of 7 such
+    rows on the benchmark prompts). The shortest prompts are fed exactly as alone."""
+    app, _ = ct2
+    pool, engine = app.state.pool, engine_of(app)
+    _, tokenizer = direct
+    prompts = ["What is 2+2?", "Name three animals.", "Describe Paris.", "Write a poem about the sea.", "Hi."]
+    lengths = [len(tokenizer(p)["input_ids"]) for p in prompts]
+    assert max(lengths) - min(lengths) <= 8  # the premise: within the default spread
+    alone = [await answer(pool, chat(p)) for p in prompts]
+    batches_before = engine.batches_run
+    together = await asyncio.gather(*(answer(pool, chat(p)) for p in prompts))
+    assert engine.batches_run - batches_before == 1
+    shortest = [i for i, n in enumerate(lengths) if n == min(lengths)]
+    assert [together[i] for i in shortest] == [alone[i] for i in shortest]
+    differ = sum(a != b for a, b in zip(alone, together, strict=True))
+    print(f"\n{differ} of {len(prompts) - len(shortest)} longer prompts answered differently in the batch")
+
+
+async def test_a_sampled_request_with_a_seed_is_refused_and_a_greedy_one_is_not(ct2) -> None:
+    _, client = ct2
+    oai = sdk(client)
+    messages = [{"role": "user", "content": "Invent a name for a cat."}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await oai.chat.completions.create(model=CT2_MODEL, messages=messages, max_tokens=8, temperature=1, seed=7)
+    assert refused.value.body["param"] == "seed"
+    greedy = [
+        await oai.chat.completions.create(model=CT2_MODEL, messages=messages, max_tokens=8, temperature=0, seed=7)
+        for _ in range(2)
+    ]
+    assert greedy[0].choices[0].message.content == greedy[1].choices[0].message.content
+
+
+async def test_a_cancelled_request_leaves_its_batch(ct2) -> None:
+    app, _ = ct2
+    pool, engine = app.state.pool, engine_of(app)
+    stream = await pool.chat(CT2_MODEL, chat("Write a very long story.", max_tokens=2000, ignore_eos=True))
+    try:
+        async for chunk in stream:
+            if chunk.text:
+                break
+        assert engine.generator.num_active_batches == 1
+    finally:
+        await stream.aclose()
+    await until(lambda: engine.in_flight == 0, "the cancelled request to leave", timeout_s=5)
+    await until(lambda: engine.generator.num_active_batches == 0, "CT2 to end the batch", timeout_s=5)
+
+
+def direct_logprobs(generator: Any, tokens: list[int]) -> list[float]:
+    logits = np.asarray(generator.forward_batch([tokens])).astype(np.float64)[0]
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return [float(log_softmax[i - 1][tokens[i]]) for i in range(1, len(tokens))]
+
+
+async def test_echo_logprobs_equal_a_direct_ct2_computation(ct2, direct) -> None:
+    _, client = ct2
+    generator, tokenizer = direct
+    tokens = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
+    body = {"model": CT2_MODEL, "prompt": [tokens], "echo": True, "logprobs": 2, "max_tokens": 1, "temperature": 0}
+    response = await client.post("/v1/completions", json=body)  # what lm-eval sends
+    assert response.status_code == 200, response.text
+    logprobs = response.json()["choices"][0]["logprobs"]
+    assert len(logprobs["token_logprobs"]) == len(tokens) + 1 and logprobs["token_logprobs"][0] is None
+    np.testing.assert_allclose(logprobs["token_logprobs"][1:-1], direct_logprobs(generator, tokens), atol=1e-3)
+    assert logprobs["token_logprobs"][-1] is not None  # the generated token's entry
+    assert all(len(top) == 2 for top in logprobs["top_logprobs"][1:])
+
+
+async def test_loglikelihood_ranks_and_knows_greedy(ct2, direct) -> None:
+    _, client = ct2
+    generator, tokenizer = direct
+    prompts = ["1, 2, 3, 4,", "The capital of France is", "The capital of France is"]
+    continuations = [" 5", " Paris", " a city of light"]
+    response = await client.post(
+        "/loglikelihood", json={"model": CT2_MODEL, "prompts": prompts, "continuations": continuations}
+    )
+    assert response.status_code == 200, response.text
+    result = response.json()
+    for prompt, continuation, ll in zip(prompts, continuations, result["ll"], strict=True):
+        context = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        whole = tokenizer(prompt + continuation, add_special_tokens=False)["input_ids"]
+        assert ll == pytest.approx(sum(direct_logprobs(generator, whole)[len(context) - 1 :]), abs=1e-3 * len(whole))
+    assert result["is_greedy"] == [True, True, False]
+    assert result["ll"][1] > result["ll"][2]
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"max_tokens": 100_000}, "max_tokens"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"extra_body": {"min_p": 0.1}}, "min_p"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+    ],
+)
+async def test_what_it_cannot_do_is_a_clear_400(ct2, fields: dict[str, Any], param: str) -> None:
+    _, client = ct2
+    with pytest.raises(openai.BadRequestError) as refused:
+        await sdk(client).chat.completions.create(
+            model=CT2_MODEL, messages=[{"role": "user", "content": "Hi."}], **{"max_tokens": 4, **fields}
+        )
+    assert refused.value.body["param"] == param
+
+
+async def test_a_token_id_outside_the_vocabulary_is_a_400(ct2) -> None:
+    _, client = ct2
+    response = await client.post("/v1/completions", json={"model": CT2_MODEL, "prompt": [1, 99_999], "max_tokens": 2})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "prompt"
