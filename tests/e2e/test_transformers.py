@@ -5,7 +5,9 @@ prefill, and scoring against a direct transformers computation."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import httpx
 import numpy as np
@@ -54,6 +56,68 @@ async def test_greedy_outputs_in_a_batch_equal_each_alone(hf) -> None:
     together = await asyncio.gather(*(ask(p) for p in PROMPTS))
     assert together == alone
     assert engine_of(app).largest_batch >= 2
+
+
+@asynccontextmanager
+async def engine_held(engine) -> AsyncIterator[None]:
+    """The engine thread blocked between two steps, so that requests sent meanwhile all wait
+    together for their prefill; released on leaving."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(timeout=60)
+
+    done = engine.call(hold)
+    try:
+        await until(held.is_set, "the engine thread to be held")
+        yield
+    finally:
+        release.set()
+        await asyncio.wrap_future(done)
+
+
+BURST = [*PROMPTS, "Hi.", "Tell me about the Roman Empire in detail.", "Count to five.", "Why is the sky blue?"]
+
+
+async def test_a_burst_is_prefilled_together_and_each_equals_its_run_alone(hf) -> None:
+    app, client = hf
+    oai, engine = sdk(client), engine_of(app)
+
+    async def ask(text: str) -> str:
+        reply = await oai.chat.completions.create(
+            model=HF_MODEL, messages=[{"role": "user", "content": text}], max_tokens=24, temperature=0
+        )
+        return reply.choices[0].message.content
+
+    alone = [await ask(p) for p in BURST]
+    engine.largest_prefill = 0
+    async with engine_held(engine):
+        burst = [asyncio.create_task(ask(p)) for p in BURST]
+        await until(lambda: engine.in_flight == len(BURST), "the whole burst to wait for its prefill")
+        forwards = engine.prefill_forwards
+    together = await asyncio.gather(*burst)
+    assert together == alone  # padding, masks and the shared prefix change no greedy token
+    assert engine.largest_prefill == len(BURST)
+    # The chat template's system prompt, shared by all, once; then every prompt's own tokens.
+    assert engine.prefill_forwards - forwards == 2
+
+
+async def test_prefill_rows_1_prefills_a_burst_one_prompt_at_a_time(hf) -> None:
+    """The setting the batching benchmark compares against (the engine before batched prefill)."""
+    app, client = hf
+    loaded = await client.post(f"/v1/admin/models/{HF_MODEL}/load", json={"overrides": {"prefill_rows": 1}})
+    assert loaded.status_code == 200, loaded.text
+    engine, pool = engine_of(app), app.state.pool
+    try:
+        async with engine_held(engine):
+            burst = [asyncio.create_task(collect(await pool.chat(HF_MODEL, request(p, max_tokens=4)))) for p in PROMPTS]
+            await until(lambda: engine.in_flight == len(PROMPTS), "the whole burst to wait for its prefill")
+            forwards = engine.prefill_forwards
+        await asyncio.gather(*burst)
+        assert (engine.largest_prefill, engine.prefill_forwards - forwards) == (1, len(PROMPTS))
+    finally:
+        await client.post(f"/v1/admin/models/{HF_MODEL}/load", json={"overrides": {"prefill_rows": 32}})
 
 
 async def test_a_seeded_request_is_reproducible_alone_and_in_a_busy_batch(hf) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.context import BackendContext
 from modelpool.backends.decoding import tokens_to_generate, with_echo
@@ -20,7 +21,7 @@ from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.torch_device import estimate_on, pick_device
 from modelpool.backends.transformers.convert import hf_folder_for
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
-from modelpool.backends.transformers.engine import END, BatchLimits, ContinuousBatcher, Sequence
+from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher, Sequence
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
 from modelpool.backends.transformers.vision import load_vision_model, render_chat_text, render_with_images
@@ -48,7 +49,10 @@ class TransformersOptions(BaseModel):
     max_batch_tokens: int = Field(default=32768, ge=1)
     """Most tokens (prompts + generated so far) held by the running batch."""
     prefill_chunk: int = Field(default=256, ge=1)
-    """Prompt tokens evaluated between two decode steps, so running streams never stall long."""
+    """Prompt tokens evaluated between two decode steps (padding included), so running
+    streams never stall long; a longer prompt is prefilled in pieces of this size."""
+    prefill_rows: int = Field(default=32, ge=1)
+    """Most waiting prompts prefilled together in one padded forward (1: one at a time)."""
     max_model_len: int | None = Field(default=None, ge=16)
     """Longest prompt + completion (default: the model's own limit, capped at 8192)."""
     chat_template: str | None = None
@@ -72,7 +76,9 @@ class TransformersBackend(DeclaredBackend):
         tools=True,
         structured_output=True,
     )
-    overridable = frozenset({"max_batch_size", "max_batch_tokens", "prefill_chunk", "max_model_len", "dtype"})
+    overridable = frozenset(
+        {"max_batch_size", "max_batch_tokens", "prefill_chunk", "prefill_rows", "max_model_len", "dtype"}
+    )
 
     @classmethod
     def capabilities_for(cls, options: TransformersOptions) -> Capabilities:
@@ -108,7 +114,10 @@ class TransformersBackend(DeclaredBackend):
         tokenizer = loaded.tokenizer if self.options.vision else loaded
         self._tokenizer = tokenizer
         self._max_len = min(self.options.max_model_len or 8192, _model_limit(model))
-        limits = BatchLimits(self.options.max_batch_size, self.options.max_batch_tokens, self.options.prefill_chunk)
+        options = self.options
+        limits = BatchLimits(
+            options.max_batch_size, options.max_batch_tokens, options.prefill_chunk, options.prefill_rows
+        )
         self._engine = ContinuousBatcher(model, tokenizer, _eos_ids(model, tokenizer), limits, self.model.id)
 
     async def warmup(self) -> None:
@@ -194,13 +203,12 @@ class TransformersBackend(DeclaredBackend):
         if max_new == 0:
             yield GenerationChunk(finish_reason="length", usage=_usage(prompt, 0))
             return
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[object] = asyncio.Queue()
+        channel: Channel[GenerationChunk] = Channel(asyncio.get_running_loop())
         sequence = Sequence(
             prompt=prompt,
             params=sampling,
             max_new=max_new,
-            deliver=lambda item: _put_threadsafe(loop, queue, item),
+            out=channel,
             generator=make_generator(sampling.seed, engine.device),
             detok=IncrementalDetokenizer(self._tokenizer, prompt),
             constraint=constraint,
@@ -208,13 +216,10 @@ class TransformersBackend(DeclaredBackend):
         )
         engine.submit(sequence)
         try:
-            while (item := await queue.get()) is not END:
-                if isinstance(item, BaseException):
-                    raise item
-                assert isinstance(item, GenerationChunk)
-                yield item
+            async for chunk in chunk_stream(channel):
+                yield chunk
         finally:
-            sequence.cancelled.set()  # a consumer that leaves takes its sequence out of the batch
+            channel.cancelled.set()  # a consumer that leaves takes its sequence out of the batch
 
     async def _constraint(self, grammar: str | None, param: str) -> TokenConstraint | None:
         if grammar is None:
@@ -298,10 +303,6 @@ class TransformersBackend(DeclaredBackend):
 
 def _usage(prompt: list[int], generated: int) -> Usage:
     return Usage(len(prompt), generated)
-
-
-def _put_threadsafe(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[object], item: object) -> None:
-    loop.call_soon_threadsafe(queue.put_nowait, item)
 
 
 def _MiB(count: int) -> int:

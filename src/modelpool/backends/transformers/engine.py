@@ -2,9 +2,13 @@
 decode step, each sequence stops on its own, a cancelled one leaves at the next step.
 
 The batch's KV cache is left-padded: every row has the same length L, a row's padding
-is masked out, and each row carries its own next position. A prompt is prefilled alone,
-in chunks (one chunk between two decode steps, so running streams never stall for a whole
-long prompt), then its cache is padded to L and appended as a new row.
+is masked out, and each row carries its own next position. Waiting prompts are prefilled
+together, in one left-padded forward (up to `prefill_chunk` tokens, padding included, and
+`prefill_rows` prompts); a prefix the whole group shares (a system prompt) is run once and
+copied into each row. The group's cache is then padded to L and its rows appended to the
+batch. A prompt longer than `prefill_chunk` is prefilled alone, in chunks (one chunk
+between two decode steps, so running streams never stall for a whole long prompt), and so
+is a prompt with images, in one piece (its image tokens must meet their pixels).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +32,22 @@ from modelpool.errors import GenerationFailed, InvalidRequest, ModelUnloaded
 from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
 
 log = logging.getLogger("modelpool.backends")
-END = None  # delivered after a sequence's last chunk
+WORTH_SHARING = 64
+"""Prompt tokens a shared prefix must save (its length times the other rows) to be run
+once in a forward of its own rather than in every row."""
+
+
+class Output(Protocol):
+    """Where a sequence's chunks go (a `Channel`), written on the engine thread."""
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the consumer has left: the sequence leaves the batch at the next step."""
+        ...
+
+    def put(self, item: GenerationChunk) -> None: ...
+
+    def end(self, error: BaseException | None = None) -> None: ...
 
 
 @dataclass(eq=False)
@@ -36,8 +55,8 @@ class Sequence:
     prompt: list[int]
     params: SamplingParams
     max_new: int
-    deliver: Callable[[object], None]
-    """Called on the engine thread with each GenerationChunk, then END (or an exception)."""
+    out: Output
+    """Gets each GenerationChunk, then `end()` (or `end(error)`)."""
     generator: torch.Generator
     detok: IncrementalDetokenizer
     constraint: TokenConstraint | None = None
@@ -50,7 +69,6 @@ class Sequence:
     """Added to the positions of this sequence's generated tokens. Qwen2-VL gives an image
     fewer rotary positions than tokens (M-RoPE); the model reports the difference when it
     prefills the prompt, and decoding must go on from there."""
-    cancelled: threading.Event = field(default_factory=threading.Event)
     generated: list[int] = field(default_factory=list)
     prefilled: int = 0
     cache: Any = None
@@ -65,12 +83,18 @@ class Sequence:
     def length(self) -> int:
         return len(self.prompt) + len(self.generated)
 
+    @property
+    def cancelled(self) -> bool:
+        return self.out.cancelled.is_set()
+
 
 @dataclass(frozen=True)
 class BatchLimits:
     max_batch_size: int
     max_batch_tokens: int
     prefill_chunk: int
+    prefill_rows: int
+    """Most waiting prompts prefilled together in one forward (1: each alone)."""
 
 
 class ContinuousBatcher:
@@ -83,6 +107,10 @@ class ContinuousBatcher:
         self._eos_tensor = torch.tensor(sorted(eos_ids), dtype=torch.long, device=self.device)
         self.decode_steps = 0
         self.largest_batch = 0
+        self.prefill_forwards = 0
+        """Forward passes over prompts (a group, a shared prefix, a chunk of a long prompt)."""
+        self.largest_prefill = 0
+        """Most prompts whose last tokens went through one forward together."""
         self._cond = threading.Condition()
         self._incoming: deque[Sequence] = deque()
         self._jobs: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
@@ -152,17 +180,84 @@ class ContinuousBatcher:
             self._fail_all(GenerationFailed(f"generation failed: {exc}"))
 
     def _prefill(self) -> None:
-        """Up to `prefill_chunk` prompt tokens between two decode steps: several short prompts
-        (so a crowd of new requests gets first tokens quickly), or one piece of a long one."""
+        """Up to `prefill_chunk` prompt tokens between two decode steps: the waiting prompts
+        together (so a burst of new requests gets first tokens quickly), or one piece of a
+        long prompt."""
         budget = self.limits.prefill_chunk
-        while budget > 0 and self._prefilling and self._has_room(self._prefilling[0]):
-            seq = self._prefilling[0]
-            try:
-                budget -= self._prefill_piece(seq, budget)
-            except ValueError as exc:  # this prompt's own problem (image tokens that do not fit its pixels)
-                self._prefilling.remove(seq)
-                seq.done = True
-                seq.deliver(InvalidRequest(f"the model refused this prompt: {exc}", param="messages"))
+        while budget > 0 and self._prefilling:
+            head = self._prefilling[0]
+            if head.vision is not None or head.prefilled or len(head.prompt) > self.limits.prefill_chunk:
+                if not self._has_room([head]):
+                    return
+                budget -= self._prefill_alone(head, budget)
+                continue
+            group = self._group(budget)
+            if not group:  # the next prompt waits for room in the batch, or for a fresh budget
+                return
+            budget -= self._prefill_together(group)
+
+    def _group(self, budget: int) -> list[Sequence]:
+        """The waiting prompts, in order, that one forward of at most `budget` tokens
+        prefills whole, and that the batch has room for."""
+        group: list[Sequence] = []
+        for seq in self._prefilling[: self.limits.prefill_rows]:
+            if seq.vision is not None or seq.prefilled:
+                break
+            candidate = [*group, seq]
+            shared = _shared_prefix([s.prompt for s in candidate])
+            if _prefill_cost(candidate, shared) > budget or not self._has_room(candidate):
+                break
+            group = candidate
+        return group
+
+    def _prefill_together(self, group: list[Sequence]) -> int:
+        """Prefill whole prompts in one left-padded forward (after their shared prefix, run
+        once), join them to the batch, choose each one's first token."""
+        from transformers import DynamicCache
+
+        cache, shared = DynamicCache(), _shared_prefix([s.prompt for s in group])
+        if shared:
+            prefix = torch.tensor([group[0].prompt[:shared]], device=self.device)
+            self._forward(prefix, cache, torch.arange(shared, device=self.device).unsqueeze(0), torch.ones_like(prefix))
+            cache.batch_repeat_interleave(len(group))
+        rests = [s.prompt[shared:] for s in group]
+        width = max(len(rest) for rest in rests)
+        ids = torch.tensor([[0] * (width - len(r)) + r for r in rests], device=self.device)
+        own = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], device=self.device)
+        # Each row's tokens go on from the shared prefix; positions under padding are masked.
+        positions = (own.cumsum(dim=1) - 1 + shared).clamp(min=0)
+        mask = torch.cat([torch.ones(len(group), shared, dtype=torch.long, device=self.device), own], dim=1)
+        logits = self._forward(ids, cache, positions, mask)
+        self.largest_prefill = max(self.largest_prefill, len(group))
+        del self._prefilling[: len(group)]
+        self._join(group, cache, mask, torch.tensor([len(s.prompt) for s in group], device=self.device))
+        for seq, row in zip(group, logits, strict=True):
+            self._accept(seq, row)
+        self._remove_done()
+        return _prefill_cost(group, shared)
+
+    def _forward(self, ids: torch.Tensor, cache: Any, positions: Any, mask: torch.Tensor, **extra: Any) -> Any:
+        """The last position's logits of each row, after `ids` went into `cache`."""
+        out = self.model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=mask,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            **extra,
+        )
+        self.prefill_forwards += 1
+        return out.logits[:, -1]
+
+    def _prefill_alone(self, seq: Sequence, budget: int) -> int:
+        try:
+            return self._prefill_piece(seq, budget)
+        except ValueError as exc:  # this prompt's own problem (image tokens that do not fit its pixels)
+            self._prefilling.remove(seq)
+            seq.done = True
+            seq.out.end(InvalidRequest(f"the model refused this prompt: {exc}", param="messages"))
+            return 0
 
     def _prefill_piece(self, seq: Sequence, budget: int) -> int:
         start = seq.prefilled
@@ -174,13 +269,11 @@ class ContinuousBatcher:
             seq.cache = DynamicCache()
         # With images the model places the prompt's tokens itself (2-D or multimodal positions).
         positions = torch.arange(start, start + len(chunk), device=self.device).unsqueeze(0)
-        out = self.model(
-            input_ids=torch.tensor([chunk], device=self.device),
-            position_ids=None if seq.vision is not None else positions,
-            attention_mask=torch.ones(1, start + len(chunk), dtype=torch.long, device=self.device),
-            past_key_values=seq.cache,
-            use_cache=True,
-            logits_to_keep=1,
+        logits = self._forward(
+            torch.tensor([chunk], device=self.device),
+            seq.cache,
+            None if seq.vision is not None else positions,
+            torch.ones(1, start + len(chunk), dtype=torch.long, device=self.device),
             **(seq.vision or {}),
         )
         if seq.vision is not None:
@@ -188,8 +281,12 @@ class ContinuousBatcher:
         seq.prefilled += len(chunk)
         if seq.prefilled == len(seq.prompt):
             self._prefilling.pop(0)
-            self._join(seq)
-            self._accept(seq, out.logits[0, -1])
+            self.largest_prefill = max(self.largest_prefill, 1)
+            length = len(seq.prompt)
+            mask = torch.ones(1, length, dtype=torch.long, device=self.device)
+            self._join([seq], seq.cache, mask, torch.tensor([length + seq.position_offset], device=self.device))
+            seq.cache = None
+            self._accept(seq, logits[0])
             self._remove_done()
         return len(chunk)
 
@@ -221,39 +318,29 @@ class ContinuousBatcher:
             self._accept(seq, logits)
         self._remove_done()
 
-    def _has_room(self, seq: Sequence) -> bool:
-        if not self._active:
+    def _has_room(self, newcomers: list[Sequence]) -> bool:
+        if not self._active and len(newcomers) == 1:  # alone, any prompt that fits the model runs
             return True
-        if len(self._active) >= self.limits.max_batch_size:
+        if len(self._active) + len(newcomers) > self.limits.max_batch_size:
             return False
-        return sum(s.length for s in self._active) + len(seq.prompt) <= self.limits.max_batch_tokens
+        tokens = sum(s.length for s in self._active) + sum(len(s.prompt) for s in newcomers)
+        return tokens <= self.limits.max_batch_tokens
 
     # ----- batch bookkeeping ---------------------------------------------------------
 
-    def _join(self, seq: Sequence) -> None:
-        length = len(seq.prompt)
-        position = torch.tensor([length + seq.position_offset], device=self.device)
+    def _join(self, seqs: list[Sequence], cache: Any, mask: torch.Tensor, next_pos: torch.Tensor) -> None:
+        """Append freshly prefilled rows (their cache, mask and next positions) to the batch."""
         if self._cache is None or self._mask is None or self._next_pos is None:
-            self._cache, seq.cache = seq.cache, None
-            self._mask = torch.ones(1, length, dtype=torch.long, device=self.device)
-            self._next_pos = position
-            self._active.append(seq)
+            self._cache, self._mask, self._next_pos = cache, mask, next_pos
+            self._active.extend(seqs)
             return
-        width = self._mask.shape[1]
-        if length > width:  # the newcomer is longer: pad the batch on the left
-            for layer in self._cache.layers:
-                layer.keys = F.pad(layer.keys, (0, 0, length - width, 0))
-                layer.values = F.pad(layer.values, (0, 0, length - width, 0))
-            self._mask = F.pad(self._mask, (length - width, 0))
-            width = length
-        for layer, own in zip(self._cache.layers, seq.cache.layers, strict=True):
-            layer.keys = torch.cat([layer.keys, F.pad(own.keys, (0, 0, width - length, 0))], dim=0)
-            layer.values = torch.cat([layer.values, F.pad(own.values, (0, 0, width - length, 0))], dim=0)
-        row = F.pad(torch.ones(1, length, dtype=torch.long, device=self.device), (width - length, 0))
-        self._mask = torch.cat([self._mask, row], dim=0)
-        self._next_pos = torch.cat([self._next_pos, position])
-        seq.cache = None
-        self._active.append(seq)
+        width = max(self._mask.shape[1], mask.shape[1])
+        self._mask = torch.cat([_pad_left(self._cache, self._mask, width), _pad_left(cache, mask, width)])
+        for layer, own in zip(self._cache.layers, cache.layers, strict=True):
+            layer.keys = torch.cat([layer.keys, own.keys], dim=0)
+            layer.values = torch.cat([layer.values, own.values], dim=0)
+        self._next_pos = torch.cat([self._next_pos, next_pos])
+        self._active.extend(seqs)
 
     def _remove_done(self) -> None:
         keep = [i for i, s in enumerate(self._active) if not s.done]
@@ -274,9 +361,9 @@ class ContinuousBatcher:
         self._active = [self._active[i] for i in keep]
 
     def _drop_cancelled(self) -> None:
-        self._prefilling = [s for s in self._prefilling if not s.cancelled.is_set()]
+        self._prefilling = [s for s in self._prefilling if not s.cancelled]
         for seq in self._active:
-            if seq.cancelled.is_set():
+            if seq.cancelled:
                 seq.done = True
         self._remove_done()
 
@@ -284,14 +371,14 @@ class ContinuousBatcher:
         for seq in [*self._active, *self._prefilling]:
             if not seq.done:
                 seq.done = True
-                seq.deliver(error)
+                seq.out.end(error)
         self._active, self._prefilling = [], []
         self._cache, self._mask, self._next_pos = None, None, None
 
     # ----- one token of one sequence -------------------------------------------------
 
     def _accept(self, seq: Sequence, logits: torch.Tensor) -> None:
-        if seq.cancelled.is_set():
+        if seq.cancelled:
             seq.done = True
             return
         seen = torch.tensor(seq.prompt + seq.generated, device=self.device)
@@ -312,7 +399,7 @@ class ContinuousBatcher:
             seq.pending.append(self._logprob(logits, token, seq.params.logprobs))
         text, hit_stop = seq.stops.feed(seq.detok.add(token), armed=len(seq.generated) >= seq.params.min_tokens)
         if text or hit_stop:
-            seq.deliver(GenerationChunk(text, tuple(seq.pending)))
+            seq.out.put(GenerationChunk(text, tuple(seq.pending)))
             seq.pending = []
         if hit_stop:
             self._finish(seq, "stop", hit_stop=True)
@@ -326,8 +413,8 @@ class ContinuousBatcher:
         if not hit_stop:
             tail, hit = seq.stops.feed(seq.detok.flush())
             tail += "" if hit else seq.stops.flush()
-        seq.deliver(GenerationChunk(tail, tuple(seq.pending), reason, Usage(len(seq.prompt), len(seq.generated))))
-        seq.deliver(END)
+        seq.out.put(GenerationChunk(tail, tuple(seq.pending), reason, Usage(len(seq.prompt), len(seq.generated))))
+        seq.out.end()
         seq.done = True
 
     def _logprob(self, logits: torch.Tensor, token: int, top_n: int) -> TokenLogprob:
@@ -349,3 +436,28 @@ def _run_job(fn: Callable[[], Any], future: Future[Any]) -> None:
         future.set_result(fn())
     except BaseException as exc:
         future.set_exception(exc)
+
+
+def _shared_prefix(prompts: list[list[int]]) -> int:
+    """How many leading tokens all `prompts` share, if running them once is worth a forward
+    of their own; short of each prompt's last token, whose logits its own row gives."""
+    first, shared = prompts[0], min(len(p) for p in prompts) - 1
+    for prompt in prompts[1:]:
+        shared = next((i for i in range(shared) if prompt[i] != first[i]), shared)
+    return shared if shared * (len(prompts) - 1) >= WORTH_SHARING else 0
+
+
+def _prefill_cost(group: list[Sequence], shared: int) -> int:
+    """Tokens one group's prefill runs: the shared prefix once, then every row padded to the longest rest."""
+    return shared + len(group) * max(len(s.prompt) - shared for s in group)
+
+
+def _pad_left(cache: Any, mask: torch.Tensor, width: int) -> torch.Tensor:
+    """Pad a left-padded cache (in place) to `width` columns; returns its mask padded alike."""
+    extra = width - mask.shape[1]
+    if not extra:
+        return mask
+    for layer in cache.layers:
+        layer.keys = F.pad(layer.keys, (0, 0, extra, 0))
+        layer.values = F.pad(layer.values, (0, 0, extra, 0))
+    return F.pad(mask, (extra, 0))
