@@ -37,7 +37,7 @@ def test_examples_pass_the_schema(example: Path) -> None:
 def test_example_config_loads_with_its_local_override() -> None:
     config = load_config(ROOT / "examples" / "modelpool.yaml", environ={})
     assert config.server.port == 8001  # from modelpool.local.yaml beside it
-    assert config.models["smollm2-135m-instruct"].options == {"n_ctx": 2048}
+    assert config.models["smollm2-135m-instruct"].options == {"n_ctx": 2048, "reuse_prompt_cache": True}
     assert config.models["qwen2.5-0.5b-instruct"].options["n_gpu_layers"] == 0
     assert config.models["qwen2.5-0.5b-instruct"].preload is False
 
