@@ -8,10 +8,10 @@ leaks into the output, even when it arrives split across tokens.
 from __future__ import annotations
 
 import codecs
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from modelpool.errors import ContextLengthExceeded
+from modelpool.errors import ContextLengthExceeded, InvalidRequest
 from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob
 
 
@@ -86,6 +86,22 @@ def tokens_to_generate(prompt_tokens: int, max_tokens: int | None, limit: int, p
             param="max_tokens",
         )
     return room if max_tokens is None else max_tokens
+
+
+def check_token_ids(ids: Sequence[int], vocabulary_size: int, param: str) -> list[int]:
+    """A prompt given as token ids must hold ids of the model's vocabulary: a 400 naming
+    the first that is not."""
+    bad = next((t for t in ids if not 0 <= t < vocabulary_size), None)
+    if bad is not None:
+        raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{vocabulary_size - 1})", param=param)
+    return list(ids)
+
+
+def start_of_text(bos: int | None, param: str = "prompt") -> list[int]:
+    """An empty prompt means "from the start": the BOS token, as OpenAI's API treats it."""
+    if bos is None or bos < 0:
+        raise InvalidRequest("the prompt is empty and this model has no start-of-text token", param=param)
+    return [bos]
 
 
 async def with_echo(

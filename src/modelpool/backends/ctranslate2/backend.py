@@ -32,11 +32,11 @@ from modelpool.backends.ctranslate2.convert import ct2_folder_for, read_facts
 from modelpool.backends.ctranslate2.engine import BatchEngine, BatchPolicy
 from modelpool.backends.ctranslate2.rows import Row
 from modelpool.backends.ctranslate2.scoring import score_tokens
-from modelpool.backends.decoding import tokens_to_generate, with_echo
+from modelpool.backends.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
-from modelpool.backends.transformers.vision import render_chat_text
+from modelpool.backends.transformers.vision import chat_prompt_ids, encode_text
 from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate, resolve_source
@@ -214,26 +214,16 @@ class CTranslate2Backend(DeclaredBackend):
             yield chunk
 
     def _render_chat(self, plan: ChatPlan, template_kwargs: Mapping[str, Any]) -> list[int]:
-        tokenizer = self._require_tokenizer()
-        text = render_chat_text(tokenizer, plan, self.options.chat_template, template_kwargs)
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return chat_prompt_ids(self._require_tokenizer(), plan, self.options.chat_template, template_kwargs)
 
     async def _encode(self, text: str) -> list[int]:
-        tokenizer = self._require_tokenizer()
-        return await self._thread.call(lambda: list(tokenizer(text, add_special_tokens=False)["input_ids"]))
+        return await self._thread.call(encode_text, self._require_tokenizer(), text)
 
     async def _start_ids(self) -> list[int]:
-        bos = await self.start_token()
-        if bos is None:
-            raise InvalidRequest("the prompt is empty and this model has no start-of-text token", param="prompt")
-        return [bos]
+        return start_of_text(await self.start_token())
 
     def _check_ids(self, ids: tuple[int, ...], param: str) -> list[int]:
-        size = len(self._require_engine().vocabulary)
-        bad = next((t for t in ids if not 0 <= t < size), None)
-        if bad is not None:
-            raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{size - 1})", param=param)
-        return list(ids)
+        return check_token_ids(ids, len(self._require_engine().vocabulary), param)
 
     def _load(self, source: Path) -> BatchEngine:
         """On a thread: convert if needed, then load the tokenizer and the CT2 generator."""

@@ -16,7 +16,7 @@ from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.context import BackendContext
-from modelpool.backends.decoding import tokens_to_generate, with_echo
+from modelpool.backends.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.llama_cpp.model import GgufModel, grammar_tokenizer
@@ -263,19 +263,10 @@ class LlamaCppBackend(DeclaredBackend):
 
     def _start_of(self, prompt: list[int], param: str = "prompt") -> list[int]:
         """An empty prompt means "from the start": the BOS token, as OpenAI's API treats it."""
-        if prompt:
-            return prompt
-        bos = self._require_engine().model.bos
-        if bos < 0:
-            raise InvalidRequest("the prompt is empty and this model has no start-of-text token", param=param)
-        return [bos]
+        return prompt or start_of_text(self._require_engine().model.bos, param)
 
     def _check_token_ids(self, tokens: tuple[int, ...]) -> list[int]:
-        n_vocab = self._require_engine().model.n_vocab
-        bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
-        if bad is not None:
-            raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})", param="prompt")
-        return list(tokens)
+        return check_token_ids(tokens, self._require_engine().model.n_vocab, "prompt")
 
     async def _constraint(self, grammar: str | None, param: str) -> TokenConstraint | None:
         if grammar is None:

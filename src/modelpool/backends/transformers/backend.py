@@ -15,7 +15,7 @@ from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.context import BackendContext
-from modelpool.backends.decoding import tokens_to_generate, with_echo
+from modelpool.backends.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.torch_device import estimate_on, pick_device
@@ -24,7 +24,7 @@ from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher, Sequence
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
-from modelpool.backends.transformers.vision import load_vision_model, render_chat_text, render_with_images
+from modelpool.backends.transformers.vision import chat_prompt_ids, encode_text, load_vision_model, render_with_images
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
@@ -241,26 +241,16 @@ class TransformersBackend(DeclaredBackend):
         return GrammarCompiler(grammar_tokenizer, vocab_size, eos, eos[0])
 
     def _render_chat(self, plan: ChatPlan, template_kwargs: Mapping[str, Any]) -> list[int]:
-        tokenizer = self._require_tokenizer()
-        text = render_chat_text(tokenizer, plan, self.options.chat_template, template_kwargs)
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return chat_prompt_ids(self._require_tokenizer(), plan, self.options.chat_template, template_kwargs)
 
     async def _encode(self, text: str) -> list[int]:
-        tokenizer = self._require_tokenizer()
-        return await self._tokenizer_thread.call(lambda: list(tokenizer(text, add_special_tokens=False)["input_ids"]))
+        return await self._tokenizer_thread.call(encode_text, self._require_tokenizer(), text)
 
     async def _start_ids(self) -> list[int]:
-        bos = await self.start_token()
-        if bos is None:
-            raise InvalidRequest("the prompt is empty and this model has no start-of-text token", param="prompt")
-        return [bos]
+        return start_of_text(await self.start_token())
 
     def _check_ids(self, ids: tuple[int, ...], param: str) -> list[int]:
-        size = len(self._require_tokenizer())
-        bad = next((t for t in ids if not 0 <= t < size), None)
-        if bad is not None:
-            raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{size - 1})", param=param)
-        return list(ids)
+        return check_token_ids(ids, len(self._require_tokenizer()), param)
 
     def _check_fits(self, prompt: list[int], max_tokens: int | None, param: str) -> int:
         return tokens_to_generate(len(prompt), max_tokens, self._max_len, param)

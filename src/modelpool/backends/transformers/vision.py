@@ -83,3 +83,15 @@ def render_with_images(
         floating = value.is_floating_point()
         extra[name] = value.to(model.device, dtype=model.dtype) if floating else value.to(model.device)
     return ids, extra
+
+
+def chat_prompt_ids(
+    tokenizer: Any, plan: ChatPlan, chat_template: str | None, template_kwargs: Mapping[str, Any]
+) -> list[int]:
+    """A text-only chat rendered by the tokenizer's (or the configured) template, as ids."""
+    return encode_text(tokenizer, render_chat_text(tokenizer, plan, chat_template, template_kwargs))
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Ids of text whose special tokens are written in it (a rendered template adds its own)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
