@@ -3,6 +3,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 E2E_DIR = Path(__file__).parent
@@ -27,3 +28,23 @@ def vocab():
     from llama_cpp import Llama
 
     return Llama(str(smollm2_gguf()), vocab_only=True, verbose=False)
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """Prompt logprobs from one fresh llama.cpp evaluation of the SmolLM2 GGUF, outside
+    modelpool, with the kernels the engine runs (flash attention, micro-batches under 64
+    rows): llama.cpp's full logits matrix, log-softmax of row i-1 at token i."""
+    from llama_cpp import Llama
+
+    llm = Llama(str(smollm2_gguf()), logits_all=True, n_ctx=512, n_ubatch=63, flash_attn=True, verbose=False)
+
+    def logprobs_of(tokens: list[int]) -> list[float]:
+        llm.reset()
+        llm.eval(tokens)
+        scores = llm.scores[: len(tokens)].astype(np.float64)
+        shifted = scores - scores.max(axis=1, keepdims=True)
+        log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        return [float(log_softmax[i - 1][tokens[i]]) for i in range(1, len(tokens))]
+
+    return (lambda text: llm.tokenize(text.encode(), add_bos=False)), logprobs_of

@@ -50,9 +50,7 @@ def engine_of(app: object, model: str = CHAT_MODEL):
 
 async def chat(client: openai.AsyncOpenAI, question: str, model: str = CHAT_MODEL, **extra: object) -> str:
     body = {"max_tokens": 40, "temperature": 0, **extra}
-    reply = await client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": question}], **body
-    )
+    reply = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}], **body)
     return reply.choices[0].message.content or ""
 
 
@@ -162,27 +160,7 @@ async def test_a_cancelled_stream_frees_its_kv_cells(served) -> None:
     assert all(reply.usage.completion_tokens == 400 for reply in replies)
 
 
-@pytest.fixture(scope="module")
-def fresh_evaluation():
-    """Prompt logprobs from one fresh llama.cpp evaluation outside modelpool (the same
-    kernels: flash attention, micro-batches under 64 rows)."""
-    from llama_cpp import Llama
-
-    llm = Llama(str(smollm2_gguf()), logits_all=True, n_ctx=512, n_ubatch=63, flash_attn=True, verbose=False)
-
-    def logprobs_of(text: str) -> list[float]:
-        tokens = llm.tokenize(text.encode(), add_bos=False)
-        llm.reset()
-        llm.eval(tokens)
-        scores = llm.scores[: len(tokens)].astype(np.float64)
-        shifted = scores - scores.max(axis=1, keepdims=True)
-        log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        return [float(log_softmax[i - 1][tokens[i]]) for i in range(1, len(tokens))]
-
-    return logprobs_of
-
-
-async def test_echo_logprobs_in_a_busy_batch_equal_a_fresh_evaluation(served, fresh_evaluation) -> None:
+async def test_echo_logprobs_in_a_busy_batch_equal_a_fresh_evaluation(served, reference) -> None:
     _, client = served
     oai = sdk(client)
     busy = [asyncio.create_task(chat(oai, q, max_tokens=60)) for q in QUESTIONS[:6]]
@@ -191,7 +169,8 @@ async def test_echo_logprobs_in_a_busy_batch_equal_a_fresh_evaluation(served, fr
     await asyncio.gather(*busy)
     got = reply.choices[0].logprobs.token_logprobs
     assert got[0] is None
-    np.testing.assert_allclose(got[1:], fresh_evaluation(TEXT), atol=1e-4)
+    tokenize, logprobs_of = reference
+    np.testing.assert_allclose(got[1:], logprobs_of(tokenize(TEXT)), atol=1e-4)
 
 
 async def test_loglikelihood_interleaved_with_chats_equals_alone(served) -> None:

@@ -12,26 +12,8 @@ import openai
 import pytest
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
-from tests.e2e.conftest import smollm2_gguf
 
 TEXT = "The capital of France is Paris. The capital of Italy is Rome."
-
-
-@pytest.fixture(scope="session")
-def reference():
-    from llama_cpp import Llama
-
-    llm = Llama(str(smollm2_gguf()), logits_all=True, n_ctx=512, n_ubatch=63, flash_attn=True, verbose=False)
-
-    def logprobs_of(tokens: list[int]) -> list[float]:
-        llm.reset()
-        llm.eval(tokens)
-        scores = llm.scores[: len(tokens)].astype(np.float64)
-        shifted = scores - scores.max(axis=1, keepdims=True)
-        log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        return [float(log_softmax[i - 1][tokens[i]]) for i in range(1, len(tokens))]
-
-    return (lambda text: llm.tokenize(text.encode(), add_bos=False)), logprobs_of
 
 
 async def test_echo_returns_correct_prompt_logprobs(oai: openai.AsyncOpenAI, reference) -> None:
