@@ -4,7 +4,7 @@ sleep before asserting. A condition that never comes fails with what was awaited
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 async def until(condition: Callable[[], bool], what: str, *, timeout_s: float = 10.0) -> None:
@@ -12,5 +12,15 @@ async def until(condition: Callable[[], bool], what: str, *, timeout_s: float = 
         async with asyncio.timeout(timeout_s):
             while not condition():
                 await asyncio.sleep(0.01)  # yields to the tasks that change the state
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}") from None
+
+
+async def until_answered(condition: Callable[[], Awaitable[bool]], what: str, *, timeout_s: float = 10.0) -> None:
+    """As `until`, for a condition that must be asked for (an engine thread answers it)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not await condition():
+                await asyncio.sleep(0.01)
     except TimeoutError:
         raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}") from None

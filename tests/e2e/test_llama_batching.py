@@ -19,6 +19,7 @@ from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
 from modelpool.runtime.generation import collect
 from tests.conftest import CHAT_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
+from tests.polling import until, until_answered
 
 REUSE_MODEL = "smollm2-reuse"
 QUESTIONS = [
@@ -112,6 +113,13 @@ async def test_a_grammar_holds_for_its_own_sequence_in_a_mixed_batch(served) -> 
     assert free == free_alone  # the grammar's mask stayed on its own sequence
 
 
+async def decoding(app: object) -> None:
+    """Until the engine has decoded a few steps with several sequences in the batch."""
+    engine = engine_of(app)
+    steps = engine.decode_steps
+    await until(lambda: engine.decode_steps >= steps + 3 and engine.in_flight >= 2, "chats decoding together")
+
+
 def request(text: str, **sampling: object) -> ChatRequest:
     return ChatRequest((ChatMessage("user", text),), SamplingParams(**{"max_tokens": 32, "temperature": 0, **sampling}))
 
@@ -149,11 +157,11 @@ async def test_a_cancelled_stream_frees_its_kv_cells(served) -> None:
     assert await asyncio.wrap_future(engine.cells_in_use()) > 8 * 30
     for stream in streams:
         await stream.aclose()
-    for _ in range(100):  # each stream leaves at the engine's next step
-        if await asyncio.wrap_future(engine.cells_in_use()) == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert await asyncio.wrap_future(engine.cells_in_use()) == 0
+
+    async def no_cells_in_use() -> bool:  # each stream leaves at the engine's next step
+        return await asyncio.wrap_future(engine.cells_in_use()) == 0
+
+    await until_answered(no_cells_in_use, "the cancelled streams' KV cells to be freed")
     # A following burst where every sequence fills most of its context still fits.
     burst = [collect(await pool.chat(CHAT_MODEL, request(q, max_tokens=400, ignore_eos=True))) for q in QUESTIONS]
     replies = await asyncio.gather(*burst)
@@ -161,10 +169,10 @@ async def test_a_cancelled_stream_frees_its_kv_cells(served) -> None:
 
 
 async def test_echo_logprobs_in_a_busy_batch_equal_a_fresh_evaluation(served, reference) -> None:
-    _, client = served
+    app, client = served
     oai = sdk(client)
     busy = [asyncio.create_task(chat(oai, q, max_tokens=60)) for q in QUESTIONS[:6]]
-    await asyncio.sleep(0.3)  # the chats are decoding when the echo arrives
+    await decoding(app)  # the chats are decoding when the echo arrives
     reply = await oai.completions.create(model=CHAT_MODEL, prompt=TEXT, echo=True, logprobs=1, max_tokens=0)
     await asyncio.gather(*busy)
     got = reply.choices[0].logprobs.token_logprobs
@@ -174,13 +182,13 @@ async def test_echo_logprobs_in_a_busy_batch_equal_a_fresh_evaluation(served, re
 
 
 async def test_loglikelihood_interleaved_with_chats_equals_alone(served) -> None:
-    _, client = served
+    app, client = served
     oai = sdk(client)
     body = {"model": CHAT_MODEL, "prompts": ["1, 2, 3, 4,", "The capital of France is", "The capital of France is"],
             "continuations": [" 5", " Paris", " a city of light"]}  # fmt: skip
     alone = (await client.post("/loglikelihood", json=body)).json()
     chats = [asyncio.create_task(chat(oai, q, max_tokens=60)) for q in QUESTIONS[:8]]
-    await asyncio.sleep(0.3)
+    await decoding(app)
     busy = await asyncio.gather(*(client.post("/loglikelihood", json=body) for _ in range(3)))
     await asyncio.gather(*chats)
     for response in busy:

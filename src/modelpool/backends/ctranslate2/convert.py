@@ -101,6 +101,7 @@ def _convert(hf: Path, target: Path, quantization: str) -> None:
         (partial / FACTS_FILE).write_text(json.dumps(_facts_of(hf)), encoding="utf-8")
         if not is_ct2_folder(target):
             partial.rename(target)
+    # NotImplementedError: CTranslate2's converter has no loader for this architecture.
     except (OSError, ValueError, RuntimeError, NotImplementedError) as exc:
         raise ModelLoadFailed(f"cannot convert {hf} for CTranslate2: {exc}") from exc
     finally:
