@@ -74,6 +74,9 @@ class Capabilities:
     image_urls_upstream: bool = False
     """Forwarding backends: the upstream fetches `http(s)://` image URLs itself, so they are
     sent as they are rather than fetched (and checked) by modelpool."""
+    tokenizer: bool = False
+    """The model's tokenizer is reachable here (POST /tokenize, /detokenize): the backend
+    implements `TokenizerBackend`, checked at load like a task's Protocol."""
 
     def served_tasks(self, asked: frozenset[Task] | None) -> frozenset[Task]:
         """The tasks a model serves: what its config asks, within `tasks`; else the default."""
@@ -113,6 +116,7 @@ class ModelCapabilities:
             "tools": declared.tools and Task.CHAT in self.tasks,
             "structured_output": declared.structured_output and generates,
             "prompt_scoring": declared.prompt_scoring and Task.COMPLETION in self.tasks,
+            "rerank": bool(self.tasks & {Task.RERANK, Task.EMBEDDING}),  # embeddings rerank by cosine
             "streaming": declared.streaming,
             "engine_concurrency": declared.engine_concurrency,
             "context_length": declared.context_length,
@@ -122,4 +126,5 @@ class ModelCapabilities:
             "audio_input_rate": declared.audio_input_rate,
             "languages": list(declared.languages) if declared.languages is not None else None,
             "max_images": declared.max_images if Modality.IMAGE in declared.modalities else None,
+            "tokenizer": declared.tokenizer,
         }

@@ -196,6 +196,10 @@ class GenerationChunk:
     """Reasoning text (models with a reasoning parser); `text` is then the answer only."""
     tool_calls: tuple[ToolCallDelta, ...] = ()
     """Pieces of the tool calls the model is making ('tool_calls' is then the finish reason)."""
+    stop_sequence: str | None = None
+    """On the last chunk: the stop sequence that ended the generation (finish reason
+    'stop'), when the engine knows it; None when end-of-sequence ended it (Anthropic's
+    API tells the two apart: `stop_sequence` vs `end_turn`)."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,39 @@ class EmbeddingResult:
     """Shape (len(inputs), dimensions), in input order."""
     prompt_tokens: int
     token_counts: tuple[int, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class PairScoreRequest:
+    """Relevance scores of text pairs: (query, document) for rerank, (text_1, text_2) for score."""
+
+    pairs: tuple[tuple[str, str], ...]
+    truncate: bool = False
+    """Cut an over-long pair to the model's maximum instead of rejecting it."""
+    params: tuple[tuple[str, str], ...] = ()
+    """Where each pair's texts were in the request (`query`, `documents[3]`), for errors."""
+
+    def param(self, index: int, side: int = 1) -> str | None:
+        """The field of pair `index`'s first (side 0) or second text (side 1)."""
+        return self.params[index][side] if index < len(self.params) else None
+
+
+@dataclass(frozen=True)
+class PairScores:
+    scores: tuple[float, ...]
+    """One per pair, in order: a cross-encoder's score, or the cosine of two embeddings."""
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class EncodedPair:
+    """A text pair as a cross-encoder's tokenizer encodes it: each model input (`input_ids`,
+    `attention_mask`, `token_type_ids`, ...) as token-wise values, ready to be padded into a batch."""
+
+    features: Mapping[str, tuple[int, ...]]
+
+    def __len__(self) -> int:
+        return len(self.features["input_ids"])
 
 
 @dataclass(frozen=True)
@@ -263,3 +300,15 @@ class Voice:
     language: str
     sample_rate: int
     speaker_id: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenPiece:
+    """One token of a tokenization, seen the two ways clients ask for."""
+
+    id: int
+    data: bytes
+    """What the token adds to decoded text (llama-server's `piece`); a token may hold only
+    part of a UTF-8 character."""
+    spelling: str
+    """The token as its vocabulary spells it (vLLM's `token_strs`): `Ġworld`, `▁world`, `<|im_end|>`."""

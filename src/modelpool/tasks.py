@@ -11,3 +11,6 @@ class Task(str, Enum):
     TRANSCRIPTION = "transcription"
     SPEECH = "speech"
     SCORING = "scoring"
+    RERANK = "rerank"
+    """Relevance of text pairs (a query and its documents): cross-encoders. Embedding models
+    answer rerank requests too, by the cosine of their vectors."""

@@ -70,3 +70,21 @@ def test_utf8_characters_split_across_tokens_come_out_whole() -> None:
     assert "".join(out) + stream.flush() == "né ✓ 🙂"
     assert all(part in ("", "n", "é", " ", "✓", "🙂") for part in out)
     assert Utf8Stream().feed(b"\xff") == "\ufffd"
+
+
+@pytest.mark.parametrize(
+    ("stops", "pieces", "matched"),
+    [
+        (("END", "STOP"), ["aSTO", "P b END"], "STOP"),  # the one that came, across pieces
+        (("b", "ab"), ["xab"], "ab"),  # the earliest in the text, not the first listed
+        (("ab", "a"), ["xab"], "ab"),  # a tie: the first listed
+        (("END",), ["no stop here"], None),
+    ],
+)
+def test_the_matcher_tells_which_stop_sequence_it_found(
+    stops: tuple[str, ...], pieces: list[str], matched: str | None
+) -> None:
+    matcher = StopMatcher(stops)
+    run_through = [matcher.feed(piece) for piece in pieces]
+    assert any(hit for _, hit in run_through) == (matched is not None)
+    assert matcher.matched == matched

@@ -207,3 +207,13 @@ def test_image_parts_are_forwarded_as_data_uris_or_by_url_in_order() -> None:
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA", "detail": "low"}},
         {"type": "image_url", "image_url": {"url": "https://example.com/dog.png"}},
     ]}]  # fmt: skip
+
+
+async def test_vllms_stop_reason_names_the_stop_sequence_streamed_or_whole() -> None:
+    hit = {"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": "stop", "stop_reason": "##"}]}
+    chunks = [c async for c in wire.chat_chunks(events(hit))]
+    assert (chunks[-1].finish_reason, chunks[-1].stop_sequence) == ("stop", "##")
+    token_stop = {"choices": [{"message": {"content": "a"}, "finish_reason": "stop", "stop_reason": 2}]}
+    assert wire.chat_whole(token_stop)[-1].stop_sequence is None  # a stop token is not a stop sequence
+    whole = {"choices": [{"text": "a", "finish_reason": "stop", "stop_reason": "##"}]}
+    assert wire.completion_whole(whole)[-1].stop_sequence == "##"

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
+from tests.cross_encoders import tiny_cross_encoder
 from tests.processes import Server, modelpool_serve
 from tests.vlm_models import tiny_llava
 
@@ -31,7 +32,9 @@ THINK_TEMPLATE = (
 )
 VLM = "tiny-llava"
 """A tiny random-weight LLaVA (tests/vlm_models.py): it reads images, and talks nonsense."""
-SERVED = [CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL, THINKER, SLEEPER, VLM]
+RERANKER = "tiny-reranker"
+"""A tiny random-weight cross-encoder (tests/cross_encoders.py)."""
+SERVED = [CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL, THINKER, SLEEPER, VLM, RERANKER]
 
 
 @pytest.fixture(scope="package")
@@ -42,6 +45,7 @@ def pool_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         # Images by URL from a test server on loopback, which the guard refuses unless allowed.
         "server": {"allow_remote_images": True, "image_fetch_allowed_hosts": ["127.0.0.1"]},
         "models": {
+            RERANKER: {"backend": "cross_encoder", "source": str(tiny_cross_encoder(folder / "reranker"))},
             VLM: {"backend": "transformers", "source": str(tiny_llava()), "options": {"vision": True}},
             THINKER: {
                 "backend": "llama_cpp",

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from modelpool.client import ConfigError, ModelsConfig, Thinking, load_models_config, make_embedder, make_vlm
+from modelpool.client import (
+    ConfigError,
+    ModelsConfig,
+    Thinking,
+    load_models_config,
+    make_embedder,
+    make_reranker,
+    make_vlm,
+)
 from modelpool.client.config import parse_models_config
 from modelpool.client.llm import thinking_fields
 from modelpool.client.presets import DEFAULT_HEALTH_PATHS, PRESETS
@@ -122,6 +130,14 @@ def test_make_refuses_a_role_of_another_kind_and_vlm_without_vision() -> None:
         make_vlm(config, "llm")
     with pytest.raises(ConfigError, match="a stt model: use make_stt"):
         make_vlm(config, "stt")
+    with pytest.raises(ConfigError, match="a llm model: use make_llm"):
+        make_reranker(config, "llm")
+    embedders = parse({"emb": {"kind": "preset:minilm", "base_url": URL}, "ce": {"kind": "preset:bge-reranker",
+                       "base_url": URL}})  # fmt: skip
+    assert make_reranker(embedders, "emb").model == "all-minilm-l6-v2"  # embedding models rerank by cosine
+    assert make_reranker(embedders, "ce").model == "bge-reranker-v2-m3"
+    with pytest.raises(ConfigError, match="a reranker model: use make_reranker"):
+        make_embedder(embedders, "ce")
 
 
 def test_services_are_looked_up_when_a_client_is_made(tmp_path: Path) -> None:

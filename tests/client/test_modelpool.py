@@ -31,6 +31,7 @@ from modelpool.client import (
     load_models_config,
     make_embedder,
     make_llm,
+    make_reranker,
     make_stt,
     make_tts,
     make_vlm,
@@ -38,7 +39,18 @@ from modelpool.client import (
 from modelpool.services.pids import create_time
 from modelpool.services.ports import free_port
 from modelpool.services.registry import Registry, ServiceRecord
-from tests.client.conftest import ENVIRON, KEY, KEY_ENV, PATTERN, SLEEPER, THINKER, VLM, keyed, write_models_yaml
+from tests.client.conftest import (
+    ENVIRON,
+    KEY,
+    KEY_ENV,
+    PATTERN,
+    RERANKER,
+    SLEEPER,
+    THINKER,
+    VLM,
+    keyed,
+    write_models_yaml,
+)
 from tests.client.helpers import cosine, serving_file, solid_png, tiny_png, words
 from tests.conftest import CHAT_MODEL
 from tests.processes import Server, running
@@ -56,6 +68,7 @@ def config(pool_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Mod
         "thinker": keyed(url, "preset:qwen3", model_name=THINKER),
         "thinker_as_gpt_oss": keyed(url, "preset:gpt-oss", model_name=THINKER),
         "search": keyed(f"{url}/v1", "preset:minilm"),  # a trailing /v1 is accepted
+        "reranker": keyed(url, "openai_compat", model_name=RERANKER),
         "ears": keyed(url, "preset:whisper"),
         "voice": keyed(url, "preset:piper", extra_body={"deterministic": True}),
         "eyes": keyed(url, "preset:smollm2", capabilities={"vision": True}),  # a lie: SmolLM2 reads no images
@@ -130,6 +143,20 @@ async def test_embedder_gives_384_dims_and_related_sentences_are_closer(config: 
     assert cosine(cat, kitten) > cosine(cat, market) + 0.3
     assert single.vectors[0] == pytest.approx(cat, abs=1e-5)
     assert result.usage is not None and result.usage.prompt_tokens > 0
+
+
+async def test_reranker_on_an_embedder_and_on_a_cross_encoder(config: ModelsConfig, pool_server: Server) -> None:
+    passages = ["Bread is baked from flour.", "Jupiter is the largest planet.", "Rain falls from clouds."]
+    async with make_reranker(config, "search") as by_cosine, make_reranker(config, "reranker") as cross:
+        ranked = await by_cosine.rerank("Which planet is biggest?", passages, top_n=2, return_documents=True)
+        await cross.wait_ready(60)
+        scored = await cross.score("Which planet is biggest?", passages)
+        reranked = await cross.rerank("Which planet is biggest?", passages)
+    assert ranked.order[0] == 1 and len(ranked.results) == 2
+    assert ranked.results[0].document == {"text": passages[1]}
+    assert ranked.results[0].score > ranked.results[1].score
+    assert len(scored) == 3 and reranked.order == sorted(range(3), key=lambda i: -scored[i])
+    assert [r.score for r in reranked.results] == pytest.approx(sorted(scored, reverse=True), abs=1e-6)
 
 
 async def test_speech_round_trip_comes_back_word_for_word(config: ModelsConfig) -> None:

@@ -24,15 +24,22 @@ def config(pool_server: Server, tmp_path: Path) -> ModelsConfig:
     return load_models_config(write_models_yaml(tmp_path, roles), environ=ENVIRON)
 
 
-def test_sync_chat_stream_and_embed(config: ModelsConfig) -> None:
-    with sync.make_llm(config, "llm") as llm, sync.make_embedder(config, "search") as embedder:
+def test_sync_chat_stream_embed_and_rerank(config: ModelsConfig) -> None:
+    with (
+        sync.make_llm(config, "llm") as llm,
+        sync.make_embedder(config, "search") as embedder,
+        sync.make_reranker(config, "search") as reranker,
+    ):
         llm.wait_ready(30)
         reply = llm.chat(HELLO, max_tokens=16, temperature=0)
         deltas = list(llm.stream_chat(HELLO, max_tokens=16, temperature=0))
         vectors = embedder.embed(["a cat", "a dog"]).vectors
+        ranked = reranker.rerank("a kitten", ["tax law", "a small cat"])
+        scores = reranker.score("a kitten", ["tax law", "a small cat"])
     assert reply.content and "".join(d.content for d in deltas) == reply.content
     assert deltas[-1].usage == reply.usage
     assert len(vectors) == 2 and len(vectors[0]) == 384
+    assert ranked.order == [1, 0] and scores[1] > scores[0]
 
 
 def test_sync_stream_left_early_and_typed_errors(config: ModelsConfig) -> None:

@@ -146,6 +146,22 @@ async def test_admin_logs_show_the_vllm_process_output(served: Served) -> None:
     assert len(log_files) == 1 and "vLLM" in log_files[0].read_text("utf-8", errors="replace")
 
 
+async def test_tokenize_and_detokenize_through_vllms_own_routes(served: Served) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(hf_folder_for(smollm2_gguf(), HubLocation.work_dir))
+    text = "Hello world, 日本語 🙂!"
+    answer = (await served.client.post("/tokenize", json={"model": MODEL, "prompt": text})).json()
+    assert answer["tokens"] == tokenizer(text)["input_ids"] and answer["max_model_len"] == 2048, answer
+    chat = (await served.client.post("/tokenize", json={"model": MODEL, "messages": HI})).json()
+    reply = await served.oai.chat.completions.create(model=MODEL, messages=HI, max_tokens=1)
+    assert reply.usage is not None and chat["count"] == reply.usage.prompt_tokens  # what vLLM feeds the model
+    back = (await served.client.post("/detokenize", json={"model": MODEL, "tokens": answer["tokens"]})).json()
+    assert back["prompt"] == text
+    pieces = await served.client.post("/tokenize", json={"model": MODEL, "content": text, "with_pieces": True})
+    assert pieces.status_code == 400 and pieces.json()["error"]["param"] == "with_pieces"
+
+
 async def test_unload_stops_vllm_and_its_engine_core(served: Served) -> None:
     pid = (await status(served.client))["replicas"][0]["pid"]
     leader = psutil.Process(pid)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from modelpool.config.schema import BatchConfig
-from modelpool.runtime.batching import EmbeddingBatcher
+from modelpool.runtime.batching import Batcher
 
 
 class GatedEmbedder:
@@ -33,7 +33,7 @@ async def settle() -> None:
 
 async def test_requests_arriving_together_share_one_call_and_get_their_own_rows() -> None:
     embed = GatedEmbedder()
-    batcher = EmbeddingBatcher(embed, BatchConfig(max_batch_size=10, window_ms=0), "m")
+    batcher = Batcher(embed, BatchConfig(max_batch_size=10, window_ms=0), "m")
     blocker = asyncio.create_task(batcher.run([[0]]))
     await settle()
     waiting = [asyncio.create_task(batcher.run([[i], [i, i]])) for i in range(1, 4)]
@@ -49,7 +49,7 @@ async def test_requests_arriving_together_share_one_call_and_get_their_own_rows(
 
 async def test_batches_respect_size_and_token_limits() -> None:
     embed = GatedEmbedder()
-    batcher = EmbeddingBatcher(embed, BatchConfig(max_batch_size=3, max_batch_tokens=8, window_ms=0), "m")
+    batcher = Batcher(embed, BatchConfig(max_batch_size=3, max_batch_tokens=8, window_ms=0), "m")
     blocker = asyncio.create_task(batcher.run([[0]]))
     await settle()
     jobs = [asyncio.create_task(batcher.run([[i, i]])) for i in range(1, 6)]
@@ -63,7 +63,7 @@ async def test_batches_respect_size_and_token_limits() -> None:
 
 async def test_a_failing_batch_fails_each_of_its_requests_and_the_worker_goes_on() -> None:
     embed = GatedEmbedder(fail_on=2)
-    batcher = EmbeddingBatcher(embed, BatchConfig(max_batch_size=10, window_ms=0), "m")
+    batcher = Batcher(embed, BatchConfig(max_batch_size=10, window_ms=0), "m")
     blocker = asyncio.create_task(batcher.run([[0]]))
     await settle()
     doomed = [asyncio.create_task(batcher.run([[i]])) for i in range(1, 3)]
@@ -80,7 +80,7 @@ async def test_a_failing_batch_fails_each_of_its_requests_and_the_worker_goes_on
 
 async def test_callers_that_went_away_are_skipped() -> None:
     embed = GatedEmbedder()
-    batcher = EmbeddingBatcher(embed, BatchConfig(max_batch_size=10, window_ms=0), "m")
+    batcher = Batcher(embed, BatchConfig(max_batch_size=10, window_ms=0), "m")
     blocker = asyncio.create_task(batcher.run([[0]]))
     await settle()
     gone = asyncio.create_task(batcher.run([[99]]))

@@ -10,10 +10,16 @@ from fastapi import FastAPI
 
 from modelpool import __version__
 from modelpool.api.auth import KeyRing, RequireKeys
+from modelpool.api.cors import add_cors
 from modelpool.api.errors import install_error_handlers
 from modelpool.api.middleware import BodyLimit, RequestContext
-from modelpool.api.routes import admin, audio, chat, completions, embeddings, health, models, responses, scoring
+from modelpool.api.routes import admin, audio, chat, completions, embeddings, health, models, rerank, responses, scoring
+from modelpool.api.routes import messages as anthropic_messages
+from modelpool.api.routes import tokenize as tokenization
 from modelpool.config.schema import Config
+from modelpool.mcp_server import transcript_dir
+from modelpool.mcp_server.server import mount_mcp, running
+from modelpool.mcp_server.transcripts import TranscriptStore
 from modelpool.runtime.build import build_pool
 from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.response_store import ResponseStore
@@ -30,7 +36,8 @@ def create_app(config: Config, pool: ModelPool | None = None, keys: KeyRing | No
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         pool.start()
         try:
-            yield
+            async with running(app.state.mcp):  # the MCP session manager's task group
+                yield
         finally:
             await pool.close()
             log.info("models unloaded")
@@ -40,11 +47,16 @@ def create_app(config: Config, pool: ModelPool | None = None, keys: KeyRing | No
     app.state.config = config
     app.state.responses = ResponseStore(config.server.response_store_size)
     install_error_handlers(app)
-    for module in (chat, completions, responses, embeddings, audio, scoring, models, health, admin):
+    for module in (chat, completions, responses, embeddings, rerank, audio, scoring, models, health, admin):
         app.include_router(module.router)
+    app.include_router(anthropic_messages.router)
+    app.include_router(tokenization.router)
+    app.state.transcripts = TranscriptStore(transcript_dir(config))
+    app.state.mcp = mount_mcp(app, config) if config.server.mcp else None
     app.add_middleware(
         BodyLimit, max_bytes=config.server.max_body_bytes, max_upload_bytes=config.server.max_upload_bytes
     )
     app.add_middleware(RequireKeys, keys=keys or KeyRing.from_config(config.auth))
-    app.add_middleware(RequestContext, metrics=pool.metrics, model_label=pool.metrics_label)  # added last: outermost
+    app.add_middleware(RequestContext, metrics=pool.metrics, model_label=pool.metrics_label)
+    add_cors(app, config.server)  # added last: outermost, so 401s and the last-resort 500 carry CORS headers too
     return app

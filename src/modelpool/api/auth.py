@@ -1,6 +1,7 @@
 """API keys and scopes. `/v1/admin/*` needs the `admin` scope, the other `/v1/*` routes
-`inference`; health, readiness and metrics are open. With no keys configured nothing is
-checked (and the CLI refuses to bind beyond loopback unless told to)."""
+(and the MCP server at `/mcp`) `inference`; health, readiness and metrics are open. With
+no keys configured nothing is checked (and the CLI refuses to bind beyond loopback unless
+told to)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from modelpool.api.errors import error_payload
+from modelpool.api.errors import error_payload, shaped_error
 from modelpool.api.middleware import send_json
 from modelpool.config.environment import secret
 from modelpool.config.schema import AuthConfig
@@ -54,7 +55,7 @@ class KeyRing:
 
     def check(self, authorization: str | None, needed: KeyScope) -> Holder:
         if not authorization or not authorization.lower().startswith("bearer "):
-            raise AuthenticationFailed("Missing API key: send 'Authorization: Bearer <key>'.")
+            raise AuthenticationFailed("Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.")
         digest = hashlib.sha256(authorization[7:].strip().encode()).hexdigest()
         holder = next((h for d, h in self._holders.items() if hmac.compare_digest(d, digest)), None)
         if holder is None:
@@ -64,7 +65,9 @@ class KeyRing:
         return holder
 
 
-_INFERENCE_ROOTS = ("/v1/", "/loglikelihood", "/generate")
+_INFERENCE_ROOTS = (
+    "/v1/", "/v2/", "/loglikelihood", "/generate", "/rerank", "/score", "/mcp", "/tokenize", "/detokenize",
+)  # fmt: skip
 
 
 def needed_scope(path: str) -> KeyScope | None:
@@ -87,9 +90,19 @@ class RequireKeys:
         if needed is not None and self.keys.enabled:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             try:
-                holder = self.keys.check(headers.get("authorization"), needed)
+                holder = self.keys.check(_credential(headers), needed)
             except ModelpoolError as exc:
-                await send_json(send, exc.status_code, error_payload(exc), exc.headers)
+                body = shaped_error(scope["path"], exc.status_code, error_payload(exc))
+                await send_json(send, exc.status_code, body, exc.headers)
                 return
             scope.setdefault("state", {})["key_name"] = holder.name
         await self.app(scope, receive, send)
+
+
+def _credential(headers: Mapping[str, str]) -> str | None:
+    """`Authorization: Bearer <key>`, or Anthropic's `x-api-key: <key>` (its SDK and agents
+    send that one), as a bearer value."""
+    if "authorization" in headers:
+        return headers["authorization"]
+    key = headers.get("x-api-key")
+    return f"Bearer {key}" if key else None

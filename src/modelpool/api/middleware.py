@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from modelpool.api.errors import error_body, error_payload, internal_error_body
+from modelpool.api.errors import error_body, error_payload, internal_error_body, shaped_error
 from modelpool.errors import ShuttingDown
 from modelpool.logs import current_request_id
 from modelpool.runtime.metrics import Metrics
@@ -57,12 +57,13 @@ class RequestContext:
         except Exception:
             log.exception("unhandled error")
             if not status["sent"]:
-                await send_json(send_with_id, 500, internal_error_body(request_id))
+                await send_json(send_with_id, 500, shaped_error(scope["path"], 500, internal_error_body(request_id)))
         except asyncio.CancelledError:
             # The server cut the request off (shutdown grace period over): say so in JSON.
             if not status["sent"]:
                 with contextlib.suppress(Exception):
-                    await send_json(send_with_id, 503, error_payload(ShuttingDown("the server is shutting down")))
+                    body = error_payload(ShuttingDown("the server is shutting down"))
+                    await send_json(send_with_id, 503, shaped_error(scope["path"], 503, body))
             raise
         finally:
             self._record(scope, status["code"], time.perf_counter() - started, request_id)
@@ -106,7 +107,7 @@ class BodyLimit:
         limit = self.max_upload_bytes if scope["path"].startswith(_UPLOAD_PATHS) else self.max_bytes
         declared = _header(scope, b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            await self._reject(send, limit)
+            await self._reject(send, limit, scope["path"])
             return
         if declared is not None:
             await self.app(scope, receive, send)
@@ -118,17 +119,17 @@ class BodyLimit:
             messages.append(message)
             size += len(message.get("body", b""))
             if size > limit:
-                await self._reject(send, limit)
+                await self._reject(send, limit, scope["path"])
                 return
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
         await self.app(scope, _replay(messages, receive), send)
 
-    async def _reject(self, send: Send, limit: int) -> None:
+    async def _reject(self, send: Send, limit: int, path: str) -> None:
         body = error_body(
             f"Request body exceeds the limit of {limit} bytes.", "invalid_request_error", "request_too_large"
         )
-        await send_json(send, 413, body)
+        await send_json(send, 413, shaped_error(path, 413, body))
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

@@ -1,10 +1,27 @@
-"""Transcripts in OpenAI's response formats: json, text, srt, vtt, verbose_json."""
+"""Transcripts in OpenAI's response formats: json, text, srt, vtt, verbose_json; and where
+they are stored when the request names a `transcript_source`."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from modelpool.inference import Segment
+from modelpool.mcp_server.transcripts import TranscriptStore
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    """Where a transcription's segments go in the transcript store (`transcript_source`)."""
+
+    store: TranscriptStore
+    source_id: str
+    start: float = 0.0
+    """Added to the segments' times: the source's clock at the audio's start."""
+
+    async def append(self, segments: list[Segment]) -> None:
+        await asyncio.to_thread(self.store.add_segments, self.source_id, segments, self.start)  # a file append
 
 
 def transcript_text(segments: list[Segment]) -> str:

@@ -36,10 +36,13 @@ from modelpool.inference import (
     CompletionRequest,
     EmbeddingRequest,
     EmbeddingResult,
+    EncodedPair,
     GenerationChunk,
+    PairScoreRequest,
     Segment,
     SpeechRequest,
     TokenLogprob,
+    TokenPiece,
     TranscriptionRequest,
     Voice,
 )
@@ -165,6 +168,46 @@ class TokenEmbeddingBackend(EmbeddingBackend, Protocol):
 
 
 @runtime_checkable
+class PairScoringBackend(Backend, Protocol):
+    """Relevance of text pairs computed here (cross-encoders): the runtime encodes each
+    request's pairs, then batches pairs of several requests into one engine call."""
+
+    async def prepare_pairs(self, request: PairScoreRequest) -> list[EncodedPair]:
+        """Each pair encoded as the model reads it, checked against its limits (a 4xx error
+        for an over-long pair unless the request allows truncation)."""
+
+    async def score_encoded(self, pairs: list[EncodedPair]) -> npt.NDArray[np.float32]:
+        """One score per pair, in order (the model's activation applied)."""
+
+
+@runtime_checkable
+class TokenizerBackend(Backend, Protocol):
+    """A model whose tokenizer modelpool can use (POST /tokenize and /detokenize), declared
+    with `Capabilities(tokenizer=True)`. It is not a task: any model may have one. Called on a
+    started backend, on a turn of the model; these methods never generate."""
+
+    async def encode_text(self, text: str, add_special_tokens: bool) -> list[int]:
+        """The ids of `text`, special-token text in it (`<|im_end|>`) read as that token;
+        `add_special_tokens` adds what the tokenizer puts around a text (BOS, [CLS] … [SEP])."""
+
+    async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
+        """The prompt ids that chat generation would be fed for `request` (the model's chat
+        template, its tools and template variables), with the assistant's opening when
+        `add_generation_prompt`. No chat template: InvalidRequest(param="messages")."""
+
+    async def decode_tokens(self, ids: list[int]) -> str:
+        """The text of `ids`, special tokens written out. An id outside the vocabulary:
+        InvalidRequest(param="tokens")."""
+
+    async def token_pieces(self, ids: list[int]) -> list[TokenPiece] | None:
+        """Each id's bytes and spelling (ids already checked), or None when the engine
+        cannot tell them (the API then refuses the request that asked)."""
+
+    async def max_model_len(self) -> int | None:
+        """The most tokens one request may hold, prompt and completion, when known."""
+
+
+@runtime_checkable
 class ProcessBackend(Backend, Protocol):
     """A backend whose engine is a process of its own (`Locality.ENGINE_PROCESS`): it can
     crash, it has output, its memory is its own, and (persistent) it may outlive modelpool."""
@@ -195,13 +238,19 @@ TASK_PROTOCOLS: Mapping[Task, type[Backend]] = {
     Task.EMBEDDING: EmbeddingBackend,
     Task.TRANSCRIPTION: TranscriptionBackend,
     Task.SPEECH: SpeechBackend,
+    Task.RERANK: PairScoringBackend,
 }
 
 
-def contract_problem(backend: object, tasks: frozenset[Task], locality: Locality) -> str | None:
-    """Why `backend` cannot serve `tasks` as declared (the task and the missing member), or None."""
+def contract_problem(
+    backend: object, tasks: frozenset[Task], locality: Locality, *, tokenizer: bool = False
+) -> str | None:
+    """Why `backend` cannot serve `tasks` (or the `tokenizer` it declares) as declared: the
+    task and the missing member, or None."""
     wanted: list[tuple[str, type[Any]]] = [("every model", Backend)]
     wanted += [(f"task '{task.value}'", TASK_PROTOCOLS[task]) for task in sorted(tasks, key=lambda t: t.value)]
+    if tokenizer:
+        wanted.append(("a declared tokenizer", TokenizerBackend))
     if locality is Locality.ENGINE_PROCESS:
         wanted.append(("an engine process", ProcessBackend))
     for purpose, protocol in wanted:

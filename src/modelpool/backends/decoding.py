@@ -29,6 +29,8 @@ class Utf8Stream:
 @dataclass
 class StopMatcher:
     stops: tuple[str, ...]
+    matched: str | None = field(default=None, init=False)
+    """The stop sequence found (the earliest in the text; the first listed on a tie)."""
     _held: str = field(default="", init=False)
 
     def feed(self, text: str, *, armed: bool = True) -> tuple[str, bool]:
@@ -41,8 +43,9 @@ class StopMatcher:
         if not self.stops:
             return text, False
         buffer = self._held + text
-        cut = min((i for i in (buffer.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(at, stop) for stop in self.stops if (at := buffer.find(stop)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda hit: hit[0])
             self._held = ""
             return buffer[:cut], True
         keep = self._longest_stop_prefix_suffix(buffer)

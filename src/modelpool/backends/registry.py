@@ -18,6 +18,7 @@ from modelpool.tasks import Task
 BACKENDS: Mapping[str, str] = {
     "llama_cpp": "modelpool.backends.llama_cpp.backend:LlamaCppBackend",
     "sentence_transformers": "modelpool.backends.sentence_transformers:SentenceTransformersBackend",
+    "cross_encoder": "modelpool.backends.cross_encoder:CrossEncoderBackend",
     "transformers": "modelpool.backends.transformers.backend:TransformersBackend",
     "ctranslate2": "modelpool.backends.ctranslate2.backend:CTranslate2Backend",
     "faster_whisper": "modelpool.backends.faster_whisper:FasterWhisperBackend",

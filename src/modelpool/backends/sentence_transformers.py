@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
+from modelpool.backends.encoder_base import EncoderBackend
 from modelpool.backends.requirements import require_engine
-from modelpool.backends.threads import EngineThread
-from modelpool.backends.torch_device import estimate_on, pick_device
+from modelpool.backends.torch_device import pick_device
 from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import files_size, locate
+from modelpool.config.sources import locate
 from modelpool.errors import ContextLengthExceeded, InvalidRequest, ModelLoadFailed
 from modelpool.inference import EmbeddingRequest, EmbeddingResult
 from modelpool.tasks import Task
@@ -39,48 +37,29 @@ class SentenceTransformersOptions(BaseModel):
     """Allow custom model code shipped with the weights."""
 
 
-class SentenceTransformersBackend(DeclaredBackend):
+class SentenceTransformersBackend(EncoderBackend):
     Options = SentenceTransformersOptions
-    capabilities = Capabilities(tasks=frozenset({Task.EMBEDDING}), streaming=False)
+    capabilities = Capabilities(tasks=frozenset({Task.EMBEDDING}), streaming=False, tokenizer=True)
     overridable = frozenset({"device", "batch_size", "max_seq_length"})
+    purpose = "embeds text"
 
     def __init__(self, model: ModelConfig, options: SentenceTransformersOptions, context: BackendContext) -> None:
-        self.model = model
-        self.options = options
-        self.hub = context.hub
+        super().__init__(model, options, context)
+        self.options: SentenceTransformersOptions = options
         self.dimensions = 0
-        self._thread = EngineThread(model.id)
-        # Tokenizing on its own thread lets requests be prepared while a batch computes (the
-        # tokenizer is not thread-safe, so it gets exactly one thread too).
-        self._tokenizer_thread = EngineThread(f"{model.id}-tokenizer")
-        self._st: SentenceTransformer | None = None
         self._special_wrap: tuple[list[int], list[int]] = ([], [])
-
-    async def estimate_memory(self) -> MemoryEstimate:
-        """Weights plus PyTorch's working memory, before loading (replaced by a measurement after)."""
-        path = await locate(self.model, self.hub)
-        weights = sum(files_size(p) for p in path.rglob("*") if p.suffix in {".safetensors", ".bin", ".pt"})
-        return estimate_on(self.options.device, int(weights * 1.5) + 64 * 1024 * 1024, host_bytes=64 * 1024 * 1024)
 
     async def start(self) -> None:
         require_engine(self.model.id, ("sentence_transformers",), "embeddings")
         path = await locate(self.model, self.hub)
-        self._st = await self._thread.call(self._load, str(path))
-        self._special_wrap = special_tokens_around(self._st.tokenizer)
-        dimension_of = getattr(self._st, "get_embedding_dimension", None) or self._st.get_sentence_embedding_dimension
+        st = self._engine = await self._thread.call(self._load, str(path))
+        self._special_wrap = special_tokens_around(st.tokenizer)
+        dimension_of = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
         self.dimensions = int(dimension_of() or 0)
 
     async def warmup(self) -> None:
         prefix, suffix = self._special_wrap
         await self.embed_tokens([[*prefix, *suffix]])
-
-    async def stop(self) -> None:
-        self._st = None
-        await asyncio.to_thread(self._thread.shutdown)
-        await asyncio.to_thread(self._tokenizer_thread.shutdown)
-
-    async def check_health(self) -> None:
-        self._require_model()
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
         ids = await self.prepare(request)
@@ -180,9 +159,8 @@ class SentenceTransformersBackend(DeclaredBackend):
         return rows
 
     def _require_model(self) -> SentenceTransformer:
-        if self._st is None:
-            raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
-        return self._st
+        st: SentenceTransformer = self._loaded()
+        return st
 
 
 def special_tokens_around(tokenizer: Any) -> tuple[list[int], list[int]]:

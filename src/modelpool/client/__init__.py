@@ -46,16 +46,19 @@ from modelpool.client.errors import (
     ToolArgumentsError,
     UpstreamUnavailable,
 )
-from modelpool.client.factory import make_embedder, make_llm, make_stt, make_tts, make_vlm
+from modelpool.client.factory import make_embedder, make_llm, make_reranker, make_stt, make_tts, make_vlm
 from modelpool.client.llm import ChatOptions, LLMClient, VLMClient
 from modelpool.client.messages import ChatMessage
 from modelpool.client.presets import PRESETS, Capabilities, Preset, Thinking
+from modelpool.client.reranker import RerankerClient
 from modelpool.client.results import (
     ChatDelta,
     ChatResult,
     Completion,
     Embeddings,
     ParsedChat,
+    Ranked,
+    Reranking,
     Speech,
     ToolCall,
     ToolCallAccumulator,
@@ -99,9 +102,12 @@ __all__ = [
     "ParsedChat",
     "PermissionDenied",
     "Preset",
+    "Ranked",
     "ReadyTimeout",
     "RemoteNotAllowed",
     "RequestTooLarge",
+    "RerankerClient",
+    "Reranking",
     "ResponseFormat",
     "STTClient",
     "ServerError",
@@ -124,6 +130,7 @@ __all__ = [
     "load_models_config",
     "make_embedder",
     "make_llm",
+    "make_reranker",
     "make_stt",
     "make_tts",
     "make_vlm",

@@ -17,6 +17,8 @@ from modelpool.client.transport import Transport
 
 class RoleClient:
     kind: ClassVar[Role]
+    also: ClassVar[tuple[Role, ...]] = ()
+    """Other presets' kinds this client serves (an embedder reranks too)."""
 
     def __init__(self, endpoint: Endpoint, base_url: str) -> None:
         self.endpoint = endpoint

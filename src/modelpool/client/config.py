@@ -172,10 +172,11 @@ def parse_models_config(
     return ModelsConfig(endpoints, state_dir, source)
 
 
-def expect_role(endpoint: Endpoint, wanted: Role) -> None:
+def expect_role(endpoint: Endpoint, wanted: Role, also: tuple[Role, ...] = ()) -> None:
     """Refuse a make_* call whose preset is for another kind of client."""
-    if endpoint.preset.role not in (None, wanted):
-        kind = endpoint.preset.role.value
+    role = endpoint.preset.role
+    if role is not None and role not in (wanted, *also):
+        kind = role.value
         raise ConfigError(f"role {endpoint.role!r} uses preset {endpoint.preset.name}, a {kind} model: use make_{kind}")
 
 

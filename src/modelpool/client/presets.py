@@ -19,6 +19,7 @@ class Role(str, Enum):
 
     LLM = "llm"
     EMBEDDER = "embedder"
+    RERANKER = "reranker"
     STT = "stt"
     TTS = "tts"
 
@@ -104,6 +105,12 @@ PRESETS: dict[str, Preset] = {
             "always reasons.",
         ),
         Preset("minilm", Role.EMBEDDER, "all-minilm-l6-v2", description="all-MiniLM-L6-v2, 384-dim embeddings."),
+        Preset(
+            "bge-reranker",
+            Role.RERANKER,
+            "bge-reranker-v2-m3",
+            description="BAAI/bge-reranker-v2-m3 cross-encoder (the README's reranker config); scores 0..1.",
+        ),
         Preset("whisper", Role.STT, "whisper-tiny.en", description="Whisper tiny.en (English only) on modelpool."),
         Preset("piper", Role.TTS, "piper-en-us-joe", description="Piper en_US joe (22.05 kHz) on modelpool."),
     ]

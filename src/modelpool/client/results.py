@@ -205,6 +205,28 @@ class Embeddings:
 
 
 @dataclass(frozen=True)
+class Ranked:
+    index: int
+    """The document's position in the request."""
+    score: float
+    document: Mapping[str, Any] | None = None
+    """`{"text": ...}` (or the object sent) when asked for with return_documents."""
+
+
+@dataclass(frozen=True)
+class Reranking:
+    results: list[Ranked]
+    """Best first."""
+    model: str | None
+    usage: Usage | None
+
+    @property
+    def order(self) -> list[int]:
+        """The documents' indexes, best first."""
+        return [r.index for r in self.results]
+
+
+@dataclass(frozen=True)
 class TranscriptSegment:
     start: float
     end: float
@@ -309,6 +331,16 @@ def embeddings(raw: Mapping[str, Any]) -> Embeddings:
     rows = sorted(raw.get("data") or [], key=lambda row: row.get("index", 0))
     vectors = [list(map(float, row["embedding"])) for row in rows]
     return Embeddings(vectors, raw.get("model"), Usage.parse(raw.get("usage")))
+
+
+def reranking(raw: Mapping[str, Any]) -> Reranking:
+    rows = raw.get("results") or []
+    results = [Ranked(int(r["index"]), float(r["relevance_score"]), r.get("document")) for r in rows]
+    return Reranking(sorted(results, key=lambda r: -r.score), raw.get("model"), Usage.parse(raw.get("usage")))
+
+
+def scores(raw: Mapping[str, Any]) -> list[float]:
+    return [float(row["score"]) for row in sorted(raw.get("data") or [], key=lambda row: row.get("index", 0))]
 
 
 def transcript(raw: Mapping[str, Any]) -> Transcript:

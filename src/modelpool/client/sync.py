@@ -27,11 +27,13 @@ from modelpool.client.embedder import EmbedderClient
 from modelpool.client.factory import ConfigLike
 from modelpool.client.factory import make_embedder as _make_embedder
 from modelpool.client.factory import make_llm as _make_llm
+from modelpool.client.factory import make_reranker as _make_reranker
 from modelpool.client.factory import make_stt as _make_stt
 from modelpool.client.factory import make_tts as _make_tts
 from modelpool.client.factory import make_vlm as _make_vlm
 from modelpool.client.llm import ChatOptions, CompletionOptions, LLMClient, VLMClient
 from modelpool.client.messages import MessageLike
+from modelpool.client.reranker import RerankerClient
 from modelpool.client.results import (
     ChatDelta,
     ChatResult,
@@ -39,6 +41,7 @@ from modelpool.client.results import (
     Embeddings,
     M,
     ParsedChat,
+    Reranking,
     Speech,
     Transcript,
     Voice,
@@ -167,6 +170,27 @@ class SyncVLM(SyncLLM):
     """The blocking VLM client: the LLM's methods, with images in the messages."""
 
 
+class SyncReranker(SyncClient[RerankerClient]):
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[str | Mapping[str, Any]],
+        *,
+        top_n: int | None = None,
+        return_documents: bool = False,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> Reranking:
+        coroutine = self.client.rerank(
+            query, documents, top_n=top_n, return_documents=return_documents, extra_body=extra_body
+        )
+        return self._loop.run(coroutine)
+
+    def score(
+        self, text_1: str | Sequence[str], text_2: str | Sequence[str], *, extra_body: Mapping[str, Any] | None = None
+    ) -> list[float]:
+        return self._loop.run(self.client.score(text_1, text_2, extra_body=extra_body))
+
+
 class SyncEmbedder(SyncClient[EmbedderClient]):
     def embed(self, texts: str | Sequence[str], *, extra_body: Mapping[str, Any] | None = None) -> Embeddings:
         return self._loop.run(self.client.embed(texts, extra_body=extra_body))
@@ -199,6 +223,10 @@ def make_vlm(config: ConfigLike, role: str) -> SyncVLM:
 
 def make_embedder(config: ConfigLike, role: str) -> SyncEmbedder:
     return SyncEmbedder(_make_embedder(config, role))
+
+
+def make_reranker(config: ConfigLike, role: str) -> SyncReranker:
+    return SyncReranker(_make_reranker(config, role))
 
 
 def make_stt(config: ConfigLike, role: str) -> SyncSTT:

@@ -6,16 +6,19 @@ README's config reference (``modelpool config-schema``), so keep them user-facin
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from modelpool.config.durations import Duration
 from modelpool.tasks import Task
 
 MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$"
+_CORS_ORIGIN = re.compile(r"^(\*|[A-Za-z][A-Za-z0-9+.-]*://[^/\s]+)$")
+"""`*`, or scheme://host[:port] as browsers send it in `Origin` (no path, no trailing slash)."""
 
 
 class _Strict(BaseModel):
@@ -60,6 +63,27 @@ class ServerConfig(_Strict):
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     """On SIGTERM/SIGINT, how long in-flight requests may run before the server stops anyway."""
 
+    cors_origins: list[str] = Field(default_factory=list)
+    """Web origins whose browser scripts may call the API (`https://app.example.com`, no
+    path; `*`: any). Empty: CORS is off. Preflights are answered without an API key."""
+
+    cors_allow_credentials: bool = False
+    """Let browsers send cookies and HTTP auth with cross-origin requests (modelpool itself
+    uses neither: API keys travel in the Authorization header). Not with `*`."""
+
+    cors_allow_any_with_keys: bool = False
+    """Allow `cors_origins: ["*"]` although API keys are configured (any web page could then
+    call the server with a key its user holds)."""
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        # A browser's Origin never ends in a slash or has a path: such an entry would match nothing.
+        for origin in origins:
+            if not _CORS_ORIGIN.match(origin):
+                raise ValueError(f"'{origin}' is not an origin: write scheme://host[:port] (no path) or '*'")
+        return origins
+
     allow_remote_images: bool = False
     """Fetch `http(s)://` image URLs in requests. Off: only data URIs (and allowed files).
     Fetches never reach loopback, private, link-local or metadata addresses."""
@@ -78,6 +102,14 @@ class ServerConfig(_Strict):
 
     image_fetch_timeout_s: float = Field(default=10.0, gt=0)
     """Longest a remote image fetch may take, redirects included."""
+
+    mcp: bool = True
+    """Serve the MCP server (streamable HTTP) at `/mcp`: tools over the pool and the
+    transcript store, behind the same API keys (`inference` scope)."""
+
+    transcript_dir: Path | None = None
+    """Where the transcript store keeps its files, one JSONL file per source (default:
+    `transcripts` under `work_dir`)."""
 
 
 class Scope(str, Enum):
@@ -151,7 +183,7 @@ class ModelConfig(_Strict):
     """Public model id clients put in `model`. Taken from the key under `models:`."""
 
     backend: str
-    """Engine that runs the model: `llama_cpp`, `sentence_transformers`, `transformers`,
+    """Engine that runs the model: `llama_cpp`, `sentence_transformers`, `cross_encoder`, `transformers`,
     `ctranslate2`, `faster_whisper`, `piper`, `llama_server`, `vllm_serve` or `openai_remote` — or your own
     backend class as `package.module:Class` (see the contract in `modelpool/backends/base.py`)."""
 
@@ -221,7 +253,7 @@ class ModelConfig(_Strict):
     """Run one tiny request right after loading, so the first user request is not the slow one."""
 
     batch: BatchConfig = Field(default_factory=BatchConfig)
-    """Micro-batching of batchable requests (embeddings)."""
+    """Micro-batching of batchable requests (embeddings, rerank pairs)."""
 
     embedding_cache_size: int = Field(default=0, ge=0)
     """Embeddings kept per model, keyed by the exact input (LRU); 0: no cache."""
@@ -312,6 +344,20 @@ class Config(_Strict):
         for name in self.enabled_models or []:
             if name not in owner:
                 raise ValueError(f"enabled_models: unknown model '{name}' (known: {', '.join(sorted(owner))})")
+        return self
+
+    @model_validator(mode="after")
+    def _cors_is_narrow(self) -> Config:
+        server = self.server
+        if "*" not in server.cors_origins:
+            return self
+        if server.cors_allow_credentials:
+            raise ValueError("server.cors_origins '*' cannot go with cors_allow_credentials: list the origins")
+        if self.auth.keys and not server.cors_allow_any_with_keys:
+            raise ValueError(
+                "server.cors_origins '*' lets every web page call this server, and API keys are configured: "
+                "list the origins that may call it, or set server.cors_allow_any_with_keys: true"
+            )
         return self
 
     def served_models(self) -> list[ModelConfig]:

@@ -1,4 +1,5 @@
-"""Micro-batching: embedding requests that arrive close together run as one engine call.
+"""Micro-batching: embedding (or pair-scoring) requests that arrive close together run as
+one engine call.
 
 The first request of a batch waits `window_ms` for others; a batch is bounded by input
 count and padded tokens. Rows go back to each caller in order. A failing batch fails
@@ -10,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sized
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -20,12 +22,13 @@ from modelpool.config.schema import BatchConfig
 from modelpool.errors import ModelUnloaded
 
 log = logging.getLogger("modelpool.runtime")
-EmbedTokens = Callable[[list[list[int]]], Awaitable[npt.NDArray[np.float32]]]
+Item = TypeVar("Item", bound=Sized)
+"""One input of a batch (token ids, an encoded pair); its length is its tokens."""
 
 
 @dataclass
-class _Job:
-    ids: list[list[int]]
+class _Job(Generic[Item]):
+    ids: list[Item]
     result: asyncio.Future[npt.NDArray[np.float32]] = field(repr=False)
 
     @property
@@ -33,18 +36,21 @@ class _Job:
         return max(len(i) for i in self.ids)
 
 
-class EmbeddingBatcher:
-    def __init__(self, embed_tokens: EmbedTokens, config: BatchConfig, name: str) -> None:
-        self._embed_tokens = embed_tokens
+class Batcher(Generic[Item]):
+    def __init__(
+        self, compute: Callable[[list[Item]], Awaitable[npt.NDArray[np.float32]]], config: BatchConfig, name: str
+    ) -> None:
+        """`compute(items)` gives one row per item, in order (embedding vectors, pair scores)."""
+        self._compute = compute
         self._config = config
         self._name = name
-        self._jobs: deque[_Job] = deque()
+        self._jobs: deque[_Job[Item]] = deque()
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
-        self._running: list[_Job] = []
+        self._running: list[_Job[Item]] = []
         self.batches_run = 0
 
-    async def run(self, ids: list[list[int]]) -> npt.NDArray[np.float32]:
+    async def run(self, ids: list[Item]) -> npt.NDArray[np.float32]:
         """The rows for `ids`, computed in a batch with whatever else arrives meanwhile."""
         job = _Job(ids, asyncio.get_running_loop().create_future())
         self._jobs.append(job)
@@ -75,12 +81,12 @@ class EmbeddingBatcher:
                 if batch:
                     await self._run_batch(batch)
 
-    async def _run_batch(self, batch: list[_Job]) -> None:
+    async def _run_batch(self, batch: list[_Job[Item]]) -> None:
         self._running = batch
         try:
-            rows = await self._embed_tokens([ids for job in batch for ids in job.ids])
+            rows = await self._compute([ids for job in batch for ids in job.ids])
         except Exception as exc:
-            log.warning("embedding batch failed", extra={"model": self._name, "error": str(exc)})
+            log.warning("batch failed", extra={"model": self._name, "error": str(exc)})
             for job in batch:
                 if not job.result.done():
                     job.result.set_exception(exc)
@@ -92,9 +98,9 @@ class EmbeddingBatcher:
                 job.result.set_result(rows[start : start + len(job.ids)])
             start += len(job.ids)
 
-    def _take(self) -> list[_Job]:
+    def _take(self) -> list[_Job[Item]]:
         """Jobs in arrival order while the batch stays within its limits (at least one job)."""
-        batch: list[_Job] = []
+        batch: list[_Job[Item]] = []
         inputs = longest = 0
         while self._jobs:
             job = self._jobs[0]

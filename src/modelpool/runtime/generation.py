@@ -37,6 +37,8 @@ class Generation:
     usage: Usage
     reasoning: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
+    stop_sequence: str | None = None
+    """The stop sequence that ended it, when the engine says (see GenerationChunk)."""
 
 
 async def collect(stream: AsyncIterator[GenerationChunk]) -> Generation:
@@ -46,7 +48,7 @@ async def collect(stream: AsyncIterator[GenerationChunk]) -> Generation:
     reasoning: list[str] = []
     logprobs: list[TokenLogprob] = []
     calls: list[ToolCallDelta] = []
-    finish_reason, usage = "stop", Usage(0, 0)
+    finish_reason, usage, stop = "stop", Usage(0, 0), None
     async for chunk in stream:
         texts.append(chunk.text)
         reasoning.append(chunk.reasoning)
@@ -54,8 +56,9 @@ async def collect(stream: AsyncIterator[GenerationChunk]) -> Generation:
         calls.extend(chunk.tool_calls)
         finish_reason = chunk.finish_reason or finish_reason
         usage = chunk.usage or usage
+        stop = chunk.stop_sequence or stop
     text = "".join(texts)
-    return Generation(text, tuple(logprobs), finish_reason, usage, "".join(reasoning), assemble_calls(calls))
+    return Generation(text, tuple(logprobs), finish_reason, usage, "".join(reasoning), assemble_calls(calls), stop)
 
 
 async def collect_choices(stream: AsyncIterator[ChoiceChunk]) -> list[Generation]:

@@ -24,8 +24,10 @@ from modelpool.backends.base import (
     ChatBackend,
     CompletionBackend,
     EmbeddingBackend,
+    PairScoringBackend,
     ScoringBackend,
     SpeechBackend,
+    TokenizerBackend,
     TranscriptionBackend,
 )
 from modelpool.capabilities import Locality, ModelCapabilities
@@ -47,6 +49,8 @@ from modelpool.inference import (
     EmbeddingRequest,
     EmbeddingResult,
     GenerationChunk,
+    PairScoreRequest,
+    PairScores,
     Segment,
     SpeechRequest,
     TranscriptionRequest,
@@ -64,11 +68,13 @@ from modelpool.runtime.lease import Lease, LeasedStream, open_stream
 from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.memory import gpu_memory, system_memory
 from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.pairs import cosine_on, cross_encode_on
 from modelpool.runtime.reasoning import split_reasoning
 from modelpool.runtime.scoring import Loglikelihood, loglikelihood
 from modelpool.runtime.slot import ModelSlot
 from modelpool.runtime.status import BudgetStatus, EngineLogs, ModelMemory, ModelStatus, PoolMemory
 from modelpool.runtime.timing import RequestTiming
+from modelpool.runtime.tokenization import Detokenized, Tokenized, TokenizeJob, tokenize_on, tokenizer_slot
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
@@ -294,6 +300,31 @@ class ModelPool:
         self.metrics.observe_timing(slot.id, lease.timing)
         return result, lease.timing
 
+    async def score_pairs(
+        self, name: str, request: PairScoreRequest, options: CallOptions = DEFAULT_CALL
+    ) -> tuple[PairScores, RequestTiming]:
+        """Relevance of each pair (rerank, score): by a reranker (task `rerank`), or by any
+        embedding model as the cosine of the two texts' embeddings."""
+        slot = self.slot(name)
+        task = Task.EMBEDDING if Task.EMBEDDING in slot.tasks and Task.RERANK not in slot.tasks else Task.RERANK
+        slot = self.slot_for(name, task, options)
+        lease: Lease[Any]
+        if task is Task.RERANK:
+            async with await slot.lease(PairScoringBackend, self.model_wait_s, options.keep_alive) as lease:
+                try:
+                    result = await cross_encode_on(lease, request)
+                finally:
+                    lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
+        else:
+            async with await slot.lease(EmbeddingBackend, self.model_wait_s, options.keep_alive) as lease:
+                try:
+                    result = await cosine_on(lease, slot.embedding_cache, request)
+                finally:
+                    lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
+        lease.timing.prompt_tokens = result.prompt_tokens
+        self.metrics.observe_timing(slot.id, lease.timing)
+        return result, lease.timing
+
     async def transcribe(
         self, name: str, upload: bytes, request: TranscriptionRequest, options: CallOptions = DEFAULT_CALL
     ) -> Transcription:
@@ -366,6 +397,19 @@ class ModelPool:
                 return list(await asyncio.gather(*(one(r) for r in requests)))
             finally:
                 self._timing_observer(lease.model_id)(lease.timing)
+
+    async def tokenize(self, name: str | None, job: TokenizeJob, options: CallOptions = DEFAULT_CALL) -> Tokenized:
+        """Token ids by the tokenizer of the model `name` names (None: the only model with one)."""
+        async with await self._tokenizer_lease(name, options) as lease:
+            return await tokenize_on(lease.model_id, lease.backend, job)
+
+    async def detokenize(self, name: str | None, ids: list[int], options: CallOptions = DEFAULT_CALL) -> Detokenized:
+        async with await self._tokenizer_lease(name, options) as lease:
+            return Detokenized(lease.model_id, await lease.backend.decode_tokens(ids))
+
+    async def _tokenizer_lease(self, name: str | None, options: CallOptions) -> Lease[TokenizerBackend]:
+        slot = tokenizer_slot(self.slots(), None if name is None else self.slot(name))
+        return await slot.lease(TokenizerBackend, self.model_wait_s, options.keep_alive)
 
     # ----- admin ---------------------------------------------------------------------
 

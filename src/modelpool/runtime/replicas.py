@@ -8,10 +8,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from modelpool.backends.base import Backend, ProcessBackend, TokenEmbeddingBackend
+from modelpool.backends.base import Backend, PairScoringBackend, ProcessBackend, TokenEmbeddingBackend
 from modelpool.capabilities import Locality, ModelCapabilities
 from modelpool.config.schema import ModelConfig
-from modelpool.runtime.batching import EmbeddingBatcher
+from modelpool.inference import EncodedPair
+from modelpool.runtime.batching import Batcher
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.memory import process_rss, release_freed_memory
 from modelpool.runtime.status import EngineOutput, ReplicaStatus
@@ -30,7 +31,10 @@ class Replica:
     """Monotonic time it became ready."""
     running: int = 0
     served: int = 0
-    batcher: EmbeddingBatcher | None = None
+    batcher: Batcher[list[int]] | None = None
+    """Embedding requests of this replica, batched."""
+    pair_batcher: Batcher[EncodedPair] | None = None
+    """Pair-scoring (rerank) requests of this replica, batched."""
     retiring: bool = False
     """Being scaled away: gets no new requests."""
     revoked: bool = False
@@ -70,8 +74,9 @@ class Replica:
     async def stop(self, *, detach: bool = False) -> None:
         """Stop the backend, logging (not raising) what goes wrong. detach: modelpool is
         shutting down, and a persistent engine process is left running to be adopted."""
-        if self.batcher is not None:
-            await self.batcher.close()
+        for batcher in (self.batcher, self.pair_batcher):
+            if batcher is not None:
+                await batcher.close()
         try:
             if detach and isinstance(self.backend, ProcessBackend):
                 await self.backend.detach()
@@ -121,8 +126,11 @@ class ReplicaSet:
         elif isinstance(backend, ProcessBackend):
             replica.memory_bytes = backend.resident_bytes()
             backend.supervise(lambda message: self._on_crash(replica, message))
+        name = f"{self.model_id}#{index}"
         if Task.EMBEDDING in capabilities.tasks and isinstance(backend, TokenEmbeddingBackend):
-            replica.batcher = EmbeddingBatcher(backend.embed_tokens, config.batch, f"{self.model_id}#{index}")
+            replica.batcher = Batcher(backend.embed_tokens, config.batch, name)
+        if Task.RERANK in capabilities.tasks and isinstance(backend, PairScoringBackend):
+            replica.pair_batcher = Batcher(backend.score_encoded, config.batch, name)
         self.members.append(replica)
         return replica
 

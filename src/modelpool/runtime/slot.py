@@ -282,7 +282,8 @@ class ModelSlot:
     def _new_backend(self) -> Backend:
         """A backend for the next replica, checked against what the model is asked to serve."""
         backend = self._make_backend(self.config)
-        problem = contract_problem(backend, self.capabilities.tasks, self.capabilities.declared.locality)
+        declared = self.capabilities.declared
+        problem = contract_problem(backend, self.capabilities.tasks, declared.locality, tokenizer=declared.tokenizer)
         if problem is not None:
             raise ModelLoadFailed(
                 f"model '{self.id}': backend '{self.config.backend}' does not keep its contract: {problem}",
@@ -424,7 +425,7 @@ class ModelSlot:
     def _turns(self) -> int:
         engine = self.capabilities.declared.engine_concurrency
         per_replica = min(self.config.max_concurrency or engine, engine)  # an engine's limit wins over the config
-        if Task.EMBEDDING in self.tasks:  # batched: many requests share one engine call
+        if self.tasks & {Task.EMBEDDING, Task.RERANK}:  # batched: many requests share one engine call
             per_replica = max(per_replica, self.config.batch.max_batch_size)
         replicas = len(self.replicas.routable()) if len(self.replicas) else self.config.replicas
         return per_replica * max(1, replicas)

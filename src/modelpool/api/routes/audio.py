@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.schemas.speech import SpeechBody
 from modelpool.api.sse import ClosingStreamingResponse, EventStreamResponse, sse
-from modelpool.api.transcripts import subtitles, transcript_text, verbose_json
+from modelpool.api.transcripts import StoreTarget, subtitles, transcript_text, verbose_json
 from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
 from modelpool.errors import InvalidRequest
 from modelpool.inference import Segment, TranscriptionRequest
@@ -39,6 +39,8 @@ async def transcriptions(
     ] = None,
     stream: Annotated[bool, Form()] = False,
     allow_remote: Annotated[bool, Form()] = False,
+    transcript_source: Annotated[str | None, Form(min_length=1, max_length=256)] = None,
+    transcript_start: Annotated[float, Form(allow_inf_nan=False)] = 0.0,
 ) -> Response:
     granularities = set(timestamp_granularities or [])
     if granularities and response_format != "verbose_json":
@@ -47,7 +49,14 @@ async def transcriptions(
         )
     return await _transcribe(request, file, model, "transcribe", response_format, stream,
                              language=language, prompt=prompt, temperature=temperature,
-                             words="word" in granularities, allow_remote=allow_remote)  # fmt: skip
+                             words="word" in granularities, allow_remote=allow_remote,
+                             store=_store_target(request, transcript_source, transcript_start))  # fmt: skip
+
+
+def _store_target(request: Request, source: str | None, start: float) -> StoreTarget | None:
+    """modelpool extension: `transcript_source` also adds the segments to the transcript
+    store (the MCP server's), `transcript_start` shifting their times."""
+    return None if source is None else StoreTarget(request.app.state.transcripts, source, start)
 
 
 @router.post("/v1/audio/translations", response_model=None)
@@ -62,12 +71,13 @@ async def translations(
 ) -> Response:
     return await _transcribe(request, file, model, "translate", response_format, False,
                              language=None, prompt=prompt, temperature=temperature, words=False,
-                             allow_remote=allow_remote)  # fmt: skip
+                             allow_remote=allow_remote, store=None)  # fmt: skip
 
 
 async def _transcribe(
     request: Request, file: UploadFile, model: str, task: str, response_format: str, stream: bool, *,
     language: str | None, prompt: str | None, temperature: float, words: bool, allow_remote: bool,
+    store: StoreTarget | None,
 ) -> Response:  # fmt: skip
     note_model(request, model)
     pool = pool_of(request)
@@ -77,9 +87,11 @@ async def _transcribe(
     transcription = await unless_disconnected(request, pool.transcribe(model, await file.read(), job, options))
     segments = transcription.segments
     if stream:
-        return EventStreamResponse(_transcript_events(segments), on_close=segments.aclose)
+        return EventStreamResponse(_transcript_events(segments, store), on_close=segments.aclose)
     async with segments:
         collected = await unless_disconnected(request, _collect(segments))
+    if store is not None:
+        await store.append(collected)
     if response_format == "json":
         return JSONResponse({"text": transcript_text(collected)})
     if response_format == "verbose_json":
@@ -96,12 +108,14 @@ async def _collect(segments: LeasedStream[Segment]) -> list[Segment]:
     return [segment async for segment in segments]
 
 
-async def _transcript_events(segments: LeasedStream[Segment]) -> AsyncIterator[bytes]:
-    texts = []
+async def _transcript_events(segments: LeasedStream[Segment], store: StoreTarget | None) -> AsyncIterator[bytes]:
+    done: list[Segment] = []
     async for segment in segments:
-        texts.append(segment.text)
+        done.append(segment)
         yield sse({"type": "transcript.text.delta", "delta": segment.text})
-    yield sse({"type": "transcript.text.done", "text": "".join(texts).strip()})
+    if store is not None:
+        await store.append(done)  # before `done`: a client that saw it can query the store
+    yield sse({"type": "transcript.text.done", "text": "".join(segment.text for segment in done).strip()})
 
 
 @router.post("/v1/audio/speech", response_model=None)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from modelpool.backends import hf_tokens
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.context import BackendContext
@@ -41,7 +42,15 @@ from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate, resolve_source
 from modelpool.errors import InvalidRequest, ModelLoadFailed
-from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, SamplingParams, TokenLogprob, Usage
+from modelpool.inference import (
+    ChatRequest,
+    CompletionRequest,
+    GenerationChunk,
+    SamplingParams,
+    TokenLogprob,
+    TokenPiece,
+    Usage,
+)
 from modelpool.tasks import Task
 from modelpool.tools.prompt import ChatPlan, plan_chat
 
@@ -99,6 +108,7 @@ class CTranslate2Backend(DeclaredBackend):
         prompt_scoring=True,
         tools=False,
         structured_output=False,
+        tokenizer=True,
     )
     overridable = frozenset(
         {"compute_type", "inter_threads", "intra_threads", "max_batch_size", "max_prompt_spread", "batch_gather_ms",
@@ -152,13 +162,9 @@ class CTranslate2Backend(DeclaredBackend):
         self._require_engine()
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        tokenizer = self._require_tokenizer()
-        source = self.options.chat_template or tokenizer.chat_template
-        if not isinstance(source, str):
-            raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
+        plan = self._plan_chat(request, "model")
         if request.output is not None:
             raise InvalidRequest(f"model '{self.model.id}' does not support structured output", param="response_format")
-        plan = plan_chat(request, template_source=source, configured_parser=None, constrain_auto=False)
         prompt = await self._thread.call(self._render_chat, plan, request.template_kwargs)
         async for chunk in self._generate(prompt, request.sampling, param="messages"):
             yield chunk
@@ -183,6 +189,25 @@ class CTranslate2Backend(DeclaredBackend):
 
     async def tokenize(self, text: str) -> list[int]:
         return await self._encode(text)
+
+    # ----- tokenizer (POST /tokenize, /detokenize) -------------------------------------
+
+    async def encode_text(self, text: str, add_special_tokens: bool) -> list[int]:
+        return await self._thread.call(hf_tokens.encode, self._require_tokenizer(), text, add_special_tokens)
+
+    async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
+        plan = self._plan_chat(request, "messages")
+        return await self._thread.call(self._render_chat, plan, request.template_kwargs, add_generation_prompt)
+
+    async def decode_tokens(self, ids: list[int]) -> str:
+        self._check_ids(tuple(ids), "tokens")  # the CT2 vocabulary may be smaller than the tokenizer's
+        return await self._thread.call(hf_tokens.decode, self._require_tokenizer(), ids)
+
+    async def token_pieces(self, ids: list[int]) -> list[TokenPiece] | None:
+        return await self._thread.call(hf_tokens.pieces, self._require_tokenizer(), ids)
+
+    async def max_model_len(self) -> int | None:
+        return self._max_len
 
     async def start_token(self) -> int | None:
         bos = self._require_tokenizer().bos_token_id
@@ -213,8 +238,17 @@ class CTranslate2Backend(DeclaredBackend):
         async for chunk in chunk_stream(channel):  # leaving sets channel.cancelled: the row stops
             yield chunk
 
-    def _render_chat(self, plan: ChatPlan, template_kwargs: Mapping[str, Any]) -> list[int]:
-        return chat_prompt_ids(self._require_tokenizer(), plan, self.options.chat_template, template_kwargs)
+    def _plan_chat(self, request: ChatRequest, param: str) -> ChatPlan:
+        source = self.options.chat_template or self._require_tokenizer().chat_template
+        if not isinstance(source, str):
+            raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param=param)
+        return plan_chat(request, template_source=source, configured_parser=None, constrain_auto=False)
+
+    def _render_chat(
+        self, plan: ChatPlan, template_kwargs: Mapping[str, Any], add_generation_prompt: bool = True
+    ) -> list[int]:
+        tokenizer, template = self._require_tokenizer(), self.options.chat_template
+        return chat_prompt_ids(tokenizer, plan, template, template_kwargs, add_generation_prompt)
 
     async def _encode(self, text: str) -> list[int]:
         return await self._thread.call(encode_text, self._require_tokenizer(), text)

@@ -81,7 +81,7 @@ class Row:
             tail, hit = self.stops.feed(self.detok.flush())
             tail += "" if hit else self.stops.flush()
         usage = Usage(len(self.prompt), self.generated)
-        self.channel.put(GenerationChunk(tail, tuple(self.pending), reason, usage))
+        self.channel.put(GenerationChunk(tail, tuple(self.pending), reason, usage, stop_sequence=self.stops.matched))
         self.channel.end()
 
     def fail(self, error: BaseException) -> None:

@@ -33,12 +33,13 @@ from modelpool.inference import (
     GenerationChunk,
     SamplingParams,
     TokenLogprob,
+    TokenPiece,
     Usage,
 )
 from modelpool.tasks import Task
 from modelpool.tools.grammar import grammar_param, output_grammar
 from modelpool.tools.parsers import make_parser
-from modelpool.tools.prompt import plan_chat
+from modelpool.tools.prompt import ChatPlan, plan_chat
 from modelpool.tools.stream import with_tool_calls
 
 # Rough: small models need ~25 KiB of f16 KV cache per token, 7B ones ~500 KiB. A
@@ -111,6 +112,7 @@ class LlamaCppBackend(DeclaredBackend):
         prompt_scoring=True,
         tools=True,
         structured_output=True,
+        tokenizer=True,
     )
     overridable = frozenset({
         "n_ctx", "parallel", "n_threads", "n_batch", "n_ubatch", "batch_invariant", "n_gpu_layers",
@@ -164,19 +166,10 @@ class LlamaCppBackend(DeclaredBackend):
             raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        engine, template = self._require_engine(), self._template
-        if template is None:
-            raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
-        plan = plan_chat(
-            request,
-            template_source=template.source,
-            configured_parser=self.model.tool_parser,
-            constrain_auto=self.model.constrained_auto_tools,
-        )
+        engine = self._require_engine()
         images = [image.image for message in request.messages for image in message.images]
+        plan, prompt_text = self._render_chat(request, "model", marker=True)
         projector = engine.projector
-        messages = with_markers(plan.messages, projector.marker) if projector is not None else plan.messages
-        prompt_text = template.render(messages, plan.tools, **request.template_kwargs)
         constraint = await self._constraint(plan.grammar, grammar_param(request))
         add_bos = self._add_bos(prompt_text)
         if images and projector is not None:
@@ -208,6 +201,27 @@ class LlamaCppBackend(DeclaredBackend):
 
     async def tokenize(self, text: str) -> list[int]:
         return await self._tokenize(text, add_bos=False)
+
+    # ----- tokenizer (POST /tokenize, /detokenize) -------------------------------------
+
+    async def encode_text(self, text: str, add_special_tokens: bool) -> list[int]:
+        return await self._tokenize(text, add_bos=add_special_tokens)  # llama.cpp adds BOS only if the model does
+
+    async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
+        _, text = self._render_chat(request, "messages", add_generation_prompt=add_generation_prompt)
+        return await self._tokenize(text, add_bos=self._add_bos(text))
+
+    async def decode_tokens(self, ids: list[int]) -> str:
+        model = self._require_engine().model
+        check_token_ids(ids, model.n_vocab, "tokens")
+        return model.detokenize(ids, special=True).decode("utf-8", errors="replace")
+
+    async def token_pieces(self, ids: list[int]) -> list[TokenPiece] | None:
+        model = self._require_engine().model
+        return [TokenPiece(t, model.piece(t, special=True), model.spelling(t)) for t in ids]
+
+    async def max_model_len(self) -> int | None:
+        return self.options.n_ctx
 
     async def start_token(self) -> int | None:
         bos = self._require_engine().model.bos
@@ -299,6 +313,24 @@ class LlamaCppBackend(DeclaredBackend):
                 engine.close()
                 raise
         return engine
+
+    def _render_chat(
+        self, request: ChatRequest, param: str, *, marker: bool = False, add_generation_prompt: bool = True
+    ) -> tuple[ChatPlan, str]:
+        """The chat's tool plan and its prompt text by the model's template (image markers
+        where the images go, with `marker` and a projector)."""
+        template, projector = self._template, self._require_engine().projector
+        if template is None:
+            raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param=param)
+        plan = plan_chat(
+            request,
+            template_source=template.source,
+            configured_parser=self.model.tool_parser,
+            constrain_auto=self.model.constrained_auto_tools,
+        )
+        messages = with_markers(plan.messages, projector.marker) if marker and projector else plan.messages
+        variables = request.template_kwargs
+        return plan, template.render(messages, plan.tools, add_generation_prompt=add_generation_prompt, **variables)
 
     def _chat_template(self) -> ChatTemplate | None:
         model = self._require_engine().model

@@ -29,16 +29,22 @@ class ChatTemplate:
         self._eos_token = eos_token
 
     def render(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **template_kwargs: Any
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
     ) -> str:
-        """`messages` and `tools` in the Hugging Face layout (see tools/prompt.py)."""
+        """`messages` and `tools` in the Hugging Face layout (see tools/prompt.py); without
+        `add_generation_prompt` the assistant's opening is left out (POST /tokenize)."""
         try:
             # The request's variables cannot replace the ones the template is rendered with.
             variables = {
                 **template_kwargs,
                 "messages": messages,
                 "tools": tools,
-                "add_generation_prompt": True,
+                "add_generation_prompt": add_generation_prompt,
                 "bos_token": self._bos_token,
                 "eos_token": self._eos_token,
             }

@@ -86,6 +86,11 @@ class GgufModel:
     def detokenize(self, tokens: list[int], *, special: bool = False) -> bytes:
         return b"".join(self.piece(t, special=special) for t in tokens)
 
+    def spelling(self, token: int) -> str:
+        """The token as the vocabulary spells it (`Ġworld` for a GPT-2 style BPE)."""
+        text: bytes | None = self._llama.llama_vocab_get_text(self.vocab, token)
+        return (text or b"").decode("utf-8", errors="replace")
+
     def is_eog(self, token: int) -> bool:
         return bool(self._llama.llama_vocab_is_eog(self.vocab, token))
 

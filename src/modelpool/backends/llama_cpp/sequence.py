@@ -133,7 +133,8 @@ class Job(_InEngine):
             tail, hit_stop = self._stops.feed(self._utf8.flush())
             tail += "" if hit_stop else self._stops.flush()
         usage = Usage(self.prompt_tokens, self.generated)
-        self._channel.put(GenerationChunk(tail, tuple(self._pending), finish_reason=reason, usage=usage))
+        stop = self._stops.matched
+        self._channel.put(GenerationChunk(tail, tuple(self._pending), reason, usage, stop_sequence=stop))
         self._channel.end()
         self.done = True
 

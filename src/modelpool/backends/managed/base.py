@@ -78,6 +78,8 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
     Options: ClassVar[type[ManagedOptions]]
     health_path: str = "/health"
     api_prefix: str = "/v1"
+    engine_root: UpstreamClient | None = None
+    """The engine's own routes, outside its OpenAI API (open while the engine is)."""
 
     def __init__(self, model: ModelConfig, options: ManagedOptions, context: BackendContext) -> None:
         self.model = model
@@ -244,22 +246,25 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
         self._record_id = record.id
         self._claimed.claim(process.pid)
 
-    def _client(self, spec: ProcessSpec) -> UpstreamClient:
+    def _client(self, spec: ProcessSpec, prefix: str) -> UpstreamClient:
         # No retries: a connection error to our own process means it is gone, and the crash
         # handler restarts it; retrying would only delay the client's error.
         return UpstreamClient(
             self.model.id,
-            spec.base_url + self.api_prefix,
+            spec.base_url + prefix,
             retry=RetryPolicy(retries=0),
             timeouts=UpstreamTimeouts(connect_s=5.0, read_s=self.options.request_timeout_s),
         )
 
     async def _connect(self, spec: ProcessSpec) -> None:
-        self.upstream = self._client(spec)
+        self.upstream = self._client(spec, self.api_prefix)
         await self.upstream.open()
+        self.engine_root = self._client(spec, "")  # the engines' own routes (/tokenize) sit outside /v1
+        await self.engine_root.open()
 
     async def _disconnect(self) -> None:
-        if self.upstream is not None:
-            await self.upstream.close()
-            self.upstream = None
+        for client in (self.upstream, self.engine_root):
+            if client is not None:
+                await client.close()
+        self.upstream = self.engine_root = None
 

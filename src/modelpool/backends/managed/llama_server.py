@@ -11,6 +11,7 @@ from pydantic import Field
 
 from modelpool.backends.context import BackendContext
 from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
+from modelpool.backends.managed.tokenizing import LlamaServerTokenizer
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.tasks import Task
@@ -45,7 +46,7 @@ class LlamaServerOptions(ManagedOptions):
     """Appended to the command line as they are."""
 
 
-class LlamaServerBackend(ManagedServerBackend):
+class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
     Options = LlamaServerOptions
     capabilities = MANAGED_CAPABILITIES
     overridable = frozenset({"context_length", "gpu_layers", "parallel", "threads", "flash_attention", "extra_args"})
@@ -54,7 +55,9 @@ class LlamaServerBackend(ManagedServerBackend):
     @classmethod
     def capabilities_for(cls, options: LlamaServerOptions) -> Capabilities:
         """Started for embeddings it does not chat; llama_cpp.server (no `binary`) runs one
-        request at a time, llama-server `parallel` of them."""
+        request at a time, llama-server `parallel` of them. Only llama-server has tokenizer
+        routes that keep modelpool's contract (llama_cpp.server's always add BOS and abort
+        on an id outside the vocabulary)."""
         modalities = {Modality.TEXT, Modality.IMAGE} if options.mmproj else {Modality.TEXT}
         return replace(
             cls.capabilities,
@@ -62,10 +65,12 @@ class LlamaServerBackend(ManagedServerBackend):
             engine_concurrency=options.parallel if options.binary else 1,
             context_length=options.context_length,
             modalities=frozenset(modalities),  # with its projector, the engine reads images
+            tokenizer=options.binary is not None,
         )
 
     def __init__(self, model: ModelConfig, options: LlamaServerOptions, context: BackendContext) -> None:
         super().__init__(model, options, context)
+        self.context_length = options.context_length
         self.health_path = "/health" if options.binary else "/v1/models"  # llama_cpp.server has no /health
 
     def command(self, weights: Path) -> list[str]:

@@ -13,6 +13,7 @@ from pydantic import ByteSize, Field
 
 from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
+from modelpool.backends.managed.tokenizing import VllmTokenizer
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.sources import files_size
 from modelpool.tasks import Task
@@ -59,9 +60,9 @@ class VllmOptions(ManagedOptions):
     """Appended to the command line as they are."""
 
 
-class VllmServeBackend(ManagedServerBackend):
+class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
     Options = VllmOptions
-    capabilities = replace(MANAGED_CAPABILITIES, default_tasks=frozenset({Task.CHAT, Task.COMPLETION}))
+    capabilities = replace(MANAGED_CAPABILITIES, default_tasks=frozenset({Task.CHAT, Task.COMPLETION}), tokenizer=True)
     """A generative model by default; an embedding one is declared with `tasks: [embedding]`."""
     overridable = frozenset({"max_model_len", "gpu_memory_utilization", "max_num_seqs", "extra_args"})
     options: VllmOptions

@@ -210,6 +210,7 @@ async def _stream_chunks(
     """Upstream stream events → our chunks. The finish reason is held back until the usage
     event that follows it, so our last chunk carries both, as backends' last chunks do."""
     finish: str | None = None
+    stop: str | None = None
     usage: Usage | None = None
     pieces = 0
     async for event in events:
@@ -220,7 +221,8 @@ async def _stream_chunks(
                 pieces += 1
                 yield chunk
             finish = choice.get("finish_reason") or finish
-    yield GenerationChunk(finish_reason=finish or "stop", usage=usage or _counted(pieces))
+            stop = stop_string(choice) or stop
+    yield GenerationChunk(finish_reason=finish or "stop", usage=usage or _counted(pieces), stop_sequence=stop)
 
 
 def chat_chunks(events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[GenerationChunk, None]:
@@ -258,13 +260,25 @@ def chat_whole(payload: dict[str, Any]) -> list[GenerationChunk]:
     logprobs = _chat_logprobs(choice.get("logprobs"))
     calls = _call_pieces(message.get("tool_calls"))
     answer = GenerationChunk(text=text, reasoning=reasoning, logprobs=logprobs, tool_calls=calls)
-    return [answer, GenerationChunk(finish_reason=choice.get("finish_reason") or "stop", usage=usage_of(payload))]
+    return [answer, _finish(choice, payload)]
 
 
 def completion_whole(payload: dict[str, Any]) -> list[GenerationChunk]:
     choice = _first_choice(payload)
     answer = GenerationChunk(text=choice.get("text") or "", logprobs=_completion_logprobs(choice.get("logprobs")))
-    return [answer, GenerationChunk(finish_reason=choice.get("finish_reason") or "stop", usage=usage_of(payload))]
+    return [answer, _finish(choice, payload)]
+
+
+def _finish(choice: dict[str, Any], payload: dict[str, Any]) -> GenerationChunk:
+    reason = choice.get("finish_reason") or "stop"
+    return GenerationChunk(finish_reason=reason, usage=usage_of(payload), stop_sequence=stop_string(choice))
+
+
+def stop_string(choice: dict[str, Any]) -> str | None:
+    """The stop string that ended a choice, where the upstream says (vLLM's `stop_reason`;
+    an int there is a stop token, which is not a stop sequence)."""
+    value = choice.get("stop_reason")
+    return value if isinstance(value, str) else None
 
 
 def _first_choice(payload: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from modelpool.backends import hf_tokens
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
@@ -29,7 +30,15 @@ from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
-from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, SamplingParams, TokenLogprob, Usage
+from modelpool.inference import (
+    ChatRequest,
+    CompletionRequest,
+    GenerationChunk,
+    SamplingParams,
+    TokenLogprob,
+    TokenPiece,
+    Usage,
+)
 from modelpool.tasks import Task
 from modelpool.tools.grammar import grammar_param, output_grammar
 from modelpool.tools.parsers import make_parser
@@ -75,6 +84,7 @@ class TransformersBackend(DeclaredBackend):
         prompt_scoring=True,
         tools=True,
         structured_output=True,
+        tokenizer=True,
     )
     overridable = frozenset(
         {"max_batch_size", "max_batch_tokens", "prefill_chunk", "prefill_rows", "max_model_len", "dtype"}
@@ -133,17 +143,7 @@ class TransformersBackend(DeclaredBackend):
         self._require_engine()
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        tokenizer = self._require_tokenizer()
-        processor_template = self._processor.chat_template if self._processor is not None else None
-        source = self.options.chat_template or processor_template or tokenizer.chat_template
-        if not isinstance(source, str):
-            raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param="model")
-        plan = plan_chat(
-            request,
-            template_source=source,
-            configured_parser=self.model.tool_parser,
-            constrain_auto=self.model.constrained_auto_tools,
-        )
+        plan = self._plan_chat(request, "model")
         images = [image.image for message in request.messages for image in message.images]
         vision: dict[str, Any] | None = None
         if images:
@@ -176,6 +176,25 @@ class TransformersBackend(DeclaredBackend):
 
     async def tokenize(self, text: str) -> list[int]:
         return await self._encode(text)
+
+    # ----- tokenizer (POST /tokenize, /detokenize) -------------------------------------
+
+    async def encode_text(self, text: str, add_special_tokens: bool) -> list[int]:
+        return await self._tokenizer_thread.call(hf_tokens.encode, self._require_tokenizer(), text, add_special_tokens)
+
+    async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
+        plan = self._plan_chat(request, "messages")
+        variables = request.template_kwargs
+        return await self._tokenizer_thread.call(self._render_chat, plan, variables, add_generation_prompt)
+
+    async def decode_tokens(self, ids: list[int]) -> str:
+        return await self._tokenizer_thread.call(hf_tokens.decode, self._require_tokenizer(), ids)
+
+    async def token_pieces(self, ids: list[int]) -> list[TokenPiece] | None:
+        return await self._tokenizer_thread.call(hf_tokens.pieces, self._require_tokenizer(), ids)
+
+    async def max_model_len(self) -> int | None:
+        return self._max_len
 
     async def start_token(self) -> int | None:
         bos = self._require_tokenizer().bos_token_id
@@ -240,8 +259,24 @@ class TransformersBackend(DeclaredBackend):
         grammar_tokenizer = from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=eos[0])
         return GrammarCompiler(grammar_tokenizer, vocab_size, eos, eos[0])
 
-    def _render_chat(self, plan: ChatPlan, template_kwargs: Mapping[str, Any]) -> list[int]:
-        return chat_prompt_ids(self._require_tokenizer(), plan, self.options.chat_template, template_kwargs)
+    def _plan_chat(self, request: ChatRequest, param: str) -> ChatPlan:
+        tokenizer = self._require_tokenizer()
+        processor_template = self._processor.chat_template if self._processor is not None else None
+        source = self.options.chat_template or processor_template or tokenizer.chat_template
+        if not isinstance(source, str):
+            raise InvalidRequest(f"model '{self.model.id}' has no chat template; use /v1/completions", param=param)
+        return plan_chat(
+            request,
+            template_source=source,
+            configured_parser=self.model.tool_parser,
+            constrain_auto=self.model.constrained_auto_tools,
+        )
+
+    def _render_chat(
+        self, plan: ChatPlan, template_kwargs: Mapping[str, Any], add_generation_prompt: bool = True
+    ) -> list[int]:
+        tokenizer, template = self._require_tokenizer(), self.options.chat_template
+        return chat_prompt_ids(tokenizer, plan, template, template_kwargs, add_generation_prompt)
 
     async def _encode(self, text: str) -> list[int]:
         return await self._tokenizer_thread.call(encode_text, self._require_tokenizer(), text)

@@ -413,7 +413,8 @@ class ContinuousBatcher:
         if not hit_stop:
             tail, hit = seq.stops.feed(seq.detok.flush())
             tail += "" if hit else seq.stops.flush()
-        seq.out.put(GenerationChunk(tail, tuple(seq.pending), reason, Usage(len(seq.prompt), len(seq.generated))))
+        usage = Usage(len(seq.prompt), len(seq.generated))
+        seq.out.put(GenerationChunk(tail, tuple(seq.pending), reason, usage, stop_sequence=seq.stops.matched))
         seq.out.end()
         seq.done = True
 

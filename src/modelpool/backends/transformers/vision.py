@@ -41,7 +41,11 @@ def load_vision_model(path: Path, dtype: Any, trust_remote_code: bool, model_id:
 
 
 def render_chat_text(
-    renderer: Any, plan: ChatPlan, chat_template: str | None, template_kwargs: Mapping[str, Any]
+    renderer: Any,
+    plan: ChatPlan,
+    chat_template: str | None,
+    template_kwargs: Mapping[str, Any],
+    add_generation_prompt: bool = True,
 ) -> str:
     """The chat as text, by a tokenizer's or a processor's `apply_chat_template` (the same
     call on both); a template that refuses the messages is the request's fault."""
@@ -52,7 +56,7 @@ def render_chat_text(
             plan.messages,
             tools=plan.tools,
             tokenize=False,
-            add_generation_prompt=True,
+            add_generation_prompt=add_generation_prompt,
             chat_template=chat_template,
             **dict(template_kwargs),
         )
@@ -86,10 +90,15 @@ def render_with_images(
 
 
 def chat_prompt_ids(
-    tokenizer: Any, plan: ChatPlan, chat_template: str | None, template_kwargs: Mapping[str, Any]
+    tokenizer: Any,
+    plan: ChatPlan,
+    chat_template: str | None,
+    template_kwargs: Mapping[str, Any],
+    add_generation_prompt: bool = True,
 ) -> list[int]:
     """A text-only chat rendered by the tokenizer's (or the configured) template, as ids."""
-    return encode_text(tokenizer, render_chat_text(tokenizer, plan, chat_template, template_kwargs))
+    text = render_chat_text(tokenizer, plan, chat_template, template_kwargs, add_generation_prompt)
+    return encode_text(tokenizer, text)
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:

@@ -1,0 +1,131 @@
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API on every
+chat model of the pool, so Anthropic's SDKs and the agents built on them (pointed here by
+ANTHROPIC_BASE_URL) work unchanged. Errors on these paths are in Anthropic's shape
+(`api.errors.shaped_error`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
+from modelpool.api.messages_wire import (
+    PING,
+    BlockStream,
+    MessageMeta,
+    message_end,
+    message_json,
+    message_start,
+    with_error_events,
+)
+from modelpool.api.schemas.messages import ConversationBody, MessagesBody
+from modelpool.api.sse import EventStreamResponse
+from modelpool.errors import ContextLengthExceeded, InvalidRequest
+from modelpool.inference import ChatRequest, GenerationChunk, SamplingParams, Usage
+from modelpool.runtime.call import CallOptions
+from modelpool.runtime.generation import collect
+from modelpool.runtime.lease import LeasedStream
+from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.tokenization import TokenizeJob
+from modelpool.tasks import Task
+
+router = APIRouter()
+
+
+@router.post("/v1/messages", response_model=None)
+async def create_message(body: MessagesBody, request: Request) -> Response:
+    note_model(request, body.model)
+    pool = pool_of(request)
+    chat = body.to_request(body.sampling(pool.sampling_defaults(body.model)), streamed=body.stream)
+    stream, capped = await unless_disconnected(request, _open(pool, body.model, chat, body.call_options()))
+    meta = MessageMeta(stream.model_id)
+
+    def metrics() -> dict[str, Any]:
+        return metrics_field(request, body.return_metrics, stream.timing)
+
+    if body.stream:
+        events = _events(stream, meta, body.shows_thinking(), capped, metrics)
+        # Errors are Anthropic `error` events already, so the OpenAI fallback never runs.
+        return EventStreamResponse(with_error_events(events), on_close=stream.aclose)
+    async with stream:
+        generation = await unless_disconnected(request, collect(stream))
+    if capped and generation.finish_reason == "length":
+        generation = replace(generation, finish_reason="context_full")
+    return JSONResponse(message_json(meta, generation, body.shows_thinking(), **metrics()))
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(body: ConversationBody, request: Request) -> dict[str, int]:
+    note_model(request, body.model)
+    chat = body.to_request(SamplingParams(max_tokens=1, temperature=0.0), streamed=False)
+    count = await unless_disconnected(request, _prompt_tokens(pool_of(request), body.model, chat, body.call_options()))
+    return {"input_tokens": count}
+
+
+async def _prompt_tokens(pool: ModelPool, model: str, chat: ChatRequest, options: CallOptions) -> int:
+    """The tokens of the prompt a real call would feed the model (its `usage.input_tokens`).
+    By the model's tokenizer, which renders the chat template with the tools and template
+    variables as generation does, when it has one; else (images, whose tokens the projector
+    makes at generation time; upstreams, whose tokenizer is not here) by running the prompt
+    with max_tokens=1 and reading the usage the engine reports: dearer, but exact."""
+    capabilities = pool.status(model).capabilities
+    text_only = not any(message.images for message in chat.messages)
+    if Task.CHAT in capabilities.tasks and capabilities.declared.tokenizer and text_only:
+        return len((await pool.tokenize(model, TokenizeJob(chat=chat), options)).ids)
+    async with await pool.chat(model, chat, options) as stream:
+        generation = await collect(stream)
+    if generation.usage.prompt_tokens <= 0:  # an upstream that reports no usage
+        raise InvalidRequest(f"model '{model}' does not report its prompt's token count", param="model")
+    return generation.usage.prompt_tokens
+
+
+async def _open(
+    pool: ModelPool, model: str, chat: ChatRequest, options: CallOptions
+) -> tuple[LeasedStream[GenerationChunk], bool]:
+    """The generation, and whether `max_tokens` was capped to the room the context has left.
+    Anthropic's clients treat max_tokens as a ceiling and set it high (agents send 32000);
+    where the pool refuses one past the model's context, ask for "until the context is
+    full" instead, which is less than that ceiling."""
+    try:
+        return await pool.chat(model, chat, options), False
+    except ContextLengthExceeded as exc:
+        if exc.param != "max_tokens":
+            raise  # the prompt itself does not fit
+    uncapped = replace(chat, sampling=replace(chat.sampling, max_tokens=None))
+    return await pool.chat(model, uncapped, options), True
+
+
+async def _events(
+    stream: LeasedStream[GenerationChunk],
+    meta: MessageMeta,
+    show_thinking: bool,
+    capped: bool,
+    metrics_of: Callable[[], dict[str, Any]],
+) -> AsyncIterator[bytes]:
+    yield message_start(meta)
+    yield PING
+    blocks = BlockStream(show_thinking)
+    usage, finish_reason, stop = Usage(0, 0), None, None
+    async for chunk in stream:
+        if chunk.reasoning:
+            for item in blocks.thinking(chunk.reasoning):
+                yield item
+        if chunk.text:
+            for item in blocks.text(chunk.text):
+                yield item
+        for piece in chunk.tool_calls:
+            for item in blocks.call_piece(piece):
+                yield item
+        usage, finish_reason = chunk.usage or usage, chunk.finish_reason or finish_reason
+        stop = chunk.stop_sequence or stop
+    await stream.aclose()  # the turn goes back before the last event, so its timing is final
+    for item in blocks.close():
+        yield item
+    if capped and finish_reason == "length":
+        finish_reason = "context_full"
+    for item in message_end(finish_reason, stop, usage, **metrics_of()):
+        yield item

@@ -1,0 +1,72 @@
+"""Which file holds which source: file names made from raw source ids, and the identity
+sidecar (`sources.json`) that maps each file back to the raw id it holds.
+
+A file name is the source id sanitised for any filesystem (`room/1` → `room_1.jsonl`), so
+two ids can sanitise alike (`room/1`, `room:1`). The second gets its own file
+(`room_1-2.jsonl`), and only the sidecar says whose each file is: raw ids never have to be
+recovered from file names. Names are compared case-insensitively, as macOS and Windows
+filesystems compare them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from modelpool.errors import ConfigError
+
+SIDECAR = "sources.json"
+SUFFIX = ".jsonl"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_STEM_MAX = 64
+
+
+def file_stem(source_id: str) -> str:
+    """A name that is safe on every filesystem: no separators, no dots (so no `..`, no
+    hidden files), bounded length."""
+    return _UNSAFE.sub("_", source_id).strip("_")[:_STEM_MAX] or "source"
+
+
+def unused_name(source_id: str, taken: set[str]) -> str:
+    """The sanitised file name for `source_id`, numbered past every name in `taken`
+    (case-folded names)."""
+    stem = file_stem(source_id)
+    name, number = f"{stem}{SUFFIX}", 1
+    while name.casefold() in taken:
+        number += 1
+        name = f"{stem}-{number}{SUFFIX}"
+    return name
+
+
+def read_sidecar(directory: Path) -> dict[str, str]:
+    """File name → raw source id. A sidecar that cannot be read stops the store: guessing
+    ids from file names would attribute transcripts to the wrong source, and writing a new
+    sidecar over it would lose the mapping for good."""
+    path = directory / SIDECAR
+    if not path.exists():
+        return {}
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise TypeError("`files` must map file names to source ids")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"the transcript store's identity file {path} is unreadable ({exc}); "
+                          "repair it or move the transcript directory aside") from None  # fmt: skip
+    return {str(name): source for name, source in files.items() if _is_own_name(str(name))}
+
+
+def write_sidecar(directory: Path, files: dict[str, str]) -> None:
+    """Written whole to a temporary file and renamed over the old one, so a crash leaves
+    either the old mapping or the new one, never half of one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    temporary = directory / f".{SIDECAR}.tmp"
+    temporary.write_text(json.dumps({"version": 1, "files": files}, indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(temporary, directory / SIDECAR)
+
+
+def _is_own_name(name: str) -> bool:
+    """Only plain names this module could have made: a hand-edited sidecar must not point
+    the store at files outside its directory."""
+    return name.endswith(SUFFIX) and "/" not in name and "\\" not in name and not name.startswith(".")

@@ -1,0 +1,232 @@
+"""MCP tools over the pool: list_models, chat, embed, rerank, transcribe, speak.
+
+Each tool builds the same wire body the HTTP route validates (ChatCompletionBody,
+EmbeddingsBody, ...) and calls the pool as that route does, so a request means the same
+over MCP as over HTTP, with the same checks and the same errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import AudioContent, CallToolResult
+from pydantic import BaseModel, Field
+
+from modelpool.api.routes.models import model_json
+from modelpool.api.schemas.chat import ChatCompletionBody
+from modelpool.api.schemas.embeddings import EmbeddingsBody
+from modelpool.api.schemas.rerank import RerankBody
+from modelpool.api.schemas.speech import AudioFormat, SpeechBody
+from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
+from modelpool.config.schema import ServerConfig
+from modelpool.errors import InvalidRequest
+from modelpool.inference import TranscriptionRequest
+from modelpool.mcp_server.audio_input import read_audio
+from modelpool.mcp_server.transcripts import TranscriptStore
+from modelpool.runtime.call import CallOptions
+from modelpool.runtime.generation import collect
+from modelpool.runtime.pool import ModelPool, SpeechAudio
+
+Model = Annotated[str, Field(description="A model id or alias (see list_models)")]
+AllowRemote = Annotated[bool, Field(description="Accept a remote upstream serving this model")]
+AudioBase64 = Annotated[str | None, Field(description="The audio file's bytes, base64 (or a data: URI)")]
+AudioPath = Annotated[str | None, Field(description="An audio file under server.allowed_local_media_dirs")]
+TranscriptSource = Annotated[
+    str | None, Field(description="Also add the segments to the transcript store under this source id")
+]
+TranscriptStart = Annotated[
+    float, Field(description="Added to the segments' times when stored: the source's clock at the audio's start")
+]
+Deterministic = Annotated[bool, Field(description="No sampling noise: the same text gives the same audio")]
+
+
+class ChatTurn(BaseModel):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class ChatReply(BaseModel):
+    model: str
+    text: str
+    reasoning: str = ""
+    finish_reason: str
+    usage: Usage
+
+
+class Embeddings(BaseModel):
+    model: str
+    dimensions: int
+    embeddings: list[list[float]]
+    prompt_tokens: int
+
+
+class Ranked(BaseModel):
+    index: int
+    relevance_score: float
+    document: str
+
+
+class Reranking(BaseModel):
+    model: str
+    results: list[Ranked]
+    """Best first."""
+
+
+class TimedText(BaseModel):
+    start: float
+    end: float
+    text: str
+
+
+class Transcript(BaseModel):
+    model: str
+    text: str
+    language: str
+    duration_s: float
+    segments: list[TimedText]
+    stored_under: str | None = None
+    """The transcript source its segments were added to, if any."""
+
+
+class ModelList(BaseModel):
+    models: list[dict[str, Any]]
+    """As GET /v1/models lists them: id, state, tasks, aliases, capabilities, ..."""
+
+
+def add_pool_tools(server: MCPServer[Any], pool: ModelPool, store: TranscriptStore, config: ServerConfig) -> None:
+    async def list_models() -> ModelList:
+        """Every model this server serves, with its state, tasks and capabilities."""
+        return ModelList(models=[model_json(status) for status in pool.statuses()])
+
+    async def chat(
+        model: Model,
+        messages: Annotated[list[ChatTurn], Field(min_length=1)],
+        max_tokens: Annotated[int | None, Field(ge=1)] = None,
+        temperature: Annotated[float | None, Field(ge=0, le=2)] = None,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        allow_remote: AllowRemote = False,
+    ) -> ChatReply:
+        """A chat model's reply to `messages`."""
+        fields = {"max_tokens": max_tokens, "temperature": temperature, "seed": seed, "stop": stop}
+        body = ChatCompletionBody.model_validate({
+            "model": model, "messages": [turn.model_dump() for turn in messages], "allow_remote": allow_remote,
+            **{name: value for name, value in fields.items() if value is not None},
+        })  # fmt: skip
+        request = body.to_request(pool.sampling_defaults(model))
+        stream = await pool.chat(model, request, body.call_options())
+        async with stream:
+            generation = await collect(stream)
+        usage = Usage(prompt_tokens=generation.usage.prompt_tokens,
+                      completion_tokens=generation.usage.completion_tokens)  # fmt: skip
+        return ChatReply(model=stream.model_id, text=generation.text, reasoning=generation.reasoning,
+                         finish_reason=generation.finish_reason, usage=usage)  # fmt: skip
+
+    async def embed(
+        model: Model, input: Annotated[list[str], Field(min_length=1)], allow_remote: AllowRemote = False
+    ) -> Embeddings:
+        """One embedding vector per input text, in order."""
+        body = EmbeddingsBody.model_validate({"model": model, "input": input, "allow_remote": allow_remote})
+        result, _ = await pool.embed(model, body.to_request(), body.call_options())
+        vectors: list[list[float]] = result.vectors.tolist()
+        return Embeddings(model=pool.model_id(model), dimensions=result.vectors.shape[1], embeddings=vectors,
+                          prompt_tokens=result.prompt_tokens)  # fmt: skip
+
+    async def rerank(
+        model: Model,
+        query: str,
+        documents: Annotated[list[str], Field(min_length=1)],
+        top_n: Annotated[int | None, Field(ge=1, description="Keep the best this many (default: all)")] = None,
+        allow_remote: AllowRemote = False,
+    ) -> Reranking:
+        """The documents ordered by relevance to the query (a reranker, or an embedding
+        model's cosine similarity)."""
+        body = RerankBody.model_validate({"model": model, "query": query, "documents": documents,
+                                          "top_n": top_n, "allow_remote": allow_remote})  # fmt: skip
+        scores, _ = await pool.score_pairs(model, body.to_request(), body.call_options())
+        ranked = sorted(range(len(documents)), key=lambda i: scores.scores[i], reverse=True)
+        results = [Ranked(index=i, relevance_score=scores.scores[i], document=documents[i]) for i in ranked]
+        return Reranking(model=pool.model_id(model), results=results[:top_n] if top_n else results)
+
+    async def transcribe(
+        model: Model,
+        audio_base64: AudioBase64 = None,
+        path: AudioPath = None,
+        language: str | None = None,
+        prompt: str | None = None,
+        transcript_source: TranscriptSource = None,
+        transcript_start: TranscriptStart = 0.0,
+        allow_remote: AllowRemote = False,
+    ) -> Transcript:
+        """Speech to text, with timed segments. Give the audio as `audio_base64` or `path`."""
+        upload = await read_audio(audio_base64, path, config)
+        job = TranscriptionRequest(language=language, prompt=prompt)
+        try:
+            transcription = await pool.transcribe(model, upload, job, CallOptions(allow_remote=allow_remote))
+        except InvalidRequest as exc:
+            if exc.param == "file":  # the HTTP route's name for the audio: name this tool's
+                exc.param = "path" if path is not None else "audio_base64"
+            raise
+        async with transcription.segments as stream:
+            segments = [segment async for segment in stream]
+        if transcript_source is not None:  # a file append: off the event loop
+            await asyncio.to_thread(store.add_segments, transcript_source, segments, transcript_start)
+        return Transcript(
+            model=transcription.segments.model_id,
+            text="".join(s.text for s in segments).strip(),
+            language=segments[0].language if segments else (language or "en"),
+            duration_s=round(transcription.audio_seconds, 3),
+            segments=[TimedText(start=s.start, end=s.end, text=s.text) for s in segments],
+            stored_under=transcript_source,
+        )
+
+    async def speak(
+        model: Model,
+        text: Annotated[str, Field(min_length=1, pattern=r"\S")],
+        voice: str | None = None,
+        format: AudioFormat = "wav",
+        speed: Annotated[float, Field(ge=0.25, le=4.0)] = 1.0,
+        deterministic: Deterministic = False,
+        allow_remote: AllowRemote = False,
+    ) -> CallToolResult:
+        """Text to speech: the audio as base64 (an audio content block), with its format
+        and length as structured content."""
+        body = SpeechBody.model_validate({"model": model, "input": text, "voice": voice, "response_format": format,
+                                          "speed": speed, "deterministic": deterministic,
+                                          "allow_remote": allow_remote})  # fmt: skip
+        audio = await pool.speak(model, body.to_request(), body.call_options())
+        data, samples = await _encoded(audio, format)
+        about = {"model": audio.chunks.model_id, "format": format, "media_type": MEDIA_TYPES[format],
+                 "sample_rate": audio.sample_rate, "duration_s": round(samples / audio.sample_rate, 3),
+                 "bytes": len(data)}  # fmt: skip
+        content = AudioContent(data=base64.b64encode(data).decode("ascii"), mime_type=MEDIA_TYPES[format])
+        return CallToolResult(content=[content], structured_content=about)
+
+    for tool in (list_models, chat, embed, rerank, transcribe, speak):
+        server.add_tool(tool)
+
+
+async def _encoded(audio: SpeechAudio, response_format: str) -> tuple[bytes, int]:
+    """The whole audio file, and how many samples it holds."""
+    encoder, parts, samples = AudioEncoder(response_format, audio.sample_rate), list[bytes](), 0
+    async with audio.chunks as chunks:
+        async for pcm in chunks:
+            samples += len(pcm)
+            parts.append(encoder.encode(pcm))
+    data = b"".join([*parts, encoder.finish()])
+    return (_sized_wav(data) if response_format == "wav" else data), samples
+
+
+def _sized_wav(data: bytes) -> bytes:
+    """The encoder streams WAV with its sizes unknown (all ones); a whole file gets the real
+    ones, which every reader accepts."""
+    riff, chunk = len(data) - 8, len(data) - 44
+    return data[:4] + riff.to_bytes(4, "little") + data[8:40] + chunk.to_bytes(4, "little") + data[44:]

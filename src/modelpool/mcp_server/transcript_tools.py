@@ -1,0 +1,53 @@
+"""MCP tools over the transcript store, named as an XR agent stack's transcript server
+names them: add_transcript, query_transcripts, list_sources, get_transcript_stats."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel, Field
+
+from modelpool.mcp_server.transcripts import MAX_LIMIT, SourceStats, StoreStats, TranscriptEntry, TranscriptStore
+
+SourceId = Annotated[str, Field(min_length=1, max_length=256, description="Any string: a participant, a room, ...")]
+Seconds = Annotated[float, Field(description="Seconds on the source's clock (Unix time for live sources)")]
+
+
+class Found(BaseModel):
+    entries: list[TranscriptEntry]
+    """Oldest first."""
+
+
+class Sources(BaseModel):
+    sources: list[SourceStats]
+
+
+def add_transcript_tools(server: MCPServer[Any], store: TranscriptStore) -> None:
+    async def add_transcript(
+        source_id: SourceId, text: str, start: Seconds, end: Seconds, speaker: str | None = None
+    ) -> TranscriptEntry:
+        """Store one utterance of a source."""
+        return await asyncio.to_thread(store.add, source_id, text, start, end, speaker)
+
+    async def query_transcripts(
+        source_id: SourceId | None = None,
+        text: Annotated[str | None, Field(description="Only entries containing this (any case)")] = None,
+        since: Annotated[float | None, Field(description="Only entries ending at or after this time")] = None,
+        until: Annotated[float | None, Field(description="Only entries starting at or before this time")] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="The latest this many matches")] = 100,
+    ) -> Found:
+        """Stored transcript entries, of one source or all, filtered; oldest first."""
+        return Found(entries=store.query(source_id, text, since, until, limit))
+
+    async def list_sources() -> Sources:
+        """Every source with transcripts: its entry count, time span and speakers."""
+        return Sources(sources=store.sources())
+
+    async def get_transcript_stats() -> StoreStats:
+        """Totals over the store (sources, entries, spoken seconds, time span) and per source."""
+        return store.stats()
+
+    for tool in (add_transcript, query_transcripts, list_sources, get_transcript_stats):
+        server.add_tool(tool)

@@ -1,0 +1,33 @@
+"""A modelpool app served by uvicorn on 127.0.0.1 (a free port) inside the test's event
+loop, for clients that must talk over a real socket (the MCP SDK's own HTTP client)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from tests.polling import until
+
+
+@contextlib.asynccontextmanager
+async def live_server(app: FastAPI) -> AsyncIterator[str]:
+    """Serve `app` (running its lifespan) while the block runs; yields its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        await until(lambda: server.started or task.done(), "uvicorn to start", timeout_s=60)
+        if task.done():
+            task.result()  # start-up failed: raise why
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
