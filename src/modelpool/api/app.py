@@ -13,9 +13,20 @@ from modelpool.api.auth import KeyRing, RequireKeys
 from modelpool.api.cors import add_cors
 from modelpool.api.errors import install_error_handlers
 from modelpool.api.middleware import BodyLimit, RequestContext
-from modelpool.api.routes import admin, audio, chat, completions, embeddings, health, models, rerank, responses, scoring
-from modelpool.api.routes import messages as anthropic_messages
-from modelpool.api.routes import tokenize as tokenization
+from modelpool.api.routes import (
+    admin,
+    audio,
+    chat,
+    completions,
+    embeddings,
+    health,
+    messages,
+    models,
+    rerank,
+    responses,
+    scoring,
+    tokenize,
+)
 from modelpool.config.schema import Config
 from modelpool.mcp_server import transcript_dir
 from modelpool.mcp_server.server import mount_mcp, running
@@ -47,10 +58,9 @@ def create_app(config: Config, pool: ModelPool | None = None, keys: KeyRing | No
     app.state.config = config
     app.state.responses = ResponseStore(config.server.response_store_size)
     install_error_handlers(app)
-    for module in (chat, completions, responses, embeddings, rerank, audio, scoring, models, health, admin):
+    inference = (chat, completions, responses, messages, embeddings, rerank, tokenize, audio, scoring)
+    for module in (*inference, models, health, admin):
         app.include_router(module.router)
-    app.include_router(anthropic_messages.router)
-    app.include_router(tokenization.router)
     app.state.transcripts = TranscriptStore(transcript_dir(config))
     app.state.mcp = mount_mcp(app, config) if config.server.mcp else None
     app.add_middleware(

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -79,7 +79,15 @@ from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
 B = TypeVar("B", bound=Backend)
+R = TypeVar("R", bound="_Counted")
 DEFAULT_CALL = CallOptions()
+
+
+class _Counted(Protocol):
+    """A result that says how many prompt tokens it took."""
+
+    @property
+    def prompt_tokens(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -291,36 +299,35 @@ class ModelPool:
         self, name: str, request: EmbeddingRequest, options: CallOptions = DEFAULT_CALL
     ) -> tuple[EmbeddingResult, RequestTiming]:
         slot = self.slot_for(name, Task.EMBEDDING, options)
-        async with await slot.lease(EmbeddingBackend, self.model_wait_s, options.keep_alive) as lease:
-            try:
-                result = await embed_on(lease, slot.embedding_cache, request)
-            finally:
-                lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
-        lease.timing.prompt_tokens = result.prompt_tokens
-        self.metrics.observe_timing(slot.id, lease.timing)
-        return result, lease.timing
+        return await self._timed(slot, EmbeddingBackend, options,
+                                 lambda lease: embed_on(lease, slot.embedding_cache, request))  # fmt: skip
 
     async def score_pairs(
         self, name: str, request: PairScoreRequest, options: CallOptions = DEFAULT_CALL
     ) -> tuple[PairScores, RequestTiming]:
         """Relevance of each pair (rerank, score): by a reranker (task `rerank`), or by any
         embedding model as the cosine of the two texts' embeddings."""
-        slot = self.slot(name)
-        task = Task.EMBEDDING if Task.EMBEDDING in slot.tasks and Task.RERANK not in slot.tasks else Task.RERANK
-        slot = self.slot_for(name, task, options)
-        lease: Lease[Any]
-        if task is Task.RERANK:
-            async with await slot.lease(PairScoringBackend, self.model_wait_s, options.keep_alive) as lease:
-                try:
-                    result = await cross_encode_on(lease, request)
-                finally:
-                    lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
-        else:
-            async with await slot.lease(EmbeddingBackend, self.model_wait_s, options.keep_alive) as lease:
-                try:
-                    result = await cosine_on(lease, slot.embedding_cache, request)
-                finally:
-                    lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
+        found = self.slot(name)
+        if Task.EMBEDDING in found.tasks and Task.RERANK not in found.tasks:
+            slot = self.slot_for(name, Task.EMBEDDING, options)
+            return await self._timed(slot, EmbeddingBackend, options,
+                                     lambda lease: cosine_on(lease, slot.embedding_cache, request))  # fmt: skip
+        slot = self.slot_for(name, Task.RERANK, options)
+        return await self._timed(slot, PairScoringBackend, options, lambda lease: cross_encode_on(lease, request))
+
+    async def _timed(
+        self,
+        slot: ModelSlot,
+        protocol: type[B],
+        options: CallOptions,
+        run: Callable[[Lease[B]], Awaitable[R]],
+    ) -> tuple[R, RequestTiming]:
+        """`run` on a turn of the model, timed and counted (the result's `prompt_tokens`)."""
+        async with await slot.lease(protocol, self.model_wait_s, options.keep_alive) as lease:
+            try:
+                result = await run(lease)
+            finally:
+                lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
         lease.timing.prompt_tokens = result.prompt_tokens
         self.metrics.observe_timing(slot.id, lease.timing)
         return result, lease.timing
