@@ -166,6 +166,14 @@ class ShuttingDown(ModelpoolError):
     code = "shutting_down"
 
 
+class StoreUnavailable(ModelpoolError):
+    """A store modelpool keeps on disk (transcripts) cannot be written: a full disk, a
+    read-only directory. Logged with the path; the client gets the reason only."""
+
+    status_code = 503
+    code = "store_unavailable"
+
+
 class GenerationFailed(ModelpoolError):
     code = "generation_failed"
 

@@ -200,6 +200,10 @@ class GenerationChunk:
     """On the last chunk: the stop sequence that ended the generation (finish reason
     'stop'), when the engine knows it; None when end-of-sequence ended it (Anthropic's
     API tells the two apart: `stop_sequence` vs `end_turn`)."""
+    prompt_tokens: int | None = None
+    """The first chunk of a local engine: the prompt's token count, known once it is admitted
+    (before any token is generated), for protocols that report it up front (Anthropic's
+    `message_start`). The last chunk's `usage` stays the count to rely on."""
 
 
 @dataclass(frozen=True)

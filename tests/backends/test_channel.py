@@ -87,3 +87,9 @@ def test_tool_call_pieces_and_reasoning_keep_their_own_chunks() -> None:
         GenerationChunk("x"), call, GenerationChunk("y")
     ]  # fmt: skip
     assert merge_chunks([thought, GenerationChunk("z")]) == [thought, GenerationChunk("z")]
+
+
+def test_merging_keeps_the_first_chunks_prompt_count() -> None:
+    """The admission chunk's prompt count survives being merged with the text after it."""
+    merged = merge_chunks([GenerationChunk(prompt_tokens=12), GenerationChunk("a"), GenerationChunk("b")])
+    assert [(c.text, c.prompt_tokens) for c in merged] == [("ab", 12)]

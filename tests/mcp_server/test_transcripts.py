@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from modelpool.errors import ConfigError, InvalidRequest
+from modelpool.errors import ConfigError, InvalidRequest, StoreUnavailable
 from modelpool.inference import Segment
 from modelpool.mcp_server.identity import SIDECAR, file_stem
 from modelpool.mcp_server.transcripts import TranscriptStore
@@ -41,6 +41,8 @@ def test_file_names_are_safe_on_any_filesystem() -> None:
     assert file_stem(".hidden") == "hidden"
     assert file_stem("日本語") == "source"
     assert len(file_stem("x" * 1000)) == 64
+    assert [file_stem(name) for name in ("con", "NUL", "com1", "lpt9", "console")] == [
+        "con_", "NUL_", "com1_", "lpt9_", "console"]  # fmt: skip
 
 
 def test_a_new_store_on_the_same_directory_sees_everything(tmp_path: Path) -> None:
@@ -146,6 +148,7 @@ def test_an_empty_store_writes_nothing_until_the_first_entry(tmp_path: Path) -> 
         ("s", "hi", 2, 1, "end"),
         ("s", "hi", float("nan"), 1, "start"),
         ("s", "hi", 0, float("inf"), "end"),
+        ("s", "x" * 65_537, 0, 1, "text"),
     ],
 )
 def test_bad_entries_are_refused_and_nothing_is_written(
@@ -178,3 +181,18 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
     reopened = TranscriptStore(tmp_path)
     assert reopened.stats().entries == 400 and reopened.stats().skipped_lines == 0
     assert sorted(texts(reopened.query(limit=1000))) == sorted(f"w{w} n{i}" for w in range(8) for i in range(50))
+
+
+def test_a_store_that_cannot_write_says_so_and_keeps_nothing_half_done(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path)
+    store.add("room", "first", 0, 1)
+    # Paths that cannot be written, even by root (tests may run as root, where chmod does not bite).
+    room = tmp_path / f"{file_stem('room')}.jsonl"
+    room.unlink()
+    room.mkdir()
+    (tmp_path / f".{SIDECAR}.tmp").mkdir()  # where a new source's sidecar is written first
+    with pytest.raises(StoreUnavailable, match="cannot be written"):
+        store.add("room", "second", 1, 2)
+    with pytest.raises(StoreUnavailable):
+        store.add("hall", "a new source", 0, 1)
+    assert texts(store.query()) == ["first"]  # what failed to reach the disk is not served from memory

@@ -67,10 +67,12 @@ def message_json(meta: MessageMeta, generation: Generation, show_thinking: bool,
     }
 
 
-def message_start(meta: MessageMeta) -> bytes:
-    # The prompt's token count arrives with the last chunk: message_delta carries it
-    # (its usage counts are totals that replace message_start's, in Anthropic's SDKs).
-    message = {**_envelope(meta, []), "stop_reason": None, "stop_sequence": None, "usage": usage_json(Usage(0, 0))}
+def message_start(meta: MessageMeta, input_tokens: int) -> bytes:
+    """`input_tokens`: the prompt's count as the engine admitted it (0 where an upstream says
+    it only at the end); message_delta carries the final counts, which Anthropic's SDKs take
+    over message_start's."""
+    usage = usage_json(Usage(input_tokens, 0))
+    message = {**_envelope(meta, []), "stop_reason": None, "stop_sequence": None, "usage": usage}
     return event({"type": "message_start", "message": message})
 
 

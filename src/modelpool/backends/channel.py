@@ -105,7 +105,9 @@ def merge_chunks(chunks: list[GenerationChunk]) -> list[GenerationChunk]:
     for chunk in chunks:
         if merged and _joinable(merged[-1], chunk):
             last = merged[-1]
-            merged[-1] = replace(chunk, text=last.text + chunk.text, logprobs=last.logprobs + chunk.logprobs)
+            counted = last.prompt_tokens if last.prompt_tokens is not None else chunk.prompt_tokens
+            merged[-1] = replace(chunk, text=last.text + chunk.text, logprobs=last.logprobs + chunk.logprobs,
+                                 prompt_tokens=counted)  # fmt: skip
         else:
             merged.append(chunk)
     return merged

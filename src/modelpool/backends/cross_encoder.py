@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from modelpool.backends.context import BackendContext
-from modelpool.backends.encoder_base import EncoderBackend
+from modelpool.backends.encoder_base import EncoderBackend, EncoderOptions
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.torch_device import pick_device
 from modelpool.capabilities import Capabilities
@@ -29,20 +29,12 @@ if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
 
 
-class CrossEncoderOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    device: str = "cpu"
-    """torch device: cpu, cuda, cuda:N, mps, or auto (CUDA, then MPS, then CPU)."""
-    batch_size: int = Field(default=32, ge=1)
-    """Pairs scored per forward pass."""
+class CrossEncoderOptions(EncoderOptions):
     max_length: int | None = Field(default=None, ge=8)
     """Override the model's maximum pair length in tokens."""
     activation: Literal["model", "sigmoid", "identity"] = "model"
     """Applied to the logit: the model's own choice (saved with it; sigmoid when it names
     none), sigmoid (scores in 0..1), or identity (raw logits)."""
-    trust_remote_code: bool = False
-    """Allow custom model code shipped with the weights."""
 
 
 class CrossEncoderBackend(EncoderBackend):
@@ -57,6 +49,7 @@ class CrossEncoderBackend(EncoderBackend):
 
     async def start(self) -> None:
         require_engine(self.model.id, ("sentence_transformers",), "rerank")
+        _require_modular_cross_encoder(self.model.id)
         path = await locate(self.model, self.hub)
         self._engine = await self._thread.call(self._load, str(path))
 
@@ -143,6 +136,18 @@ class CrossEncoderBackend(EncoderBackend):
     def _require_model(self) -> CrossEncoder:
         ce: CrossEncoder = self._loaded()
         return ce
+
+
+def _require_modular_cross_encoder(model_id: str) -> None:
+    """Encoding pairs as `predict` does needs the modular CrossEncoder (`preprocess`, a
+    forward giving `scores`) of sentence-transformers 6; older ones fail mid-request."""
+    from sentence_transformers import CrossEncoder, __version__
+
+    if not hasattr(CrossEncoder, "preprocess"):
+        raise ModelLoadFailed(
+            f"model '{model_id}': the cross_encoder backend needs sentence-transformers>=6 (installed: {__version__}); "
+            "pip install -U 'sentence-transformers>=6'"
+        )
 
 
 def _padded(values: tuple[int, ...], fill: int, width: int, left: bool) -> list[int]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from modelpool.backends import hf_tokens
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
@@ -16,6 +18,17 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.inference import ChatRequest, TokenPiece
+
+
+class EncoderOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    device: str = "cpu"
+    """torch device: cpu, cuda, cuda:N, mps, or auto (CUDA, then MPS, then CPU)."""
+    batch_size: int = Field(default=32, ge=1)
+    """Inputs (texts, or pairs for a reranker) per forward pass."""
+    trust_remote_code: bool = False
+    """Allow custom model code shipped with the weights."""
 
 
 class EncoderBackend(DeclaredBackend):

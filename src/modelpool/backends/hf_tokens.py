@@ -27,11 +27,23 @@ def decode(tokenizer: Any, ids: list[int]) -> str:
 
 def pieces(tokenizer: Any, ids: list[int]) -> list[TokenPiece]:
     spellings: list[str] = tokenizer.convert_ids_to_tokens(ids)
-    byte_level = _decoder_kind(tokenizer) == "ByteLevel"
+    kind = _decoder_kind(tokenizer)
+    if kind == "WordPiece":
+        return [TokenPiece(token, _wordpiece_bytes(spelling, index), spelling)
+                for index, (token, spelling) in enumerate(zip(ids, spellings, strict=True))]  # fmt: skip
     return [
-        TokenPiece(token, _piece_bytes(tokenizer, token, spelling, byte_level), spelling)
+        TokenPiece(token, _piece_bytes(tokenizer, token, spelling, kind == "ByteLevel"), spelling)
         for token, spelling in zip(ids, spellings, strict=True)
     ]
+
+
+def _wordpiece_bytes(spelling: str, index: int) -> bytes:
+    """WordPiece (BERT): `##ing` continues a word; any other token starts one, after a space
+    unless it opens the text. (Decoding also drops the space before punctuation; the pieces
+    keep it, as a word boundary is what the vocabulary says.)"""
+    if spelling.startswith("##"):
+        return spelling[2:].encode("utf-8")
+    return (spelling if index == 0 else f" {spelling}").encode("utf-8")
 
 
 def _piece_bytes(tokenizer: Any, token: int, spelling: str, byte_level: bool) -> bytes:

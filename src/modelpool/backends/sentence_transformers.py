@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from modelpool.backends.context import BackendContext
-from modelpool.backends.encoder_base import EncoderBackend
+from modelpool.backends.encoder_base import EncoderBackend, EncoderOptions
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.torch_device import pick_device
 from modelpool.capabilities import Capabilities
@@ -22,19 +22,11 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 
-class SentenceTransformersOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    device: str = "cpu"
-    """torch device: cpu, cuda, cuda:N, mps, or auto (CUDA, then MPS, then CPU)."""
-    batch_size: int = Field(default=32, ge=1)
-    """Inputs encoded per forward pass."""
+class SentenceTransformersOptions(EncoderOptions):
     normalize: bool = False
     """L2-normalise even when the model's own pipeline has no Normalize step."""
     max_seq_length: int | None = Field(default=None, ge=1)
     """Override the model's maximum input length in tokens."""
-    trust_remote_code: bool = False
-    """Allow custom model code shipped with the weights."""
 
 
 class SentenceTransformersBackend(EncoderBackend):

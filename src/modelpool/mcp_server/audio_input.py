@@ -45,12 +45,16 @@ def _read_allowed(path: Path, config: ServerConfig) -> bytes:
     resolved = path.expanduser().resolve()
     if not any(resolved.is_relative_to(root.expanduser().resolve()) for root in config.allowed_local_media_dirs):
         raise InvalidRequest("audio files may be read only under server.allowed_local_media_dirs", param="path")
+    if resolved.exists() and not resolved.is_file():  # a FIFO or a device would block a thread, or never end
+        raise InvalidRequest("path must name a regular file", param="path")
     try:
-        if resolved.stat().st_size > config.max_upload_bytes:
-            raise _too_large(config, "path")
-        return resolved.read_bytes()
+        with resolved.open("rb") as audio:
+            data = audio.read(config.max_upload_bytes + 1)  # bounded even if the file grows meanwhile
     except OSError as exc:
         raise InvalidRequest(f"the audio file cannot be read: {exc.strerror}", param="path") from None
+    if len(data) > config.max_upload_bytes:
+        raise _too_large(config, "path")
+    return data
 
 
 def _too_large(config: ServerConfig, param: str) -> RequestTooLarge:

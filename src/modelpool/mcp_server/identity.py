@@ -23,10 +23,17 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _STEM_MAX = 64
 
 
+_DEVICE_NAMES = frozenset(
+    {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+)
+"""Names Windows reserves for devices, whatever the extension (`con.jsonl` is the console)."""
+
+
 def file_stem(source_id: str) -> str:
     """A name that is safe on every filesystem: no separators, no dots (so no `..`, no
-    hidden files), bounded length."""
-    return _UNSAFE.sub("_", source_id).strip("_")[:_STEM_MAX] or "source"
+    hidden files), no device name, bounded length."""
+    stem = _UNSAFE.sub("_", source_id).strip("_")[:_STEM_MAX] or "source"
+    return f"{stem}_" if stem.casefold() in _DEVICE_NAMES else stem
 
 
 def unused_name(source_id: str, taken: set[str]) -> str:

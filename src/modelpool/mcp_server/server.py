@@ -104,12 +104,14 @@ def mount_mcp(app: FastAPI, config: Config) -> StreamableHTTPSessionManager:
     return manager
 
 
-def _transport_security(server: ServerConfig) -> TransportSecuritySettings | None:
-    """The SDK's own default: on a loopback bind, only loopback Host headers and loopback
-    (or `server.cors_origins`) Origin headers, so a web page that rebinds its DNS name to
-    127.0.0.1 cannot call tools."""
+def _transport_security(server: ServerConfig) -> TransportSecuritySettings:
+    """On a loopback bind, only loopback Host headers and loopback (or `server.cors_origins`)
+    Origin headers, so a web page that rebinds its DNS name to 127.0.0.1 cannot call tools.
+    Bound elsewhere (clients use the machine's own names, API keys guard it) or with `*`
+    origins, no Host/Origin check: the settings say so explicitly, since the SDK turns its
+    loopback-only check on when given none."""
     if server.host not in _LOOPBACK or "*" in server.cors_origins:
-        return None
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     loopback = [f"http://{host}{port}" for host in _LOOPBACK_HOSTS for port in ("", ":*")]
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,

@@ -39,15 +39,16 @@ def add_transcript_tools(server: MCPServer[Any], store: TranscriptStore) -> None
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="The latest this many matches")] = 100,
     ) -> Found:
         """Stored transcript entries, of one source or all, filtered; oldest first."""
-        return Found(entries=store.query(source_id, text, since, until, limit))
+        # Off the event loop: a query scans a source's entries under the store's lock.
+        return Found(entries=await asyncio.to_thread(store.query, source_id, text, since, until, limit))
 
     async def list_sources() -> Sources:
         """Every source with transcripts: its entry count, time span and speakers."""
-        return Sources(sources=store.sources())
+        return Sources(sources=await asyncio.to_thread(store.sources))
 
     async def get_transcript_stats() -> StoreStats:
         """Totals over the store (sources, entries, spoken seconds, time span) and per source."""
-        return store.stats()
+        return await asyncio.to_thread(store.stats)
 
     for tool in (add_transcript, query_transcripts, list_sources, get_transcript_stats):
         server.add_tool(tool)

@@ -23,12 +23,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from modelpool.errors import InvalidRequest
+from modelpool.errors import InvalidRequest, StoreUnavailable
 from modelpool.inference import Segment
 from modelpool.mcp_server import identity
 
 log = logging.getLogger("modelpool.transcripts")
 MAX_LIMIT = 10_000
+MAX_TEXT = 65_536
+"""Characters of one entry (an utterance; a longer text is a document, not a transcript line)."""
 
 
 class TranscriptEntry(BaseModel):
@@ -37,7 +39,7 @@ class TranscriptEntry(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     source_id: str = Field(min_length=1, max_length=256)
-    text: str = Field(min_length=1)
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
     start: float
     """Seconds on the source's clock."""
     end: float
@@ -120,13 +122,17 @@ class TranscriptStore:
         if not entries:
             return []
         with self._lock:
-            name = self._file_of(source_id)
-            lines = "".join(entry.model_dump_json(exclude={"source_id"}) + "\n" for entry in entries)
-            with (self.directory / name).open("a", encoding="utf-8") as out:
-                if name in self._unterminated:  # a cut-off last line must not swallow the next entry
-                    out.write("\n")
-                    self._unterminated.discard(name)
-                out.write(lines)
+            try:
+                name = self._file_of(source_id)
+                lines = "".join(entry.model_dump_json(exclude={"source_id"}) + "\n" for entry in entries)
+                with (self.directory / name).open("a", encoding="utf-8") as out:
+                    if name in self._unterminated:  # a cut-off last line must not swallow the next entry
+                        out.write("\n")
+                        self._unterminated.discard(name)
+                    out.write(lines)
+            except OSError as exc:  # a full disk, a read-only directory: the store's fault, not the caller's
+                log.error("the transcript store cannot write to %s: %s", self.directory, exc)
+                raise StoreUnavailable(f"the transcript store cannot be written ({exc.strerror})") from None
             self._entries.setdefault(source_id, []).extend(entries)
         return entries
 

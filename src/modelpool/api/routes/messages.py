@@ -106,11 +106,14 @@ async def _events(
     capped: bool,
     metrics_of: Callable[[], dict[str, Any]],
 ) -> AsyncIterator[bytes]:
-    yield message_start(meta)
-    yield PING
     blocks = BlockStream(show_thinking)
     usage, finish_reason, stop = Usage(0, 0), None, None
+    started = False
     async for chunk in stream:
+        if not started:  # the engine's first chunk comes at admission, with the prompt's count
+            started = True
+            yield message_start(meta, chunk.prompt_tokens or 0)
+            yield PING
         if chunk.reasoning:
             for item in blocks.thinking(chunk.reasoning):
                 yield item
@@ -123,6 +126,9 @@ async def _events(
         usage, finish_reason = chunk.usage or usage, chunk.finish_reason or finish_reason
         stop = chunk.stop_sequence or stop
     await stream.aclose()  # the turn goes back before the last event, so its timing is final
+    if not started:
+        yield message_start(meta, usage.prompt_tokens)
+        yield PING
     for item in blocks.close():
         yield item
     if capped and finish_reason == "length":

@@ -26,8 +26,9 @@ class RerankBody(PoolFields):
     documents: list[Text | DocumentObject] = Field(min_length=1, max_length=MAX_DOCUMENTS)
     top_n: int | None = Field(default=None, ge=0)
     """Return the best this many (None or 0: all, as vLLM reads 0)."""
-    return_documents: bool = False
-    """Echo each result's document (`{"text": ...}`, or the object as sent)."""
+    return_documents: bool = True
+    """Echo each result's document (`{"text": ...}`, or the object as sent), as Jina and vLLM
+    do; Cohere's clients send false when they do not want them."""
     truncate: bool = True
     """Cut a pair longer than the model takes (documents are often long); false: a 400."""
 

@@ -111,5 +111,9 @@ TokenizeBody = Annotated[
 ]
 
 
+MAX_DETOKENIZE = 1_000_000
+"""Ids per /detokenize request: far past any context, short of a body that blocks a tokenizer for seconds."""
+
+
 class DetokenizeBody(TokenizeFields):
-    tokens: list[int]
+    tokens: list[int] = Field(max_length=MAX_DETOKENIZE)

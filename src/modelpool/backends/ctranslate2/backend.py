@@ -228,7 +228,7 @@ class CTranslate2Backend(DeclaredBackend):
         check_sampling(sampling, self.model.id, self.options.seeds)
         max_new = tokens_to_generate(len(prompt), sampling.max_tokens, self._max_len, param)
         self._check_ids(tuple(prompt), param)  # a tokenizer may know ids the CT2 vocabulary lacks
-        yield GenerationChunk()  # the request fits: anything after this is the generation itself
+        yield GenerationChunk(prompt_tokens=len(prompt))  # the request fits: what follows is the generation
         if max_new == 0:
             yield GenerationChunk(finish_reason="length", usage=_usage(prompt))
             return

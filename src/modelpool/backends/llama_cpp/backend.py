@@ -214,11 +214,12 @@ class LlamaCppBackend(DeclaredBackend):
     async def decode_tokens(self, ids: list[int]) -> str:
         model = self._require_engine().model
         check_token_ids(ids, model.n_vocab, "tokens")
-        return model.detokenize(ids, special=True).decode("utf-8", errors="replace")
+        return await asyncio.to_thread(lambda: model.detokenize(ids, special=True).decode("utf-8", errors="replace"))
 
     async def token_pieces(self, ids: list[int]) -> list[TokenPiece] | None:
-        model = self._require_engine().model
-        return [TokenPiece(t, model.piece(t, special=True), model.spelling(t)) for t in ids]
+        model = self._require_engine().model  # a ctypes call per id: off the event loop
+        return await asyncio.to_thread(lambda: [TokenPiece(t, model.piece(t, special=True), model.spelling(t))
+                                                for t in ids])  # fmt: skip
 
     async def max_model_len(self) -> int | None:
         return self.options.n_ctx

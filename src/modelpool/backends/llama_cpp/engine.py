@@ -252,7 +252,7 @@ class LlamaEngine:
             chunks.close()
         # The images' cells hold no token: -1 there, so that no later prompt can match them.
         job.history = [-1] * chunks.n_tokens
-        job.channel_put(GenerationChunk())
+        job.channel_put(GenerationChunk(prompt_tokens=job.prompt_tokens))
         if job.max_new == 0:
             job.finish("length", hit_stop=False)
         else:

@@ -91,7 +91,7 @@ class Job(_InEngine):
             for token in self.prompt[-PENALTY_WINDOW:]:
                 llama.llama_sampler_accept(self.sampler, token)
         if self.images is None:
-            self._channel.put(GenerationChunk())
+            self._channel.put(GenerationChunk(prompt_tokens=self.prompt_tokens))
 
     def room(self, n_ctx: int) -> int:
         return tokens_to_generate(self.prompt_tokens, self.sampling.max_tokens, n_ctx, "messages")

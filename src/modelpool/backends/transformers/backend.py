@@ -218,7 +218,7 @@ class TransformersBackend(DeclaredBackend):
     ) -> AsyncGenerator[GenerationChunk, None]:
         engine = self._require_engine()
         max_new = self._check_fits(prompt, sampling.max_tokens, param)
-        yield GenerationChunk()  # the request fits: anything after this is the generation itself
+        yield GenerationChunk(prompt_tokens=len(prompt))  # the request fits: what follows is the generation
         if max_new == 0:
             yield GenerationChunk(finish_reason="length", usage=_usage(prompt, 0))
             return
