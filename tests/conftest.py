@@ -21,8 +21,10 @@ EMBED_MODEL = "all-minilm-l6-v2"
 HF_MODEL = "smollm2-135m-instruct-hf"
 CT2_MODEL = "smollm2-135m-instruct-ct2"
 STT_MODEL = "whisper-tiny.en"
+MULTILINGUAL_STT_MODEL = "whisper-base"
 TTS_MODEL = "piper-en-us-joe"
-STARTER_IDS = {CHAT_MODEL, EMBED_MODEL, HF_MODEL, CT2_MODEL, STT_MODEL, TTS_MODEL}
+KOKORO_MODEL = "kokoro-82m"
+STARTER_IDS = {CHAT_MODEL, EMBED_MODEL, HF_MODEL, CT2_MODEL, STT_MODEL, MULTILINGUAL_STT_MODEL, TTS_MODEL, KOKORO_MODEL}
 BASE_URL = "http://modelpool.test"
 
 

@@ -8,7 +8,8 @@ Nothing maps errors by matching message text.
     ├── ConfigError                     500  server_error / config_error   (raised at start)
     ├── InvalidRequest                  400  invalid_request_error / invalid_value (param named)
     │   ├── ContextLengthExceeded       400  invalid_request_error / context_length_exceeded
-    │   └── UnsupportedTask             400  invalid_request_error / unsupported_task
+    │   ├── UnsupportedTask             400  invalid_request_error / unsupported_task
+    │   └── CommitEmpty                 400  invalid_request_error / input_audio_buffer_commit_empty (live audio)
     ├── AuthenticationFailed            401  authentication_error / invalid_api_key
     ├── PermissionDenied                403  permission_error / insufficient_scope
     │   └── RemoteNotAllowed            403  permission_error / remote_not_allowed
@@ -63,6 +64,12 @@ class ContextLengthExceeded(InvalidRequest):
 
 class UnsupportedTask(InvalidRequest):
     code = "unsupported_task"
+
+
+class CommitEmpty(InvalidRequest):
+    """A live session's `input_audio_buffer.commit` with no utterance to commit (OpenAI's code)."""
+
+    code = "input_audio_buffer_commit_empty"
 
 
 class ModalityUnsupported(InvalidRequest):

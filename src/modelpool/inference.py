@@ -288,6 +288,8 @@ class Segment:
     temperature: float = 0.0
     tokens: tuple[int, ...] = ()
     language: str = "en"
+    language_probability: float | None = None
+    """How sure language detection was of `language` (None: given by the request, or unknown)."""
 
 
 @dataclass(frozen=True)
@@ -296,6 +298,9 @@ class SpeechRequest:
     voice: str | None = None
     speed: float = 1.0
     deterministic: bool = False
+    language: str | None = None
+    """The language to read `text` in (a multilingual model picks its phonemiser by it);
+    None: the voice's own."""
 
 
 @dataclass(frozen=True)

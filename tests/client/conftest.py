@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, KOKORO_MODEL, MULTILINGUAL_STT_MODEL, STT_MODEL, TTS_MODEL
 from tests.cross_encoders import tiny_cross_encoder
 from tests.processes import Server, modelpool_serve
 from tests.vlm_models import tiny_llava
@@ -34,7 +34,8 @@ VLM = "tiny-llava"
 """A tiny random-weight LLaVA (tests/vlm_models.py): it reads images, and talks nonsense."""
 RERANKER = "tiny-reranker"
 """A tiny random-weight cross-encoder (tests/cross_encoders.py)."""
-SERVED = [CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL, THINKER, SLEEPER, VLM, RERANKER]
+SERVED = [CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL, THINKER, SLEEPER, VLM, RERANKER, KOKORO_MODEL,
+          MULTILINGUAL_STT_MODEL]  # fmt: skip
 
 
 @pytest.fixture(scope="package")

@@ -70,6 +70,8 @@ def config(pool_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Mod
         "search": keyed(f"{url}/v1", "preset:minilm"),  # a trailing /v1 is accepted
         "reranker": keyed(url, "openai_compat", model_name=RERANKER),
         "ears": keyed(url, "preset:whisper"),
+        "polyglot_ears": keyed(url, "preset:whisper-base"),
+        "japanese_voice": keyed(url, "preset:kokoro", extra_body={"language": "ja", "voice": "jf_alpha"}),
         "voice": keyed(url, "preset:piper", extra_body={"deterministic": True}),
         "eyes": keyed(url, "preset:smollm2", capabilities={"vision": True}),  # a lie: SmolLM2 reads no images
         "vision": keyed(url, "openai_compat", model_name=VLM, capabilities={"vision": True}),
@@ -168,6 +170,16 @@ async def test_speech_round_trip_comes_back_word_for_word(config: ModelsConfig) 
     assert words(transcript.text) == words(SPOKEN)
     assert transcript.language == "en" and transcript.duration is not None and transcript.duration > 1
     assert transcript.segments and words(" ".join(s.text for s in transcript.segments)) == words(SPOKEN)
+
+
+async def test_multilingual_presets_speak_and_hear_japanese(config: ModelsConfig) -> None:
+    """The kokoro and whisper-base presets: Japanese speech, heard back with its language."""
+    async with make_tts(config, "japanese_voice") as tts, make_stt(config, "polyglot_ears") as stt:
+        speech = await tts.speak("この本はとても面白いです。")
+        transcript = await stt.transcribe(speech.audio)
+    assert speech.audio[:4] == b"RIFF"
+    assert transcript.language == "ja"
+    assert "本" in transcript.text and "面白い" in transcript.text, transcript.text
 
 
 async def test_stream_speak_arrives_in_chunks_equal_to_the_whole(config: ModelsConfig, tmp_path: Path) -> None:

@@ -17,7 +17,9 @@ STARTER = {
     "smollm2-135m-instruct-hf",
     "smollm2-135m-instruct-ct2",
     "whisper-tiny.en",
+    "whisper-base",
     "piper-en-us-joe",
+    "kokoro-82m",
 }
 
 

@@ -23,8 +23,9 @@ from modelpool.api.auth import KeyRing
 from modelpool.config.schema import AuthConfig
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
 from tests.e2e.mcp_helpers import POOL_MODELS, call, mcp_client, mcp_config
-from tests.e2e.test_audio import SENTENCES, word_error_rate
+from tests.e2e.test_audio import SENTENCES
 from tests.live_server import live_server
+from tests.speech_metrics import word_error_rate
 
 TOOLS = {"list_models", "chat", "embed", "rerank", "transcribe", "speak",
          "add_transcript", "query_transcripts", "list_sources", "get_transcript_stats"}  # fmt: skip

@@ -40,6 +40,8 @@ async def test_health_and_readiness(http: httpx.AsyncClient) -> None:
         CT2_MODEL: "unloaded",
         STT_MODEL: "ready",
         TTS_MODEL: "ready",
+        "whisper-base": "unloaded",  # loads on first use
+        "kokoro-82m": "unloaded",
     }
     assert ready.json() == {"status": "ready", "models": states}
 

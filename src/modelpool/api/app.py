@@ -22,6 +22,7 @@ from modelpool.api.routes import (
     health,
     messages,
     models,
+    realtime,
     rerank,
     responses,
     scoring,
@@ -57,9 +58,10 @@ def create_app(config: Config, pool: ModelPool | None = None, keys: KeyRing | No
     app.state.pool = pool
     app.state.config = config
     app.state.responses = ResponseStore(config.server.response_store_size)
+    app.state.realtime = realtime.RealtimeStats(config.server.realtime_queue_events)
     install_error_handlers(app)
     inference = (chat, completions, responses, messages, embeddings, rerank, tokenize, audio, scoring)
-    for module in (*inference, models, health, admin):
+    for module in (*inference, realtime, models, health, admin):
         app.include_router(module.router)
     app.state.transcripts = TranscriptStore(transcript_dir(config))
     app.state.mcp = mount_mcp(app, config) if config.server.mcp else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -86,12 +87,15 @@ class RequireKeys:
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        needed = needed_scope(scope.get("path", "")) if scope["type"] == "http" else None
+        needed = needed_scope(scope.get("path", "")) if scope["type"] in ("http", "websocket") else None
         if needed is not None and self.keys.enabled:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             try:
                 holder = self.keys.check(_credential(headers), needed)
             except ModelpoolError as exc:
+                if scope["type"] == "websocket":
+                    await _refuse_websocket(scope, send, exc)
+                    return
                 body = shaped_error(scope["path"], exc.status_code, error_payload(exc))
                 await send_json(send, exc.status_code, body, exc.headers)
                 return
@@ -99,10 +103,28 @@ class RequireKeys:
         await self.app(scope, receive, send)
 
 
+async def _refuse_websocket(scope: Scope, send: Send, exc: ModelpoolError) -> None:
+    """Refused before accept: the handshake gets the error's status and envelope where the
+    server can answer it with an HTTP response (uvicorn can), else a close (then HTTP 403)."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
+        return
+    body = json.dumps(error_payload(exc)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "websocket.http.response.start", "status": exc.status_code, "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": body})
+
+
 def _credential(headers: Mapping[str, str]) -> str | None:
     """`Authorization: Bearer <key>`, or Anthropic's `x-api-key: <key>` (its SDK and agents
-    send that one), as a bearer value."""
+    send that one), or on a WebSocket OpenAI's subprotocol `openai-insecure-api-key.<key>`
+    (browsers cannot set headers there), as a bearer value."""
     if "authorization" in headers:
         return headers["authorization"]
-    key = headers.get("x-api-key")
+    key = headers.get("x-api-key") or _subprotocol_key(headers.get("sec-websocket-protocol", ""))
     return f"Bearer {key}" if key else None
+
+
+def _subprotocol_key(offered: str) -> str | None:
+    prefix = "openai-insecure-api-key."
+    return next((p.strip()[len(prefix) :] for p in offered.split(",") if p.strip().startswith(prefix)), None)

@@ -43,6 +43,8 @@ def verbose_json(segments: list[Segment], task: str, duration: float, with_words
             for s in segments
         ],
     }  # fmt: skip
+    if segments and segments[0].language_probability is not None:
+        body["language_probability"] = round(segments[0].language_probability, 4)
     if with_words:
         body["words"] = [
             {"word": w.word.strip(), "start": round(w.start, 3), "end": round(w.end, 3)}

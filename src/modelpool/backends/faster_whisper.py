@@ -38,7 +38,8 @@ class FasterWhisperOptions(BaseModel):
     vad_filter: bool = False
     """Skip silence with Silero VAD before decoding."""
     languages: list[str] | None = None
-    """Languages the model understands (e.g. [en] for an English-only .en model); none: all."""
+    """Languages requests may name (e.g. [en] for an English-only .en model); none: every
+    language the loaded model knows (faster-whisper's `supported_languages`)."""
 
 
 class FasterWhisperBackend(DeclaredBackend):
@@ -69,6 +70,8 @@ class FasterWhisperBackend(DeclaredBackend):
         require_engine(self.model.id, ("faster_whisper",), "speech")
         path = await locate(self.model, self.hub)
         self._whisper = await self._thread.call(self._load, str(path))
+        if self.options.languages is None:  # a request naming another language gets 400
+            self.languages = frozenset(self._whisper.supported_languages)
 
     async def warmup(self) -> None:
         import numpy as np
@@ -108,7 +111,7 @@ class FasterWhisperBackend(DeclaredBackend):
         for index, segment in enumerate(segments):  # lazy: each step decodes the next segment
             if cancel.is_set():
                 return
-            yield _segment(index, segment, info.language)
+            yield _segment(index, segment, info.language, None if language else info.language_probability)
 
     def _load(self, path: str) -> Any:
         from faster_whisper import WhisperModel
@@ -135,7 +138,7 @@ class FasterWhisperBackend(DeclaredBackend):
         return next(iter(self.languages)) if self.languages is not None and len(self.languages) == 1 else None
 
 
-def _segment(index: int, segment: Any, language: str) -> Segment:
+def _segment(index: int, segment: Any, language: str, language_probability: float | None) -> Segment:
     words = tuple(Word(w.start, w.end, w.word, w.probability) for w in segment.words or ())
     return Segment(
         id=index,
@@ -149,4 +152,5 @@ def _segment(index: int, segment: Any, language: str) -> Segment:
         temperature=segment.temperature or 0.0,
         tokens=tuple(segment.tokens),
         language=language,
+        language_probability=language_probability,
     )

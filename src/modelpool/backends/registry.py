@@ -23,6 +23,7 @@ BACKENDS: Mapping[str, str] = {
     "ctranslate2": "modelpool.backends.ctranslate2.backend:CTranslate2Backend",
     "faster_whisper": "modelpool.backends.faster_whisper:FasterWhisperBackend",
     "piper": "modelpool.backends.piper:PiperBackend",
+    "kokoro": "modelpool.backends.kokoro:KokoroBackend",
     "llama_server": "modelpool.backends.managed.llama_server:LlamaServerBackend",
     "vllm_serve": "modelpool.backends.managed.vllm_serve:VllmServeBackend",
     "openai_remote": "modelpool.backends.remote.backend:OpenAIRemoteBackend",

@@ -47,6 +47,7 @@ from modelpool.client.errors import (
     UpstreamUnavailable,
 )
 from modelpool.client.factory import make_embedder, make_llm, make_reranker, make_stt, make_tts, make_vlm
+from modelpool.client.live import LiveDelta, LiveUtterance
 from modelpool.client.llm import ChatOptions, LLMClient, VLMClient
 from modelpool.client.messages import ChatMessage
 from modelpool.client.presets import PRESETS, Capabilities, Preset, Thinking
@@ -91,6 +92,8 @@ __all__ = [
     "Endpoint",
     "InvalidRequest",
     "LLMClient",
+    "LiveDelta",
+    "LiveUtterance",
     "ModelLoadError",
     "ModelNotFound",
     "ModelNotLoaded",

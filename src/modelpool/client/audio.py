@@ -3,11 +3,12 @@ or streamed as the server synthesises)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from modelpool.client.base import RoleClient
+from modelpool.client.live import LiveRequest, LiveResult, live_transcription
 from modelpool.client.presets import Role
 from modelpool.client.results import Speech, Transcript, Voice, transcript, voices
 
@@ -44,6 +45,25 @@ class STTClient(RoleClient):
         form = {key: _form_value(value) for key, value in self._body(fields, extra_body).items()}
         raw = await self._transport.post_form("/v1/audio/transcriptions", form, {"file": (name, data, mime)})
         return transcript(raw)
+
+    def live_transcribe(
+        self,
+        chunks: AsyncIterable[bytes],
+        *,
+        sample_rate: int = 24000,
+        language: str | None = None,
+        turn_detection: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[LiveResult]:
+        """Transcribe live audio over a WebSocket (`/v1/realtime?intent=transcription`):
+        `chunks` are raw 16-bit little-endian mono PCM at `sample_rate` (16000 or 24000),
+        sent as they come. Yields `LiveDelta`s (settled text while an utterance is still
+        spoken) and a `LiveUtterance` per utterance the server's VAD closes (its settings:
+        `turn_detection`, e.g. `{"silence_duration_ms": 500}`); the last utterance is
+        closed when `chunks` ends."""
+        url = self.base_url.replace("http", "ws", 1).rstrip("/") + "/v1/realtime?intent=transcription"
+        request = LiveRequest(url, self.endpoint.api_key, self.model, sample_rate, language or self.endpoint.language,
+                              dict(turn_detection) if turn_detection is not None else None)  # fmt: skip
+        return live_transcription(request, chunks)
 
 
 class TTSClient(RoleClient):

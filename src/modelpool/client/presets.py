@@ -112,7 +112,19 @@ PRESETS: dict[str, Preset] = {
             description="BAAI/bge-reranker-v2-m3 cross-encoder (the README's reranker config); scores 0..1.",
         ),
         Preset("whisper", Role.STT, "whisper-tiny.en", description="Whisper tiny.en (English only) on modelpool."),
+        Preset(
+            "whisper-base",
+            Role.STT,
+            "whisper-base",
+            description="Whisper base on modelpool: 99 languages, auto-detected; translation into English.",
+        ),
         Preset("piper", Role.TTS, "piper-en-us-joe", description="Piper en_US joe (22.05 kHz) on modelpool."),
+        Preset(
+            "kokoro",
+            Role.TTS,
+            "kokoro-82m",
+            description="Kokoro-82M (24 kHz) on modelpool: five voices, Japanese and English (`language`).",
+        ),
     ]
 }
 

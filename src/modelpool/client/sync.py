@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypedDict, TypeVar, overload
 
@@ -31,6 +31,7 @@ from modelpool.client.factory import make_reranker as _make_reranker
 from modelpool.client.factory import make_stt as _make_stt
 from modelpool.client.factory import make_tts as _make_tts
 from modelpool.client.factory import make_vlm as _make_vlm
+from modelpool.client.live import LiveResult, pulled
 from modelpool.client.llm import ChatOptions, CompletionOptions, LLMClient, VLMClient
 from modelpool.client.messages import MessageLike
 from modelpool.client.reranker import RerankerClient
@@ -199,6 +200,16 @@ class SyncEmbedder(SyncClient[EmbedderClient]):
 class SyncSTT(SyncClient[STTClient]):
     def transcribe(self, audio: AudioSource, **options: Unpack[TranscribeOptions]) -> Transcript:
         return self._loop.run(self.client.transcribe(audio, **options))
+
+    def live_transcribe(
+        self, chunks: Iterable[bytes], *, sample_rate: int = 24000, language: str | None = None,
+        turn_detection: Mapping[str, Any] | None = None,
+    ) -> Iterator[LiveResult]:  # fmt: skip
+        """As the async client's; `chunks` (raw pcm16) is read on a worker thread, so a
+        source that blocks until audio comes (a microphone) is fine."""
+        stream = self.client.live_transcribe(pulled(chunks), sample_rate=sample_rate, language=language,
+                                             turn_detection=turn_detection)  # fmt: skip
+        return self._loop.iterate(stream)
 
 
 class SyncTTS(SyncClient[TTSClient]):

@@ -119,17 +119,27 @@ def read_yaml_mapping(path: Path, what: str = "config file") -> dict[str, Any]:
 
 
 def _anchor_relative_sources(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """A plain relative `source:` means relative to the file that says it, not to the cwd."""
+    """A plain relative `source:` (or `assemble:` part) means relative to the file that says
+    it, not to the cwd."""
     models = data.get("models")
     if not isinstance(models, dict):
         return data
     anchored = {}
     for key, entry in models.items():
-        source = entry.get("source") if isinstance(entry, dict) else None
-        if isinstance(source, str) and ":" not in source and not Path(source).expanduser().is_absolute():
-            entry = {**entry, "source": str((base / source).resolve())}
+        if isinstance(entry, dict) and "source" in entry:
+            entry = {**entry, "source": _anchored(entry["source"], base)}
+        if isinstance(entry, dict) and isinstance(entry.get("assemble"), dict):
+            assemble = {name: [_anchored(p, base) for p in parts] if isinstance(parts, list) else parts
+                        for name, parts in entry["assemble"].items()}  # fmt: skip
+            entry = {**entry, "assemble": assemble}
         anchored[key] = entry
     return {**data, "models": anchored}
+
+
+def _anchored(source: object, base: Path) -> object:
+    if isinstance(source, str) and ":" not in source and not Path(source).expanduser().is_absolute():
+        return str((base / source).resolve())
+    return source
 
 
 def _sibling_local_file(config_file: Path | None) -> Path | None:

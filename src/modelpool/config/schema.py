@@ -63,6 +63,15 @@ class ServerConfig(_Strict):
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     """On SIGTERM/SIGINT, how long in-flight requests may run before the server stops anyway."""
 
+    realtime_idle_timeout_s: float = Field(default=60.0, gt=0)
+    """A live transcription session (`/v1/realtime`) that sends nothing for this long is
+    closed (an `error` event, then close code 1000)."""
+
+    realtime_queue_events: int = Field(default=8, ge=1)
+    """Client events a live transcription session holds while its model works. When they
+    are full the server stops reading the socket, so TCP slows a client that sends faster
+    than real time instead of the server buffering its audio."""
+
     cors_origins: list[str] = Field(default_factory=list)
     """Web origins whose browser scripts may call the API (`https://app.example.com`, no
     path; `*`: any). Empty: CORS is off. Preflights are answered without an API key."""
@@ -184,13 +193,19 @@ class ModelConfig(_Strict):
 
     backend: str
     """Engine that runs the model: `llama_cpp`, `sentence_transformers`, `cross_encoder`, `transformers`,
-    `ctranslate2`, `faster_whisper`, `piper`, `llama_server`, `vllm_serve` or `openai_remote` — or your own
+    `ctranslate2`, `faster_whisper`, `piper`, `kokoro`, `llama_server`, `vllm_serve` or `openai_remote` — or your own
     backend class as `package.module:Class` (see the contract in `modelpool/backends/base.py`)."""
 
     source: str | None = None
     """Where the weights are: a local path (relative to the config file),
     `package:PKG/relative/path` (inside an installed Python package) or
     `hf:org/repo[:file]` (through the Hugging Face cache). Not needed by `openai_remote`."""
+
+    assemble: dict[str, list[str]] = Field(default_factory=dict)
+    """Files shipped in parts (a weights file split across packages): file name → its parts
+    in order, each a path, `package:` or `hf:` source. They are joined once into
+    `work_dir/assembled`, beside links to the other files of the `source` folder, with a
+    sha256 checked on every load (a corrupt copy is joined again); the model loads from there."""
 
     tasks: list[Task] | None = None
     """What the model may be used for (chat, completion, embedding, ...). Defaults to

@@ -3,6 +3,9 @@
 /abs/path or rel/path        a file or folder on disk
 package:PKG/relative/path    inside an installed Python package (found without importing it)
 hf:org/repo[:file]           through huggingface_hub's cache; downloads unless offline
+
+A model's `assemble:` names files shipped in parts (each part itself a source); `locate`
+joins them once into the work dir beside the source folder's other files (see `assemble`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelpool.config.assemble import assembled_folder
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import ModelSourceError
 
@@ -48,7 +52,26 @@ async def locate(model: ModelConfig, hub: HubLocation) -> Path:
     """resolve_source for a model, off the event loop (it may touch the disk or download)."""
     if model.source is None:
         raise ModelSourceError(f"model '{model.id}': backend '{model.backend}' needs a `source` (its weights)")
-    return await asyncio.to_thread(resolve_source, model.source, model_id=model.id, hub=hub)
+    return await asyncio.to_thread(_locate, model, model.source, hub)
+
+
+def model_sources(model: ModelConfig) -> list[str]:
+    """Every source a model's files come from: its `source` and the parts it assembles."""
+    own = [model.source] if model.source is not None else []
+    return own + [part for parts in model.assemble.values() for part in parts]
+
+
+def _locate(model: ModelConfig, source: str, hub: HubLocation) -> Path:
+    path = resolve_source(source, model_id=model.id, hub=hub)
+    if not model.assemble:
+        return path
+    if not path.is_dir():
+        raise ModelSourceError(f"model '{model.id}': with `assemble`, `source` must be a folder ({path} is not)")
+    parts = {name: [resolve_source(p, model_id=model.id, hub=hub) for p in its_parts]
+             for name, its_parts in model.assemble.items()}  # fmt: skip
+    if empty := [name for name, its_parts in parts.items() if not its_parts]:
+        raise ModelSourceError(f"model '{model.id}': `assemble` lists no parts for {', '.join(empty)}")
+    return assembled_folder(model.id, path, parts, hub.work_dir.expanduser())
 
 
 def files_size(path: Path) -> int:

@@ -337,10 +337,24 @@ class ModelPool:
     ) -> Transcription:
         """Decode `upload` at the rate the model declares, then its transcript's segments as
         they are decoded, on one turn of the model. Bad audio is a 400 before any waiting."""
-        slot = self.slot_for(name, Task.TRANSCRIPTION, options)
-        rate = slot.capabilities.declared.audio_input_rate
-        assert rate is not None, "the registry refuses a transcription backend that declares no input rate"
+        rate = self.transcription_rate(name, options)
         audio = await asyncio.to_thread(decode_audio, upload, rate)
+        return await self.transcribe_samples(name, audio, request, options)
+
+    def transcription_rate(self, name: str, options: CallOptions = DEFAULT_CALL) -> int:
+        """The sample rate the transcription model `name` wants its audio at (raises
+        ModelNotFound / UnsupportedTask for a model that cannot transcribe)."""
+        rate = self.slot_for(name, Task.TRANSCRIPTION, options).capabilities.declared.audio_input_rate
+        assert rate is not None, "the registry refuses a transcription backend that declares no input rate"
+        return rate
+
+    async def transcribe_samples(
+        self, name: str, audio: npt.NDArray[np.float32], request: TranscriptionRequest,
+        options: CallOptions = DEFAULT_CALL,
+    ) -> Transcription:  # fmt: skip
+        """As `transcribe`, for mono float32 samples already at `transcription_rate(name)`."""
+        slot = self.slot_for(name, Task.TRANSCRIPTION, options)
+        rate = self.transcription_rate(name, options)
         job = replace(request, audio=audio)
         audio_s = len(audio) / rate
         lease = await slot.lease(TranscriptionBackend, self.model_wait_s, options.keep_alive)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 
 from modelpool.api.schemas.common import PoolFields, Text
 from modelpool.audio.encode import FORMATS
@@ -25,6 +25,9 @@ class SpeechBody(PoolFields):
     deterministic: bool = False
     """modelpool extension: no sampling noise, so the same input gives the same audio."""
     instructions: str | None = None
+    language: str | None = Field(default=None, min_length=1, validation_alias=AliasChoices("language", "lang"))
+    """modelpool extension (`lang` is accepted too): the language of `input`, which picks a
+    multilingual model's phonemiser (Kokoro: `ja`, `en`, `en-us`, `en-gb`); None: the voice's own."""
 
     @field_validator("input")
     @classmethod
@@ -41,4 +44,4 @@ class SpeechBody(PoolFields):
         return value
 
     def to_request(self) -> SpeechRequest:
-        return SpeechRequest(self.input, self.voice, self.speed, self.deterministic)
+        return SpeechRequest(self.input, self.voice, self.speed, self.deterministic, self.language)

@@ -1,0 +1,143 @@
+"""Live transcription over WebSocket: `/v1/realtime?intent=transcription`, in the shape of
+OpenAI's realtime transcription sessions.
+
+Two tasks per session. The reader takes messages off the socket into a bounded queue; when
+the queue is full it stops reading, so the socket's buffers fill and TCP slows the client
+(uvicorn reads no further frames until the app receives). The worker runs each event in
+order (decode, VAD, transcriptions through the pool). When the client goes away the worker
+is cancelled, which closes a running transcription and gives the model back at once. A
+session that sends nothing for `server.realtime_idle_timeout_s` gets an `error` event and
+is closed with code 1000.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketState
+
+from modelpool.api.realtime_wire import SessionState, audio_field, error_event, parse_event, render, server_event
+from modelpool.audio.pcm import Pcm16Resampler, pcm16_from_base64
+from modelpool.audio.vad import VAD_RATE
+from modelpool.errors import InvalidRequest, ModelpoolError
+from modelpool.runtime.live import LiveEvent, LiveTranscriber
+from modelpool.runtime.pool import ModelPool
+
+router = APIRouter()
+IDLE_CLOSE_CODE = 1000
+
+
+@dataclass
+class RealtimeStats:
+    """Live sessions, as tests and operators see them (app.state.realtime)."""
+
+    queue_bound: int
+    open_sessions: int = 0
+    peak_queued: int = 0
+    """The most client events any session's queue has held."""
+
+
+@router.websocket("/v1/realtime")
+async def realtime(websocket: WebSocket, intent: str | None = None) -> None:
+    if intent not in (None, "transcription"):
+        await websocket.close(code=1008, reason="this server serves only intent=transcription sessions")
+        return
+    offered = websocket.scope.get("subprotocols", [])
+    await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
+    app = websocket.app
+    await Session(websocket, app.state.pool, app.state.realtime, app.state.config.server.realtime_idle_timeout_s).run()
+
+
+class Session:
+    def __init__(self, websocket: WebSocket, pool: ModelPool, stats: RealtimeStats, idle_timeout_s: float) -> None:
+        self.websocket = websocket
+        self.stats = stats
+        self.idle_timeout_s = idle_timeout_s
+        self.state = SessionState()
+        self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=stats.queue_bound)
+        self.transcriber = LiveTranscriber(pool, self._emit)
+        self.resampler = Pcm16Resampler(self.state.rate, VAD_RATE)
+        self._sending = asyncio.Lock()
+
+    async def run(self) -> None:
+        self.stats.open_sessions += 1
+        reader = asyncio.create_task(self._read(), name="realtime-reader")
+        worker = asyncio.create_task(self._work(), name="realtime-worker")
+        try:
+            await self._send(server_event("transcription_session.created", session=self.state.render()))
+            await asyncio.wait({reader, worker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (reader, worker):
+                task.cancel()
+            results = await asyncio.gather(reader, worker, return_exceptions=True)
+            self.stats.open_sessions -= 1
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(
+                result, (asyncio.CancelledError, WebSocketDisconnect)
+            ):
+                raise result
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                message = await asyncio.wait_for(self.websocket.receive(), self.idle_timeout_s)
+            except asyncio.TimeoutError:
+                await self._close_idle()
+                return
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            if text is None:
+                await self._send(error_event(InvalidRequest("send events as JSON text frames", param="event")))
+                continue
+            await self.queue.put(text)  # full: wait here, reading no further (TCP pushes back)
+            self.stats.peak_queued = max(self.stats.peak_queued, self.queue.qsize())
+
+    async def _close_idle(self) -> None:
+        reason = f"no events for {self.idle_timeout_s:g}s"
+        error = {"message": f"session closed: {reason}", "type": "invalid_request_error", "param": None,
+                 "code": "idle_timeout", "event_id": None}  # fmt: skip
+        await self._send(server_event("error", error=error))
+        await self.websocket.close(code=IDLE_CLOSE_CODE, reason=reason)
+
+    async def _work(self) -> None:
+        while True:
+            text = await self.queue.get()
+            event: dict[str, Any] = {}
+            try:
+                event = parse_event(text)
+                await self._handle(event)
+            except ModelpoolError as exc:
+                client_id = event.get("event_id")
+                await self._send(error_event(exc, client_id if isinstance(client_id, str) else None))
+
+    async def _handle(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "input_audio_buffer.append":
+            pcm = pcm16_from_base64(audio_field(event))
+            await self.transcriber.append(self.resampler.convert(pcm))
+        elif kind == "transcription_session.update":
+            rate, live = self.state.updated(event.get("session"))
+            self.transcriber.configure(live)
+            if rate != self.resampler.input_rate:
+                self.resampler = Pcm16Resampler(rate, VAD_RATE)
+            self.state.apply(rate, live)
+            await self._send(server_event("transcription_session.updated", session=self.state.render()))
+        elif kind == "input_audio_buffer.commit":
+            await self.transcriber.commit()
+        else:
+            await self.transcriber.clear()
+
+    async def _emit(self, event: LiveEvent) -> None:
+        await self._send(render(event))
+
+    async def _send(self, event: dict[str, Any]) -> None:
+        async with self._sending:
+            if self.websocket.application_state is WebSocketState.CONNECTED:
+                with contextlib.suppress(RuntimeError):  # closed meanwhile: the reader ends the session
+                    await self.websocket.send_text(json.dumps(event))

@@ -1,0 +1,220 @@
+"""Live transcription as a library: audio arrives in chunks, a VAD cuts it into utterances,
+each utterance is transcribed again every `partial_interval_s` of new audio while it grows
+(settled words go out as deltas) and once more, whole, when it ends.
+
+Every transcription goes through the pool (queue, keep-alive, metrics) and is awaited
+before the next chunk is taken: a client that sends faster than the model keeps up is
+slowed by whoever feeds `append` (the API stops reading its socket), never buffered.
+Cancelling `append` closes the transcription's stream, which gives the model back at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from modelpool.audio.vad import VAD_RATE, SpeechScorer, StreamingVad, Turn, TurnEvent, VadSettings
+from modelpool.errors import CommitEmpty, InvalidRequest, ModelpoolError
+from modelpool.inference import TranscriptionRequest
+from modelpool.runtime.agreement import LocalAgreement
+from modelpool.runtime.call import CallOptions
+from modelpool.runtime.pool import ModelPool
+
+MAX_UTTERANCE_S = 30.0
+"""An utterance this long is committed even while speech goes on (Whisper's window)."""
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    model: str | None = None
+    language: str | None = None
+    prompt: str | None = None
+    turn_detection: VadSettings | None = field(default_factory=VadSettings)
+    """None: no VAD; the client commits each utterance itself."""
+    partial_interval_s: float = 0.75
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    item_id: str
+    audio_start_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    item_id: str
+    audio_end_ms: int
+
+
+@dataclass(frozen=True)
+class Committed:
+    item_id: str
+    previous_item_id: str | None
+
+
+@dataclass(frozen=True)
+class TranscriptDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class TranscriptCompleted:
+    item_id: str
+    transcript: str
+
+
+@dataclass(frozen=True)
+class TranscriptFailed:
+    item_id: str
+    error: ModelpoolError
+
+
+@dataclass(frozen=True)
+class Cleared:
+    pass
+
+
+LiveEvent = (
+    SpeechStarted | SpeechStopped | Committed | TranscriptDelta | TranscriptCompleted | TranscriptFailed | Cleared
+)
+Emit = Callable[[LiveEvent], Awaitable[None]]
+
+
+def new_item_id() -> str:
+    return f"item_{secrets.token_hex(10)}"
+
+
+class LiveTranscriber:
+    """One session's audio: feed `append` 16 kHz float32 chunks in order, from one task."""
+
+    def __init__(
+        self, pool: ModelPool, emit: Emit, *, options: CallOptions | None = None, scorer: SpeechScorer | None = None
+    ) -> None:
+        self.pool = pool
+        self.options = options or CallOptions()
+        self.settings = LiveSettings()
+        self._emit = emit
+        self._scorer = scorer
+        self._vad: StreamingVad | None = None
+        self._audio = np.zeros(0, dtype=np.float32)
+        self._audio_start = 0
+        """The stream position (samples) of `_audio[0]`."""
+        self._utterance_start: int | None = None
+        self._item_id = new_item_id()
+        self._previous_item: str | None = None
+        self._agreement = LocalAgreement()
+        self._partial_at = 0
+
+    def configure(self, settings: LiveSettings) -> None:
+        """New settings; a model is checked here (unknown, or not one that transcribes: the
+        pool's error). A new VAD starts when its settings change."""
+        if settings.model is not None and self.pool.transcription_rate(settings.model, self.options) != VAD_RATE:
+            raise InvalidRequest(f"live transcription needs a {VAD_RATE} Hz model", param="model")
+        if settings.turn_detection != self.settings.turn_detection or self._vad is None:
+            self._vad = None if settings.turn_detection is None else StreamingVad(settings.turn_detection, self._scorer)
+        self.settings = settings
+
+    async def append(self, samples: npt.NDArray[np.float32]) -> None:
+        if self.settings.model is None:
+            raise InvalidRequest(
+                "no transcription model: send transcription_session.update with input_audio_transcription.model",
+                param="session.input_audio_transcription.model",
+            )
+        self._audio = np.concatenate([self._audio, samples])
+        if self._vad is None:
+            self._utterance_start = self._audio_start if self._utterance_start is None else self._utterance_start
+        else:
+            for event in await asyncio.to_thread(self._vad.feed, samples):
+                await self._turn(event)
+        if self._utterance_start is not None:
+            await self._grow()
+        else:
+            self._keep_prefix()
+
+    async def commit(self) -> None:
+        """End the current utterance now (`input_audio_buffer.commit`)."""
+        if self._utterance_start is None or self._end() - self._utterance_start < VAD_RATE // 10:
+            raise CommitEmpty("no utterance to commit: the buffer holds less than 100 ms of speech", param=None)
+        await self._finish(self._end())
+
+    async def clear(self) -> None:
+        """Drop the audio not yet committed (`input_audio_buffer.clear`)."""
+        self._audio_start, self._audio = self._end(), np.zeros(0, dtype=np.float32)
+        self._utterance_start = None
+        self._agreement, self._partial_at = LocalAgreement(), 0
+        if self._vad is not None:
+            self._vad = StreamingVad(self._vad.settings, self._scorer)
+        await self._emit(Cleared())
+
+    async def _turn(self, event: TurnEvent) -> None:
+        if event.turn is Turn.STARTED:
+            padding = self.settings.turn_detection.prefix_padding_ms if self.settings.turn_detection else 0
+            self._utterance_start = max(self._audio_start, event.sample - padding * VAD_RATE // 1000)
+            self._partial_at = self._utterance_start
+            await self._emit(SpeechStarted(self._item_id, _ms(event.sample)))
+        elif self._utterance_start is not None:
+            await self._emit(SpeechStopped(self._item_id, _ms(event.sample)))
+            await self._finish(self._end())
+
+    async def _grow(self) -> None:
+        assert self._utterance_start is not None
+        end = self._end()
+        if end - self._utterance_start >= MAX_UTTERANCE_S * VAD_RATE:
+            if self._vad is not None:
+                await self._emit(SpeechStopped(self._item_id, _ms(end)))
+            await self._finish(end)
+            if self._vad is not None and self._vad.speaking:  # speech goes on: so does a new utterance
+                self._utterance_start = self._partial_at = end
+                await self._emit(SpeechStarted(self._item_id, _ms(end)))
+        elif end - self._partial_at >= self.settings.partial_interval_s * VAD_RATE:
+            self._partial_at = end
+            delta = self._agreement.partial(await self._transcribe(self._utterance_start, end))
+            if delta:
+                await self._emit(TranscriptDelta(self._item_id, delta))
+
+    async def _finish(self, end: int) -> None:
+        assert self._utterance_start is not None
+        start, item, previous = self._utterance_start, self._item_id, self._previous_item
+        self._utterance_start, self._previous_item, self._item_id = None, item, new_item_id()
+        agreement, self._agreement = self._agreement, LocalAgreement()
+        await self._emit(Committed(item, previous))
+        try:
+            transcript = await self._transcribe(start, end)
+        except ModelpoolError as exc:
+            await self._emit(TranscriptFailed(item, exc))
+            return
+        finally:
+            self._keep_prefix()
+        tail = agreement.final(transcript)
+        if tail:
+            await self._emit(TranscriptDelta(item, tail))
+        await self._emit(TranscriptCompleted(item, transcript))
+
+    async def _transcribe(self, start: int, end: int) -> str:
+        assert self.settings.model is not None
+        audio = self._audio[start - self._audio_start : end - self._audio_start]
+        job = TranscriptionRequest(language=self.settings.language, prompt=self.settings.prompt)
+        transcription = await self.pool.transcribe_samples(self.settings.model, audio, job, self.options)
+        async with transcription.segments as segments:
+            return "".join([segment.text async for segment in segments]).strip()
+
+    def _keep_prefix(self) -> None:
+        """Outside an utterance keep only what a next one's prefix padding may take."""
+        padding = self.settings.turn_detection.prefix_padding_ms if self.settings.turn_detection else 0
+        keep = padding * VAD_RATE // 1000 + VAD_RATE // 10
+        if self._utterance_start is None and len(self._audio) > keep:
+            self._audio_start += len(self._audio) - keep
+            self._audio = self._audio[-keep:]
+
+    def _end(self) -> int:
+        return self._audio_start + len(self._audio)
+
+
+def _ms(sample: int) -> int:
+    return sample * 1000 // VAD_RATE
