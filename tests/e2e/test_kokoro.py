@@ -153,9 +153,10 @@ async def test_bad_input(http: httpx.AsyncClient, fields: dict[str, object], par
     assert error["param"] == param and all(name in error["message"] for name in named), error
 
 
-async def test_english_round_trip_through_whisper(http: httpx.AsyncClient) -> None:
+@pytest.mark.parametrize("model", [MULTILINGUAL_STT_MODEL, STT_MODEL])
+async def test_english_round_trip_through_whisper(http: httpx.AsyncClient, model: str) -> None:
     wav = await speak(http, " ".join(ENGLISH), "wav", voice="jm_kumo", language="en")
-    heard = await transcribe(http, STT_MODEL, wav)
+    heard = await transcribe(http, model, wav)
     assert word_error_rate(" ".join(ENGLISH), heard) <= 0.10, heard
 
 
