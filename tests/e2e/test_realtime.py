@@ -19,6 +19,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from modelpool.api.app import create_app
 from modelpool.api.auth import KeyRing
+from modelpool.api.realtime_wire import MAX_APPEND_CHARS, MAX_EVENT_CHARS
 from modelpool.client import make_stt, sync
 from modelpool.client.config import parse_models_config
 from modelpool.client.errors import AuthenticationError
@@ -193,6 +194,10 @@ BAD_INPUT = [
     ("{not json", "param", "event"),
     (b"\x00\x01", "param", "event"),
     (json.dumps({"type": "input_audio_buffer.commit"}), "code", "input_audio_buffer_commit_empty"),
+    (json.dumps({"type": "input_audio_buffer.append", "audio": "A" * (MAX_APPEND_CHARS + 4)}), "code",
+     "request_too_large"),
+    (json.dumps({"type": "input_audio_buffer.append", "audio": "A" * (MAX_EVENT_CHARS + 4)}), "code",
+     "request_too_large"),
 ]  # fmt: skip
 
 
@@ -232,6 +237,17 @@ async def test_manual_commit_without_vad(server: tuple[FastAPI, str], sentence: 
     kinds = {e["type"] for _, e in events}
     assert "input_audio_buffer.speech_started" not in kinds and "input_audio_buffer.committed" in kinds
     assert word_error_rate(SENTENCE, events[-1][1]["transcript"]) <= 0.10
+
+
+async def test_a_page_of_another_origin_is_refused(server: tuple[FastAPI, str]) -> None:
+    """Browsers apply no CORS to WebSockets: a foreign page's Origin is refused before accept,
+    a page on this machine is served."""
+    _, url = server
+    with pytest.raises(InvalidStatus) as refused:
+        await connect(url, additional_headers={"Origin": "https://evil.example"})
+    assert refused.value.response.status_code == 403
+    async with connect(url, additional_headers={"Origin": "http://localhost:5173"}) as ws:
+        assert (await receive(ws))["type"] == "transcription_session.created"
 
 
 async def test_api_keys_guard_the_socket() -> None:

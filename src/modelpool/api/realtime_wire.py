@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from modelpool.api.errors import error_payload, param_from_loc
 from modelpool.audio.vad import VadSettings
-from modelpool.errors import InvalidRequest, ModelpoolError
+from modelpool.errors import InvalidRequest, ModelpoolError, RequestTooLarge
 from modelpool.runtime.live import (
     Cleared,
     Committed,
@@ -130,10 +130,19 @@ def parse_event(text: str) -> dict[str, Any]:
     return event
 
 
+MAX_APPEND_CHARS = 2 * 1024 * 1024
+"""Base64 characters of audio in one append: ~1.5 MB of pcm16, ~32 s at 24 kHz."""
+MAX_EVENT_CHARS = MAX_APPEND_CHARS + 64 * 1024
+"""Characters of one client event, read before it is parsed."""
+
+
 def audio_field(event: dict[str, Any]) -> str:
     audio = event.get("audio")
     if not isinstance(audio, str):
         raise InvalidRequest("input_audio_buffer.append needs `audio`: base64 pcm16", param="audio")
+    if len(audio) > MAX_APPEND_CHARS:
+        raise RequestTooLarge(f"one append may hold at most {MAX_APPEND_CHARS} base64 characters (~30 s of "
+                              "24 kHz audio); send smaller appends", param="audio")  # fmt: skip
     return audio
 
 

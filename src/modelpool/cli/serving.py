@@ -12,6 +12,7 @@ import uvicorn
 
 from modelpool.api.app import create_app
 from modelpool.api.auth import KeyRing
+from modelpool.api.realtime_wire import MAX_EVENT_CHARS
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError, ModelpoolError
 from modelpool.logs import configure_logging
@@ -47,6 +48,7 @@ def run_server(config: Config) -> None:
         log_config=None,
         access_log=False,
         lifespan="on",
+        ws_max_size=MAX_EVENT_CHARS + 1024,  # a bigger WebSocket frame is refused before it is buffered
         # uvicorn annotates int but hands the value to asyncio.wait_for, which takes float seconds.
         timeout_graceful_shutdown=config.server.shutdown_grace_s,  # type: ignore[arg-type]
     )

@@ -121,9 +121,12 @@ def _join(parts: Sequence[Path], destination: Path) -> str:
 
 
 def _write_manifest(folder: Path, digests: Mapping[str, str]) -> None:
-    temporary = folder / f"{MANIFEST}.partial"
-    temporary.write_text(json.dumps(dict(sorted(digests.items())), indent=1), encoding="utf-8")
-    os.replace(temporary, folder / MANIFEST)
+    # A temporary file of its own: two loads repairing one folder at once must not rename
+    # each other's file away.
+    handle, name = tempfile.mkstemp(dir=folder, prefix=f".{MANIFEST}.")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(json.dumps(dict(sorted(digests.items())), indent=1))
+    os.replace(name, folder / MANIFEST)
 
 
 def _link(source: Path, link: Path) -> None:

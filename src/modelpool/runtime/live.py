@@ -110,6 +110,7 @@ class LiveTranscriber:
         self._previous_item: str | None = None
         self._agreement = LocalAgreement()
         self._partial_at = 0
+        self._vad_origin = 0
 
     def configure(self, settings: LiveSettings) -> None:
         """New settings; a model is checked here (unknown, or not one that transcribes: the
@@ -117,7 +118,7 @@ class LiveTranscriber:
         if settings.model is not None and self.pool.transcription_rate(settings.model, self.options) != VAD_RATE:
             raise InvalidRequest(f"live transcription needs a {VAD_RATE} Hz model", param="model")
         if settings.turn_detection != self.settings.turn_detection or self._vad is None:
-            self._vad = None if settings.turn_detection is None else StreamingVad(settings.turn_detection, self._scorer)
+            self._new_vad(settings.turn_detection)
         self.settings = settings
 
     async def append(self, samples: npt.NDArray[np.float32]) -> None:
@@ -149,17 +150,23 @@ class LiveTranscriber:
         self._utterance_start = None
         self._agreement, self._partial_at = LocalAgreement(), 0
         if self._vad is not None:
-            self._vad = StreamingVad(self._vad.settings, self._scorer)
+            self._new_vad(self._vad.settings)
         await self._emit(Cleared())
 
+    def _new_vad(self, settings: VadSettings | None) -> None:
+        """A VAD counts samples from its own start: remember where that is in the stream."""
+        self._vad = None if settings is None else StreamingVad(settings, self._scorer)
+        self._vad_origin = self._end()
+
     async def _turn(self, event: TurnEvent) -> None:
+        sample = self._vad_origin + event.sample  # a position in the whole stream
         if event.turn is Turn.STARTED:
             padding = self.settings.turn_detection.prefix_padding_ms if self.settings.turn_detection else 0
-            self._utterance_start = max(self._audio_start, event.sample - padding * VAD_RATE // 1000)
+            self._utterance_start = max(self._audio_start, sample - padding * VAD_RATE // 1000)
             self._partial_at = self._utterance_start
-            await self._emit(SpeechStarted(self._item_id, _ms(event.sample)))
+            await self._emit(SpeechStarted(self._item_id, _ms(sample)))
         elif self._utterance_start is not None:
-            await self._emit(SpeechStopped(self._item_id, _ms(event.sample)))
+            await self._emit(SpeechStopped(self._item_id, _ms(sample)))
             await self._finish(self._end())
 
     async def _grow(self) -> None:

@@ -15,21 +15,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketState
 
-from modelpool.api.realtime_wire import SessionState, audio_field, error_event, parse_event, render, server_event
+from modelpool.api.realtime_wire import (
+    MAX_EVENT_CHARS,
+    SessionState,
+    audio_field,
+    error_event,
+    parse_event,
+    render,
+    server_event,
+)
 from modelpool.audio.pcm import Pcm16Resampler, pcm16_from_base64
 from modelpool.audio.vad import VAD_RATE
-from modelpool.errors import InvalidRequest, ModelpoolError
+from modelpool.config.schema import ServerConfig
+from modelpool.errors import GenerationFailed, InvalidRequest, ModelpoolError, RequestTooLarge
 from modelpool.runtime.live import LiveEvent, LiveTranscriber
 from modelpool.runtime.pool import ModelPool
 
 router = APIRouter()
 IDLE_CLOSE_CODE = 1000
+POLICY_CLOSE_CODE = 1008
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+log = logging.getLogger("modelpool.api")
 
 
 @dataclass
@@ -47,6 +61,11 @@ async def realtime(websocket: WebSocket, intent: str | None = None) -> None:
     if intent not in (None, "transcription"):
         await websocket.close(code=1008, reason="this server serves only intent=transcription sessions")
         return
+    origin = websocket.headers.get("origin")
+    if origin is not None and not _origin_allowed(origin, websocket.app.state.config.server):
+        # Browsers apply no CORS to WebSockets: without this, any page could use the models.
+        await websocket.close(code=POLICY_CLOSE_CODE, reason=f"origin {origin} is not in server.cors_origins")
+        return
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
     app = websocket.app
@@ -63,6 +82,8 @@ class Session:
         self.transcriber = LiveTranscriber(pool, self._emit)
         self.resampler = Pcm16Resampler(self.state.rate, VAD_RATE)
         self._sending = asyncio.Lock()
+        self._busy = False
+        """The worker is handling an event (the session is not idle while it waits for results)."""
 
     async def run(self) -> None:
         self.stats.open_sessions += 1
@@ -87,6 +108,8 @@ class Session:
             try:
                 message = await asyncio.wait_for(self.websocket.receive(), self.idle_timeout_s)
             except asyncio.TimeoutError:
+                if self._busy or not self.queue.empty():  # quiet, but waiting for its results
+                    continue
                 await self._close_idle()
                 return
             if message["type"] == "websocket.disconnect":
@@ -109,18 +132,28 @@ class Session:
         while True:
             text = await self.queue.get()
             event: dict[str, Any] = {}
+            self._busy = True
             try:
+                if len(text) > MAX_EVENT_CHARS:  # not parsed: decoding it would stall the event loop
+                    raise RequestTooLarge(f"an event may hold at most {MAX_EVENT_CHARS} characters; send audio "
+                                          "in smaller appends (100 ms each is usual)", param="audio")  # fmt: skip
                 event = parse_event(text)
                 await self._handle(event)
             except ModelpoolError as exc:
                 client_id = event.get("event_id")
                 await self._send(error_event(exc, client_id if isinstance(client_id, str) else None))
+            except Exception:  # an engine's own failure: say so and keep the session
+                log.exception("live transcription failed on an event")
+                await self._send(error_event(GenerationFailed("the server failed on this event (see its log)")))
+            finally:
+                self._busy = False
 
     async def _handle(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         if kind == "input_audio_buffer.append":
-            pcm = pcm16_from_base64(audio_field(event))
-            await self.transcriber.append(self.resampler.convert(pcm))
+            audio, resampler = audio_field(event), self.resampler
+            samples = await asyncio.to_thread(lambda: resampler.convert(pcm16_from_base64(audio)))  # off the loop
+            await self.transcriber.append(samples)
         elif kind == "transcription_session.update":
             rate, live = self.state.updated(event.get("session"))
             self.transcriber.configure(live)
@@ -139,5 +172,11 @@ class Session:
     async def _send(self, event: dict[str, Any]) -> None:
         async with self._sending:
             if self.websocket.application_state is WebSocketState.CONNECTED:
-                with contextlib.suppress(RuntimeError):  # closed meanwhile: the reader ends the session
+                with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # closed meanwhile: the reader ends it
                     await self.websocket.send_text(json.dumps(event))
+
+
+def _origin_allowed(origin: str, server: ServerConfig) -> bool:
+    """A page's origin may open a session when it is on this machine or listed in
+    `server.cors_origins` (`*`: any). Clients that are not browsers send no Origin."""
+    return urlsplit(origin).hostname in _LOOPBACK_HOSTS or origin in server.cors_origins or "*" in server.cors_origins
