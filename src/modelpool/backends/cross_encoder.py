@@ -18,6 +18,7 @@ from modelpool.backends.context import BackendContext
 from modelpool.backends.encoder_base import EncoderBackend, EncoderOptions
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.torch_device import pick_device
+from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import locate
@@ -68,13 +69,14 @@ class CrossEncoderBackend(EncoderBackend):
         from sentence_transformers import CrossEncoder
 
         try:
-            ce: CrossEncoder = CrossEncoder(
-                path,
-                device=pick_device(self.options.device),
-                trust_remote_code=self.options.trust_remote_code,
-                local_files_only=True,
-                max_length=self.options.max_length,
-            )
+            with MODEL_CONSTRUCTION:
+                ce: CrossEncoder = CrossEncoder(
+                    path,
+                    device=pick_device(self.options.device),
+                    trust_remote_code=self.options.trust_remote_code,
+                    local_files_only=True,
+                    max_length=self.options.max_length,
+                )
         except (OSError, ValueError, RuntimeError) as exc:
             raise ModelLoadFailed(
                 f"model '{self.model.id}': sentence-transformers could not load {path}: {exc}"

@@ -11,6 +11,7 @@ from modelpool.backends.context import BackendContext
 from modelpool.backends.encoder_base import EncoderBackend, EncoderOptions
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.torch_device import pick_device
+from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import locate
@@ -74,12 +75,13 @@ class SentenceTransformersBackend(EncoderBackend):
         from sentence_transformers import SentenceTransformer
 
         try:
-            st = SentenceTransformer(
-                path,
-                device=pick_device(self.options.device),
-                trust_remote_code=self.options.trust_remote_code,
-                local_files_only=True,
-            )
+            with MODEL_CONSTRUCTION:
+                st = SentenceTransformer(
+                    path,
+                    device=pick_device(self.options.device),
+                    trust_remote_code=self.options.trust_remote_code,
+                    local_files_only=True,
+                )
         except (OSError, ValueError, RuntimeError) as exc:
             raise ModelLoadFailed(
                 f"model '{self.model.id}': sentence-transformers could not load {path}: {exc}"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from modelpool.backends.transformers.convert import hf_folder_for
 from modelpool.errors import ModelLoadFailed
 
@@ -97,7 +98,8 @@ def _convert(hf: Path, target: Path, quantization: str) -> None:
     try:
         copied = [name for name in TOKENIZER_FILES if (hf / name).is_file()]
         converter = TransformersConverter(str(hf), copy_files=copied)
-        converter.convert(str(partial), quantization=quantization, force=True)
+        with MODEL_CONSTRUCTION:  # the converter loads the model through transformers
+            converter.convert(str(partial), quantization=quantization, force=True)
         (partial / FACTS_FILE).write_text(json.dumps(_facts_of(hf)), encoding="utf-8")
         if not is_ct2_folder(target):
             partial.rename(target)

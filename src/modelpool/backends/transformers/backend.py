@@ -20,6 +20,7 @@ from modelpool.backends.decoding import check_token_ids, start_of_text, tokens_t
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.torch_device import estimate_on, pick_device
+from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from modelpool.backends.transformers.convert import hf_folder_for
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher, Sequence
@@ -299,16 +300,18 @@ class TransformersBackend(DeclaredBackend):
         device = pick_device(self.options.device)
         dtype = _dtype(self.options.dtype, device)
         if self.options.vision:  # the processor stands in for the tokenizer (it holds one)
-            vision_model, processor = load_vision_model(path, dtype, self.options.trust_remote_code, self.model.id)
+            with MODEL_CONSTRUCTION:
+                vision_model, processor = load_vision_model(path, dtype, self.options.trust_remote_code, self.model.id)
             vision_model.to(device).eval()
             torch.set_grad_enabled(False)
             return vision_model, processor
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=self.options.trust_remote_code)
             # transformers' stubs type `.to()` oddly; the model is used through its runtime API.
-            model: Any = AutoModelForCausalLM.from_pretrained(
-                path, dtype=dtype, trust_remote_code=self.options.trust_remote_code
-            )
+            with MODEL_CONSTRUCTION:
+                model: Any = AutoModelForCausalLM.from_pretrained(
+                    path, dtype=dtype, trust_remote_code=self.options.trust_remote_code
+                )
         except (OSError, ValueError) as exc:
             raise ModelLoadFailed(f"model '{self.model.id}': transformers could not load {path}: {exc}") from exc
         model.to(device).eval()

@@ -7,6 +7,7 @@ import logging
 import shutil
 from pathlib import Path
 
+from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from modelpool.errors import ModelLoadFailed
 
 log = logging.getLogger("modelpool.backends")
@@ -26,7 +27,8 @@ def hf_folder_for(gguf: Path, cache_root: Path) -> Path:
         raise ModelLoadFailed("converting a GGUF needs transformers: pip install 'modelpool[transformers]'") from exc
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        with MODEL_CONSTRUCTION:
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     except (ImportError, OSError, ValueError) as exc:
         raise ModelLoadFailed(f"cannot convert {gguf} for transformers (needs the gguf package): {exc}") from exc
     # A de-quantised model is a plain float model: drop the GGUF quantizer marker, or
