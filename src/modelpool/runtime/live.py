@@ -77,7 +77,7 @@ class TranscriptFailed:
 
 @dataclass(frozen=True)
 class Cleared:
-    pass
+    """The uncommitted audio was dropped (`input_audio_buffer.cleared`); it carries nothing else."""
 
 
 LiveEvent = (
