@@ -37,7 +37,10 @@ def tiny_cross_encoder(folder: Path, *, max_position: int = 128) -> Path:
         # tell one pair from another. At 0.2 they spread over 0.08..0.29 (0.5 saturates).
         initializer_range=0.2,
     )
-    model = BertForSequenceClassification(config).eval()
+    from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
+
+    with MODEL_CONSTRUCTION:  # a model built while the app loads others would race transformers' patching
+        model = BertForSequenceClassification(config).eval()
     model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
     return folder

