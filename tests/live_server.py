@@ -15,12 +15,14 @@ from tests.polling import until
 
 
 @contextlib.asynccontextmanager
-async def live_server(app: FastAPI) -> AsyncIterator[str]:
-    """Serve `app` (running its lifespan) while the block runs; yields its base URL."""
+async def live_server(app: FastAPI, *, lifespan: bool = True) -> AsyncIterator[str]:
+    """Serve `app` while the block runs; yields its base URL. `lifespan=False` serves an app
+    whose lifespan already runs (the session's shared app) without starting it again."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
+    settings = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on" if lifespan else "off")
+    server = uvicorn.Server(settings)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         await until(lambda: server.started or task.done(), "uvicorn to start", timeout_s=60)

@@ -17,6 +17,7 @@ Nothing maps errors by matching message text.
     ├── ModelNotLoaded                  409  invalid_request_error / model_not_loaded  (autoload off)
     ├── RequestTooLarge                 413  invalid_request_error / request_too_large
     ├── Overloaded                      429  overloaded / overloaded       (Retry-After)
+    ├── RateLimited                     429  requests or tokens / rate_limit_exceeded (Retry-After)
     ├── ClientDisconnected              499  invalid_request_error / client_closed_request (never seen: logs only)
     ├── ModelNotReady                   503  server_error / model_not_ready   (Retry-After)
     ├── ModelLoadFailed                 503  server_error / model_load_error  (Retry-After: the cooldown)
@@ -30,6 +31,8 @@ Nothing maps errors by matching message text.
 """
 
 from __future__ import annotations
+
+import math
 
 
 class ModelpoolError(Exception):
@@ -133,6 +136,25 @@ class Overloaded(_RetryLater):
     status_code = 429
     type = "overloaded"
     code = "overloaded"
+
+
+class RateLimited(_RetryLater):
+    """An API key (or, with no keys, a client address) over its requests or tokens per
+    minute. `type` names the limit (`requests` or `tokens`), as OpenAI's errors do."""
+
+    status_code = 429
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, limit: str, retry_after_s: float) -> None:
+        wait_ms = max(1, math.ceil(round(retry_after_s * 1000, 6)))  # float noise is not a ms more
+        super().__init__(message, retry_after_s=math.ceil(wait_ms / 1000))  # rounded up: never early
+        self.type = limit
+        self.retry_after_ms = wait_ms
+
+    @property
+    def headers(self) -> dict[str, str]:
+        # retry-after-ms: the exact wait, which the official SDKs prefer to Retry-After.
+        return {**super().headers, "retry-after-ms": str(self.retry_after_ms)}
 
 
 class ClientDisconnected(ModelpoolError):

@@ -45,3 +45,12 @@ def test_make_install_brings_every_engine_of_the_starter_catalog() -> None:
 def test_make_install_brings_what_the_ctranslate2_starter_model_runs_on() -> None:
     names = {re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0] for requirement in requirements_of(installed_extras())}
     assert {"ctranslate2", "transformers", "gguf"} <= names, names
+
+
+def test_make_install_and_the_all_extra_bring_what_server_otel_endpoint_needs() -> None:
+    optional = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "otel" in installed_extras()
+    everything = re.search(r"modelpool\[([^\]]+)\]", optional["all"][0])
+    assert everything is not None and "otel" in everything.group(1).split(",")
+    names = {re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0] for requirement in requirements_of({"otel"})}
+    assert names == {"opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"}

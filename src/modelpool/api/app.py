@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
@@ -13,6 +14,7 @@ from modelpool.api.auth import KeyRing, RequireKeys
 from modelpool.api.cors import add_cors
 from modelpool.api.errors import install_error_handlers
 from modelpool.api.middleware import BodyLimit, RequestContext
+from modelpool.api.ratelimit import add_rate_limits
 from modelpool.api.routes import (
     admin,
     audio,
@@ -28,35 +30,52 @@ from modelpool.api.routes import (
     scoring,
     tokenize,
 )
+from modelpool.api.routes.ui import mount_ui
+from modelpool.api.tracing import install_tracing
 from modelpool.config.schema import Config
 from modelpool.mcp_server import transcript_dir
 from modelpool.mcp_server.server import mount_mcp, running
 from modelpool.mcp_server.transcripts import TranscriptStore
 from modelpool.runtime.build import build_pool
+from modelpool.runtime.metrics_history import MetricsHistory
 from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.response_store import ResponseStore
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 log = logging.getLogger("modelpool")
 
 
-def create_app(config: Config, pool: ModelPool | None = None, keys: KeyRing | None = None) -> FastAPI:
+def create_app(
+    config: Config,
+    pool: ModelPool | None = None,
+    keys: KeyRing | None = None,
+    *,
+    tracer_provider: TracerProvider | None = None,
+) -> FastAPI:
     """Build the app. The pool preloads in the background after start-up, so /healthz
-    answers at once and /readyz turns 200 when the preloaded models are ready."""
+    answers at once and /readyz turns 200 when the preloaded models are ready.
+    `tracer_provider`: trace requests to it (tests), whatever `server.otel_endpoint` says."""
     pool = pool or build_pool(config)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         pool.start()
+        app.state.metrics_history.start()
         try:
             async with running(app.state.mcp):  # the MCP session manager's task group
                 yield
         finally:
+            await app.state.metrics_history.stop()
             await pool.close()
             log.info("models unloaded")
+            await stop_tracing()
 
     app = FastAPI(title="modelpool", version=__version__, lifespan=lifespan)
     app.state.pool = pool
     app.state.config = config
+    app.state.metrics_history = MetricsHistory(pool.metrics.registry, pool.statuses, pool.clock)
     app.state.responses = ResponseStore(config.server.response_store_size)
     app.state.realtime = realtime.RealtimeStats(config.server.realtime_queue_events)
     install_error_handlers(app)
@@ -65,10 +84,14 @@ def create_app(config: Config, pool: ModelPool | None = None, keys: KeyRing | No
         app.include_router(module.router)
     app.state.transcripts = TranscriptStore(transcript_dir(config))
     app.state.mcp = mount_mcp(app, config) if config.server.mcp else None
+    if config.server.ui:
+        mount_ui(app)
     app.add_middleware(
         BodyLimit, max_bytes=config.server.max_body_bytes, max_upload_bytes=config.server.max_upload_bytes
     )
+    add_rate_limits(app, config.auth, pool.metrics)  # inside RequireKeys, which names the key
     app.add_middleware(RequireKeys, keys=keys or KeyRing.from_config(config.auth))
+    stop_tracing = install_tracing(app, config.server, tracer_provider)  # inside RequestContext: has its request id
     app.add_middleware(RequestContext, metrics=pool.metrics, model_label=pool.metrics_label)
     add_cors(app, config.server)  # added last: outermost, so 401s and the last-resort 500 carry CORS headers too
     return app

@@ -112,6 +112,10 @@ class ServerConfig(_Strict):
     image_fetch_timeout_s: float = Field(default=10.0, gt=0)
     """Longest a remote image fetch may take, redirects included."""
 
+    ui: bool = True
+    """Serve the workbench, a web UI over the pool, at `/ui` (its calls go through the API,
+    so API keys and their scopes apply to it as to any client)."""
+
     mcp: bool = True
     """Serve the MCP server (streamable HTTP) at `/mcp`: tools over the pool and the
     transcript store, behind the same API keys (`inference` scope)."""
@@ -120,10 +124,28 @@ class ServerConfig(_Strict):
     """Where the transcript store keeps its files, one JSONL file per source (default:
     `transcripts` under `work_dir`)."""
 
+    otel_endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """OTLP/HTTP traces URL of an OpenTelemetry collector (`http://collector:4318/v1/traces`):
+    every HTTP request is then traced — a server span, its wait for the model, the model's
+    work, with tokens — and a caller's W3C `traceparent` is continued. Needs
+    `pip install 'modelpool[otel]'`. None: no tracing (the OpenTelemetry SDK is not even loaded)."""
+
+    otel_service_name: str = Field(default="modelpool", min_length=1)
+    """`service.name` of the traces this server sends (tells several servers apart)."""
+
 
 class Scope(str, Enum):
     INFERENCE = "inference"
     ADMIN = "admin"
+
+
+class RateLimits(_Strict):
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    """Most requests a minute on the inference routes; none: unlimited (refilled evenly,
+    limit/60 a second, so a minute's worth may come in a burst)."""
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    """Most tokens (input + output) a minute; none: unlimited. Charged when a request ends,
+    so one request may overdraw it; the next waits until it refills."""
 
 
 class ApiKeyConfig(_Strict):
@@ -135,6 +157,16 @@ class ApiKeyConfig(_Strict):
     """Name of the environment variable holding the key."""
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
     """Hex SHA-256 of the key, for keys that should not sit in the environment."""
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    """Most requests a minute this key may make on the inference routes; none: unlimited.
+    A full minute's worth may come in a burst, then the budget refills evenly (limit/60 a
+    second). Over it: 429 `rate_limit_exceeded` with Retry-After. Keys sharing a `name`
+    share their budgets and usage."""
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    """Most tokens (input + output) a minute this key may use; none: unlimited. A
+    request's tokens are known only when it ends, so they are charged then: a request is
+    let in while any of the budget is left and may overdraw it once; the next waits until
+    it refills."""
 
     @model_validator(mode="after")
     def _one_source(self) -> ApiKeyConfig:
@@ -148,6 +180,19 @@ class AuthConfig(_Strict):
     """API keys accepted as `Authorization: Bearer <key>`. None: no auth (loopback only)."""
     allow_unauthenticated_remote: bool = False
     """Serve on a non-loopback address with no API keys. Off: such a start is refused."""
+    unauthenticated: RateLimits = Field(default_factory=RateLimits)
+    """Rate limits when no API keys are configured, kept per client address (each address
+    has its own budget: with no keys, the address is all that tells callers apart; behind a
+    proxy, they all share the proxy's). Unlimited by default."""
+
+    @model_validator(mode="after")
+    def _one_budget_per_name(self) -> AuthConfig:
+        limits: dict[str, tuple[int | None, int | None]] = {}
+        for key in self.keys:
+            mine = (key.requests_per_minute, key.tokens_per_minute)
+            if limits.setdefault(key.name, mine) != mine:
+                raise ValueError(f"api keys named '{key.name}' share one budget: give them the same rate limits")
+        return self
 
 
 class PoolConfig(_Strict):

@@ -13,6 +13,7 @@ from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
 from typing import Generic, TypeVar
 
+from modelpool import tracing
 from modelpool.backends.base import Backend
 from modelpool.errors import ModelUnloaded
 from modelpool.runtime.admission import Ticket
@@ -26,7 +27,8 @@ _NOTHING = object()
 
 class Lease(Generic[B]):
     """A turn on one replica whose backend serves the task it was leased for (`backend`,
-    typed by that task's Protocol: the slot checked it)."""
+    typed by that task's Protocol: the slot checked it). The turn is the backend's span of
+    the request's trace (when traced): it ends when the turn is given back."""
 
     def __init__(
         self,
@@ -46,6 +48,7 @@ class Lease(Generic[B]):
         self._ticket = ticket
         self._on_release = on_release
         self._released = False
+        self._span = tracing.start_span("modelpool.backend", {tracing.MODEL: model_id, tracing.REPLICA: replica.index})
         replica.take()
 
     @property
@@ -67,7 +70,15 @@ class Lease(Generic[B]):
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
+        if error is not None:
+            self.failed(error)
         self.release()
+
+    def failed(self, error: BaseException) -> None:
+        """The work on this turn raised `error`: shown on its span. The end of a stream and
+        cancellation (a client that left) are not failures."""
+        if isinstance(error, Exception) and not isinstance(error, StopAsyncIteration):
+            self._span.record_error(error)
 
     def release(self) -> None:
         """Give the turn back (once; later calls do nothing)."""
@@ -77,6 +88,14 @@ class Lease(Generic[B]):
         self.replica.give_back()
         self._ticket.done()
         self._on_release(self)
+        self._end_span()
+
+    def _end_span(self) -> None:
+        timing = self.timing
+        if timing.prompt_tokens or timing.output_tokens:  # counted by now; none for audio or scoring
+            self._span.set_attribute(tracing.INPUT_TOKENS, timing.prompt_tokens)
+            self._span.set_attribute(tracing.OUTPUT_TOKENS, timing.output_tokens)
+        self._span.end()
 
 
 class LeasedStream(Generic[T]):
@@ -121,7 +140,8 @@ class LeasedStream(Generic[T]):
         try:
             self._lease.check_revoked()
             item = await self._items.__anext__()
-        except BaseException:
+        except BaseException as exc:
+            self._lease.failed(exc)
             await self.aclose()
             raise
         if self._observe is not None:

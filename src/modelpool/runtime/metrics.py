@@ -3,9 +3,12 @@ so several apps (tests) never share counters."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from modelpool.runtime.timing import RequestTiming
+from modelpool.runtime.usage import AudioDirection, RequestUsage, add_audio, add_tokens
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -70,11 +73,45 @@ class Metrics:
             buckets=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
             registry=self.registry,
         )
+        # Per caller (API key name, or `anonymous`): a label set as small as the key list.
+        self.key_requests = Counter(
+            "modelpool_key_requests", "Requests served per API key.", ["key"], registry=self.registry
+        )
+        self.key_input_tokens = Counter(
+            "modelpool_key_input_tokens", "Prompt/input tokens per API key.", ["key"], registry=self.registry
+        )
+        self.key_output_tokens = Counter(
+            "modelpool_key_output_tokens", "Generated tokens per API key.", ["key"], registry=self.registry
+        )
+        self.key_audio_seconds = Counter(
+            "modelpool_key_audio_seconds",
+            "Seconds of audio transcribed (in) or synthesised (out) per API key.",
+            ["key", "direction"],
+            registry=self.registry,
+        )
+        self.rate_limited = Counter(
+            "modelpool_rate_limited",
+            "Requests refused by a rate limit, per API key and limit (requests or tokens).",
+            ["key", "limit"],
+            registry=self.registry,
+        )
         self.load_seconds = Histogram(
             "modelpool_model_load_seconds",
             "Time to load a model.",
             ["model"],
             buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.embedding_cache_hits = Counter(
+            "modelpool_embedding_cache_hits",
+            "Embedding inputs answered from the model's cache (one per input text looked up).",
+            ["model"],
+            registry=self.registry,
+        )
+        self.embedding_cache_misses = Counter(
+            "modelpool_embedding_cache_misses",
+            "Embedding inputs not in the model's cache, so computed by the engine.",
+            ["model"],
             registry=self.registry,
         )
 
@@ -85,6 +122,8 @@ class Metrics:
     def count_tokens(self, model: str, *, input_tokens: int, output_tokens: int) -> None:
         self.input_tokens.labels(model=model).inc(input_tokens)
         self.output_tokens.labels(model=model).inc(output_tokens)
+        # Every count of a request's tokens passes here: it is also billed to the caller.
+        add_tokens(input_tokens, output_tokens)
 
     def observe_timing(self, model: str, timing: RequestTiming) -> None:
         self.backend_seconds.labels(model=model).observe(timing.backend_s)
@@ -93,13 +132,36 @@ class Metrics:
         self.count_tokens(model, input_tokens=timing.prompt_tokens, output_tokens=timing.output_tokens)
 
     def observe_audio(self, model: str, task: str, audio_seconds: float, busy_seconds: float) -> None:
-        self.audio_seconds.labels(model=model, direction="in" if task == "transcription" else "out").inc(audio_seconds)
+        direction: AudioDirection = "in" if task == "transcription" else "out"
+        self.audio_seconds.labels(model=model, direction=direction).inc(audio_seconds)
+        add_audio(direction, audio_seconds)  # billed to the caller, as tokens are
         if audio_seconds > 0:
             self.real_time_factor.labels(model=model, task=task).observe(busy_seconds / audio_seconds)
+
+    def cache_lookup_counter(self, model: str) -> Callable[[bool], None]:
+        """Counts `model`'s embedding-cache lookups, `count(hit)` each. Both series start at 0
+        here (only models with a cache ask), so a hit ratio exists from the first lookup."""
+        hits = self.embedding_cache_hits.labels(model=model)
+        misses = self.embedding_cache_misses.labels(model=model)
+
+        def count(hit: bool) -> None:
+            (hits if hit else misses).inc()
+
+        return count
 
     def observe_request(self, model: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(model=model, route=route, status=str(status)).inc()
         self.request_seconds.labels(model=model, route=route).observe(seconds)
+
+    def count_key_usage(self, key: str, usage: RequestUsage) -> None:
+        self.key_requests.labels(key=key).inc()
+        self.key_input_tokens.labels(key=key).inc(usage.input_tokens)
+        self.key_output_tokens.labels(key=key).inc(usage.output_tokens)
+        self.key_audio_seconds.labels(key=key, direction="in").inc(usage.audio_seconds_in)
+        self.key_audio_seconds.labels(key=key, direction="out").inc(usage.audio_seconds_out)
+
+    def count_rate_limited(self, key: str, limit: str) -> None:
+        self.rate_limited.labels(key=key, limit=limit).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -326,9 +326,9 @@ class ModelPool:
         async with await slot.lease(protocol, self.model_wait_s, options.keep_alive) as lease:
             try:
                 result = await run(lease)
+                lease.timing.prompt_tokens = result.prompt_tokens  # before the turn's span ends with it
             finally:
                 lease.timing.backend_s = self.clock.monotonic() - lease.timing.started
-        lease.timing.prompt_tokens = result.prompt_tokens
         self.metrics.observe_timing(slot.id, lease.timing)
         return result, lease.timing
 

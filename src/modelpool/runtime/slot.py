@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from modelpool import tracing
 from modelpool.backends.base import Backend, MemoryEstimate, SpeechBackend, contract_problem
 from modelpool.capabilities import ModelCapabilities
 from modelpool.config.redact import redact
@@ -29,6 +30,7 @@ from modelpool.runtime.eviction import Need, Resident
 from modelpool.runtime.lease import Lease
 from modelpool.runtime.lifecycle import Action, Decision, Event, Facts, Policy, Refusal, SlotState, decide
 from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.option_schema import override_options
 from modelpool.runtime.replicas import Replica, ReplicaSet
 from modelpool.runtime.status import EngineLogs, MemoryStatus, ModelStatus
 from modelpool.runtime.timing import RequestTiming
@@ -82,7 +84,8 @@ class ModelSlot:
         self.expires_at: float | None = None
         self.replicas = ReplicaSet(config.id, clock, self._crashed)
         self.admission = Admission(turns=self._turns(), queue=self._queue_size(), model_id=config.id)
-        self.embedding_cache = EmbeddingCache(config.embedding_cache_size)
+        counted = metrics.cache_lookup_counter(config.id) if config.embedding_cache_size else None
+        self.embedding_cache = EmbeddingCache(config.embedding_cache_size, counted)
         """Rows are only valid for the weights and options they came from: cleared on unload."""
         self._make_backend = make_backend
         self._metrics = metrics
@@ -170,6 +173,7 @@ class ModelSlot:
             load_seconds=record.load_seconds, last_error=record.error, crashes_in_a_row=self.crashes.in_a_row,
             allow_remote=config.allow_remote, options=redact(config.options),
             overridable=sorted(self.capabilities.overridable),
+            override_options=override_options(config, self.capabilities.overridable),
         )  # fmt: skip
 
     async def voices(self) -> list[Voice]:
@@ -190,22 +194,25 @@ class ModelSlot:
         replica, whose backend serves `protocol` (the task's Protocol, checked at load)."""
         if self._work.closing:
             raise ShuttingDown("the server is shutting down")
-        ticket = self.admission.admit()
-        asked = self._clock.monotonic()
-        try:
-            await self.ensure_ready(wait_s)
-            loaded = self._clock.monotonic()
-            await ticket.wait_turn()
-            while self.state is not SlotState.READY or not self.replicas.routable():
-                await self.ensure_ready(wait_s)  # unloaded while this request waited in line
-            replica = self.replicas.least_busy()
-            backend = replica.backend
-            if not isinstance(backend, protocol):  # checked at load: only a broken backend gets here
-                raise ModelLoadFailed(f"model '{self.id}': its backend does not implement {protocol.__name__}")
-        except BaseException:
-            ticket.done()
-            raise
-        now = self._clock.monotonic()
+        with tracing.span("modelpool.queue", {tracing.MODEL: self.id}) as queued:
+            ticket = self.admission.admit()
+            asked = self._clock.monotonic()
+            try:
+                await self.ensure_ready(wait_s)
+                loaded = self._clock.monotonic()
+                await ticket.wait_turn()
+                while self.state is not SlotState.READY or not self.replicas.routable():
+                    await self.ensure_ready(wait_s)  # unloaded while this request waited in line
+                replica = self.replicas.least_busy()
+                backend = replica.backend
+                if not isinstance(backend, protocol):  # checked at load: only a broken backend gets here
+                    raise ModelLoadFailed(f"model '{self.id}': its backend does not implement {protocol.__name__}")
+            except BaseException:
+                ticket.done()
+                raise
+            now = self._clock.monotonic()
+            queued.set_attribute("modelpool.load_wait_s", loaded - asked)
+            queued.set_attribute(tracing.REPLICA, replica.index)
         timing = RequestTiming(
             load_wait_s=loaded - asked, queue_wait_s=now - loaded, replica=replica.index, started=now
         )

@@ -33,6 +33,19 @@ class MemoryStatus:
 
 
 @dataclass(frozen=True)
+class OverrideOption:
+    """One option a load may override (`POST /v1/admin/models/{id}/load` `overrides`)."""
+
+    name: str
+    schema: dict[str, Any]
+    """The option's JSON schema, flattened: `type`, bounds (`minimum`, `maximum`,
+    `exclusiveMinimum`, `exclusiveMaximum`), `enum`, `default`, `description`, and
+    `nullable: true` for an Optional field. Empty when the backend does not declare the field."""
+    value: Any
+    """What the model uses now (its config with any overrides, defaults filled in)."""
+
+
+@dataclass(frozen=True)
 class ModelStatus:
     id: str
     created: int
@@ -62,6 +75,8 @@ class ModelStatus:
     options: dict[str, Any]
     """Backend options, secrets redacted."""
     overridable: list[str]
+    override_options: list[OverrideOption] = field(default_factory=list)
+    """`overridable` with each option's schema and current value (for forms)."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of
+from modelpool.api.ratelimit import usage_json
 from modelpool.api.schemas.admin import LoadBody, UnloadBody
 from modelpool.runtime.status import ModelStatus
 
@@ -56,6 +57,13 @@ async def unload_model(model_id: str, request: Request, body: UnloadBody | None 
 @router.get("/memory")
 async def memory(request: Request) -> JSONResponse:
     return JSONResponse(asdict(pool_of(request).memory()))
+
+
+@router.get("/usage")
+async def usage(request: Request) -> JSONResponse:
+    """Usage per API key since start, with its rate limits and what is left of them."""
+    reports = request.app.state.rate_limiter.report(request.app.state.usage)
+    return JSONResponse({"object": "list", "data": [usage_json(report) for report in reports]})
 
 
 @router.get("/gpu-memory")

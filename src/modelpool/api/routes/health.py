@@ -1,4 +1,4 @@
-"""Liveness, readiness and Prometheus metrics."""
+"""Liveness, readiness and Prometheus metrics (and their recent history, for charts)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from modelpool.api.deps import pool_of
 from modelpool.api.errors import error_payload
+from modelpool.runtime.metrics_history import MetricsHistory
 
 router = APIRouter()
 
@@ -35,3 +36,12 @@ async def readyz(request: Request, model: str | None = None) -> JSONResponse:
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
     return Response(pool_of(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/metrics/history")
+async def metrics_history(request: Request, since: float | None = None) -> JSONResponse:
+    """The last 15 minutes of request rate, latency p50/p99, tokens/s, queue depth and
+    memory, a point every 2 s (the workbench's charts). `since`: only points after this
+    wall-clock time (a client that keeps its own copy asks for what is new)."""
+    history: MetricsHistory = request.app.state.metrics_history
+    return JSONResponse(history.as_json(since))

@@ -1,0 +1,200 @@
+// The detail panel of the selected model: what it is, the load form (options generated from
+// their schemas, replicas), load/unload, and its engine process's output.
+import { api, ApiError, field, formatBytes, formatSeconds, h, notice } from "./lib.js";
+import { optionFields } from "./models-form.js";
+
+const LOG_LINES = 200;
+
+function isEngine(model) {
+  return model.capabilities?.locality === "engine_process";
+}
+
+function capabilityText(model) {
+  const c = model.capabilities || {};
+  const parts = [];
+  const modalities = (c.modalities || []).filter((m) => m !== "text");
+  if (modalities.length) parts.push(`input: text, ${modalities.join(", ")}`);
+  if (c.tools) parts.push("tools");
+  if (c.structured_output) parts.push("structured output");
+  if (c.thinking_modes?.length) parts.push(`thinking (${c.thinking_modes.join(", ")})`);
+  if (c.context_length) parts.push(`context ${c.context_length} tokens`);
+  if (c.remote) parts.push("remote upstream");
+  parts.push(c.locality === "engine_process" ? "engine process" : c.remote ? "" : "in process");
+  return parts.filter(Boolean).join(" · ");
+}
+
+function replicaText(model) {
+  if (!model.replicas.length) return "none running";
+  return model.replicas
+    .map((r) => {
+      const pid = r.pid ? `, pid ${r.pid}` : "";
+      const retiring = r.retiring ? ", retiring" : "";
+      return `#${r.index}: ${r.running} running, ${r.served} served, ${formatBytes(r.memory_bytes)}${pid}${retiring}`;
+    })
+    .join("; ");
+}
+
+/** The facts list; rebuilt on every poll (it holds no focusable control). */
+function facts(model) {
+  const rows = [
+    ["Description", model.description || "–"],
+    ["Backend", model.backend],
+    ["Tasks", model.tasks.join(", ")],
+    ["Capabilities", capabilityText(model)],
+    ["Replicas", replicaText(model)],
+    ["Keep alive", model.keep_alive_s < 0 ? "never unloads when idle" : `${formatSeconds(model.keep_alive_s)} idle`],
+    ["Last load", model.load_seconds == null ? "–" : `${model.load_seconds.toFixed(1)} s`],
+    ["Concurrency", `${model.max_concurrency ?? model.capabilities?.engine_concurrency ?? "–"} at once, queue ${model.max_queue}`],
+  ];
+  if (model.aliases.length) rows.splice(1, 0, ["Aliases", model.aliases.join(", ")]);
+  const list = h("dl", { class: "facts" });
+  for (const [term, value] of rows) list.append(h("dt", { text: term }), h("dd", { text: value }));
+  return list;
+}
+
+function logView(logs) {
+  const parts = [];
+  for (const process of logs.processes) {
+    const title = `Replica ${process.replica}${process.pid ? ` · pid ${process.pid}` : ""}`;
+    parts.push(h("h4", { text: title }), h("pre", { class: "log", text: process.lines.join("\n") || "(no output yet)" }));
+  }
+  if (logs.last_crash) {
+    parts.push(h("h4", { class: "error-text", text: `Last crash: ${logs.last_crash.error || "unknown error"}` }));
+    parts.push(h("pre", { class: "log", text: logs.last_crash.lines.join("\n") }));
+  }
+  if (!parts.length) parts.push(h("p", { class: "muted", text: "No engine process is running (the model is not loaded)." }));
+  return parts;
+}
+
+/**
+ * A panel for one model. update(model) refreshes it from a poll; the form is only rebuilt
+ * when the model's options change (a load), so typing is never lost to a refresh.
+ */
+export function detailPanel(initial, { onChanged }) {
+  let model = initial;
+  let busy = false;
+  let formKey = "";
+  let logsAsked = false;
+  let shownLogs = "";
+  const headingId = `detail-${model.id}`;
+  const heading = h("h2", { id: headingId, tabindex: "-1", text: model.id });
+  const state = h("span", { class: "state" });
+  const factBox = h("div", { class: "facts-box" });
+  const alert = h("div", { class: "form-error", role: "alert" });
+  const progress = h("p", { class: "muted progress", role: "status" });
+  const optionBox = h("fieldset", { class: "options" });
+  const replicas = h("input", { type: "number", min: "1", step: "1", inputmode: "numeric" });
+  const loadButton = h("button", { type: "submit", text: "Load" });
+  const drainButton = h("button", { type: "button", class: "secondary", text: "Unload (drain)" });
+  const forceButton = h("button", { type: "button", class: "danger", text: "Unload (force)" });
+  let collect = () => ({ overrides: {}, problems: [] });
+
+  const form = h("form", { class: "load-form", novalidate: true, "aria-labelledby": `${headingId}-form` },
+    h("h3", { id: `${headingId}-form`, text: "Load" }),
+    optionBox,
+    field("Replicas", replicas, `1 to ${model.replica_max}`),
+    h("div", { class: "actions" }, loadButton, drainButton, forceButton),
+    alert, progress);
+  const logBox = h("div", { class: "logs", "aria-live": "off" });
+  const element = h("section", { id: "model-detail", class: "panel detail", "aria-labelledby": headingId },
+    h("div", { class: "detail-head" }, heading, state),
+    h("div", { class: "detail-grid" },
+      h("div", {}, factBox, form),
+      h("div", {}, h("h3", { text: "Engine logs" }), logBox)));
+
+  function buildForm() {
+    const options = model.override_options || [];
+    const built = optionFields(options);
+    collect = built.collect;
+    const legend = h("legend", { text: options.length ? "Options for this load" : "No options can be overridden" });
+    optionBox.replaceChildren(legend, ...built.nodes);
+    replicas.max = String(model.replica_max);
+    replicas.value = String(model.replicas_wanted);
+    const hint = replicas.parentElement?.querySelector(".hint");
+    if (hint) hint.textContent = `1 to ${model.replica_max}; now ${model.replicas_wanted}`;
+    formKey = JSON.stringify([options, model.replicas_wanted, model.replica_max]);
+  }
+
+  async function act(label, request) {
+    busy = true;
+    alert.textContent = "";
+    progress.textContent = `${label} ${model.id}…`;
+    for (const button of [loadButton, drainButton, forceButton]) button.disabled = true;
+    try {
+      const status = await request();
+      update(status);
+      buildForm();
+      notice(`${model.id} is ${status.state}.`);
+    } catch (error) {
+      const where = error instanceof ApiError && error.status === 400 ? " (nothing was changed)" : "";
+      alert.textContent = `${error.message}${where}`;
+    } finally {
+      busy = false;
+      progress.textContent = "";
+      loadButton.disabled = false;
+      for (const button of [drainButton, forceButton]) button.disabled = model.state === "unloaded";
+      onChanged();
+    }
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (busy) return;
+    const { overrides, problems } = collect();
+    const wanted = Number(replicas.value);
+    if (!Number.isInteger(wanted) || wanted < 1 || wanted > model.replica_max) {
+      problems.push(`Replicas must be a whole number from 1 to ${model.replica_max}`);
+    }
+    if (problems.length) {
+      alert.textContent = `${problems.join("; ")}.`;
+      return;
+    }
+    const body = { overrides };
+    if (wanted !== model.replicas_wanted) body.replicas = wanted;
+    act("Loading", () => api(`/v1/admin/models/${encodeURIComponent(model.id)}/load`, { json: body }));
+  });
+  const unload = (drain) => () => {
+    if (busy) return;
+    act(drain ? "Unloading (draining)" : "Unloading (forced)",
+      () => api(`/v1/admin/models/${encodeURIComponent(model.id)}/unload`, { json: { drain } }));
+  };
+  drainButton.addEventListener("click", unload(true));
+  forceButton.addEventListener("click", unload(false));
+
+  async function refreshLogs() {
+    if (!isEngine(model)) {
+      logBox.replaceChildren(h("p", { class: "muted" },
+        `No engine process: ${model.id} runs inside modelpool (backend ${model.backend}); its output is in modelpool's own log.`));
+      return;
+    }
+    if (logsAsked) return; // one request at a time
+    logsAsked = true;
+    try {
+      const logs = await api(`/v1/admin/models/${encodeURIComponent(model.id)}/logs?lines=${LOG_LINES}`);
+      const seen = JSON.stringify(logs);
+      if (seen === shownLogs) return; // unchanged: leave the reader's scroll position alone
+      shownLogs = seen;
+      logBox.replaceChildren(...logView(logs));
+      for (const pre of logBox.querySelectorAll("pre")) pre.scrollTop = pre.scrollHeight; // newest lines in view
+    } catch (error) {
+      logBox.replaceChildren(h("p", { class: "error-text", text: `Could not read the logs: ${error.message}` }));
+    } finally {
+      logsAsked = false;
+    }
+  }
+
+  function update(next) {
+    model = next;
+    state.dataset.state = model.state;
+    state.textContent = model.state;
+    if (!busy) for (const button of [drainButton, forceButton]) button.disabled = model.state === "unloaded";
+    factBox.replaceChildren(facts(model));
+    if (model.last_error) factBox.append(h("p", { class: "error-text", text: `Last error: ${model.last_error}` }));
+    const key = JSON.stringify([model.override_options || [], model.replicas_wanted, model.replica_max]);
+    if (key !== formKey && !busy) buildForm();
+    refreshLogs();
+  }
+
+  update(model);
+  return { element, heading, update, id: () => model.id };
+}

@@ -1,0 +1,92 @@
+// Pieces every playground section uses: model pickers filtered by task, an error region,
+// bounded number inputs whose empty value means "the server's default", line lists.
+import { field, h } from "./lib.js";
+
+/**
+ * A labelled <select> of the models that serve `task` (from /v1/models `tasks`). A model
+ * that is not loaded is listed with its state: choosing it loads it on the first call.
+ * Returns {element, select, current()} — current() is the chosen model's /v1/models entry.
+ */
+export function modelPicker(label, models, task, onChange = () => {}) {
+  const fitting = models.filter((model) => (model.tasks || []).includes(task));
+  const select = h("select", { onchange: () => onChange(current()) });
+  for (const model of fitting) {
+    const note = model.state && model.state !== "ready" ? ` (${model.state})` : "";
+    select.append(h("option", { value: model.id, text: `${model.id}${note}` }));
+  }
+  const ready = fitting.find((model) => model.state === "ready");
+  if (ready) select.value = ready.id;
+  if (!fitting.length) {
+    select.append(h("option", { value: "", text: `no ${task} model is configured` }));
+    select.disabled = true;
+  }
+  const current = () => fitting.find((model) => model.id === select.value) || null;
+  return { element: field(label, select), select, current };
+}
+
+/** A role=alert region: show(error) writes the API's message, clear() empties it. */
+export function errorRegion() {
+  const node = h("div", { role: "alert", class: "pg-error" });
+  return {
+    node,
+    show(error) {
+      node.textContent = typeof error === "string" ? error : error.message;
+    },
+    clear() {
+      node.textContent = "";
+    },
+  };
+}
+
+/**
+ * A labelled number input. `value()` is undefined while it is empty (the server's default
+ * applies) and throws a readable Error when it is out of bounds or not a number, so a
+ * bad value is reported before anything is sent.
+ */
+export function numberField(label, { min, max, step = "any", value = "", hint = null, integer = false } = {}) {
+  const input = h("input", { type: "number", min, max, step, value, inputmode: integer ? "numeric" : "decimal" });
+  if (value === "") input.placeholder = "default";
+  const element = field(label, input, hint);
+  return {
+    element,
+    input,
+    value() {
+      if (input.validity.badInput) throw new Error(`${label} is not a number.`);
+      if (input.value === "") return undefined;
+      const number = Number(input.value);
+      // Read the bounds from the input: a section may change them (max tokens ≤ context).
+      const low = input.min === "" ? -Infinity : Number(input.min);
+      const high = input.max === "" ? Infinity : Number(input.max);
+      if (number < low) throw new Error(`${label} must be at least ${input.min}.`);
+      if (number > high) throw new Error(`${label} must be at most ${input.max}.`);
+      if (integer && !Number.isInteger(number)) throw new Error(`${label} must be a whole number.`);
+      return number;
+    },
+  };
+}
+
+/** The non-empty lines of a textarea, trimmed (prompts and texts; not continuations). */
+export function nonEmptyLines(text) {
+  return text.split("\n").map((line) => line.trim()).filter(Boolean);
+}
+
+/** Disable `button` and mark `region` busy while `task` runs; errors go to `errors`. */
+export async function running(button, region, errors, task) {
+  errors.clear();
+  button.disabled = true;
+  region.setAttribute("aria-busy", "true");
+  try {
+    await task();
+  } catch (error) {
+    if (error.name !== "AbortError") errors.show(error);
+  } finally {
+    button.disabled = false;
+    region.removeAttribute("aria-busy");
+  }
+}
+
+/** A panel with a heading; `id` lets the heading name the region for screen readers. */
+export function panel(title, id, ...children) {
+  const heading = h("h2", { id, text: title });
+  return h("section", { class: "panel", "aria-labelledby": id }, heading, ...children);
+}
