@@ -13,9 +13,9 @@ import json
 import math
 import re
 import wave
-from pathlib import Path
 from collections.abc import AsyncIterator
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -25,12 +25,18 @@ from modelpool.config import load_config
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
 from tests.e2e.test_reasoning import FEW_SHOT, PATTERN
 from tests.live_server import live_server
+from tests.polling import until_answered
 from tests.speech_metrics import word_error_rate
 from tests.ui.conftest import CHROMIUM, CHROMIUM_ARGS, Tab, open_tab
 from tests.vlm_gguf import tiny_vlm_gguf
 
 pytest.importorskip("playwright")
-from playwright.async_api import Locator, expect  # noqa: E402
+from playwright.async_api import Locator, Page, expect
+
+
+def page_of(tab: Tab) -> Page:
+    return cast(Page, tab.page)  # the fixture keeps it loose: playwright is imported lazily
+
 
 SLOW_S = 60_000  # ms: a reply on two busy cores
 
@@ -64,7 +70,7 @@ async def api_json(base_url: str, path: str, body: dict[str, Any]) -> Any:
 
 async def seen_while_streaming(tab: Tab, key: str, final: str) -> set[str]:
     """The distinct non-empty texts of `key` shown before the reply ended, each a prefix of `final`."""
-    seen = await tab.page.evaluate("() => window.__seen")  # type: ignore[attr-defined]
+    seen = await page_of(tab).evaluate("() => window.__seen")
     partial = {entry[key] for entry in seen if entry["busy"] and entry[key] and entry[key] != final}
     assert all(final.startswith(text) for text in partial), partial
     return partial
@@ -72,7 +78,7 @@ async def seen_while_streaming(tab: Tab, key: str, final: str) -> set[str]:
 
 async def open_section(tab: Tab, name: str, title: str) -> Locator:
     await tab.open(f"playground/{name}")
-    panel = tab.page.get_by_role("tabpanel", name=title)  # type: ignore[attr-defined]
+    panel = page_of(tab).get_by_role("tabpanel", name=title)
     await expect(panel).to_be_visible()
     return panel
 
@@ -92,7 +98,7 @@ async def test_chat_streams_the_replies_the_api_gives(tab: Tab, ui_url: str) -> 
     await expect(chat.get_by_label("Image", exact=True)).to_be_hidden()  # SmolLM2 reads no images
     await chat.get_by_label("System prompt").fill("You are a helpful assistant.")
     await set_sampling(chat, Temperature="0", Seed="42", Max_tokens="48")
-    await tab.page.evaluate(WATCH)  # type: ignore[attr-defined]
+    await page_of(tab).evaluate(WATCH)
     message = chat.get_by_label("Message", exact=True)
     await message.fill("Name three colours of the rainbow.")
     await message.press("Enter")
@@ -143,7 +149,7 @@ async def test_tool_calls_are_shown_as_they_stream(tab: Tab, ui_url: str) -> Non
     await chat.get_by_role("button", name="Insert example").click()
     await chat.get_by_label("Tool choice").select_option("required")
     await set_sampling(chat, Temperature="0", Seed="1", Max_tokens="100")
-    await tab.page.evaluate(WATCH)  # type: ignore[attr-defined]
+    await page_of(tab).evaluate(WATCH)
     await chat.get_by_role("button", name="Send").click()
     await expect(last_reply(chat).locator(".pg-finish")).not_to_be_empty(timeout=SLOW_S)
     await expect(chat.get_by_role("alert")).to_be_empty()
@@ -154,10 +160,13 @@ async def test_tool_calls_are_shown_as_they_stream(tab: Tab, ui_url: str) -> Non
         "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
     }  # fmt: skip
     direct = await api_json(ui_url, "/v1/chat/completions", body)
-    call = direct["choices"][0]["message"]["tool_calls"][0]["function"]
-    await expect(last_reply(chat).locator(".pg-tool-name")).to_have_text(call["name"])
-    assert await last_reply(chat).locator(".pg-tool-args").text_content() == call["arguments"]
-    await expect(last_reply(chat).locator(".pg-finish")).to_have_text(direct["choices"][0]["finish_reason"])
+    said, reply = direct["choices"][0]["message"], last_reply(chat)
+    calls = [call["function"] for call in said["tool_calls"]]
+    await expect(reply.locator(".pg-tool-name")).to_have_text([call["name"] for call in calls])
+    assert await reply.locator(".pg-tool-args").all_text_contents() == [call["arguments"] for call in calls]
+    assert await reply.locator(".pg-answer").text_content() == (said["content"] or "")
+    await expect(reply.locator(".pg-finish")).to_have_text(direct["choices"][0]["finish_reason"])
+    call = calls[0]
     assert len(await seen_while_streaming(tab, "args", call["arguments"])) >= 2
 
     # A 4xx shows the API's own message, and the turn is given back to be fixed.
@@ -173,10 +182,10 @@ async def test_tool_calls_are_shown_as_they_stream(tab: Tab, ui_url: str) -> Non
     await expect(chat.locator(".message")).to_have_count(2)
 
 
-async def in_flight(base_url: str, model: str) -> int:
+async def idle(base_url: str, model: str) -> bool:
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
         listing = (await client.get("/v1/admin/models")).json()["data"]
-    return next(item["in_flight"] for item in listing if item["id"] == model)
+    return next(item["in_flight"] for item in listing if item["id"] == model) == 0
 
 
 async def test_stop_closes_the_stream_and_the_server_stops(tab: Tab, ui_url: str) -> None:
@@ -190,42 +199,39 @@ async def test_stop_closes_the_stream_and_the_server_stops(tab: Tab, ui_url: str
     await expect(last_reply(chat).locator(".pg-finish")).to_have_text("stopped")
     await expect(chat.get_by_role("button", name="Stop")).to_be_hidden()
     await expect(chat.get_by_role("button", name="Send")).to_be_enabled()
-    # 3000 tokens take minutes here: the slot is free again only because the server stopped.
-    for _ in range(100):
-        if await in_flight(ui_url, CHAT_MODEL) == 0:
-            break
-        await tab.page.wait_for_timeout(100)  # type: ignore[attr-defined]
-    assert await in_flight(ui_url, CHAT_MODEL) == 0
-    shown = await answer.text_content() or ""
-    await tab.page.wait_for_timeout(500)  # type: ignore[attr-defined]
-    assert await answer.text_content() == shown  # nothing more arrives
+    # 3000 tokens take minutes here: the model is idle this soon only because the server stopped.
+    await until_answered(lambda: idle(ui_url, CHAT_MODEL), "the server to stop generating")
 
 
 async def test_generate_and_loglikelihood_show_what_the_api_returns(tab: Tab, ui_url: str) -> None:
     await tab.open("playground")
-    page = tab.page
-    await page.get_by_role("tab", name="Chat").focus()  # type: ignore[attr-defined]
-    await page.keyboard.press("ArrowRight")  # type: ignore[attr-defined]  # the tabs work by keyboard
-    await expect(page.get_by_role("tab", name="Generate & score")).to_be_focused()  # type: ignore[attr-defined]
-    await expect(page).to_have_url(f"{ui_url}/ui/#playground/score")  # type: ignore[arg-type]
-    generate = page.get_by_role("region", name="Generate (batch)")  # type: ignore[attr-defined]
+    page = page_of(tab)
+    await page.get_by_role("tab", name="Chat").focus()
+    await page.keyboard.press("ArrowRight")  # the tabs work by keyboard
+    await expect(page.get_by_role("tab", name="Generate & score")).to_be_focused()
+    await expect(page).to_have_url(f"{ui_url}/ui/#playground/score")
+    generate = page.get_by_role("region", name="Generate (batch)")
     prompts = (await generate.get_by_label("Prompts, one per line").input_value()).splitlines()
     await generate.get_by_role("button", name="Generate").click()
     rows = generate.locator("tbody tr")
     await expect(rows).to_have_count(len(prompts), timeout=SLOW_S)
-    direct = await api_json(ui_url, "/generate", {"model": CHAT_MODEL, "prompts": prompts, "max_tokens": 16, "temperature": 0})
+    direct = await api_json(
+        ui_url, "/generate", {"model": CHAT_MODEL, "prompts": prompts, "max_tokens": 16, "temperature": 0}
+    )
     for i, row in enumerate(await rows.all()):
         cells = row.locator("td")
         assert await cells.nth(2).text_content() == direct["completions"][i]
         await expect(cells.nth(3)).to_have_text(direct["finish_reasons"][i])
 
-    score = page.get_by_role("region", name="Score (log-likelihood)")  # type: ignore[attr-defined]
+    score = page.get_by_role("region", name="Score (log-likelihood)")
     contexts = (await score.get_by_label("Contexts, one per line").input_value()).split("\n")
     endings = (await score.get_by_label("Continuations, one per line").input_value()).split("\n")
     await score.get_by_role("button", name="Score").click()
     rows = score.locator("tbody tr")
     await expect(rows).to_have_count(len(contexts), timeout=SLOW_S)
-    scored = await api_json(ui_url, "/loglikelihood", {"model": CHAT_MODEL, "prompts": contexts, "continuations": endings})
+    scored = await api_json(
+        ui_url, "/loglikelihood", {"model": CHAT_MODEL, "prompts": contexts, "continuations": endings}
+    )
     assert scored["is_greedy"] != [scored["is_greedy"][0]] * len(contexts)  # the sample mixes both
     for i, row in enumerate(await rows.all()):
         await expect(row.locator("td").nth(2)).to_have_text(f"{scored['ll'][i]:.4f}")
@@ -245,7 +251,10 @@ async def test_embeddings_heat_map_shows_the_cosines(tab: Tab, ui_url: str) -> N
     await expect(table.locator("tbody td")).to_have_count(len(texts) ** 2, timeout=SLOW_S)
     await tab.screenshot("playground-embeddings")
 
-    vectors = [item["embedding"] for item in (await api_json(ui_url, "/v1/embeddings", {"model": EMBED_MODEL, "input": texts}))["data"]]
+    vectors = [
+        item["embedding"]
+        for item in (await api_json(ui_url, "/v1/embeddings", {"model": EMBED_MODEL, "input": texts}))["data"]
+    ]
     expected = [[f"{cosine(a, b):.3f}" for b in vectors] for a in vectors]
     shown = [await row.locator("td").all_text_contents() for row in await table.locator("tbody tr").all()]
     assert shown == expected
@@ -271,7 +280,9 @@ async def test_speech_plays_and_an_uploaded_wav_is_transcribed(tab: Tab, ui_url:
     assert 0.5 < duration < 10
 
     said = "The meeting starts at noon."
-    speech = await post(ui_url, "/v1/audio/speech", {"model": TTS_MODEL, "input": said, "response_format": "wav", "deterministic": True})
+    speech = await post(
+        ui_url, "/v1/audio/speech", {"model": TTS_MODEL, "input": said, "response_format": "wav", "deterministic": True}
+    )
     assert speech.status_code == 200
     wav = tmp_path / "noon.wav"
     wav.write_bytes(speech.content)
@@ -288,7 +299,7 @@ async def test_speech_plays_and_an_uploaded_wav_is_transcribed(tab: Tab, ui_url:
 
 async def test_record_explains_why_it_is_off_without_a_microphone_api(tab: Tab) -> None:
     # As on a plain-http page of another host, where browsers leave navigator.mediaDevices out.
-    await tab.page.add_init_script("delete Navigator.prototype.mediaDevices")  # type: ignore[attr-defined]
+    await page_of(tab).add_init_script("delete Navigator.prototype.mediaDevices")
     section = await open_section(tab, "speech", "Speech")
     record = section.get_by_role("button", name="Record")
     await expect(record).to_be_disabled()
@@ -313,13 +324,17 @@ async def test_a_recording_from_the_microphone_is_transcribed(browser: Any, ui_u
     """Chromium's fake microphone plays a Piper WAV into getUserMedia; MediaRecorder's WebM
     goes to the server as a recording would."""
     said = "The meeting starts at noon."
-    speech = await post(ui_url, "/v1/audio/speech", {"model": TTS_MODEL, "input": said, "response_format": "wav", "deterministic": True})
+    speech = await post(
+        ui_url, "/v1/audio/speech", {"model": TTS_MODEL, "input": said, "response_format": "wav", "deterministic": True}
+    )
     padded, speech_s = padded_with_silence(speech.content, 3.0)
     wav = tmp_path / "microphone.wav"
     wav.write_bytes(padded)
     fake_microphone = ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
                        f"--use-file-for-fake-audio-capture={wav}"]  # fmt: skip
-    with_microphone = await browser.browser_type.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *fake_microphone], headless=True)
+    with_microphone = await browser.browser_type.launch(
+        executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *fake_microphone], headless=True
+    )
     try:
         async for tab in open_tab(with_microphone, ui_url):
             section = await open_section(tab, "speech", "Speech")
@@ -377,7 +392,12 @@ async def test_reasoning_is_shown_apart_and_images_go_with_the_message(
         await chat.get_by_role("button", name="Send").click()
         reply = last_reply(chat)
         await expect(reply.locator(".pg-finish")).not_to_be_empty(timeout=SLOW_S)
-        body = {"model": "thinker", "messages": [{"role": "user", "content": PATTERN}], "max_tokens": 8, "temperature": 0}
+        body = {
+            "model": "thinker",
+            "messages": [{"role": "user", "content": PATTERN}],
+            "max_tokens": 8,
+            "temperature": 0,
+        }
         direct = (await api_json(url, "/v1/chat/completions", body))["choices"][0]["message"]
         reasoning = reply.get_by_role("group").filter(has_text="Reasoning")  # a <details> block
         await expect(reasoning.locator(".pg-reasoning-text")).to_have_text(direct["reasoning_content"])

@@ -68,7 +68,7 @@ export function lineChart({ id, title, axis, series, format, describe, base = 1,
   const picture = svg("svg", { role: "img", class: "chart", height: HEIGHT, "aria-label": `${title}: no data yet` });
   const legend = h("ul", { class: "legend", "aria-hidden": "true" },
     ...series.map((s, i) => h("li", {}, h("span", { class: `swatch series-${i}` }), s.label)));
-  const element = h("section", { class: "panel chart-panel", "aria-labelledby": `${id}-title` },
+  const element = h("section", { id, class: "panel chart-panel", "aria-labelledby": `${id}-title` },
     h("div", { class: "chart-head" }, h("h2", { id: `${id}-title`, text: title }), latest),
     picture, legend);
   let last = { points: [], rangeS: 300, intervalS: 2 };
@@ -108,12 +108,14 @@ export function lineChart({ id, title, axis, series, format, describe, base = 1,
       for (const run of segments(shown, s.key, intervalS * 2.5)) {
         const path = run.map(([t, v], j) => `${j ? "L" : "M"}${x(t).toFixed(1)},${y(v).toFixed(1)}`).join("");
         picture.append(svg("path", { d: path, class: `line series-${i}` }));
-        if (run.length === 1) picture.append(svg("circle", { cx: x(run[0][0]), cy: y(run[0][1]), r: 2.5, class: `dot series-${i}` }));
+        if (run.length === 1) { // a lone sample between gaps: a dot, or it would not show
+          picture.append(svg("circle", { cx: x(run[0][0]), cy: y(run[0][1]), r: 2.5, class: `dot series-${i}` }));
+        }
       }
     });
     if (!shown.length) {
-      picture.append(svg("text", { x: MARGIN.left + plotW / 2, y: MARGIN.top + plotH / 2, "text-anchor": "middle", class: "empty" },
-        `Waiting for the first sample (every ${intervalS} s)…`));
+      const middle = { x: MARGIN.left + plotW / 2, y: MARGIN.top + plotH / 2, "text-anchor": "middle", class: "empty" };
+      picture.append(svg("text", middle, `Waiting for the first sample (every ${intervalS} s)…`));
     }
   }
 

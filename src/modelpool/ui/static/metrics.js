@@ -27,7 +27,10 @@ function count(value) {
 const CHARTS = [
   {
     id: "chart-requests", title: "Request rate", axis: "requests / s", format: rate,
-    series: [{ key: "requests_per_s", label: "requests / s" }, { key: "errors_per_s", label: "errors / s (status ≥ 400)" }],
+    series: [
+      { key: "requests_per_s", label: "requests / s" },
+      { key: "errors_per_s", label: "errors / s (status ≥ 400)" },
+    ],
     describe: (p) => `${rate(p.requests_per_s)} requests/s, ${rate(p.errors_per_s)} errors/s`,
   },
   {
@@ -38,7 +41,10 @@ const CHARTS = [
   },
   {
     id: "chart-tokens", title: "Tokens per second", axis: "tokens / s", format: rate,
-    series: [{ key: "input_tokens_per_s", label: "input tokens / s" }, { key: "output_tokens_per_s", label: "output tokens / s" }],
+    series: [
+      { key: "input_tokens_per_s", label: "input tokens / s" },
+      { key: "output_tokens_per_s", label: "output tokens / s" },
+    ],
     describe: (p) => `${rate(p.input_tokens_per_s)} in/s, ${rate(p.output_tokens_per_s)} out/s`,
   },
   {
@@ -48,8 +54,12 @@ const CHARTS = [
   },
   {
     id: "chart-memory", title: "Memory of loaded models", axis: "bytes", format: formatBytes, base: 1024,
-    series: [{ key: "memory_counted_bytes", label: "counted by the budget" }, { key: "memory_measured_bytes", label: "measured" }],
-    describe: (p) => `${formatBytes(p.memory_counted_bytes)} counted, ${formatBytes(p.memory_measured_bytes)} measured (${p.loaded_models} loaded)`,
+    series: [
+      { key: "memory_counted_bytes", label: "counted by the budget" },
+      { key: "memory_measured_bytes", label: "measured" },
+    ],
+    describe: (p) => `${formatBytes(p.memory_counted_bytes)} counted, ${formatBytes(p.memory_measured_bytes)} measured `
+      + `(${p.loaded_models} loaded)`,
   },
 ];
 
@@ -65,8 +75,10 @@ export function mount(root) {
     h("div", { class: "page-head metrics-head" },
       h("h1", { text: "Metrics" }), status, h("div", { class: "range" }, field("Time range", rangeSelect))),
     h("p", { class: "muted intro" },
-      "Requests that name a model (inference routes; the admin API and polling are left out), sampled by the server every 2 s. ",
-      "Latency is measured from request received to response finished. Raw counters: ", h("a", { href: "/metrics", text: "/metrics" }), "."),
+      "Requests that name a model (inference routes; the admin API and polling are left out), ",
+      "sampled by the server every 2 s. ",
+      "Latency is measured from request received to response finished. Raw counters: ",
+      h("a", { href: "/metrics", text: "/metrics" }), "."),
     h("div", { class: "charts" }, ...charts.map((chart) => chart.element)));
 
   const render = () => {

@@ -96,11 +96,12 @@ export function detailPanel(initial, { onChanged }) {
     h("div", { class: "actions" }, loadButton, drainButton, forceButton),
     alert, progress);
   const logBox = h("div", { class: "logs", "aria-live": "off" });
+  const configured = h("div", { class: "configured" });
   const element = h("section", { id: "model-detail", class: "panel detail", "aria-labelledby": headingId },
     h("div", { class: "detail-head" }, heading, state),
     h("div", { class: "detail-grid" },
       h("div", {}, factBox, form),
-      h("div", {}, h("h3", { text: "Engine logs" }), logBox)));
+      h("div", {}, h("h3", { text: "Configured options" }), configured, h("h3", { text: "Engine logs" }), logBox)));
 
   function buildForm() {
     const options = model.override_options || [];
@@ -115,11 +116,22 @@ export function detailPanel(initial, { onChanged }) {
     formKey = JSON.stringify([options, model.replicas_wanted, model.replica_max]);
   }
 
+  /**
+   * Buttons that cannot act now are aria-disabled, not disabled: a disabled button drops the
+   * keyboard focus, and whoever pressed Load should still be on it when the load is done.
+   */
+  function paintButtons() {
+    const idle = model.state === "unloaded";
+    loadButton.setAttribute("aria-disabled", String(busy));
+    drainButton.setAttribute("aria-disabled", String(busy || idle));
+    forceButton.setAttribute("aria-disabled", String(busy || idle));
+  }
+
   async function act(label, request) {
     busy = true;
     alert.textContent = "";
     progress.textContent = `${label} ${model.id}…`;
-    for (const button of [loadButton, drainButton, forceButton]) button.disabled = true;
+    paintButtons();
     try {
       const status = await request();
       update(status);
@@ -131,8 +143,7 @@ export function detailPanel(initial, { onChanged }) {
     } finally {
       busy = false;
       progress.textContent = "";
-      loadButton.disabled = false;
-      for (const button of [drainButton, forceButton]) button.disabled = model.state === "unloaded";
+      paintButtons();
       onChanged();
     }
   }
@@ -153,8 +164,8 @@ export function detailPanel(initial, { onChanged }) {
     if (wanted !== model.replicas_wanted) body.replicas = wanted;
     act("Loading", () => api(`/v1/admin/models/${encodeURIComponent(model.id)}/load`, { json: body }));
   });
-  const unload = (drain) => () => {
-    if (busy) return;
+  const unload = (drain) => (event) => {
+    if (event.currentTarget.getAttribute("aria-disabled") === "true") return;
     act(drain ? "Unloading (draining)" : "Unloading (forced)",
       () => api(`/v1/admin/models/${encodeURIComponent(model.id)}/unload`, { json: { drain } }));
   };
@@ -187,8 +198,12 @@ export function detailPanel(initial, { onChanged }) {
     model = next;
     state.dataset.state = model.state;
     state.textContent = model.state;
-    if (!busy) for (const button of [drainButton, forceButton]) button.disabled = model.state === "unloaded";
+    paintButtons();
     factBox.replaceChildren(facts(model));
+    const options = Object.keys(model.options || {}).length;
+    configured.replaceChildren(options
+      ? h("pre", { class: "options-json", text: JSON.stringify(model.options, null, 2) })
+      : h("p", { class: "muted", text: "None set: the backend's defaults apply." }));
     if (model.last_error) factBox.append(h("p", { class: "error-text", text: `Last error: ${model.last_error}` }));
     const key = JSON.stringify([model.override_options || [], model.replicas_wanted, model.replica_max]);
     if (key !== formKey && !busy) buildForm();

@@ -13,9 +13,9 @@ export function chatSection(models) {
   const tools = toolsEditor();
   const image = imagePicker();
   const picker = modelPicker("Model", models, "chat", fitModel);
-  const system = h("textarea", { rows: 3, placeholder: "You are a helpful assistant." });
+  const system = h("textarea", { class: "pg-prose", rows: 3, placeholder: "You are a helpful assistant." });
   const log = h("div", { class: "chat-log pg-log", role: "log", "aria-label": "Conversation" });
-  const input = h("textarea", { rows: 3, placeholder: "Ask something…" });
+  const input = h("textarea", { class: "pg-prose", rows: 3, placeholder: "Ask something…" });
   const send = h("button", { type: "button", text: "Send", onclick: () => submit() });
   const stop = h("button", { type: "button", class: "danger", text: "Stop", hidden: true, onclick: () => controller?.abort() });
   const clear = h("button", { type: "button", class: "secondary", text: "Clear", onclick: clearConversation });

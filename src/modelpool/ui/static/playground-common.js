@@ -1,6 +1,7 @@
-// Pieces every playground section uses: model pickers filtered by task, an error region,
-// bounded number inputs whose empty value means "the server's default", line lists.
-import { field, h } from "./lib.js";
+// Pieces the playground sections share: model pickers filtered by task, an error region,
+// bounded number inputs whose empty value means "the server's default", line lists,
+// headed panels, audio players of in-page blobs.
+import { api, field, h } from "./lib.js";
 
 /**
  * A labelled <select> of the models that serve `task` (from /v1/models `tasks`). A model
@@ -10,10 +11,17 @@ import { field, h } from "./lib.js";
 export function modelPicker(label, models, task, onChange = () => {}) {
   const fitting = models.filter((model) => (model.tasks || []).includes(task));
   const select = h("select", { onchange: () => onChange(current()) });
-  for (const model of fitting) {
-    const note = model.state && model.state !== "ready" ? ` (${model.state})` : "";
-    select.append(h("option", { value: model.id, text: `${model.id}${note}` }));
-  }
+  const describe = (model) => (model.state && model.state !== "ready" ? `${model.id} (${model.state})` : model.id);
+  for (const model of fitting) select.append(h("option", { value: model.id, text: describe(model) }));
+  // States change as calls load models: refresh the labels whenever the list is opened.
+  select.addEventListener("focus", () => {
+    api("/v1/models").then((listing) => {
+      for (const option of select.options) {
+        const fresh = listing.data.find((model) => model.id === option.value);
+        if (fresh) option.textContent = describe(fresh);
+      }
+    }).catch(() => {}); // the labels are a hint; a failed refresh keeps the old ones
+  });
   const ready = fitting.find((model) => model.state === "ready");
   if (ready) select.value = ready.id;
   if (!fitting.length) {
@@ -89,4 +97,24 @@ export async function running(button, region, errors, task) {
 export function panel(title, id, ...children) {
   const heading = h("h2", { id, text: title });
   return h("section", { class: "panel", "aria-labelledby": id }, heading, ...children);
+}
+
+/** Object URLs of one player, revoked when replaced or when the page goes away. */
+export function blobPlayer(label) {
+  let url = null;
+  const audio = h("audio", { controls: true, "aria-label": label, hidden: true });
+  return {
+    audio,
+    show(blob) {
+      if (url) URL.revokeObjectURL(url);
+      url = URL.createObjectURL(blob);
+      audio.src = url;
+      audio.hidden = false;
+      return url;
+    },
+    stop() {
+      audio.pause();
+      if (url) URL.revokeObjectURL(url);
+    },
+  };
 }

@@ -29,7 +29,8 @@ function paint(cell, value) {
   const strength = Math.max(0, Math.min(1, value));
   const lightness = 97 - strength * 55;
   cell.style.backgroundColor = `hsl(215, 70%, ${lightness}%)`;
-  cell.style.color = lightness < 62 ? "#ffffff" : "#111111";
+  // Where white and black text stay at least 4.5:1 on this blue (WCAG AA), both ways.
+  cell.style.color = lightness < 51 ? "#ffffff" : "#000000";
 }
 
 function heatMap(texts, vectors) {
@@ -55,7 +56,7 @@ function legend() {
 
 export function embeddingsSection(models) {
   const picker = modelPicker("Model", models, "embedding");
-  const texts = h("textarea", { rows: 6 });
+  const texts = h("textarea", { class: "pg-prose", rows: 5 });
   texts.value = SAMPLE.join("\n");
   const button = h("button", { type: "submit", text: "Compare", disabled: !picker.current() });
   const results = h("div", { class: "pg-results" },

@@ -1,0 +1,127 @@
+// The models tables: the admin one (live, updated in place so a focused button survives a
+// refresh, with a keep-alive countdown between polls) and the read-only one from /v1/models.
+import { formatBytes, h } from "./lib.js";
+
+const COLUMNS = [
+  ["model", "Model"], ["state", "State"], ["backend", "Backend"], ["tasks", "Tasks"], ["replicas", "Replicas"],
+  ["in-flight", "In flight"], ["queued", "Queued"], ["memory", "Memory"], ["keep-alive", "Keep-alive"],
+  ["error", "Last error"],
+];
+const NUMERIC = new Set(["replicas", "in-flight", "queued", "memory"]);
+
+/** "4 min 05 s" for a countdown: whole seconds, rounded up (0 only when it is due). */
+export function countdown(seconds) {
+  const s = Math.max(0, Math.ceil(seconds));
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${String(s % 60).padStart(2, "0")} s`;
+  return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} min`;
+}
+
+function tags(values, extraClass = "") {
+  return values.map((value) => h("span", { class: `tag ${extraClass}`.trim(), text: value }));
+}
+
+/** What a model takes or does beyond its tasks: input modalities, tools, thinking, remote. */
+function capabilityTags(capabilities) {
+  const c = capabilities || {};
+  const found = (c.modalities || []).filter((m) => m !== "text");
+  if (c.tools) found.push("tools");
+  if (c.thinking_modes?.length) found.push("thinking");
+  if (c.remote) found.push("remote");
+  return found;
+}
+
+export function stateBadge(state) {
+  return h("span", { class: "state", "data-state": state, text: state });
+}
+
+function tableIn(label, headings) {
+  const numeric = (key) => (NUMERIC.has(key) ? "num" : null);
+  const head = h("tr", {}, ...headings.map(([key, title]) => h("th", { scope: "col", class: numeric(key), text: title })));
+  const tbody = h("tbody");
+  const table = h("table", { class: "models-table" }, h("thead", {}, head), tbody);
+  const element = h("section", { class: "panel table-panel", "aria-label": label }, h("div", { class: "table-scroll" }, table));
+  return { element, tbody };
+}
+
+function keepAliveText(entry) {
+  const { model, deadline } = entry;
+  if (model.keep_alive_s < 0) return "never";
+  if (deadline !== null) return countdown(deadline - performance.now() / 1000);
+  return model.state === "ready" ? "in use" : `${countdown(model.keep_alive_s)} idle`;
+}
+
+function fillRow(entry, model, receivedAt) {
+  const { cells } = entry;
+  entry.model = model;
+  cells.state.replaceChildren(stateBadge(model.state));
+  cells.backend.replaceChildren(h("code", { text: model.backend }));
+  cells.tasks.replaceChildren(...tags(model.tasks), ...tags(capabilityTags(model.capabilities), "tag-capability"));
+  cells.replicas.textContent = `${model.replicas.filter((r) => !r.retiring).length} / ${model.replicas_wanted}`;
+  cells["in-flight"].textContent = String(model.in_flight);
+  cells.queued.textContent = String(model.queued);
+  const { measured_bytes: measured, estimate_bytes: estimate } = model.memory;
+  cells.memory.replaceChildren(h("span", { text: measured ? formatBytes(measured) : "–" }),
+    estimate ? h("small", { class: "muted block", text: `est. ${formatBytes(estimate)}` }) : "");
+  // The server says how long is left; the countdown runs on locally until the next poll.
+  entry.deadline = model.expires_in_s == null ? null : receivedAt + model.expires_in_s;
+  cells["keep-alive"].textContent = keepAliveText(entry);
+  const error = model.last_error;
+  cells.error.replaceChildren(error ? h("span", { class: "error-text clamp", title: error, text: error }) : "");
+}
+
+/**
+ * The admin table. update(models) fills it (rows are made once per model and then only
+ * changed); tick() moves the countdowns; mark(id) shows which row is selected.
+ */
+export function adminTable(onSelect) {
+  const { element, tbody } = tableIn("Models (admin view)", COLUMNS);
+  const rows = new Map();
+
+  function newRow(model) {
+    const button = h("button", {
+      type: "button", class: "link-button", "aria-label": `Select ${model.id}`, "aria-pressed": "false",
+      "aria-controls": "model-detail", text: model.id, onclick: () => onSelect(model.id),
+    });
+    const cell = (key) => h("td", { "data-col": key, class: NUMERIC.has(key) ? "num" : null });
+    const cells = Object.fromEntries(COLUMNS.map(([key]) => [key, cell(key)]));
+    cells.model.append(button);
+    const entry = { row: h("tr", { "data-model": model.id }, ...Object.values(cells)), cells, button, model, deadline: null };
+    rows.set(model.id, entry);
+    tbody.append(entry.row);
+    return entry;
+  }
+
+  function update(models) {
+    const receivedAt = performance.now() / 1000;
+    for (const model of models) fillRow(rows.get(model.id) || newRow(model), model, receivedAt);
+  }
+
+  function tick() {
+    for (const entry of rows.values()) entry.cells["keep-alive"].textContent = keepAliveText(entry);
+  }
+
+  function mark(id) {
+    for (const [rowId, entry] of rows) {
+      entry.row.classList.toggle("selected", rowId === id);
+      entry.button.setAttribute("aria-pressed", String(rowId === id));
+    }
+  }
+
+  return { element, update, tick, mark, model: (id) => rows.get(id)?.model };
+}
+
+/** The read-only table of /v1/models (what an inference key may see). */
+export function readOnlyTable() {
+  const headings = [["model", "Model"], ["state", "State"], ["tasks", "Tasks"], ["capabilities", "Capabilities"]];
+  const { element, tbody } = tableIn("Models (read-only)", headings);
+  function update(models) {
+    tbody.replaceChildren(...models.map((m) => h("tr", { "data-model": m.id },
+      h("td", {}, h("strong", { text: m.id }), m.description ? h("small", { class: "muted block", text: m.description }) : ""),
+      h("td", {}, stateBadge(m.state)),
+      h("td", {}, ...tags(m.tasks)),
+      h("td", {}, ...tags(capabilityTags(m.capabilities), "tag-capability")))));
+  }
+  return { element, update };
+}
