@@ -34,8 +34,10 @@ function timeStep(rangeS) {
   return [15, 30, 60, 120, 180, 300, 600].find((step) => rangeS / step <= 6) || 900;
 }
 
-function clock(t) {
-  return new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+/** A time axis label: hours and minutes, and seconds when the ticks are under a minute apart. */
+function clock(t, step) {
+  const parts = step < 60 ? { hour: "2-digit", minute: "2-digit", second: "2-digit" } : { hour: "2-digit", minute: "2-digit" };
+  return new Date(t * 1000).toLocaleTimeString([], parts);
 }
 
 /** Polyline segments of one series: a gap where the value is null or samples are missing. */
@@ -97,7 +99,7 @@ export function lineChart({ id, title, axis, series, format, describe, base = 1,
     const tStep = timeStep(rangeS);
     for (let t = Math.ceil(start / tStep) * tStep; t <= end; t += tStep) {
       grid.append(svg("line", { x1: x(t), x2: x(t), y1: MARGIN.top, y2: MARGIN.top + plotH, class: "vertical" }));
-      grid.append(svg("text", { x: x(t), y: HEIGHT - 6, "text-anchor": "middle", class: "tick" }, clock(t)));
+      grid.append(svg("text", { x: x(t), y: HEIGHT - 6, "text-anchor": "middle", class: "tick" }, clock(t, tStep)));
     }
     grid.append(svg("text", { x: 4, y: 11, class: "axis-title" }, axis));
     grid.append(svg("line", { x1: MARGIN.left, x2: MARGIN.left, y1: MARGIN.top, y2: MARGIN.top + plotH, class: "axis" }));
