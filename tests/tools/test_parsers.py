@@ -390,6 +390,20 @@ CASES = [
         (("get_weather", PARIS), ("get_time", '{"timezone":"UTC"}')),
     ),
     Case(
+        "generic-second-call-cut-before-its-name",
+        "generic",
+        f'{{"tool_calls": [{{"name": "get_weather", "arguments": {PARIS}}},\n{{"name": "get_we',
+        "",
+        (("get_weather", PARIS),),
+    ),
+    Case(
+        "generic-second-call-cut-at-its-key",
+        "generic",
+        f'{{"tool_calls": [{{"name": "get_weather", "arguments": {PARIS}}},\n{{"name": "get_weather", "arguments',
+        "",
+        (("get_weather", PARIS),),
+    ),
+    Case(
         "generic-spaced",
         "generic",
         f'{{ "tool_calls" : [ {{ "name" : "get_weather" , "arguments" : {PARIS} }} ] }}',

@@ -419,8 +419,11 @@ class StreamingToolParser:
         if call is not None and call.index is not None:
             self._send(call, final=True)  # live: the rest of its arguments, as far as they go
             self._close_block(len(self._buf))
-        elif call is None and self._calls_in_block:
-            self._close_block(len(self._buf))  # whole calls, only the closing text missing
+        elif self._calls_in_block:
+            # Whole calls, then at most the start of one cut off before its name was out: the
+            # whole calls stand and the fragment is dropped (`finish_reason: length` says the
+            # reply was cut), never shown as text after the calls.
+            self._close_block(len(self._buf))
         else:
             self._fail(len(self._buf))
 
