@@ -1,7 +1,8 @@
 """docs/grafana-dashboard.json stays true to what /metrics exports: every metric and label
 its queries name exists (names as Prometheus sees them: `_total` counters, histogram
-`_bucket`/`_sum`/`_count`), every exported metric has a panel, and it imports cleanly
-(one `${DS_PROMETHEUS}` datasource input)."""
+`_bucket`/`_sum`/`_count`), counters are read only through rate()/increase() and quantiles
+from buckets summed `by (le, ...)`, every exported metric has a panel, and it imports
+cleanly (one `${DS_PROMETHEUS}` datasource input)."""
 
 from __future__ import annotations
 
@@ -118,3 +119,52 @@ def test_panels_have_unique_ids_and_do_not_overlap() -> None:
              for y in range(p["gridPos"]["y"], p["gridPos"]["y"] + p["gridPos"]["h"])]  # fmt: skip
     assert len(cells) == len(set(cells)), "two panels share a grid cell"
     assert all(p["gridPos"]["x"] + p["gridPos"]["w"] <= 24 for p in placed)
+
+
+_COUNTER_SERIES = re.compile(
+    r"\b([a-zA-Z_:][a-zA-Z0-9_:]*(?:_total|_bucket|_sum|_count))\b(?!\s*\()(\s*\{[^}]*\})?(\s*\[)?"
+)
+
+
+def misused_counters(expr: str) -> list[str]:
+    """Counter series (`_total`, a histogram's `_bucket`, `_sum`, `_count`) that an
+    expression reads other than as `rate(...[range])` or `increase(...[range])`: a raw
+    counter is a total since the server started, which resets with it."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    misused = []
+    for found in _COUNTER_SERIES.finditer(text):
+        inside = re.search(r"\b(?:rate|increase)\s*\(\s*$", text[: found.start()])
+        if not (inside and found.group(3)):
+            misused.append(found.group(1))
+    return misused
+
+
+def unaggregated_quantiles(expr: str) -> list[str]:
+    """Each `histogram_quantile(...)` whose buckets are not summed `by (le, ...)`: without
+    `le` kept the quantile has no buckets to read; without an aggregation each replica and
+    label set gets its own."""
+    bad = []
+    for found in re.finditer(r"histogram_quantile\s*\(\s*[^,]+,\s*", expr):
+        rest = expr[found.end() :]
+        grouped = re.match(r"(?:sum|max|min|avg)\s+by\s*\(([^)]*)\)", rest)
+        if grouped is None or "le" not in {label.strip() for label in grouped.group(1).split(",")}:
+            bad.append(rest[:60])
+    return bad
+
+
+def test_the_counter_and_quantile_checks_catch_what_they_should() -> None:
+    assert misused_counters('sum(rate(a_total{x="y"}[5m])) / sum(increase(b_bucket[1h]))') == []
+    assert misused_counters('sum(a_total{x="y"})') == ["a_total"]
+    assert misused_counters("rate(a_seconds_sum) + a_count") == ["a_seconds_sum", "a_count"]
+    assert misused_counters('max by (model) (a_state{x="1"}) + sum(rate(a_total[5m]))') == []
+    assert unaggregated_quantiles("histogram_quantile(0.5, sum by (le, route) (rate(a_bucket[5m])))") == []
+    assert unaggregated_quantiles("histogram_quantile(0.5, sum by (route, le) (rate(a_bucket[5m])))") == []
+    assert len(unaggregated_quantiles("histogram_quantile(0.5, rate(a_bucket[5m]))")) == 1
+    assert len(unaggregated_quantiles("histogram_quantile(0.9, sum by (model) (rate(a_bucket[5m])))")) == 1
+    assert len(unaggregated_quantiles("histogram_quantile(0.9, sum by (model, left) (rate(a_bucket[5m])))")) == 1
+
+
+@pytest.mark.parametrize(("title", "expr"), QUERIES, ids=[t for t, _ in QUERIES])
+def test_counters_are_read_as_rates_and_quantiles_keep_their_buckets(title: str, expr: str) -> None:
+    assert misused_counters(expr) == [], f"'{title}' reads a counter outside rate()/increase(): {expr}"
+    assert unaggregated_quantiles(expr) == [], f"'{title}' has a histogram_quantile not summed by (le, ...): {expr}"

@@ -204,6 +204,12 @@ class GenerationChunk:
     """The first chunk of a local engine: the prompt's token count, known once it is admitted
     (before any token is generated), for protocols that report it up front (Anthropic's
     `message_start`). The last chunk's `usage` stays the count to rely on."""
+    token_count: int = 0
+    """Generated tokens this chunk accounts for: a local engine's tokens since its chunk
+    before (some make no text of their own: held back for a stop sequence, or half a
+    character), a streamed upstream's event (one token each, as llama.cpp and vLLM send
+    them); 0 where unknown. Counted as they pass, so a generation cut off before its last
+    chunk's `usage` is still charged the output it produced."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ KEY = "s3cret-key"
 MODELS = {"echo": {"backend": "tests.fakes:EchoBackend", "preload": False}}
 KEYS = {"keys": [{"name": "app", "key_env": "CORS_TEST_KEY"}]}
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+RATELIMIT_HEADERS = [f"x-ratelimit-{what}-{kind}" for what in ("limit", "remaining", "reset")
+                     for kind in ("requests", "tokens")]  # fmt: skip
 
 
 def preflight(origin: str = APP, method: str = "POST") -> dict[str, str]:
@@ -83,7 +85,7 @@ async def test_errors_carry_cors_headers_so_the_page_can_read_them() -> None:
     assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
     assert refused.headers["access-control-allow-origin"] == APP
     exposed = {h.strip().lower() for h in refused.headers["access-control-expose-headers"].split(",")}
-    assert {"x-request-id", "retry-after"} <= exposed
+    assert {"x-request-id", "retry-after", "retry-after-ms", *RATELIMIT_HEADERS} <= exposed
     assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == APP
     assert allowed.json()["choices"][0]["message"]["content"].strip() == "hi"
 

@@ -18,8 +18,12 @@ import pytest
 from asgi_lifespan import LifespanManager
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from modelpool.api.app import create_app
+from modelpool.api.auth import KeyRing
 from modelpool.config import load_config
 from modelpool.errors import ConfigError
 
@@ -139,3 +143,30 @@ async def test_otel_endpoint_exports_each_request_over_otlp_http_flushed_at_shut
     attributes = {a.key: a.value for a in span.attributes}
     assert attributes["modelpool.request_id"].string_value == "otlp-1"
     assert attributes["http.response.status_code"].int_value == 200
+
+
+async def test_a_request_the_rate_limit_refuses_has_its_route_and_the_limit_on_its_span() -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    auth = {"keys": [{"name": "app", "key_env": "LIMITED_KEY", "scopes": ["inference"], "requests_per_minute": 1}]}
+    config = load_config(None, cli={"starter_models": False, "auth": auth}, environ={})
+    keys = KeyRing.from_config(config.auth, environ={"LIMITED_KEY": "sk-limited"})
+    app = create_app(config, keys=keys, tracer_provider=provider)
+    chat = {"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}
+    async with LifespanManager(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            headers = {"Authorization": "Bearer sk-limited"}
+            first = await client.post("/v1/chat/completions", json=chat, headers=headers)
+            assert first.status_code == 404  # let in: it took the minute's one request
+            refused = await client.post("/v1/chat/completions", json=chat, headers=headers)
+            assert refused.status_code == 429
+    provider.shutdown()
+    by_request = {s.attributes["modelpool.request_id"]: s for s in spans.get_finished_spans()}
+    server, admitted = by_request[refused.headers["x-request-id"]], by_request[first.headers["x-request-id"]]
+    assert server.name == "POST /v1/chat/completions"
+    assert server.attributes["http.route"] == "/v1/chat/completions"
+    assert server.attributes["http.response.status_code"] == 429
+    assert server.attributes["modelpool.rate_limited"] == "requests"
+    assert "modelpool.rate_limited" not in admitted.attributes

@@ -27,6 +27,7 @@ from tests.conftest import BASE_URL, CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MOD
 from tests.e2e.mcp_helpers import call, mcp_client
 from tests.fakes import ManualClock
 from tests.live_server import live_server
+from tests.polling import until_answered
 
 GREEDY = {"temperature": 0.0, "seed": 1}
 ASK = [{"role": "user", "content": "Name three colours."}]
@@ -137,10 +138,11 @@ async def test_tokens_are_charged_as_used_and_a_spent_budget_refuses() -> None:
         streamed = await big.chat.completions.with_raw_response.create(
             **chat, stream=True, stream_options={"include_usage": True}
         )
-        assert _token_headers(streamed.headers)[1] == str(10_000 - spent)  # sent before its own tokens were known
         chunks = [chunk async for chunk in streamed.parse()]
         second = chunks[-1].usage
         assert second is not None and second.total_tokens > 10
+        # Sent as it started: its prompt was counted by then (at admission), its output was not.
+        assert _token_headers(streamed.headers)[1] == str(10_000 - spent - second.prompt_tokens)
         spent += second.total_tokens
 
         embedded = await big.embeddings.with_raw_response.create(model=EMBED_MODEL, input=["red", "green and blue"])
@@ -180,11 +182,12 @@ async def test_tokens_are_charged_as_used_and_a_spent_budget_refuses() -> None:
         assert _token_headers(overdraw.headers)[1] == "0"
         with pytest.raises(openai.RateLimitError) as refused:
             await small.embeddings.create(model=EMBED_MODEL, input="one more")
-        wait_s = (1 - (10 - used.total_tokens)) * 60 / 10  # until one token is back
+        level = max(10 - used.total_tokens, -10)  # the debt stops at one minute's budget
+        wait_s = (1 - level) * 60 / 10  # until one token is back
         assert refused.value.response.headers["retry-after"] == str(math.ceil(wait_s))
         assert refused.value.body == {
             "message": f"Rate limit reached for tokens per min (TPM) on key 'small': Limit 10, Used "
-            f"{used.total_tokens}. Please try again in {duration_text(wait_s)}.",
+            f"{10 - level}. Please try again in {duration_text(wait_s)}.",
             "type": "tokens",
             "param": None,
             "code": "rate_limit_exceeded",
@@ -274,3 +277,77 @@ async def test_mcp_tool_calls_are_booked_to_the_key(tmp_path: Path) -> None:
     used = reply["usage"]
     assert (row["input_tokens"], row["output_tokens"]) == (used["prompt_tokens"], used["completion_tokens"])
     assert row["remaining"]["tokens"] == 10_000 - used["prompt_tokens"] - used["completion_tokens"]
+
+
+STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
+ENDLESS = {"model": CHAT_MODEL, "messages": STORY, "max_tokens": 2000, "ignore_eos": True, "stream": True}
+"""A stream that would run for seconds: only its client leaving ends it early."""
+
+
+def _content(line: str) -> bool:
+    return line.startswith("data: ") and '"content":"' in line and '"content":""' not in line
+
+
+async def test_a_stream_its_client_hangs_up_on_is_charged_what_it_used() -> None:
+    cli, keys = keyed([CHAT_MODEL], key("cut", "BIG", tokens_per_minute=100_000), key("other", "OTHER"))
+    app = create_app(load_config(None, cli=cli, environ={}), keys=keys)
+    async with live_server(app) as base, httpx.AsyncClient(base_url=base, timeout=120) as http:
+        frozen(app)
+        await app.state.pool.slot(CHAT_MODEL).ensure_ready(None)
+        async with http.stream("POST", "/v1/chat/completions", json=ENDLESS, headers={"x-api-key": "sk-big"}) as reply:
+            assert reply.status_code == 200
+            pieces = 0
+            async for line in reply.aiter_lines():
+                pieces += _content(line)
+                if pieces == 3:
+                    break  # hang up midway
+
+        async def booked() -> bool:
+            return (await usage_of(http, "cut"))["requests"] == 1  # the ledger books a request as it ends
+
+        await until_answered(booked, "the cut-off stream to end", timeout_s=30)
+        row = await usage_of(http, "cut")
+        whole = {"model": CHAT_MODEL, "messages": STORY, "max_tokens": 1}
+        counted = await http.post("/v1/chat/completions", json=whole, headers={"x-api-key": "sk-other"})
+        prompt_tokens = counted.json()["usage"]["prompt_tokens"]
+        output_metric = await metric(http, 'modelpool_key_output_tokens_total{key="cut"}')
+    assert row["input_tokens"] == prompt_tokens > 0
+    assert 3 <= row["output_tokens"] < 2000, "the tokens it generated before it stopped"
+    assert row["remaining"]["tokens"] == 100_000 - row["input_tokens"] - row["output_tokens"]
+    assert output_metric == row["output_tokens"]
+
+
+async def test_a_stream_in_flight_spends_the_budget_a_new_request_sees() -> None:
+    cli, keys = keyed([CHAT_MODEL], key("busy", "BIG", tokens_per_minute=60))
+    app = create_app(load_config(None, cli=cli, environ={}), keys=keys)
+    chat = {"model": CHAT_MODEL, "messages": ASK, "max_tokens": 4, **GREEDY}
+    async with live_server(app) as base, httpx.AsyncClient(base_url=base, timeout=120) as http:
+        frozen(app)
+        await app.state.pool.slot(CHAT_MODEL).ensure_ready(None)
+        async with http.stream("POST", "/v1/chat/completions", json=ENDLESS, headers={"x-api-key": "sk-big"}) as reply:
+            assert reply.status_code == 200 and int(reply.headers["x-ratelimit-remaining-tokens"]) < 60  # its prompt
+            pieces = 0
+            async for line in reply.aiter_lines():
+                pieces += _content(line)
+                if pieces == 60:
+                    break  # 60 pieces (a token or more each) and the prompt: over the budget
+            refused = await http.post("/v1/chat/completions", json=chat, headers={"x-api-key": "sk-big"})
+            assert refused.status_code == 429, "the stream's tokens so far are charged as they are sent"
+            assert refused.json()["error"]["type"] == "tokens"
+            assert refused.headers["x-ratelimit-remaining-tokens"] == "0"
+            assert int(refused.headers["retry-after"]) <= 61, "a debt of one minute's budget at most"
+
+
+async def test_loglikelihood_tokens_are_charged_to_the_key() -> None:
+    cli, keys = keyed([CHAT_MODEL], key("eval", "BIG", tokens_per_minute=10_000))
+    body = {"model": CHAT_MODEL, "prompts": ["The capital of France is", "1, 2, 3,"], "continuations": [" Paris", " 4"]}
+    async with serving(cli, keys=keys) as (app, http):
+        frozen(app)
+        scored = await http.post("/loglikelihood", json=body, headers={"x-api-key": "sk-big"})
+        assert scored.status_code == 200, scored.text
+        tokens = scored.json()["usage"]["prompt_tokens"]
+        assert tokens > 0
+        assert scored.headers["x-ratelimit-remaining-tokens"] == str(10_000 - tokens)
+        row = await usage_of(http, "eval")
+        assert (row["requests"], row["input_tokens"], row["output_tokens"]) == (1, tokens, 0)
+        assert row["remaining"]["tokens"] == 10_000 - tokens

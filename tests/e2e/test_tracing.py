@@ -198,4 +198,6 @@ async def test_a_stream_cut_off_by_its_client_ends_its_spans() -> None:
     provider.shutdown()
     server, _, backend = assert_tree(spans)
     assert server.attributes["http.response.status_code"] == 200
-    assert "gen_ai.usage.output_tokens" not in backend.attributes, "cut off before the usage came: it was cut"
+    # Cut off before the usage came: counted as it went, the prompt at admission, the output chunk by chunk.
+    assert backend.attributes["gen_ai.usage.input_tokens"] > 0
+    assert 0 < backend.attributes["gen_ai.usage.output_tokens"] < 2000

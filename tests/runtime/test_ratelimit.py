@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from modelpool.config.schema import AuthConfig
 from modelpool.errors import RateLimited
 from modelpool.runtime.metrics import Metrics
-from modelpool.runtime.ratelimit import Limits, LimitState, RateLimiter, duration_text
+from modelpool.runtime.ratelimit import Limits, LimitState, RateLimiter, TokenBucket, duration_text
 from modelpool.runtime.usage import RequestUsage, UsageLedger, add_audio, add_tokens, current_usage
 from tests.fakes import ManualClock
 
@@ -189,3 +190,71 @@ def test_the_report_lists_every_key_with_what_is_left() -> None:
     assert list(reports) == ["app", "free"]
     assert reports["app"].usage.input_tokens == 4 and reports["app"].remaining == [LimitState("requests", 2, 1, 30.0)]
     assert reports["free"].usage.requests == 0 and reports["free"].remaining == []
+
+
+def test_an_overdraw_is_capped_at_one_minutes_budget() -> None:
+    clock = ManualClock()
+    limits = limiter(clock, app=Limits(tokens_per_minute=100))
+    app = limits.caller("app", None)
+    limits.admit(app)
+    limits.charge(app, 10_000)  # one huge reply: the debt stops at -100 (a minute's budget)
+    assert limits.states(app) == [LimitState("tokens", 100, 0, 120.0)]
+    error = refused(limits, "app")
+    assert error.headers["Retry-After"] == "61"  # back to one token: 101 tokens at 100/min
+    assert "Used 200." in error.message
+    clock.advance(60.6)
+    limits.admit(app)
+
+
+def test_retry_after_is_the_longest_wait_of_the_limits_refused() -> None:
+    clock = ManualClock()
+    limits = limiter(clock, app=Limits(requests_per_minute=1, tokens_per_minute=10))
+    app = limits.caller("app", None)
+    limits.admit(app)
+    limits.charge(app, 500)  # both spent: a request back in 60 s, a token in 66 s
+    error = refused(limits, "app")
+    assert error.type == "tokens"
+    assert error.headers == {"Retry-After": "66", "retry-after-ms": "66000"}
+    assert error.message.startswith("Rate limit reached for tokens per min (TPM) on key 'app'")
+    clock.advance(60)
+    assert refused(limits, "app").type == "tokens"  # the request is back, the tokens are not
+    clock.advance(6)
+    limits.admit(app)
+
+
+def test_a_bucket_never_drains_when_the_clock_reads_earlier() -> None:
+    bucket = TokenBucket(per_minute=60, level=5.0, updated=100.0)
+    bucket.refill(90.0)  # an earlier reading (a clock stepped back, or a stale `now`)
+    assert bucket.level == 5.0
+    bucket.refill(101.0)
+    assert bucket.level == pytest.approx(6.0)
+
+
+def test_twenty_thousand_addresses_are_admitted_in_well_under_a_second() -> None:
+    clock = ManualClock()  # frozen: no budget refills, so no bucket may be forgotten
+    limits = RateLimiter({}, Limits(requests_per_minute=1), clock)
+    started = time.perf_counter()
+    for i in range(20_000):
+        limits.admit(limits.caller(None, f"10.{i // 65536}.{i // 256 % 256}.{i % 256}"))
+        assert time.perf_counter() - started < 1.0, f"too slow: {i} addresses admitted in a second"
+    assert limits.address_buckets == 20_000
+
+
+def test_address_buckets_that_refilled_are_dropped() -> None:
+    clock = ManualClock()
+    limits = RateLimiter({}, Limits(requests_per_minute=60), clock)  # a request refills in 1 s
+    for i in range(20_000):
+        limits.admit(limits.caller(None, f"10.{i // 65536}.{i // 256 % 256}.{i % 256}"))
+        clock.advance(0.01)  # 100 new addresses a second
+    assert limits.address_buckets <= 512, "the buckets of addresses gone a second are dropped"
+
+
+def test_the_address_buckets_have_a_hard_cap_dropping_the_oldest() -> None:
+    clock = ManualClock()
+    limits = RateLimiter({}, Limits(requests_per_minute=1), clock, max_buckets=1000)
+    for i in range(20_000):  # nothing refills on a frozen clock: only the cap bounds them
+        limits.admit(limits.caller(None, f"addr-{i}"))
+    assert limits.address_buckets == 1000
+    with pytest.raises(RateLimited):
+        limits.admit(limits.caller(None, "addr-19999"))  # a recent address keeps its spent budget
+    limits.admit(limits.caller(None, "addr-0"))  # the oldest was dropped: a fresh budget

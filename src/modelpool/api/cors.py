@@ -13,9 +13,12 @@ from starlette.middleware.cors import CORSMiddleware
 
 from modelpool.config.schema import ServerConfig
 
-# Headers a browser script may read from a response: the request id to report, and when
-# to come back after a 429/503.
-EXPOSED_HEADERS = ("X-Request-ID", "Retry-After")
+# Headers a browser script may read from a response: the request id to report, when to
+# come back after a 429/503, and what is left of the caller's rate limits.
+RATELIMIT_HEADERS = tuple(
+    f"x-ratelimit-{what}-{kind}" for what in ("limit", "remaining", "reset") for kind in ("requests", "tokens")
+)
+EXPOSED_HEADERS = ("X-Request-ID", "Retry-After", "retry-after-ms", *RATELIMIT_HEADERS)
 ALLOWED_METHODS = ("GET", "POST")  # the API has no other methods
 PREFLIGHT_MAX_AGE_S = 600
 

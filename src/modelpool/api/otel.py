@@ -22,8 +22,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from modelpool import __version__, tracing
+from modelpool.api.ratelimit import REFUSED_LIMIT
 
 REQUEST_ID = "modelpool.request_id"
+RATE_LIMITED = "modelpool.rate_limited"
+"""On a request the rate limit refused: the limit, `requests` or `tokens`."""
 _W3C = TraceContextTextMapPropagator()
 
 
@@ -95,9 +98,13 @@ def _finish(span: trace.Span, scope: Scope, status: int | None) -> None:
     if isinstance(route, str):
         span.update_name(f"{scope['method']} {route}")
         span.set_attribute("http.route", route)
-    model = scope.get("state", {}).get("model_id")
+    state = scope.get("state", {})
+    model = state.get("model_id")
     if isinstance(model, str):
         span.set_attribute(tracing.MODEL, model)
+    refused_by = state.get(REFUSED_LIMIT)  # set by the rate limiter: it answered 429
+    if isinstance(refused_by, str):
+        span.set_attribute(RATE_LIMITED, refused_by)
     if status is not None:
         span.set_attribute("http.response.status_code", status)
     if status is None or status >= 500:  # a 4xx is the client's error, not the server span's

@@ -3,24 +3,30 @@
 Runs inside `RequireKeys`, which names the key (`scope["state"]["key_name"]`; none when no
 keys are configured: the caller is then `anonymous`, limited per client address). Before
 any work a request takes one from its caller's requests budget, or gets 429
-`rate_limit_exceeded` in its protocol's error shape with Retry-After. While it runs, the
-runtime adds its tokens and audio to a `RequestUsage` set here in a context variable; its
-tokens are charged to the caller's tokens budget as the response starts (a non-streamed
-reply's are all known by then) and the rest when it ends, and its usage goes to the ledger.
+`rate_limit_exceeded` in its protocol's error shape with Retry-After (the refused limit
+and the route it asked for go on the request's scope, for its trace). While it runs, the
+runtime adds its tokens and audio to a `RequestUsage` set here in a context variable as
+they are counted (a prompt at admission, output as it is generated); what was counted is
+charged to the caller's tokens budget on every message the response sends (so requests
+let in meanwhile see what responses in flight have used) and when it ends, and its usage
+goes to the ledger.
 
 Every response of a limited caller carries OpenAI's `x-ratelimit-{limit,remaining,reset}-
-{requests,tokens}` for the limits that are set (a streamed reply's remaining-tokens is
-from before its own tokens). Callers without limits get no headers and skip the buckets.
-A WebSocket session is one request: limited at its handshake, its usage booked at its end.
+{requests,tokens}` for the limits that are set (a streamed reply's remaining-tokens counts
+its prompt, known as it starts, but not its output). Callers without limits get no headers
+and skip the buckets. A WebSocket session is one request: limited at its handshake,
+charged as it sends, its usage booked at its end.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from modelpool.api.auth import needed_scope
@@ -34,6 +40,8 @@ from modelpool.runtime.ratelimit import Caller, KeyReport, LimitState, RateLimit
 from modelpool.runtime.usage import RequestUsage, UsageLedger, current_usage
 
 _STARTS = ("http.response.start", "websocket.accept")
+REFUSED_LIMIT = "rate_limited"
+"""The scope state's entry naming the limit that refused the request (`requests`, `tokens`)."""
 
 
 def add_rate_limits(app: FastAPI, auth: AuthConfig, metrics: Metrics) -> None:
@@ -41,7 +49,7 @@ def add_rate_limits(app: FastAPI, auth: AuthConfig, metrics: Metrics) -> None:
     limiter's clock), and the middleware in its place: add it before `RequireKeys`."""
     app.state.rate_limiter = RateLimiter.from_config(auth)
     app.state.usage = UsageLedger(metrics)
-    app.add_middleware(EnforceRateLimits, limiter=app.state.rate_limiter, ledger=app.state.usage)
+    app.add_middleware(EnforceRateLimits, limiter=app.state.rate_limiter, ledger=app.state.usage, routes=app.routes)
 
 
 @dataclass
@@ -53,13 +61,17 @@ class _Bill:
 
 
 class EnforceRateLimits:
-    def __init__(self, app: ASGIApp, limiter: RateLimiter, ledger: UsageLedger) -> None:
+    def __init__(
+        self, app: ASGIApp, limiter: RateLimiter, ledger: UsageLedger, routes: list[BaseRoute] | None = None
+    ) -> None:
+        """`routes`: the app's, to name the route of a refused request (it never reaches routing)."""
         self.app = app
         self.limiter = limiter
         self.ledger = ledger
+        self.routes = routes or []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or needed_scope(scope["path"]) is not KeyScope.INFERENCE:
+        if not _limited(scope):
             await self.app(scope, receive, send)
             return
         caller = self.limiter.caller(scope.get("state", {}).get("key_name"), _address(scope))
@@ -68,6 +80,7 @@ class EnforceRateLimits:
                 self.limiter.admit(caller)
             except RateLimited as exc:
                 self.ledger.refused(caller.account, exc.type)
+                self._note_refusal(scope, exc)
                 await self._refuse(scope, send, exc, caller)
                 return
         bill = _Bill(caller, RequestUsage())
@@ -81,8 +94,10 @@ class EnforceRateLimits:
 
     def _with_headers(self, send: Send, bill: _Bill) -> Send:
         async def send_with_headers(message: Message) -> None:
+            # Every message settles what was counted by then: a whole reply's headers count its
+            # own tokens, and a stream (or a WebSocket session) is charged as it goes.
+            self._settle(bill)
             if message["type"] in _STARTS:
-                self._settle(bill)  # so a whole reply's headers count its own tokens
                 message["headers"] = [*message.get("headers", []), *_encoded(self.limiter.states(bill.caller))]
             await send(message)
 
@@ -90,8 +105,19 @@ class EnforceRateLimits:
 
     def _settle(self, bill: _Bill) -> None:
         """Charge the tokens counted since the last settling."""
-        self.limiter.charge(bill.caller, bill.usage.total_tokens - bill.charged)
-        bill.charged = bill.usage.total_tokens
+        if bill.usage.total_tokens != bill.charged:
+            self.limiter.charge(bill.caller, bill.usage.total_tokens - bill.charged)
+            bill.charged = bill.usage.total_tokens
+
+    def _note_refusal(self, scope: Scope, exc: RateLimited) -> None:
+        """For the request's trace and metrics: the limit that refused it, and the route it
+        asked for (routing never ran; the route is left unset when none matches)."""
+        scope.setdefault("state", {})[REFUSED_LIMIT] = exc.type
+        for route in _flattened(self.routes):
+            if route.matches(scope)[0] is Match.FULL:
+                if isinstance(getattr(route, "path", None), str):
+                    scope["route"] = route  # as routing would have set it
+                return
 
     async def _refuse(self, scope: Scope, send: Send, exc: RateLimited, caller: Caller) -> None:
         headers = {**exc.headers, **dict(ratelimit_headers(self.limiter.states(caller)))}
@@ -123,6 +149,28 @@ def ratelimit_headers(states: list[LimitState]) -> list[tuple[str, str]]:
 
 def _encoded(states: list[LimitState]) -> list[tuple[bytes, bytes]]:
     return [(name.encode(), value.encode()) for name, value in ratelimit_headers(states)]
+
+
+def _flattened(routes: list[BaseRoute]) -> Iterator[BaseRoute]:
+    """The routes themselves: newer FastAPI keeps an included router as one entry, whose
+    routes it matches inside (`original_router`); older versions list them."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _flattened(inner.routes)
+        else:
+            yield route
+
+
+def _limited(scope: Scope) -> bool:
+    """An inference route's request. Reading the model list (`GET /v1/models`, `/v1/models/{id}`)
+    is metadata, not inference: neither limited nor counted as usage, so a client (the
+    workbench's models page) may poll it without spending the key's budget."""
+    if scope["type"] not in ("http", "websocket") or needed_scope(scope["path"]) is not KeyScope.INFERENCE:
+        return False
+    path: str = scope["path"]
+    listing = path == "/v1/models" or path.startswith("/v1/models/")
+    return not (listing and scope.get("method") in ("GET", "HEAD"))
 
 
 def _address(scope: Scope) -> str | None:

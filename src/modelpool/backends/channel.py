@@ -107,7 +107,7 @@ def merge_chunks(chunks: list[GenerationChunk]) -> list[GenerationChunk]:
             last = merged[-1]
             counted = last.prompt_tokens if last.prompt_tokens is not None else chunk.prompt_tokens
             merged[-1] = replace(chunk, text=last.text + chunk.text, logprobs=last.logprobs + chunk.logprobs,
-                                 prompt_tokens=counted)  # fmt: skip
+                                 prompt_tokens=counted, token_count=last.token_count + chunk.token_count)  # fmt: skip
         else:
             merged.append(chunk)
     return merged

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from modelpool.config.schema import BatchConfig
 from modelpool.errors import ModelUnloaded
+from modelpool.runtime.detached import detached_task
 
 log = logging.getLogger("modelpool.runtime")
 Item = TypeVar("Item", bound=Sized)
@@ -56,7 +57,8 @@ class Batcher(Generic[Item]):
         self._jobs.append(job)
         self._wake.set()
         if self._worker is None:
-            self._worker = asyncio.create_task(self._work(), name=f"batcher-{self._name}")
+            # Its own context: it serves every request after this one, whose usage and trace it must not keep.
+            self._worker = detached_task(self._work(), name=f"batcher-{self._name}")
         return await job.result  # if this caller is cancelled, the future is too: the worker skips it
 
     async def close(self) -> None:

@@ -15,16 +15,36 @@ ChoiceChunk = tuple[int, GenerationChunk]
 """A chunk of one choice (one prompt of a multi-prompt completion), by its index."""
 
 
-def chunk_timer(timing: RequestTiming, clock: Clock) -> Callable[[GenerationChunk], None]:
-    """Feeds `timing` from the chunks as they pass: time to first token, and token counts
-    (summed over the generations of a multi-prompt request)."""
+def chunk_timer(
+    timing: RequestTiming, clock: Clock, counted: Callable[[], None] | None = None
+) -> Callable[[GenerationChunk], None]:
+    """Feeds `timing` from the chunks of one generation at a time as they pass: time to
+    first token, and token counts (summed over the generations of a multi-prompt request)
+    as soon as they are known: the prompt's from the chunk that says it (a local engine's
+    first, at admission), the output's chunk by chunk (`token_count`), both set right by the
+    generation's last chunk (its `usage`, the count to rely on). `counted()` runs after
+    each change, so a generation cut off midway (a client that hung up, a cancelled
+    request) has its tokens so far counted. Concurrent generations need a timer each."""
+    prompt_seen = output_seen = 0  # of the generation in progress, before its usage came
 
     def observe(chunk: GenerationChunk) -> None:
+        nonlocal prompt_seen, output_seen
         if (chunk.text or chunk.tool_calls) and timing.time_to_first_token_s is None:
             timing.time_to_first_token_s = clock.monotonic() - timing.started
-        if chunk.usage is not None:
-            timing.prompt_tokens += chunk.usage.prompt_tokens
-            timing.output_tokens += chunk.usage.completion_tokens
+        if chunk.usage is not None:  # the generation's own count replaces what its chunks said
+            more_prompt = chunk.usage.prompt_tokens - prompt_seen
+            more_output = chunk.usage.completion_tokens - output_seen
+            prompt_seen = output_seen = 0  # the next generation (multi-prompt) starts afresh
+        else:
+            more_prompt = chunk.prompt_tokens if chunk.prompt_tokens and not prompt_seen else 0
+            more_output = chunk.token_count
+            prompt_seen += more_prompt
+            output_seen += more_output
+        if more_prompt or more_output:
+            timing.prompt_tokens += more_prompt
+            timing.output_tokens += more_output
+            if counted is not None:
+                counted()
 
     return observe
 

@@ -92,7 +92,7 @@ class Lease(Generic[B]):
 
     def _end_span(self) -> None:
         timing = self.timing
-        if timing.prompt_tokens or timing.output_tokens:  # counted by now; none for audio or scoring
+        if timing.prompt_tokens or timing.output_tokens:  # counted so far (a stream cut off too); none for audio
             self._span.set_attribute(tracing.INPUT_TOKENS, timing.prompt_tokens)
             self._span.set_attribute(tracing.OUTPUT_TOKENS, timing.output_tokens)
         self._span.end()

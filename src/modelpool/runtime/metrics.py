@@ -125,11 +125,25 @@ class Metrics:
         # Every count of a request's tokens passes here: it is also billed to the caller.
         add_tokens(input_tokens, output_tokens)
 
+    def count_timing(self, model: str, timing: RequestTiming) -> None:
+        """Count the tokens `timing` has gained since it was last counted: called as a
+        request's tokens become known (a prompt at admission, output chunk by chunk), so a
+        request cut off midway is charged what it used. Counts only grow: when a last
+        report says fewer than were counted as they passed, the difference stays counted."""
+        new_input = timing.prompt_tokens - timing.counted_prompt_tokens
+        new_output = timing.output_tokens - timing.counted_output_tokens
+        if new_input <= 0 and new_output <= 0:
+            return
+        timing.counted_prompt_tokens = max(timing.counted_prompt_tokens, timing.prompt_tokens)
+        timing.counted_output_tokens = max(timing.counted_output_tokens, timing.output_tokens)
+        self.count_tokens(model, input_tokens=max(0, new_input), output_tokens=max(0, new_output))
+
     def observe_timing(self, model: str, timing: RequestTiming) -> None:
+        """A request's turn ended: its times, and whatever of its tokens is not counted yet."""
         self.backend_seconds.labels(model=model).observe(timing.backend_s)
         if timing.time_to_first_token_s is not None:
             self.first_token_seconds.labels(model=model).observe(timing.time_to_first_token_s)
-        self.count_tokens(model, input_tokens=timing.prompt_tokens, output_tokens=timing.output_tokens)
+        self.count_timing(model, timing)
 
     def observe_audio(self, model: str, task: str, audio_seconds: float, busy_seconds: float) -> None:
         direction: AudioDirection = "in" if task == "transcription" else "out"

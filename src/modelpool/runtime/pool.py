@@ -265,7 +265,7 @@ class ModelPool:
             chunks = backend.chat(request)
             return split_reasoning(chunks, parser) if parser else chunks
 
-        observe = chunk_timer(lease.timing, self.clock)
+        observe = self._chunk_timer(lease)
         return await open_stream(lease, run, observe=observe, on_close=self._timing_observer(slot.id))
 
     async def complete(
@@ -275,7 +275,7 @@ class ModelPool:
         chunk with its prompt's index. The first prompt starts before this returns, so a
         bad request still gets a 4xx; later ones start when reached."""
         lease = await self.lease(name, Task.COMPLETION, CompletionBackend, options)
-        timer = chunk_timer(lease.timing, self.clock)
+        timer = self._chunk_timer(lease)
 
         async def each(backend: CompletionBackend) -> AsyncGenerator[ChoiceChunk, None]:
             for index, request in enumerate(requests):
@@ -287,6 +287,10 @@ class ModelPool:
             timer(piece[1])
 
         return await open_stream(lease, each, observe=observe, on_close=self._timing_observer(lease.model_id))
+
+    def _chunk_timer(self, lease: Lease[Any]) -> Callable[[GenerationChunk], None]:
+        """Times one generation at a time on `lease`, counting its tokens as they pass."""
+        return chunk_timer(lease.timing, self.clock, lambda: self.metrics.count_timing(lease.model_id, lease.timing))
 
     def _timing_observer(self, model_id: str) -> Callable[[RequestTiming], None]:
         def done(timing: RequestTiming) -> None:
@@ -396,9 +400,18 @@ class ModelPool:
     async def loglikelihood(
         self, name: str, pairs: list[tuple[str, str]], options: CallOptions = DEFAULT_CALL
     ) -> list[Loglikelihood]:
-        """Score each (prompt, continuation) on one turn of the model."""
+        """Score each (prompt, continuation) on one turn of the model, its scored tokens
+        counted as each is done (the turn's prompt tokens)."""
         async with await self.lease(name, Task.SCORING, ScoringBackend, options) as lease:
-            return [await loglikelihood(lease.backend, prompt, cont, i) for i, (prompt, cont) in enumerate(pairs)]
+            scored = []
+            try:
+                for i, (prompt, cont) in enumerate(pairs):
+                    scored.append(await loglikelihood(lease.backend, prompt, cont, i))
+                    lease.timing.prompt_tokens += scored[-1].scored_tokens  # before the turn's span ends with it
+                    self.metrics.count_timing(lease.model_id, lease.timing)
+            finally:
+                self._timing_observer(lease.model_id)(lease.timing)
+            return scored
 
     async def generate_all(
         self, name: str, requests: list[CompletionRequest], options: CallOptions = DEFAULT_CALL
@@ -408,11 +421,10 @@ class ModelPool:
         if any(r.output is not None for r in requests):
             _check_structured(self.slot_for(name, Task.COMPLETION, options), "json_schema")
         async with await self.lease(name, Task.COMPLETION, CompletionBackend, options) as lease:
-            observe = chunk_timer(lease.timing, self.clock)
 
             async def one(request: CompletionRequest) -> Generation:
                 async with aclosing(lease.backend.complete(request)) as chunks:
-                    return await collect(_observed(chunks, observe, lease))
+                    return await collect(_observed(chunks, self._chunk_timer(lease), lease))  # a timer each
 
             try:
                 return list(await asyncio.gather(*(one(r) for r in requests)))

@@ -3,18 +3,23 @@ model): a bucket holds up to its per-minute limit and refills evenly at limit/60
 so a minute's budget may be spent in a burst and then comes back steadily.
 
 A request costs one from the requests bucket, taken when it is let in. Its tokens are not
-known until it ends, so a request is let in while at least one token is left and the
-tokens it used (input + output) are charged as it answers (whatever is counted by then:
-a whole non-streamed reply) and when it ends (the rest). One request may therefore
-overdraw the bucket below zero; the next waits until it has refilled to one token.
+known until it runs, so a request is let in while at least one token is left and the
+tokens it used (input + output) are charged as they are counted (the API settles them on
+every message it sends). A request may therefore overdraw the bucket below zero, by at
+most one minute's budget (the level never goes below -limit, so no caller waits more than
+a minute and a bit for its next token); the next request waits until the bucket has
+refilled to one token. A refusal names the limit with the longest wait, and that wait.
 
 Callers are API key names. With no keys configured, unauthenticated use is limited per
-client address, under the one account `anonymous`. No HTTP here; the clock is injectable.
+client address, under the one account `anonymous`; address budgets are kept by last use,
+and forgotten once refilled (no different then from a new one) or, past a hard cap, the
+oldest first. No HTTP here; the clock is injectable.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,8 +32,12 @@ LimitKind = Literal["requests", "tokens"]
 _SHORT = {"requests": "RPM", "tokens": "TPM"}
 _NOISE = 1e-9
 """Float error of refills (1030.6 - 1000.0 is 30.59999999999991): not a refusal."""
-_PRUNE_ABOVE = 4096
-"""Address buckets kept before the full ones (no different from new ones) are dropped."""
+_PRUNE_EVERY_S = 1.0
+"""Refilled address buckets are looked for at most this often (or when their number doubled)."""
+_PRUNE_FLOOR = 1024
+"""Below this many address buckets, their number doubling is no reason to prune."""
+MAX_ADDRESS_BUCKETS = 65_536
+"""The most client addresses whose budgets are kept (the least recently seen go first)."""
 
 
 @dataclass
@@ -42,8 +51,15 @@ class TokenBucket:
         return cls(per_minute, float(per_minute), now)
 
     def refill(self, now: float) -> None:
-        self.level = min(float(self.per_minute), self.level + (now - self.updated) * self.per_minute / 60)
-        self.updated = now
+        """Add what came back since the last refill. A reading earlier than the last one (a
+        stale `now`) adds nothing and takes nothing."""
+        elapsed = max(0.0, now - self.updated)
+        self.level = min(float(self.per_minute), self.level + elapsed * self.per_minute / 60)
+        self.updated = max(self.updated, now)
+
+    def take(self, amount: float) -> None:
+        """Spend `amount`, overdrawing at most one minute's budget."""
+        self.level = max(-float(self.per_minute), self.level - amount)
 
     def holds(self, amount: float) -> bool:
         return self.level >= amount - _NOISE
@@ -87,6 +103,8 @@ class Caller:
     limits: Limits
     described: str
     """For error messages: "key 'app'", "client 10.0.0.7"."""
+    per_address: bool = False
+    """Unauthenticated: the budget is the client address's."""
 
 
 @dataclass
@@ -105,13 +123,32 @@ class _Buckets:
 
 
 class RateLimiter:
-    def __init__(self, keys: dict[str, Limits], unauthenticated: Limits, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        keys: dict[str, Limits],
+        unauthenticated: Limits,
+        clock: Clock | None = None,
+        *,
+        max_buckets: int = MAX_ADDRESS_BUCKETS,
+    ) -> None:
         """`keys`: every configured key name → its limits (empty: no keys, so callers are
-        anonymous and limited per address by `unauthenticated`)."""
+        anonymous and limited per address by `unauthenticated`). `max_buckets`: the most
+        client addresses whose budgets are kept."""
         self.clock = clock or SystemClock()
         self._keys = keys
         self._unauthenticated = unauthenticated
-        self._buckets: dict[str, _Buckets] = {}
+        self._max_buckets = max_buckets
+        self._key_buckets: dict[str, _Buckets] = {}
+        """Per key name: as many as there are keys, kept for good."""
+        self._address_buckets: OrderedDict[str, _Buckets] = OrderedDict()
+        """Per client address, the least recently used first."""
+        self._pruned_at = -math.inf
+        self._size_after_prune = 0
+
+    @property
+    def address_buckets(self) -> int:
+        """How many client addresses' budgets are kept."""
+        return len(self._address_buckets)
 
     @classmethod
     def from_config(cls, auth: AuthConfig, clock: Clock | None = None) -> RateLimiter:
@@ -124,27 +161,27 @@ class RateLimiter:
         if key is not None:
             return Caller(key, key, self._keys.get(key, Limits()), f"key '{key}'")
         where = address or "unknown"
-        return Caller(ANONYMOUS, f"address {where}", self._unauthenticated, f"client {where}")
+        return Caller(ANONYMOUS, f"address {where}", self._unauthenticated, f"client {where}", per_address=True)
 
     def admit(self, caller: Caller) -> list[LimitState]:
         """Take one request from the caller's budget, or raise RateLimited (taking nothing).
         Returns the limits' states after it, for the response headers."""
         buckets = self._refilled(caller)
-        if buckets.requests is not None and not buckets.requests.holds(1):
-            raise _refusal(caller, "requests", buckets.requests)
-        if buckets.tokens is not None and not buckets.tokens.holds(1):
-            raise _refusal(caller, "tokens", buckets.tokens)
+        short = [(kind, bucket) for kind, bucket in buckets.each() if not bucket.holds(1)]
+        if short:  # the limit that keeps the caller waiting longest is the one to tell
+            kind, bucket = max(short, key=lambda pair: pair[1].seconds_until(1))
+            raise _refusal(caller, kind, bucket)
         if buckets.requests is not None:
-            buckets.requests.level -= 1
+            buckets.requests.take(1)
         return [bucket.state(kind) for kind, bucket in buckets.each()]
 
     def charge(self, caller: Caller, tokens: int) -> None:
-        """Tokens the caller used (may overdraw the bucket)."""
+        """Tokens the caller used (may overdraw the bucket, by one minute's budget at most)."""
         if tokens <= 0 or caller.limits.tokens_per_minute is None:
             return  # nothing to charge, and no buckets made for a caller without limits
         bucket = self._refilled(caller).tokens
         if bucket is not None:
-            bucket.level -= tokens
+            bucket.take(tokens)
 
     def states(self, caller: Caller) -> list[LimitState]:
         return [bucket.state(kind) for kind, bucket in self._refilled(caller).each()]
@@ -166,20 +203,41 @@ class RateLimiter:
 
     def _refilled(self, caller: Caller) -> _Buckets:
         now = self.clock.monotonic()
-        buckets = self._buckets.get(caller.bucket)
-        if buckets is None:
-            self._prune(now)
-            buckets = self._buckets[caller.bucket] = _new_buckets(caller.limits, now)
+        buckets = self._buckets_of(caller, now)
         for _, bucket in buckets.each():
             bucket.refill(now)
         return buckets
 
+    def _buckets_of(self, caller: Caller, now: float) -> _Buckets:
+        if not caller.per_address:
+            buckets = self._key_buckets.get(caller.bucket)
+            if buckets is None:
+                buckets = self._key_buckets[caller.bucket] = _new_buckets(caller.limits, now)
+            return buckets
+        kept = self._address_buckets
+        buckets = kept.get(caller.bucket)
+        if buckets is not None:
+            kept.move_to_end(caller.bucket)  # the most recently used last
+            return buckets
+        self._prune(now)
+        buckets = kept[caller.bucket] = _new_buckets(caller.limits, now)
+        return buckets
+
     def _prune(self, now: float) -> None:
-        if len(self._buckets) < _PRUNE_ABOVE:
+        """Before an address is added: forget the least recently used addresses whose
+        budgets have refilled (no different from a new one), at most once a second or when
+        their number doubled, stopping at the first that has not (amortised: each bucket is
+        dropped once, and a look stops at one kept). Past the cap, the oldest go anyway."""
+        kept = self._address_buckets
+        while len(kept) >= self._max_buckets:
+            kept.popitem(last=False)
+        due = now - self._pruned_at >= _PRUNE_EVERY_S
+        if not due and len(kept) < 2 * max(self._size_after_prune, _PRUNE_FLOOR):
             return
-        for name, buckets in list(self._buckets.items()):
-            if buckets.full_at(now):
-                del self._buckets[name]
+        self._pruned_at = now
+        while kept and next(iter(kept.values())).full_at(now):
+            kept.popitem(last=False)
+        self._size_after_prune = len(kept)
 
 
 @dataclass(frozen=True)

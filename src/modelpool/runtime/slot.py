@@ -25,6 +25,7 @@ from modelpool.inference import Voice
 from modelpool.runtime.admission import Admission
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.crashes import CrashRecord
+from modelpool.runtime.detached import detached_task
 from modelpool.runtime.embedding_cache import EmbeddingCache
 from modelpool.runtime.eviction import Need, Resident
 from modelpool.runtime.lease import Lease
@@ -231,7 +232,7 @@ class ModelSlot:
             raise self._refusal(decision)
         if decision.action is Action.LOAD:
             self._set_state(SlotState.LOADING)  # at once, so nobody sees "unloaded" meanwhile
-            self._work.load = asyncio.create_task(self._load(decision.delay_s), name=f"load-{self.id}")
+            self._work.load = detached_task(self._load(decision.delay_s), name=f"load-{self.id}")  # not this request's
         load = self._work.load
         assert load is not None, "a slot in LOADING always has its load task"
         try:
@@ -458,7 +459,7 @@ class _SlotTasks:
         self._background: set[asyncio.Task[None]] = set()
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(work, name=name)
+        task = detached_task(work, name=name)  # outside the request that may have started it
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

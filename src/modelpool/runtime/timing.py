@@ -16,6 +16,10 @@ class RequestTiming:
     output_tokens: int = 0
     replica: int = 0
     started: float = field(default=0.0, repr=False)
+    counted_prompt_tokens: int = field(default=0, repr=False)
+    counted_output_tokens: int = field(default=0, repr=False)
+    """Of the tokens above, those the metrics (and the request's usage) have counted: a
+    request's tokens are counted as they become known (`Metrics.count_timing`)."""
 
     def absorb(self, other: RequestTiming) -> None:
         """Fold in the timing of a further part of the same response (multi-prompt completions)."""

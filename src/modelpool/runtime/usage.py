@@ -1,11 +1,14 @@
 """What each request used, attributed to its caller (an API key's name, or `anonymous`).
 
 The runtime counts tokens and audio where it already feeds its metrics
-(`Metrics.count_tokens`, `Metrics.observe_audio`); those calls also add to the usage of
-the request in progress, found through a context variable. Whoever starts a request (the
+(`Metrics.count_tokens`, `Metrics.observe_audio`), tokens as soon as they are known (a
+prompt at admission, output chunk by chunk); those calls also add to the usage of the
+request in progress, found through a context variable. Whoever starts a request (the
 API's rate-limit middleware) puts a fresh `RequestUsage` there; tasks created from the
 request's task (a streamed body) copy the context, so they add to the same object. Work
-with no request around it (preloads, warm-ups) adds to nothing.
+with no request around it (preloads, warm-ups) adds to nothing, and the pool's long-lived
+tasks (a batcher's worker, a load) start with an empty context (`runtime.detached`), so
+they never add to the request that happened to start them.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ async def with_tool_calls(
     first = True
     called = False
     finished = False
+    unsent = 0  # tokens of dropped chunks: the next chunk out counts them
     async for chunk in chunks:
         parsed = parser.feed(chunk.text)
         finish_reason = chunk.finish_reason
@@ -30,15 +31,19 @@ async def with_tool_calls(
         called = called or bool(parsed.calls)
         if finish_reason == "stop" and called:
             finish_reason = "tool_calls"
-        out = replace(chunk, text=parsed.content, tool_calls=parsed.calls, finish_reason=finish_reason)
+        out = replace(chunk, text=parsed.content, tool_calls=parsed.calls, finish_reason=finish_reason,
+                      token_count=unsent + chunk.token_count)  # fmt: skip
         if first or _carries_anything(out):
+            unsent = 0
             yield out
+        else:
+            unsent = out.token_count
         first = False
     if not finished:
         # A stream cut off without a finish reason still gets what the parser held back.
         tail = parser.finish()
-        if tail.content or tail.calls:
-            yield GenerationChunk(text=tail.content, tool_calls=tail.calls)
+        if tail.content or tail.calls or unsent:
+            yield GenerationChunk(text=tail.content, tool_calls=tail.calls, token_count=unsent)
 
 
 def _joined(a: Parsed, b: Parsed) -> Parsed:

@@ -36,6 +36,8 @@ class Row:
     key: BatchKey = field(init=False)
     stops: StopMatcher = field(init=False)
     pending: list[TokenLogprob] = field(default_factory=list)
+    reported: int = 0
+    """Of `generated`, those a chunk has counted (`GenerationChunk.token_count`)."""
 
     def __post_init__(self) -> None:
         self.key = batch_key(self.params)
@@ -63,7 +65,7 @@ class Row:
             self.pending.append(self._logprob(token, log_prob, logits))
         text, hit_stop = self.stops.feed(self.detok.add(token), armed=self.generated >= self.params.min_tokens)
         if text or hit_stop:
-            self.channel.put(GenerationChunk(text, tuple(self.pending)))
+            self.channel.put(GenerationChunk(text, tuple(self.pending), token_count=self._unreported()))
             self.pending = []
         if hit_stop:
             self.finish("stop", hit_stop=True)
@@ -81,8 +83,14 @@ class Row:
             tail, hit = self.stops.feed(self.detok.flush())
             tail += "" if hit else self.stops.flush()
         usage = Usage(len(self.prompt), self.generated)
-        self.channel.put(GenerationChunk(tail, tuple(self.pending), reason, usage, stop_sequence=self.stops.matched))
+        self.channel.put(GenerationChunk(tail, tuple(self.pending), reason, usage, stop_sequence=self.stops.matched,
+                                         token_count=self._unreported()))  # fmt: skip
         self.channel.end()
+
+    def _unreported(self) -> int:
+        """The generated tokens no chunk has counted yet (the next chunk counts them)."""
+        count, self.reported = self.generated - self.reported, self.generated
+        return count
 
     def fail(self, error: BaseException) -> None:
         if not self.done:

@@ -59,6 +59,8 @@ class Job(_InEngine):
     """Sampled, not yet in the KV cache: the next step evaluates it."""
     sampler: Any = field(default=None, init=False)
     generated: int = field(default=0, init=False)
+    _reported: int = field(default=0, init=False)
+    """Of `generated`, those a chunk has counted (`GenerationChunk.token_count`)."""
     _model: GgufModel | None = field(default=None, init=False)
     _logprobs: npt.NDArray[np.float64] | None = field(default=None, init=False)
     _pending: list[TokenLogprob] = field(default_factory=list, init=False)
@@ -118,7 +120,7 @@ class Job(_InEngine):
             self._pending.append(token_logprob(model, token, piece, self._logprobs, self.sampling.logprobs))
         text, hit_stop = self._stops.feed(self._utf8.feed(piece), armed=self.generated >= self.sampling.min_tokens)
         if text or hit_stop:
-            self._channel.put(GenerationChunk(text, tuple(self._pending)))
+            self._channel.put(GenerationChunk(text, tuple(self._pending), token_count=self._unreported()))
             self._pending = []
         if hit_stop or (self.constraint is not None and self.constraint.complete):
             self.finish("stop", hit_stop=hit_stop)
@@ -134,9 +136,15 @@ class Job(_InEngine):
             tail += "" if hit_stop else self._stops.flush()
         usage = Usage(self.prompt_tokens, self.generated)
         stop = self._stops.matched
-        self._channel.put(GenerationChunk(tail, tuple(self._pending), reason, usage, stop_sequence=stop))
+        self._channel.put(GenerationChunk(tail, tuple(self._pending), reason, usage, stop_sequence=stop,
+                                          token_count=self._unreported()))  # fmt: skip
         self._channel.end()
         self.done = True
+
+    def _unreported(self) -> int:
+        """The generated tokens no chunk has counted yet (the next chunk counts them)."""
+        count, self._reported = self.generated - self._reported, self.generated
+        return count
 
     def fail(self, error: Exception) -> None:
         if not self.done:

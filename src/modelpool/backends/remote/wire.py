@@ -219,7 +219,7 @@ async def _stream_chunks(
             chunk = piece(choice)
             if chunk.text or chunk.reasoning or chunk.logprobs or chunk.tool_calls:
                 pieces += 1
-                yield chunk
+                yield replace(chunk, token_count=1)  # as `_counted` reckons: counted as it passes
             finish = choice.get("finish_reason") or finish
             stop = stop_string(choice) or stop
     yield GenerationChunk(finish_reason=finish or "stop", usage=usage or _counted(pieces), stop_sequence=stop)

@@ -75,9 +75,16 @@ class Sequence:
     done: bool = False
     stops: StopMatcher = field(init=False)
     pending: list[TokenLogprob] = field(default_factory=list)
+    reported: int = 0
+    """Generated tokens already accounted for by a chunk (`GenerationChunk.token_count`)."""
 
     def __post_init__(self) -> None:
         self.stops = StopMatcher(self.params.stop)
+
+    def unreported(self) -> int:
+        """The generated tokens no chunk has counted yet (the next chunk counts them)."""
+        count, self.reported = len(self.generated) - self.reported, len(self.generated)
+        return count
 
     @property
     def length(self) -> int:
@@ -399,7 +406,7 @@ class ContinuousBatcher:
             seq.pending.append(self._logprob(logits, token, seq.params.logprobs))
         text, hit_stop = seq.stops.feed(seq.detok.add(token), armed=len(seq.generated) >= seq.params.min_tokens)
         if text or hit_stop:
-            seq.out.put(GenerationChunk(text, tuple(seq.pending)))
+            seq.out.put(GenerationChunk(text, tuple(seq.pending), token_count=seq.unreported()))
             seq.pending = []
         if hit_stop:
             self._finish(seq, "stop", hit_stop=True)
@@ -414,7 +421,8 @@ class ContinuousBatcher:
             tail, hit = seq.stops.feed(seq.detok.flush())
             tail += "" if hit else seq.stops.flush()
         usage = Usage(len(seq.prompt), len(seq.generated))
-        seq.out.put(GenerationChunk(tail, tuple(seq.pending), reason, usage, stop_sequence=seq.stops.matched))
+        seq.out.put(GenerationChunk(tail, tuple(seq.pending), reason, usage, stop_sequence=seq.stops.matched,
+                                    token_count=seq.unreported()))  # fmt: skip
         seq.out.end()
         seq.done = True
 
