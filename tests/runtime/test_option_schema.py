@@ -95,3 +95,10 @@ async def test_the_admin_api_reports_each_override_option() -> None:
     assert [o["name"] for o in listed["whisper-base"]["override_options"]] == listed["whisper-base"]["overridable"]
     piper = listed["piper-en-us-joe"]["override_options"]
     assert [(o["name"], o["value"], o["schema"]["minimum"]) for o in piper] == [("max_input_chars", 4096, 1)]
+
+
+def test_secrets_are_redacted_inside_an_option_too() -> None:
+    model = ModelConfig(id="v", backend="vllm_serve", source="Qwen/Qwen2.5-0.5B-Instruct",
+                        options={"env": {"HF_TOKEN": "hf_secret", "VLLM_LOGGING_LEVEL": "INFO"}})  # fmt: skip
+    (env,) = override_options(model, frozenset({"env"}))
+    assert env.value == {"HF_TOKEN": "***", "VLLM_LOGGING_LEVEL": "INFO"}

@@ -42,15 +42,61 @@ async def test_tab_reaches_the_pages_and_enter_switches_them(tab: Tab) -> None:
     # From the top: the skip link, then Models, Playground, Metrics.
     assert await tab_to(page, "Metrics") == 4
     await page.keyboard.press("Enter")
-    await expect(page.get_by_role("heading", name="Metrics", level=1)).to_be_visible()
+    # The new page's heading has the focus: a screen reader says where the user is now.
+    await expect(page.get_by_role("heading", name="Metrics", level=1)).to_be_focused()
     assert page.url.endswith("#metrics")
     await tab_to(page, "Playground", backwards=True)
     await page.keyboard.press("Enter")
-    await expect(page.get_by_role("heading", name="Playground", level=1)).to_be_visible()
+    await expect(page.get_by_role("heading", name="Playground", level=1)).to_be_focused()
     await expect(page.get_by_role("link", name="Playground")).to_have_attribute("aria-current", "page")
     await tab_to(page, "Models", backwards=True)
     await page.keyboard.press("Enter")
+    await expect(page.get_by_role("heading", name="Models", level=1)).to_be_focused()
+    # From the heading, Tab goes on into the page (the table's first model), not back to the top.
+    first = page.get_by_role("button", name=re.compile(r"^Select ")).first
+    await expect(first).to_be_visible(timeout=10_000)
+    await page.keyboard.press("Tab")
+    await expect(first).to_be_focused()
+
+
+def luminance(rgb: tuple[int, int, int]) -> float:
+    def channel(value: int) -> float:
+        c = value / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(v) for v in rgb)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def rgb(css: str) -> tuple[int, int, int]:
+    found = re.search(r"rgba?\((\d+), (\d+), (\d+)", css)
+    assert found, css
+    return int(found.group(1)), int(found.group(2)), int(found.group(3))
+
+
+async def test_the_focus_ring_stands_out_on_the_page_and_on_the_top_bar(tab: Tab) -> None:
+    """WCAG 1.4.11: the focus indicator has ≥ 3:1 against what is around it. The ring is
+    an outline outside a white box-shadow, so one of the two stands out on any ground."""
+    page = tab.page
+    await tab.open("models")
     await expect(page.get_by_role("heading", name="Models", level=1)).to_be_visible()
+    await tab_to(page, "Models")  # a link on the dark top bar, by keyboard (:focus-visible)
+    ring = await page.evaluate("""() => {
+      const style = getComputedStyle(document.activeElement);
+      return { outline: style.outlineColor, width: style.outlineWidth, shadow: style.boxShadow,
+               bar: getComputedStyle(document.querySelector(".topbar")).backgroundColor,
+               page: getComputedStyle(document.documentElement).backgroundColor };
+    }""")
+    outline, inner, bar, ground = rgb(ring["outline"]), rgb(ring["shadow"]), rgb(ring["bar"]), rgb(ring["page"])
+    assert ring["width"] == "3px"
+    assert contrast(inner, bar) >= 3  # on the dark bar: the white ring
+    for light in (ground, (255, 255, 255)):  # on the page and on panels: the dark outline
+        assert contrast(outline, light) >= 3, (ring, light)
 
 
 async def test_a_model_loads_and_unloads_by_keyboard_alone(tab: Tab, ui_url: str) -> None:
@@ -136,8 +182,7 @@ async def test_every_control_on_every_page_has_a_name(tab: Tab) -> None:
     await expect(page.get_by_role("heading", name="Playground", level=1)).to_be_visible()
     tabs = page.get_by_role("tab")
     await expect(tabs.first).to_be_visible(timeout=10_000)  # the sections are built once models are listed
-    for index in range(max(1, await tabs.count())):  # every section the playground has
-        if await tabs.count():
-            await tabs.nth(index).click()
+    for index in range(await tabs.count()):  # every section the playground has
+        await tabs.nth(index).click()
         found[f"playground {index}"] = await nameless_controls(page)
     assert {where: names for where, names in found.items() if names} == {}

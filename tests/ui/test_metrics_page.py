@@ -68,7 +68,10 @@ async def test_charts_show_the_request_rate_and_latency(tab: Tab, ui_url: str) -
     busy = [point for point in history["points"] if point["requests_per_s"] > 0]
     assert busy and all(point["latency_p50_s"] > 0 for point in busy)
     assert all(point["latency_p99_s"] >= point["latency_p50_s"] for point in busy)
-    newest = history["points"][-1]["t"]
+    # `since` answers what is after it: from the third newest point on, the two newer ones
+    # (and any sampled since the first request), never the whole window nor nothing.
+    points = history["points"]
+    since = points[-3]["t"]
     async with httpx.AsyncClient(base_url=ui_url) as http:
-        later = (await http.get("/metrics/history", params={"since": newest})).json()["points"]
-    assert len(later) <= 1 and all(point["t"] > newest for point in later)  # at most one sampled since
+        later = (await http.get("/metrics/history", params={"since": since})).json()["points"]
+    assert later[:2] == points[-2:] and all(point["t"] > since for point in later)

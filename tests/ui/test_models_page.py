@@ -18,6 +18,7 @@ from modelpool.config import load_config
 from modelpool.config.schema import AuthConfig
 from tests.e2e.conftest import smollm2_gguf
 from tests.live_server import live_server
+from tests.polling import until
 from tests.ui.conftest import Tab, open_tab
 
 MODEL = "whisper-base"  # on demand in the shared app: this file loads it and unloads it again
@@ -25,6 +26,7 @@ ENGINE = "smollm2-engine"
 SPEECH = "piper-en-us-joe"
 LOAD_S = 90_000  # ms: a load on two busy cores
 APP_KEY, OPS_KEY = "sk-ui-app", "sk-ui-ops"
+APP_RPM = 3
 
 
 def cell(page: Page, model: str, column: str) -> Any:
@@ -50,9 +52,10 @@ async def keyed_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[s
                  "options": {"context_length": 2048, "stop_grace_s": 5}},
     }  # fmt: skip
     state_dir = tmp_path_factory.mktemp("keyed-ui")
-    cli = {"enabled_models": list(models), "models": models, "state_dir": str(state_dir)}
-    holders = [{"name": "app", "scopes": ["inference"], "key_env": "APP_KEY"},
+    # The app key's budget is small: the read-only page's polling must not spend it.
+    holders = [{"name": "app", "scopes": ["inference"], "key_env": "APP_KEY", "requests_per_minute": APP_RPM},
                {"name": "ops", "scopes": ["admin", "inference"], "key_env": "OPS_KEY"}]  # fmt: skip
+    cli = {"enabled_models": list(models), "models": models, "state_dir": str(state_dir), "auth": {"keys": holders}}
     keys = KeyRing.from_config(AuthConfig.model_validate({"keys": holders}), {"APP_KEY": APP_KEY, "OPS_KEY": OPS_KEY})
     async with live_server(create_app(load_config(None, cli=cli, environ={}), keys=keys)) as url:
         yield url
@@ -136,6 +139,43 @@ async def test_an_inference_key_sees_the_refusal_and_the_read_only_list(keyed_ta
     await expect(listed.locator(f'tr[data-model="{ENGINE}"]')).to_contain_text("unloaded")
     await expect(page.get_by_role("button", name=f"Select {ENGINE}")).to_have_count(0)
     await expect(page.get_by_role("button", name="Load", exact=True)).to_have_count(0)
+
+
+async def test_read_only_polling_spends_no_budget_and_a_refused_key_stops_it(keyed_tab: Tab, keyed_url: str) -> None:
+    page = keyed_tab.page
+    listings: list[str] = []
+    page.on("request", lambda request: listings.append(request.url) if request.url.endswith("/v1/models") else None)
+    await keyed_tab.open("models")
+    await use_key(page, APP_KEY)
+    listed = page.get_by_role("region", name="Models (read-only)")
+    await expect(listed.locator(f'tr[data-model="{SPEECH}"]')).to_be_visible(timeout=10_000)
+    # More polls than the key may make requests in a minute: none is refused, none is counted.
+    await until(lambda: len(listings) > APP_RPM + 1, "the page to poll past the key's limit", timeout_s=30)
+    await expect(page.locator("#notice")).to_be_empty()
+    headers = {"Authorization": f"Bearer {OPS_KEY}"}
+    async with httpx.AsyncClient(base_url=keyed_url, headers=headers, timeout=30) as http:
+        usage = (await http.get("/v1/admin/usage")).json()["data"]
+    app = next(row for row in usage if row["key"] == "app")
+    assert (app["requests"], app["rate_limited"]) == (0, 0)
+
+    # The key stops being accepted (here: the stored one changes): the page asks once, and
+    # stops polling until a key is given, rather than reopening the dialog every 2 s.
+    await page.evaluate("() => sessionStorage.setItem('modelpool.key', 'sk-no-longer-valid')")
+    dialog = page.get_by_role("dialog", name="API key")
+    await expect(dialog).to_be_visible(timeout=10_000)
+    await expect(page.get_by_role("alert").filter(has_text="API key needed")).to_be_visible()
+    await dialog.get_by_role("button", name="Cancel").click()
+    asked = len(listings)
+    await page.wait_for_timeout(4_500)  # an absence: more than two poll intervals pass unpolled
+    await expect(dialog).to_be_hidden()
+    assert len(listings) == asked
+
+
+async def test_a_malformed_address_falls_back_to_the_list(tab: Tab) -> None:
+    page = tab.page
+    await tab.open("models/%E0%A4%A")  # not UTF-8 once decoded: decodeURIComponent throws
+    await expect(cell(page, "smollm2-135m-instruct", "state")).to_have_text("ready", timeout=10_000)
+    await expect(page.locator("#model-detail")).to_have_count(0)
 
 
 async def test_an_admin_key_loads_an_engine_model_and_reads_its_logs(keyed_tab: Tab) -> None:

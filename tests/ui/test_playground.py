@@ -22,7 +22,7 @@ import pytest
 
 from modelpool.api.app import create_app
 from modelpool.config import load_config
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
+from tests.conftest import CHAT_MODEL, CT2_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
 from tests.e2e.test_reasoning import FEW_SHOT, PATTERN
 from tests.live_server import live_server
 from tests.polling import until_answered
@@ -182,25 +182,107 @@ async def test_tool_calls_are_shown_as_they_stream(tab: Tab, ui_url: str) -> Non
     await expect(chat.locator(".message")).to_have_count(2)
 
 
+def streamed_reply(model: str, text: str) -> str:
+    """An SSE body as the API streams it: one chunk, then [DONE]."""
+    choice = {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": [choice]}
+    return f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n"
+
+
+async def test_a_model_that_takes_no_tools_is_sent_none(tab: Tab) -> None:
+    """CTranslate2's SmolLM2 takes no tools: with it chosen, the tools typed for another model
+    stay on the page, disabled, and are left out of the request. The request is answered by
+    the test (what the page sends is the point; the model need not load)."""
+    page = page_of(tab)
+    bodies: list[dict[str, Any]] = []
+
+    async def answer(route: Any) -> None:
+        bodies.append(json.loads(route.request.post_data or "{}"))
+        await route.fulfill(status=200, content_type="text/event-stream", body=streamed_reply(CT2_MODEL, "Fine."))
+
+    await page.route("**/v1/chat/completions", answer)
+    chat = await open_section(tab, "chat", "Chat")
+    await chat.get_by_role("button", name="Insert example").click()
+    await chat.get_by_label("Tool choice").select_option("required")
+    await chat.get_by_label("Model", exact=True).select_option(CT2_MODEL)
+    await expect(chat.get_by_label("Tools (JSON)")).to_be_disabled()
+    await expect(chat.get_by_text("This model does not take tools.")).to_be_visible()
+    await chat.get_by_label("Message", exact=True).fill("What is the weather in Paris?")
+    await chat.get_by_role("button", name="Send").click()
+    await expect(last_reply(chat).locator(".pg-answer")).to_have_text("Fine.")
+    assert [(body["model"], "tools" in body, "tool_choice" in body) for body in bodies] == [(CT2_MODEL, False, False)]
+
+
+XSS = '<img src=x onerror="window.__xss = 1">'
+
+
+async def test_text_from_the_user_and_the_server_is_shown_as_text(tab: Tab) -> None:
+    """Markup typed by the user (a text to embed) or sent by the server (an error message
+    that quotes the request) is shown as it is written: no element is made of it."""
+    page = page_of(tab)
+    section = await open_section(tab, "embeddings", "Embeddings")
+    await section.get_by_label("Texts, one per line").fill(f"{XSS}\nA plain sentence.")
+    await section.get_by_role("button", name="Compare").click()
+    table = section.get_by_role("table")
+    await expect(table.locator("tbody td")).to_have_count(4, timeout=SLOW_S)
+    await expect(table.locator("tbody th").first).to_have_text(f"1{XSS}")
+
+    tab.expect_status(400)
+    error = {"error": {"message": f"Bad input: {XSS}", "type": "invalid_request_error", "param": None, "code": None}}
+    await page.route("**/v1/embeddings", lambda route: route.fulfill(status=400, json=error))
+    await section.get_by_role("button", name="Compare").click()
+    await expect(section.get_by_role("alert")).to_have_text(f"Bad input: {XSS}")
+    await expect(page.locator("main img")).to_have_count(0)
+    assert await page.evaluate("() => window.__xss") is None
+
+
 async def idle(base_url: str, model: str) -> bool:
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
         listing = (await client.get("/v1/admin/models")).json()["data"]
     return next(item["in_flight"] for item in listing if item["id"] == model) == 0
 
 
+async def output_tokens(base_url: str, model: str) -> float:
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+        text = (await client.get("/metrics")).text
+    prefix = f'modelpool_output_tokens_total{{model="{model}"}} '
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
 async def test_stop_closes_the_stream_and_the_server_stops(tab: Tab, ui_url: str) -> None:
+    """The reply cannot end by itself: the page's request gets `ignore_eos` (an API extra the
+    page has no control for), so only max_tokens would end it, and 3000 tokens take minutes
+    on two cores. The server counts output tokens as it generates them: fewer than 3000 once
+    it is idle means it stopped because the page hung up, not because the reply was over."""
+    page = page_of(tab)
+    sent: list[dict[str, Any]] = []
+
+    async def without_an_end(route: Any) -> None:
+        body = json.loads(route.request.post_data or "{}")
+        body["ignore_eos"] = True
+        sent.append(body)
+        await route.continue_(post_data=json.dumps(body))
+
+    await page.route("**/v1/chat/completions", without_an_end)
     chat = await open_section(tab, "chat", "Chat")
     await set_sampling(chat, Temperature="0", Max_tokens="3000")
+    before = await output_tokens(ui_url, CHAT_MODEL)
     await chat.get_by_label("Message", exact=True).fill("Write a very long story about a dragon and a knight.")
     await chat.get_by_role("button", name="Send").click()
     answer = last_reply(chat).locator(".pg-answer")
     await expect(answer).not_to_be_empty(timeout=SLOW_S)
+    # The nav link of the page already shown does not mount it again: the reply goes on.
+    await page.get_by_role("link", name="Playground").click()
+    await expect(page).to_have_url(re.compile(r"#playground/chat$"))
+    await expect(last_reply(chat)).to_have_attribute("aria-busy", "true")
     await chat.get_by_role("button", name="Stop").click()
     await expect(last_reply(chat).locator(".pg-finish")).to_have_text("stopped")
     await expect(chat.get_by_role("button", name="Stop")).to_be_hidden()
     await expect(chat.get_by_role("button", name="Send")).to_be_enabled()
-    # 3000 tokens take minutes here: the model is idle this soon only because the server stopped.
     await until_answered(lambda: idle(ui_url, CHAT_MODEL), "the server to stop generating")
+    generated = await output_tokens(ui_url, CHAT_MODEL) - before
+    assert [(body["ignore_eos"], body["max_tokens"]) for body in sent] == [(True, 3000)]
+    assert 0 < generated < 3000, generated
 
 
 async def test_generate_and_loglikelihood_show_what_the_api_returns(tab: Tab, ui_url: str) -> None:
@@ -320,15 +402,20 @@ def padded_with_silence(wav: bytes, seconds: float) -> tuple[bytes, float]:
     return out.getvalue(), len(frames) / (channels * width * rate)
 
 
-async def test_a_recording_from_the_microphone_is_transcribed(browser: Any, ui_url: str, tmp_path: Path) -> None:
-    """Chromium's fake microphone plays a Piper WAV into getUserMedia; MediaRecorder's WebM
-    goes to the server as a recording would."""
-    said = "The meeting starts at noon."
+SAID = "The meeting starts at noon."
+
+
+@pytest.fixture(scope="module")
+async def microphone(
+    browser: Any, ui_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[Any, float]]:
+    """A Chromium whose fake microphone plays a Piper WAV of SAID (then silence, looping) into
+    getUserMedia, and how long the speech lasts."""
     speech = await post(
-        ui_url, "/v1/audio/speech", {"model": TTS_MODEL, "input": said, "response_format": "wav", "deterministic": True}
+        ui_url, "/v1/audio/speech", {"model": TTS_MODEL, "input": SAID, "response_format": "wav", "deterministic": True}
     )
     padded, speech_s = padded_with_silence(speech.content, 3.0)
-    wav = tmp_path / "microphone.wav"
+    wav = tmp_path_factory.mktemp("microphone") / "microphone.wav"
     wav.write_bytes(padded)
     fake_microphone = ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
                        f"--use-file-for-fake-audio-capture={wav}"]  # fmt: skip
@@ -336,19 +423,70 @@ async def test_a_recording_from_the_microphone_is_transcribed(browser: Any, ui_u
         executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *fake_microphone], headless=True
     )
     try:
-        async for tab in open_tab(with_microphone, ui_url):
-            section = await open_section(tab, "speech", "Speech")
-            listen = section.get_by_role("region", name="Speech to text")
-            await listen.get_by_role("button", name="Record").click()
-            # The page counts the seconds recorded: stop once the sentence has played, before it loops.
-            await expect(listen.get_by_text(f"Recording… {math.ceil(speech_s) + 1} s")).to_be_visible(timeout=SLOW_S)
-            await listen.get_by_role("button", name="Stop recording").click()
-            transcript = listen.locator(".pg-transcript-text")
-            await expect(transcript).not_to_be_empty(timeout=SLOW_S)
-            assert word_error_rate(said, await transcript.text_content() or "") <= 0.2
-            await expect(listen.get_by_label("Recording")).to_have_attribute("src", re.compile(r"^blob:"))
+        yield with_microphone, speech_s
     finally:
         await with_microphone.close()
+
+
+async def test_a_recording_from_the_microphone_is_transcribed(microphone: tuple[Any, float], ui_url: str) -> None:
+    """MediaRecorder's WebM goes to the server as a recording would."""
+    with_microphone, speech_s = microphone
+    async for tab in open_tab(with_microphone, ui_url):
+        section = await open_section(tab, "speech", "Speech")
+        listen = section.get_by_role("region", name="Speech to text")
+        await listen.get_by_role("button", name="Record").click()
+        # Said once, not every second: the counter is no live region.
+        await expect(listen.get_by_role("status")).to_have_text("Recording started.")
+        # The page counts the seconds recorded: stop once the sentence has played, before it loops.
+        await expect(listen.get_by_text(f"Recording… {math.ceil(speech_s) + 1} s")).to_be_visible(timeout=SLOW_S)
+        await listen.get_by_role("button", name="Stop recording").click()
+        await expect(listen.get_by_role("status")).to_have_text("Recording stopped.")
+        transcript = listen.locator(".pg-transcript-text")
+        await expect(transcript).not_to_be_empty(timeout=SLOW_S)
+        assert word_error_rate(SAID, await transcript.text_content() or "") <= 0.2
+        await expect(listen.get_by_label("Recording")).to_have_attribute("src", re.compile(r"^blob:"))
+
+
+# Keeps every stream getUserMedia gives the page, so the test can see whether its tracks
+# still run (the page itself keeps them to itself).
+TRACK_STREAMS = """(() => {
+  const devices = navigator.mediaDevices;
+  const ask = devices.getUserMedia.bind(devices);
+  window.__streams = [];
+  devices.getUserMedia = async (constraints) => {
+    const stream = await ask(constraints);
+    window.__streams.push(stream);
+    return stream;
+  };
+})()"""
+ALL_ENDED = """(count) => window.__streams.length === count
+  && window.__streams.every((stream) => stream.getTracks().every((track) => track.readyState === "ended"))"""
+
+
+async def test_the_microphone_is_released_after_a_double_click_or_a_page_switch(
+    microphone: tuple[Any, float], ui_url: str
+) -> None:
+    with_microphone, _ = microphone
+    async for tab in open_tab(with_microphone, ui_url):
+        page = page_of(tab)
+        await page.add_init_script(TRACK_STREAMS)
+        section = await open_section(tab, "speech", "Speech")
+        listen = section.get_by_role("region", name="Speech to text")
+        # The second press comes while the microphone is being asked for.
+        await listen.get_by_role("button", name="Record").dblclick()
+        await expect(listen.get_by_text("Recording… 1 s")).to_be_visible(timeout=10_000)  # a clip worth sending
+        await listen.get_by_role("button", name="Stop recording").click()
+        await expect(listen.locator(".pg-transcript-meta")).to_be_visible(timeout=SLOW_S)  # transcribed, done
+        await page.wait_for_function(ALL_ENDED, arg=1, timeout=5_000)  # one microphone, and it is off
+
+        # Record, and leave the page before the microphone is granted.
+        await page.evaluate("""() => {
+          [...document.querySelectorAll("button")].find((b) => b.textContent === "Record").click();
+          location.hash = "#models";
+        }""")
+        await expect(page.get_by_role("heading", name="Models", level=1)).to_be_visible()
+        await page.wait_for_function(ALL_ENDED, arg=2, timeout=5_000)
+        assert await page.evaluate("() => document.querySelectorAll('.pg-transcript').length") == 0
 
 
 VLM = "tiny-vlm"

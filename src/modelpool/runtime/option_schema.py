@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from modelpool.backends.registry import backend_class, parse_options
-from modelpool.config.redact import REDACTED, is_secret_key
+from modelpool.config.redact import redact
 from modelpool.config.schema import ModelConfig
 from modelpool.runtime.status import OverrideOption
 
@@ -20,11 +20,10 @@ def override_options(config: ModelConfig, names: frozenset[str]) -> list[Overrid
     """The overridable options of `config`'s backend, by name."""
     options_class = backend_class(config.backend).Options
     schemas = option_schemas(options_class)
-    current = parse_options(config).model_dump(mode="json")
-    return [
-        OverrideOption(name, schemas.get(name, {}), REDACTED if is_secret_key(name) else current.get(name))
-        for name in sorted(names)
-    ]
+    # Redacted at any depth, as the status's `options` are: a secret may sit inside a dict
+    # option (`env: {HF_TOKEN: ...}`), not only under a secret-looking name of its own.
+    current = redact(parse_options(config).model_dump(mode="json"))
+    return [OverrideOption(name, schemas.get(name, {}), current.get(name)) for name in sorted(names)]
 
 
 @functools.cache

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from modelpool.api.deps import pool_of
 from modelpool.api.errors import error_payload
+from modelpool.errors import InvalidRequest
 from modelpool.runtime.metrics_history import MetricsHistory
 
 router = APIRouter()
@@ -42,6 +45,9 @@ async def metrics(request: Request) -> Response:
 async def metrics_history(request: Request, since: float | None = None) -> JSONResponse:
     """The last 15 minutes of request rate, latency p50/p99, tokens/s, queue depth and
     memory, a point every 2 s (the workbench's charts). `since`: only points after this
-    wall-clock time (a client that keeps its own copy asks for what is new)."""
+    wall-clock time (a client that keeps its own copy asks for what is new); a finite number
+    (`nan` compares false with every point and `inf` after all of them: neither is a time)."""
+    if since is not None and not math.isfinite(since):
+        raise InvalidRequest(f"since must be a finite number of seconds since the epoch, not {since}", param="since")
     history: MetricsHistory = request.app.state.metrics_history
     return JSONResponse(history.as_json(since))

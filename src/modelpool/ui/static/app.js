@@ -1,21 +1,26 @@
 // The workbench shell: page switching by URL hash, the API-key dialog. Each page module
-// exports mount(root) and returns a function that stops it (timers, streams).
+// exports mount(root) and returns a function that stops it (timers, streams), or
+// {stop, route}: route() follows a new hash within the page (a sub-tab, a selected model).
 import { api, ApiError, getKey, notice, setKey } from "./lib.js";
 import * as metrics from "./metrics.js";
 import * as models from "./models.js";
 import * as playground from "./playground.js";
 
 const pages = { models, playground, metrics };
-let stopPage = null;
+let shown = null; // {name, stop, route} of the mounted page
 
 function currentPage() {
   const name = location.hash.replace(/^#/, "").split("/")[0];
   return name in pages ? name : "models";
 }
 
-function show() {
+/**
+ * Mount the page the hash names. `focus`: the user switched pages, so the focus goes to the
+ * new page's heading (a screen reader says where it is now; Tab goes on from there).
+ */
+function show(focus = false) {
   const name = currentPage();
-  if (stopPage) stopPage();
+  if (shown) shown.stop?.();
   const root = document.getElementById("page");
   root.replaceChildren();
   notice("");
@@ -24,7 +29,20 @@ function show() {
     else link.removeAttribute("aria-current");
   }
   document.title = `${name[0].toUpperCase()}${name.slice(1)} · modelpool workbench`;
-  stopPage = pages[name].mount(root) || null;
+  const handle = pages[name].mount(root);
+  shown = typeof handle === "function" ? { name, stop: handle } : { name, ...handle };
+  const heading = root.querySelector("h1");
+  if (focus && heading) {
+    heading.tabIndex = -1;
+    heading.focus();
+  }
+}
+
+/** A new hash: another page is mounted; within the same page (its nav link clicked again,
+ * a sub-tab's address) the page follows it, and what runs there (a chat reply) goes on. */
+function followHash() {
+  if (shown && shown.name === currentPage()) shown.route?.();
+  else show(true);
 }
 
 function openKeyDialog(reason) {
@@ -66,6 +84,6 @@ async function probeKeys() {
 
 setUpKeyDialog();
 updateKeyButton();
-window.addEventListener("hashchange", show);
+window.addEventListener("hashchange", followHash);
 show();
 probeKeys();

@@ -14,14 +14,30 @@ export function setKey(key, remember) {
   (remember ? localStorage : sessionStorage).setItem(KEY_NAME, key);
 }
 
-/** An API error: the HTTP status and the message of the error envelope (OpenAI's or Anthropic's). */
+/**
+ * An API error: the HTTP status and the message of the error envelope (OpenAI's or
+ * Anthropic's). `retryAfter`: the seconds the server asked to wait (Retry-After), or null.
+ * Status 0: no HTTP answer to name (a stream cut off midway).
+ */
 export class ApiError extends Error {
-  constructor(status, message, code = null, type = null) {
+  constructor(status, message, code = null, type = null, retryAfter = null) {
     super(message);
+    this.name = "ApiError";
     this.status = status;
     this.code = code;
     this.type = type;
+    this.retryAfter = retryAfter;
   }
+}
+
+/** Retry-After in seconds: a number of seconds or an HTTP date; null when absent or unreadable. */
+function retryAfterOf(response) {
+  const value = response.headers.get("Retry-After");
+  if (!value) return null;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return Math.max(0, seconds);
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? null : Math.max(0, (date - Date.now()) / 1000);
 }
 
 function authHeaders(extra = {}) {
@@ -43,7 +59,7 @@ async function errorFrom(response) {
     // not JSON: keep the status line
   }
   if (response.status === 401) window.dispatchEvent(new CustomEvent("modelpool:needkey", { detail: message }));
-  return new ApiError(response.status, message, code, type);
+  return new ApiError(response.status, message, code, type, retryAfterOf(response));
 }
 
 /**
@@ -64,8 +80,11 @@ export async function api(path, { method, json, form, signal, raw = false } = {}
 }
 
 /**
- * POST `json` and yield each server-sent event's data, parsed, until `data: [DONE]` or the
- * end of the stream. Aborting `signal` closes the connection (the server stops the work).
+ * POST `json` and yield each server-sent event's data, parsed, until `data: [DONE]`.
+ * Aborting `signal` closes the connection (the server stops the work). A stream that ends
+ * without `[DONE]` was cut off (the server or a proxy went away): that throws, so a partial
+ * reply is never taken for a whole one. Leaving early (an error, or the caller's loop
+ * stopping) cancels the reader, which closes the connection too.
  */
 export async function* sse(path, json, signal) {
   const headers = authHeaders({ "Content-Type": "application/json", Accept: "text/event-stream" });
@@ -73,25 +92,29 @@ export async function* sse(path, json, signal) {
   if (!response.ok) throw await errorFrom(response);
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buffer += value.replace(/\r\n/g, "\n");
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const data = block
-        .split("\n")
-        .filter((line) => line.startsWith("data:"))
-        .map((line) => line.slice(5).trimStart())
-        .join("\n");
-      if (!data) continue;
-      if (data === "[DONE]") return;
-      const event = JSON.parse(data);
-      if (event && event.error) throw new ApiError(500, event.error.message || "stream failed", event.error.code);
-      yield event;
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) throw new ApiError(0, "The stream ended early: the reply is cut off.", "stream_incomplete");
+      buffer += value.replace(/\r\n/g, "\n");
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const data = block
+          .split("\n")
+          .filter((line) => line.startsWith("data:"))
+          .map((line) => line.slice(5).trimStart())
+          .join("\n");
+        if (!data) continue;
+        if (data === "[DONE]") return;
+        const event = JSON.parse(data);
+        if (event && event.error) throw new ApiError(500, event.error.message || "stream failed", event.error.code);
+        yield event;
+      }
     }
+  } finally {
+    reader.cancel().catch(() => {}); // already closed or aborted: nothing left to cancel
   }
 }
 
@@ -130,32 +153,84 @@ export function field(labelText, control, hint = null) {
   return h("div", { class: "field" }, ...children);
 }
 
-/** Show a message in the page's live region (read out by screen readers). */
+/**
+ * Show a message in the page's live region (read out by screen readers). The same message
+ * again changes nothing: rewriting the region would have it read out again.
+ */
 export function notice(message, kind = "info") {
   const region = document.getElementById("notice");
+  if (region.textContent === message && region.dataset.kind === kind) return;
   region.textContent = message;
   region.dataset.kind = kind;
 }
 
+/** Empty the live region if it still shows `message` (a later notice is left alone). */
+export function clearNotice(message) {
+  const region = document.getElementById("notice");
+  if (region.textContent === message) region.textContent = "";
+}
+
+const BACKOFF_MAX_MS = 30_000;
+
 /**
- * Run `task` now and then every `ms` (never two at once) until the returned stop() is
- * called. Errors go to `onError` (default: the notice line) and polling goes on.
+ * How long a poller waits after a failed run: what a 429's (or 503's) Retry-After asks; after
+ * a network error or a 5xx, twice as long at each failure in a row (`ms`, 2 `ms`, 4 `ms`, …,
+ * at most 30 s), so a server that is down or overloaded is not asked every `ms`.
  */
-export function poll(task, ms, onError = (error) => notice(error.message, "error")) {
+export function retryDelay(error, ms, failures) {
+  const backoff = Math.min(BACKOFF_MAX_MS, ms * 2 ** Math.max(0, failures - 1));
+  const transient = !(error instanceof ApiError) || error.status >= 500 || error.status === 429;
+  const asked = error instanceof ApiError && error.retryAfter !== null ? error.retryAfter * 1000 : 0;
+  return Math.max(transient ? backoff : ms, asked);
+}
+
+/**
+ * Run `task` soon and then every `ms` (never two at once) until stop(). A failure is shown
+ * in the notice line (`describe(error)` words it) and cleared by the next success; after a
+ * failure the next run waits as retryDelay() says. now() runs the task at once (after the
+ * run in progress, if any), for a change the page made itself. Returns {stop, now}.
+ */
+export function poll(task, ms, { describe = (error) => error.message } = {}) {
   let stopped = false;
   let timer = null;
+  let running = false;
+  let again = false; // now() was asked during a run
+  let failures = 0;
+  let shown = null; // the notice this poller wrote
   const tick = async () => {
+    clearTimeout(timer);
+    running = true;
+    let wait = ms;
     try {
       await task();
+      failures = 0;
+      if (shown !== null) clearNotice(shown);
+      shown = null;
     } catch (error) {
-      if (!stopped) onError(error);
+      failures += 1;
+      wait = retryDelay(error, ms, failures);
+      if (!stopped) {
+        shown = describe(error);
+        notice(shown, "error");
+      }
     }
-    if (!stopped) timer = setTimeout(tick, ms);
+    running = false;
+    if (stopped) return;
+    if (again && failures === 0) wait = 0;
+    again = false;
+    timer = setTimeout(tick, wait);
   };
-  tick();
-  return () => {
-    stopped = true;
-    clearTimeout(timer);
+  timer = setTimeout(tick, 0);
+  return {
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+    },
+    now() {
+      if (stopped) return;
+      if (running) again = true;
+      else tick();
+    },
   };
 }
 
@@ -171,9 +246,51 @@ export function formatBytes(bytes) {
   return `${value.toFixed(unit === 0 ? 0 : 1)} ${units[unit]}`;
 }
 
+/**
+ * A duration for people: "42 s", "4 min 05 s", "1 h 02 min". Whole seconds, rounded with
+ * `round` (a countdown rounds up, so it shows 0 only when due). `precise` keeps the fraction
+ * under a minute ("350 ms", "2.35 s", "12.5 s"): latencies and clip lengths.
+ */
+export function formatDuration(seconds, { round = Math.round, precise = false } = {}) {
+  if (typeof seconds !== "number" || !Number.isFinite(seconds)) return "–";
+  if (precise && seconds < 60) {
+    if (seconds < 1) return `${(seconds * 1000).toFixed(seconds < 0.01 ? 1 : 0)} ms`;
+    return `${seconds.toFixed(seconds < 10 ? 2 : 1)} s`;
+  }
+  const whole = Math.max(0, round(seconds));
+  if (whole < 60) return `${whole} s`;
+  const minutes = Math.floor(whole / 60);
+  if (minutes < 60) return `${minutes} min ${String(whole % 60).padStart(2, "0")} s`;
+  return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, "0")} min`;
+}
+
 export function formatSeconds(seconds) {
-  if (seconds === null || seconds === undefined) return "–";
-  if (seconds < 60) return `${Math.round(seconds)} s`;
-  const minutes = Math.floor(seconds / 60);
-  return minutes < 60 ? `${minutes} min ${Math.round(seconds % 60)} s` : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+  return formatDuration(seconds);
+}
+
+/** A role=alert region for a form's errors: show(error) writes the message, clear() empties it. */
+export function errorRegion() {
+  const node = h("div", { role: "alert", class: "form-error" });
+  return {
+    node,
+    show(error) {
+      node.textContent = typeof error === "string" ? error : error.message;
+    },
+    clear() {
+      node.textContent = "";
+    },
+  };
+}
+
+/**
+ * Mark a button unable to act now, or able again. aria-disabled, not disabled: a disabled
+ * button drops the keyboard focus, and whoever pressed it should still be on it when the
+ * work is done. It still gets clicks and Enter: its handler asks isBusy() first.
+ */
+export function setBusy(button, busy) {
+  button.setAttribute("aria-disabled", String(busy));
+}
+
+export function isBusy(button) {
+  return button.getAttribute("aria-disabled") === "true";
 }

@@ -1,7 +1,7 @@
 // The metrics page: the server's own metrics over the last minutes, from /metrics/history
 // (a point every 2 s, sampled by the server from its Prometheus registry and the pool's
 // statuses). The page keeps its copy and asks only for points newer than its last one.
-import { api, field, formatBytes, h, poll } from "./lib.js";
+import { api, field, formatBytes, formatDuration, h, poll } from "./lib.js";
 import { lineChart } from "./metrics-chart.js";
 
 const POLL_MS = 2000;
@@ -13,11 +13,9 @@ function rate(value) {
   return value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2);
 }
 
+/** A latency ("350 ms", "2.35 s"); the axis's zero is a plain "0". */
 function seconds(value) {
-  if (value === null || value === undefined) return "–";
-  if (value === 0) return "0";
-  if (value < 1) return `${(value * 1000).toFixed(value < 0.01 ? 1 : 0)} ms`;
-  return `${value.toFixed(value < 10 ? 2 : 1)} s`;
+  return value === 0 ? "0" : formatDuration(value, { precise: true });
 }
 
 function count(value) {
@@ -101,13 +99,13 @@ export function mount(root) {
     render();
   }
 
-  const stopPoll = poll(refresh, POLL_MS);
+  const poller = poll(refresh, POLL_MS, { describe: (error) => `Could not read the metrics: ${error.message}` });
   // Charts are drawn at their pixel width (crisp text): draw again when it changes.
   const resized = new ResizeObserver(() => charts.forEach((chart) => chart.redraw()));
   for (const chart of charts) resized.observe(chart.element);
   return () => {
     stopped = true;
-    stopPoll();
+    poller.stop();
     resized.disconnect();
   };
 }

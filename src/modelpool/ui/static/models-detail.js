@@ -1,26 +1,13 @@
 // The detail panel of the selected model: what it is, the load form (options generated from
 // their schemas, replicas), load/unload, and its engine process's output.
-import { api, ApiError, field, formatBytes, formatSeconds, h, notice } from "./lib.js";
+import { api, ApiError, errorRegion, field, formatBytes, formatSeconds, h, isBusy, notice, setBusy } from "./lib.js";
 import { optionFields } from "./models-form.js";
+import { capabilityList } from "./models-table.js";
 
 const LOG_LINES = 200;
 
 function isEngine(model) {
   return model.capabilities?.locality === "engine_process";
-}
-
-function capabilityText(model) {
-  const c = model.capabilities || {};
-  const parts = [];
-  const modalities = (c.modalities || []).filter((m) => m !== "text");
-  if (modalities.length) parts.push(`input: text, ${modalities.join(", ")}`);
-  if (c.tools) parts.push("tools");
-  if (c.structured_output) parts.push("structured output");
-  if (c.thinking_modes?.length) parts.push(`thinking (${c.thinking_modes.join(", ")})`);
-  if (c.context_length) parts.push(`context ${c.context_length} tokens`);
-  if (c.remote) parts.push("remote upstream");
-  parts.push(c.locality === "engine_process" ? "engine process" : c.remote ? "" : "in process");
-  return parts.filter(Boolean).join(" · ");
 }
 
 function replicaText(model) {
@@ -40,7 +27,7 @@ function facts(model) {
     ["Description", model.description || "–"],
     ["Backend", model.backend],
     ["Tasks", model.tasks.join(", ")],
-    ["Capabilities", capabilityText(model)],
+    ["Capabilities", capabilityList(model.capabilities, true).join(" · ")],
     ["Replicas", replicaText(model)],
     ["Keep alive", model.keep_alive_s < 0 ? "never unloads when idle" : `${formatSeconds(model.keep_alive_s)} idle`],
     ["Last load", model.load_seconds == null ? "–" : `${model.load_seconds.toFixed(1)} s`],
@@ -69,18 +56,20 @@ function logView(logs) {
 /**
  * A panel for one model. update(model) refreshes it from a poll; the form is only rebuilt
  * when the model's options change (a load), so typing is never lost to a refresh.
+ * `pending` (Map id → what is being done) is the page's: a load or unload started from an
+ * earlier panel of this model still counts, and no second one starts meanwhile.
  */
-export function detailPanel(initial, { onChanged }) {
+export function detailPanel(initial, { pending, onChanged }) {
   let model = initial;
-  let busy = false;
   let formKey = "";
   let logsAsked = false;
   let shownLogs = "";
+  const busy = () => pending.has(model.id);
   const headingId = `detail-${model.id}`;
   const heading = h("h2", { id: headingId, tabindex: "-1", text: model.id });
   const state = h("span", { class: "state" });
   const factBox = h("div", { class: "facts-box" });
-  const alert = h("div", { class: "form-error", role: "alert" });
+  const errors = errorRegion();
   const progress = h("p", { class: "muted progress", role: "status" });
   const optionBox = h("fieldset", { class: "options" });
   const replicas = h("input", { type: "number", min: "1", step: "1", inputmode: "numeric" });
@@ -94,7 +83,7 @@ export function detailPanel(initial, { onChanged }) {
     optionBox,
     field("Replicas", replicas, `1 to ${model.replica_max}`),
     h("div", { class: "actions" }, loadButton, drainButton, forceButton),
-    alert, progress);
+    errors.node, progress);
   const logBox = h("div", { class: "logs", "aria-live": "off" });
   const configured = h("div", { class: "configured" });
   const element = h("section", { id: "model-detail", class: "panel detail", "aria-labelledby": headingId },
@@ -116,33 +105,34 @@ export function detailPanel(initial, { onChanged }) {
     formKey = JSON.stringify([options, model.replicas_wanted, model.replica_max]);
   }
 
-  /**
-   * Buttons that cannot act now are aria-disabled, not disabled: a disabled button drops the
-   * keyboard focus, and whoever pressed Load should still be on it when the load is done.
-   */
+  /** The buttons and the progress line, from the page's pending actions and the state. */
   function paintButtons() {
     const idle = model.state === "unloaded";
-    loadButton.setAttribute("aria-disabled", String(busy));
-    drainButton.setAttribute("aria-disabled", String(busy || idle));
-    forceButton.setAttribute("aria-disabled", String(busy || idle));
+    setBusy(loadButton, busy());
+    setBusy(drainButton, busy() || idle);
+    setBusy(forceButton, busy() || idle);
+    progress.textContent = pending.get(model.id) || "";
   }
 
   async function act(label, request) {
-    busy = true;
-    alert.textContent = "";
-    progress.textContent = `${label} ${model.id}…`;
+    const id = model.id;
+    pending.set(id, `${label} ${id}…`);
+    errors.clear();
     paintButtons();
     try {
       const status = await request();
-      update(status);
-      buildForm();
-      notice(`${model.id} is ${status.state}.`);
+      if (element.isConnected) {
+        update(status);
+        buildForm();
+      }
+      notice(`${id} is ${status.state}.`);
     } catch (error) {
       const where = error instanceof ApiError && error.status === 400 ? " (nothing was changed)" : "";
-      alert.textContent = `${error.message}${where}`;
+      // The panel may have been closed meanwhile (another model selected): then the notice line says it.
+      if (element.isConnected) errors.show(`${error.message}${where}`);
+      else notice(`${label} ${id} failed: ${error.message}${where}`, "error");
     } finally {
-      busy = false;
-      progress.textContent = "";
+      pending.delete(id);
       paintButtons();
       onChanged();
     }
@@ -150,14 +140,14 @@ export function detailPanel(initial, { onChanged }) {
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    if (busy) return;
+    if (busy()) return;
     const { overrides, problems } = collect();
     const wanted = Number(replicas.value);
     if (!Number.isInteger(wanted) || wanted < 1 || wanted > model.replica_max) {
       problems.push(`Replicas must be a whole number from 1 to ${model.replica_max}`);
     }
     if (problems.length) {
-      alert.textContent = `${problems.join("; ")}.`;
+      errors.show(`${problems.join("; ")}.`);
       return;
     }
     const body = { overrides };
@@ -165,7 +155,7 @@ export function detailPanel(initial, { onChanged }) {
     act("Loading", () => api(`/v1/admin/models/${encodeURIComponent(model.id)}/load`, { json: body }));
   });
   const unload = (drain) => (event) => {
-    if (event.currentTarget.getAttribute("aria-disabled") === "true") return;
+    if (isBusy(event.currentTarget)) return;
     act(drain ? "Unloading (draining)" : "Unloading (forced)",
       () => api(`/v1/admin/models/${encodeURIComponent(model.id)}/unload`, { json: { drain } }));
   };
@@ -206,7 +196,7 @@ export function detailPanel(initial, { onChanged }) {
       : h("p", { class: "muted", text: "None set: the backend's defaults apply." }));
     if (model.last_error) factBox.append(h("p", { class: "error-text", text: `Last error: ${model.last_error}` }));
     const key = JSON.stringify([model.override_options || [], model.replicas_wanted, model.replica_max]);
-    if (key !== formKey && !busy) buildForm();
+    if (key !== formKey && !busy()) buildForm();
     refreshLogs();
   }
 

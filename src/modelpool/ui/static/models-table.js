@@ -1,6 +1,6 @@
 // The models tables: the admin one (live, updated in place so a focused button survives a
 // refresh, with a keep-alive countdown between polls) and the read-only one from /v1/models.
-import { formatBytes, h } from "./lib.js";
+import { formatBytes, formatDuration, h } from "./lib.js";
 
 const COLUMNS = [
   ["model", "Model"], ["state", "State"], ["backend", "Backend"], ["tasks", "Tasks"], ["replicas", "Replicas"],
@@ -11,24 +11,29 @@ const NUMERIC = new Set(["replicas", "in-flight", "queued", "memory"]);
 
 /** "4 min 05 s" for a countdown: whole seconds, rounded up (0 only when it is due). */
 export function countdown(seconds) {
-  const s = Math.max(0, Math.ceil(seconds));
-  if (s < 60) return `${s} s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m} min ${String(s % 60).padStart(2, "0")} s`;
-  return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} min`;
+  return formatDuration(seconds, { round: Math.ceil });
 }
 
 function tags(values, extraClass = "") {
   return values.map((value) => h("span", { class: `tag ${extraClass}`.trim(), text: value }));
 }
 
-/** What a model takes or does beyond its tasks: input modalities, tools, thinking, remote. */
-function capabilityTags(capabilities) {
+/**
+ * What a model takes or does beyond its tasks: input modalities, tools, thinking, remote.
+ * `detailed` (the detail panel) adds structured output, the thinking modes, the context
+ * length and where it runs; the table's tags keep to the short words.
+ */
+export function capabilityList(capabilities, detailed = false) {
   const c = capabilities || {};
-  const found = (c.modalities || []).filter((m) => m !== "text");
+  const found = [];
+  const modalities = (c.modalities || []).filter((m) => m !== "text");
+  if (modalities.length) found.push(...(detailed ? [`input: text, ${modalities.join(", ")}`] : modalities));
   if (c.tools) found.push("tools");
-  if (c.thinking_modes?.length) found.push("thinking");
-  if (c.remote) found.push("remote");
+  if (detailed && c.structured_output) found.push("structured output");
+  if (c.thinking_modes?.length) found.push(detailed ? `thinking (${c.thinking_modes.join(", ")})` : "thinking");
+  if (detailed && c.context_length) found.push(`context ${c.context_length} tokens`);
+  if (c.remote) found.push(detailed ? "remote upstream" : "remote");
+  if (detailed && !c.remote) found.push(c.locality === "engine_process" ? "engine process" : "in process");
   return found;
 }
 
@@ -57,7 +62,7 @@ function fillRow(entry, model, receivedAt) {
   entry.model = model;
   cells.state.replaceChildren(stateBadge(model.state));
   cells.backend.replaceChildren(h("code", { text: model.backend }));
-  cells.tasks.replaceChildren(...tags(model.tasks), ...tags(capabilityTags(model.capabilities), "tag-capability"));
+  cells.tasks.replaceChildren(...tags(model.tasks), ...tags(capabilityList(model.capabilities), "tag-capability"));
   cells.replicas.textContent = `${model.replicas.filter((r) => !r.retiring).length} / ${model.replicas_wanted}`;
   cells["in-flight"].textContent = String(model.in_flight);
   cells.queued.textContent = String(model.queued);
@@ -121,7 +126,7 @@ export function readOnlyTable() {
       h("td", {}, h("strong", { text: m.id }), m.description ? h("small", { class: "muted block", text: m.description }) : ""),
       h("td", {}, stateBadge(m.state)),
       h("td", {}, ...tags(m.tasks)),
-      h("td", {}, ...tags(capabilityTags(m.capabilities), "tag-capability")))));
+      h("td", {}, ...tags(capabilityList(m.capabilities), "tag-capability")))));
   }
   return { element, update };
 }

@@ -2,7 +2,7 @@
 // detail panel for the selected one (`#models/<id>`, written with replaceState, which fires
 // no hashchange, so the page is not mounted again). A key without the admin scope gets the
 // API's refusal and the read-only list from /v1/models: the page shows what the key may see.
-import { api, ApiError, formatBytes, h, notice, poll } from "./lib.js";
+import { api, ApiError, formatBytes, h, poll } from "./lib.js";
 import { detailPanel } from "./models-detail.js";
 import { adminTable, readOnlyTable } from "./models-table.js";
 
@@ -25,11 +25,23 @@ function refusalPanel(title, message, ...more) {
   return h("div", { class: "panel refusal", role: "alert" }, h("h2", { text: title }), h("p", { text: message }), ...more);
 }
 
+/** The model id in `#models/<id>`, or null; a malformed escape (`%E0%A4%A`) is no id. */
+function hashModel() {
+  try {
+    return decodeURIComponent(location.hash.split("/")[1] || "") || null;
+  } catch (_) {
+    return null;
+  }
+}
+
 export function mount(root) {
   let stopped = false;
   let view = null; // {kind: "admin" | "readonly", table}
-  let selected = decodeURIComponent(location.hash.split("/")[1] || "") || null;
+  let selected = hashModel();
   let detail = null;
+  // What a load or unload in progress is doing, by model id: kept here, not in the panel, so
+  // a panel built again for the model (selected anew) knows and refuses a second action.
+  const pending = new Map();
   const summary = h("p", { class: "summary muted" }, "Loading the model list…");
   const body = h("div", { class: "models-body" });
   const detailSlot = h("div", { class: "detail-slot" });
@@ -41,12 +53,14 @@ export function mount(root) {
     selected = id;
     history.replaceState(null, "", `#models/${encodeURIComponent(id)}`);
     view.table.mark(id);
-    detail = detailPanel(model, { onChanged: () => refresh().catch(() => {}) });
+    // A change the panel made is shown by a poll run at once (serialized with the timer's).
+    detail = detailPanel(model, { pending, onChanged: () => poller.now() });
     detailSlot.replaceChildren(detail.element);
     if (focus) detail.heading.focus(); // the keyboard goes on into the form
   }
 
   function showAdmin(models) {
+    if (stopped) return; // the page was left while the list was on its way
     if (view?.kind !== "admin") {
       view = { kind: "admin", table: adminTable((id) => select(id, true)) };
       body.replaceChildren(view.table.element);
@@ -59,6 +73,7 @@ export function mount(root) {
   }
 
   function showReadOnly(refusal, models) {
+    if (stopped) return;
     if (view?.kind !== "readonly") {
       view = { kind: "readonly", table: readOnlyTable() };
       detailSlot.replaceChildren();
@@ -70,36 +85,56 @@ export function mount(root) {
   }
 
   function showNoKey(message) {
-    stopPoll(); // a poll would ask again every 2 s; saving a key mounts the page afresh
+    poller.stop(); // a poll would ask again every 2 s; saving a key mounts the page afresh
+    view = null;
+    detail = null;
+    detailSlot.replaceChildren();
     summary.textContent = "";
     const openDialog = () => document.getElementById("key-button").click();
     const open = h("button", { type: "button", text: "Enter API key", onclick: openDialog });
     body.replaceChildren(refusalPanel("API key needed", message, open));
   }
 
-  async function refresh() {
-    if (view?.kind === "readonly") {
-      const listing = await api("/v1/models");
-      if (!stopped) showReadOnly(null, listing.data);
-      return;
-    }
+  async function listing() {
+    if (view?.kind === "readonly") return showReadOnly(null, (await api("/v1/models")).data);
     try {
-      const listing = await api("/v1/admin/models");
-      if (!stopped) showAdmin(listing.data);
+      return showAdmin((await api("/v1/admin/models")).data);
     } catch (error) {
-      if (stopped || !(error instanceof ApiError)) throw error;
-      if (error.status === 401) return showNoKey(error.message);
-      if (error.status !== 403) throw error;
-      const listing = await api("/v1/models"); // the list every inference key may read
-      if (!stopped) showReadOnly(error.message, listing.data);
+      if (!(error instanceof ApiError) || error.status !== 403) throw error;
+      // The list every inference key may read (metadata: no rate limit, no usage counted).
+      return showReadOnly(error.message, (await api("/v1/models")).data);
     }
   }
 
-  const stopPoll = poll(refresh, POLL_MS, (error) => notice(`Could not refresh the models: ${error.message}`, "error"));
+  async function refresh() {
+    try {
+      await listing();
+    } catch (error) {
+      if (stopped) return;
+      // A key the server no longer takes, on either list: ask once, then wait for a new one.
+      if (error instanceof ApiError && error.status === 401) return showNoKey(error.message);
+      throw error;
+    }
+  }
+
+  const poller = poll(() => (stopped ? null : refresh()), POLL_MS,
+    { describe: (error) => `Could not refresh the models: ${error.message}` });
   const ticker = setInterval(() => view?.table.tick?.(), TICK_MS);
-  return () => {
-    stopped = true;
-    stopPoll();
-    clearInterval(ticker);
+  return {
+    stop() {
+      stopped = true;
+      poller.stop();
+      clearInterval(ticker);
+    },
+    /** The nav link clicked again, or an address naming another model. */
+    route() {
+      const asked = hashModel();
+      if (asked && asked !== selected) {
+        selected = asked;
+        select(asked, false);
+      } else if (!asked && selected) {
+        history.replaceState(null, "", `#models/${encodeURIComponent(selected)}`);
+      }
+    },
   };
 }

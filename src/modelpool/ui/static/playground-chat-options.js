@@ -55,6 +55,7 @@ export function toolsEditor() {
     onclick: () => { text.value = JSON.stringify(EXAMPLE_TOOLS, null, 2); },
   });
   const note = h("p", { class: "hint", hidden: true, text: "This model does not take tools." });
+  let supported = true;
   const element = h("fieldset", { class: "pg-tools" },
     h("legend", { text: "Tools" }),
     field("Tools (JSON)", text, "An OpenAI tools array. Leave it empty to send none."),
@@ -62,7 +63,9 @@ export function toolsEditor() {
     note);
   return {
     element,
+    /** The fields to send; none for a model that takes no tools (its fields are disabled). */
     values() {
+      if (!supported) return {};
       const source = text.value.trim();
       if (!source) return choice.value === "auto" ? {} : { tool_choice: choice.value };
       let tools;
@@ -76,7 +79,8 @@ export function toolsEditor() {
       }
       return { tools, tool_choice: choice.value };
     },
-    setSupported(supported) {
+    setSupported(takesTools) {
+      supported = takesTools;
       text.disabled = !supported;
       choice.disabled = !supported;
       example.disabled = !supported;
@@ -96,7 +100,10 @@ export function imagePicker() {
   const element = h("div", { class: "pg-image", hidden: true },
     field("Image", input, "Sent with your next message."), preview);
 
+  let reading = 0; // which read is wanted: a read that ends after clear() or a newer choice is dropped
+
   function clear() {
+    reading += 1;
     dataUrl = null;
     input.value = "";
     preview.replaceChildren();
@@ -106,7 +113,9 @@ export function imagePicker() {
     const file = input.files[0];
     if (!file) return clear();
     const reader = new FileReader();
+    const mine = ++reading;
     reader.onload = () => {
+      if (mine !== reading) return;
       dataUrl = reader.result;
       preview.replaceChildren(
         h("img", { src: dataUrl, alt: `Image to send: ${file.name}` }),

@@ -1,9 +1,9 @@
 // The chat tab: a multi-turn conversation streamed from /v1/chat/completions. Stop aborts
 // the fetch, which closes the stream; the server sees the disconnect and stops generating.
-import { field, h, sse } from "./lib.js";
+import { errorRegion, field, h, setBusy, sse } from "./lib.js";
 import { imagePicker, samplingControls, toolsEditor } from "./playground-chat-options.js";
 import { AssistantMessage, userMessage } from "./playground-chat-view.js";
-import { errorRegion, modelPicker, panel } from "./playground-common.js";
+import { modelPicker, panel } from "./playground-common.js";
 
 export function chatSection(models) {
   const history = []; // the API messages of the turns shown, system prompt excluded
@@ -44,12 +44,14 @@ export function chatSection(models) {
     errors.clear();
   }
 
-  function setBusy(busy) {
-    send.disabled = busy || !picker.current();
+  /** Send stays focusable while a reply streams (aria-disabled; submit() refuses meanwhile). */
+  function showBusy(busy) {
+    send.disabled = !picker.current();
+    setBusy(send, busy);
     stop.hidden = !busy;
     log.setAttribute("aria-busy", String(busy));
   }
-  setBusy(false);
+  showBusy(false);
 
   function scrollDown() {
     log.scrollTop = log.scrollHeight;
@@ -80,7 +82,7 @@ export function chatSection(models) {
     image.clear();
     scrollDown();
     controller = new AbortController();
-    setBusy(true);
+    showBusy(true);
     let finish = null;
     let usage = null;
     // Clear during a reply removes it from the page: it must not come back in the history.
@@ -113,7 +115,7 @@ export function chatSection(models) {
       }
     } finally {
       controller = null;
-      setBusy(false);
+      showBusy(false);
     }
   }
 

@@ -1,7 +1,7 @@
-// Pieces the playground sections share: model pickers filtered by task, an error region,
-// bounded number inputs whose empty value means "the server's default", line lists,
+// Pieces the playground sections share: model pickers filtered by task, running a call
+// with its button busy, bounded number inputs whose empty value means "the server's default", line lists,
 // headed panels, audio players of in-page blobs.
-import { api, field, h } from "./lib.js";
+import { api, field, h, isBusy, setBusy } from "./lib.js";
 
 /**
  * A labelled <select> of the models that serve `task` (from /v1/models `tasks`). A model
@@ -30,20 +30,6 @@ export function modelPicker(label, models, task, onChange = () => {}) {
   }
   const current = () => fitting.find((model) => model.id === select.value) || null;
   return { element: field(label, select), select, current };
-}
-
-/** A role=alert region: show(error) writes the API's message, clear() empties it. */
-export function errorRegion() {
-  const node = h("div", { role: "alert", class: "pg-error" });
-  return {
-    node,
-    show(error) {
-      node.textContent = typeof error === "string" ? error : error.message;
-    },
-    clear() {
-      node.textContent = "";
-    },
-  };
 }
 
 /**
@@ -78,17 +64,22 @@ export function nonEmptyLines(text) {
   return text.split("\n").map((line) => line.trim()).filter(Boolean);
 }
 
-/** Disable `button` and mark `region` busy while `task` runs; errors go to `errors`. */
+/**
+ * Run `task` with `button` busy (aria-disabled: the focus stays on it) and `region` marked
+ * busy; its errors go to `errors`. A press while it runs starts nothing. An abort (the page
+ * was left) is no error to show.
+ */
 export async function running(button, region, errors, task) {
+  if (isBusy(button)) return;
   errors.clear();
-  button.disabled = true;
+  setBusy(button, true);
   region.setAttribute("aria-busy", "true");
   try {
     await task();
   } catch (error) {
     if (error.name !== "AbortError") errors.show(error);
   } finally {
-    button.disabled = false;
+    setBusy(button, false);
     region.removeAttribute("aria-busy");
   }
 }

@@ -1,8 +1,8 @@
 // The embeddings tab: a few texts → /v1/embeddings → their cosine similarities as a heat
 // map. The numbers are written in the cells and the rows and columns are named, so the map
 // reads without colour; the colour is set through the CSSOM (the CSP forbids style markup).
-import { api, field, h } from "./lib.js";
-import { errorRegion, modelPicker, nonEmptyLines, panel, running } from "./playground-common.js";
+import { api, errorRegion, field, h } from "./lib.js";
+import { modelPicker, nonEmptyLines, panel, running } from "./playground-common.js";
 
 const SAMPLE = [
   "A cat sleeps on the warm windowsill.",
@@ -62,6 +62,7 @@ export function embeddingsSection(models) {
   const results = h("div", { class: "pg-results" },
     h("p", { class: "muted", text: "Compare the texts to see how alike each pair is." }));
   const errors = errorRegion();
+  const calls = new AbortController(); // leaving the page cancels a call in progress
   const form = h("form", { class: "pg-form" },
     picker.element,
     field("Texts, one per line", texts, `Two to ${MAX_TEXTS} texts.`),
@@ -72,7 +73,7 @@ export function embeddingsSection(models) {
     running(button, results, errors, async () => {
       const lines = nonEmptyLines(texts.value);
       if (lines.length < 2 || lines.length > MAX_TEXTS) throw new Error(`Write two to ${MAX_TEXTS} texts, one per line.`);
-      const answer = await api("/v1/embeddings", { json: { model: picker.current().id, input: lines } });
+      const answer = await api("/v1/embeddings", { json: { model: picker.current().id, input: lines }, signal: calls.signal });
       const vectors = [...answer.data].sort((a, b) => a.index - b.index).map((item) => item.embedding);
       results.replaceChildren(heatMap(lines, vectors), legend(),
         h("p", { class: "hint", text: `${vectors[0].length} dimensions · ${answer.usage.prompt_tokens} tokens` }));
@@ -81,5 +82,5 @@ export function embeddingsSection(models) {
   const element = h("div", { class: "pg-embeddings" },
     panel("Texts", "pg-embeddings-input", form),
     panel("Similarity", "pg-embeddings-map", results));
-  return { element };
+  return { element, stop: () => calls.abort() };
 }

@@ -12,19 +12,26 @@ export function recordingSupported() {
  */
 export async function startRecording() {
   const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
-  const recorder = new MediaRecorder(stream);
-  const chunks = [];
-  recorder.addEventListener("dataavailable", (event) => {
-    if (event.data.size) chunks.push(event.data);
-  });
   const release = () => stream.getTracks().forEach((track) => track.stop());
-  const finished = new Promise((resolve) => {
-    recorder.addEventListener("stop", () => {
-      release();
-      resolve(new Blob(chunks, { type: recorder.mimeType || "audio/webm" }));
+  const chunks = [];
+  let recorder;
+  let finished;
+  try {
+    recorder = new MediaRecorder(stream);
+    recorder.addEventListener("dataavailable", (event) => {
+      if (event.data.size) chunks.push(event.data);
     });
-  });
-  recorder.start();
+    finished = new Promise((resolve) => {
+      recorder.addEventListener("stop", () => {
+        release();
+        resolve(new Blob(chunks, { type: recorder.mimeType || "audio/webm" }));
+      });
+    });
+    recorder.start();
+  } catch (error) {
+    release(); // no recording came of it: the microphone must not stay on
+    throw error;
+  }
   return {
     stop() {
       if (recorder.state !== "inactive") recorder.stop();

@@ -1,13 +1,15 @@
 // The batch endpoints evaluation harnesses use: /generate (several prompts in one call)
 // and /loglikelihood (how likely each continuation is after its context).
-import { api, field, h } from "./lib.js";
-import { errorRegion, modelPicker, nonEmptyLines, numberField, panel, running } from "./playground-common.js";
+import { api, errorRegion, field, h } from "./lib.js";
+import { modelPicker, nonEmptyLines, numberField, panel, running } from "./playground-common.js";
 
 export function scoringSection(models) {
-  return { element: h("div", { class: "pg-scoring" }, generateForm(models), loglikelihoodForm(models)) };
+  const calls = new AbortController(); // leaving the page cancels a call in progress
+  const element = h("div", { class: "pg-scoring" }, generateForm(models, calls.signal), loglikelihoodForm(models, calls.signal));
+  return { element, stop: () => calls.abort() };
 }
 
-function generateForm(models) {
+function generateForm(models, signal) {
   const picker = modelPicker("Model", models, "completion");
   const prompts = h("textarea", { rows: 4 });
   prompts.value = "The capital of France is\nOnce upon a time,\n1, 2, 3, 4,";
@@ -32,7 +34,7 @@ function generateForm(models) {
       const body = { model: picker.current().id, prompts: lines, max_tokens: maxTokens.value() };
       const chosen = temperature.value();
       if (chosen !== undefined) body.temperature = chosen;
-      const answer = await api("/generate", { json: body });
+      const answer = await api("/generate", { json: body, signal });
       const rows = lines.map((prompt, i) =>
         h("tr", {}, h("td", { class: "num", text: String(i + 1) }), h("td", { text: prompt }),
           h("td", { class: "pg-completion", text: answer.completions[i] }), h("td", { text: answer.finish_reasons[i] })));
@@ -52,7 +54,7 @@ function keptLines(text) {
   return lines;
 }
 
-function loglikelihoodForm(models) {
+function loglikelihoodForm(models, signal) {
   const picker = modelPicker("Model", models, "scoring");
   const contexts = h("textarea", { rows: 4 });
   const continuations = h("textarea", { rows: 4 });
@@ -80,7 +82,8 @@ function loglikelihoodForm(models) {
         throw new Error(`${prompts.length} contexts but ${endings.length} continuations: they pair up line by line.`);
       }
       if (endings.some((line) => !line)) throw new Error("A continuation must not be empty.");
-      const answer = await api("/loglikelihood", { json: { model: picker.current().id, prompts, continuations: endings } });
+      const body = { model: picker.current().id, prompts, continuations: endings };
+      const answer = await api("/loglikelihood", { json: body, signal });
       const rows = prompts.map((prompt, i) =>
         h("tr", {}, h("td", { class: "pg-keep-space", text: prompt }), h("td", { class: "pg-keep-space", text: endings[i] }),
           h("td", { class: "num", text: answer.ll[i].toFixed(4) }), h("td", { text: answer.is_greedy[i] ? "yes" : "no" })));

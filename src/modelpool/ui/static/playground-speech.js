@@ -1,7 +1,7 @@
 // The speech tab: text → /v1/audio/speech → an <audio> player, beside speech to text
 // (playground-transcribe.js).
-import { api, field, h } from "./lib.js";
-import { blobPlayer, errorRegion, modelPicker, numberField, panel, running } from "./playground-common.js";
+import { api, errorRegion, field, h } from "./lib.js";
+import { blobPlayer, modelPicker, numberField, panel, running } from "./playground-common.js";
 import { transcribePanel } from "./playground-transcribe.js";
 
 export function speechSection(models) {
@@ -22,6 +22,7 @@ function speakPanel(models) {
   const download = h("a", { class: "pg-download", download: "speech.wav", hidden: true, text: "Download WAV" });
   const output = h("div", { class: "pg-player" }, player.audio, download);
   const errors = errorRegion();
+  const calls = new AbortController(); // leaving the page cancels a call in progress
   let listed = [];
 
   function fillVoices() {
@@ -33,10 +34,12 @@ function speakPanel(models) {
   }
   fillVoices();
   // Listing voices reads the models' files and loads nothing, so it is cheap to ask.
-  api("/v1/audio/voices").then((answer) => {
+  api("/v1/audio/voices", { signal: calls.signal }).then((answer) => {
     listed = answer.data;
     fillVoices();
-  }).catch((error) => errors.show(`Could not list the voices: ${error.message}`));
+  }).catch((error) => {
+    if (error.name !== "AbortError") errors.show(`Could not list the voices: ${error.message}`);
+  });
 
   const form = h("form", { class: "pg-form" },
     picker.element,
@@ -53,12 +56,16 @@ function speakPanel(models) {
       if (voices.value) body.voice = voices.value;
       const chosen = speed.value();
       if (chosen !== undefined) body.speed = chosen;
-      const response = await api("/v1/audio/speech", { json: body, raw: true });
+      const response = await api("/v1/audio/speech", { json: body, raw: true, signal: calls.signal });
       download.href = player.show(await response.blob());
       download.hidden = false;
       // Clicking Speak is the user's gesture, so the browser lets it play at once.
       player.audio.play().catch(() => {});
     });
   });
-  return { element: panel("Text to speech", "pg-speak-title", form), stop: player.stop };
+  const stop = () => {
+    calls.abort();
+    player.stop();
+  };
+  return { element: panel("Text to speech", "pg-speak-title", form), stop };
 }

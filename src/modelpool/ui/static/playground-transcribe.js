@@ -1,7 +1,7 @@
 // Speech to text: an uploaded or recorded clip → /v1/audio/transcriptions → its transcript
 // (and the language the model heard, from verbose_json).
-import { api, field, formatSeconds, h } from "./lib.js";
-import { blobPlayer, errorRegion, modelPicker, panel, running } from "./playground-common.js";
+import { api, errorRegion, field, formatDuration, h, isBusy, setBusy } from "./lib.js";
+import { blobPlayer, modelPicker, panel, running } from "./playground-common.js";
 import { recordingSupported, startRecording } from "./playground-recorder.js";
 
 export function transcribePanel(models) {
@@ -9,55 +9,85 @@ export function transcribePanel(models) {
   const file = h("input", { type: "file", accept: "audio/*,video/webm" });
   const button = h("button", { type: "submit", text: "Transcribe file", disabled: !picker.current() });
   const record = h("button", { type: "button", class: "secondary", text: "Record" });
-  const recordState = h("span", { class: "hint", "aria-live": "polite" });
+  // The seconds counter is for the eyes; a screen reader hears only "started" and "stopped"
+  // (a live region rewritten every second would talk over everything else).
+  const recordState = h("span", { class: "hint" });
+  const announce = h("span", { class: "visually-hidden", role: "status" });
   const player = blobPlayer("Recording");
   const transcript = h("div", { class: "pg-transcript" },
     h("p", { class: "muted", text: "The transcript appears here." }));
   const errors = errorRegion();
-  let recording = null;
+  const calls = new AbortController(); // leaving the page cancels a transcription in progress
+  let recording = null; // the recorder while the microphone is on
   let timer = null;
+  let closed = false; // the page was left: nothing may start any more
 
   async function transcribe(blob, name) {
     const form = new FormData();
     form.append("file", blob, name);
     form.append("model", picker.current().id);
     form.append("response_format", "verbose_json");
-    const answer = await api("/v1/audio/transcriptions", { form });
+    const answer = await api("/v1/audio/transcriptions", { form, signal: calls.signal });
     const details = [answer.language && `language: ${answer.language}`,
-      answer.duration !== undefined && `${formatSeconds(answer.duration)} of audio`].filter(Boolean);
+      answer.duration !== undefined && `${formatDuration(answer.duration, { precise: true })} of audio`].filter(Boolean);
     transcript.replaceChildren(h("p", { class: "pg-transcript-text", text: answer.text.trim() }),
       h("p", { class: "hint pg-transcript-meta", text: details.join(" · ") }));
+  }
+
+  function startTimer() {
+    clearInterval(timer); // one counter, whatever came before
+    const started = Date.now();
+    const tick = () => { recordState.textContent = `Recording… ${Math.floor((Date.now() - started) / 1000)} s`; };
+    tick();
+    timer = setInterval(tick, 500);
   }
 
   function stopTimer() {
     clearInterval(timer);
     timer = null;
+    recordState.textContent = "";
   }
 
+  async function finishRecording() {
+    const taken = recording;
+    recording = null;
+    stopTimer();
+    record.textContent = "Record";
+    announce.textContent = "Recording stopped.";
+    const blob = await taken.stop();
+    player.show(blob);
+    await running(button, transcript, errors, () => transcribe(blob, "recording.webm"));
+  }
+
+  /**
+   * Record, or stop and transcribe. While the microphone is being asked for, the button is
+   * busy (a second press starts nothing); a page left meanwhile gets its microphone released
+   * as soon as it is granted.
+   */
   async function toggleRecording() {
+    if (isBusy(record) || closed) return;
     errors.clear();
-    if (recording) {
-      const taken = recording;
-      recording = null;
-      stopTimer();
-      record.textContent = "Record";
-      recordState.textContent = "";
-      const blob = await taken.stop();
-      player.show(blob);
-      await running(button, transcript, errors, () => transcribe(blob, "recording.webm"));
-      return;
-    }
+    if (recording) return finishRecording();
+    setBusy(record, true);
+    recordState.textContent = "Asking for the microphone…";
+    let taken;
     try {
-      recording = await startRecording();
+      taken = await startRecording();
     } catch (error) {
-      errors.show(`The microphone is not available: ${error.message}`);
+      if (!closed) errors.show(`The microphone is not available: ${error.message}`);
+      return;
+    } finally {
+      setBusy(record, false);
+      recordState.textContent = "";
+    }
+    if (closed) {
+      taken.cancel();
       return;
     }
+    recording = taken;
     record.textContent = "Stop recording";
-    const started = Date.now();
-    const tick = () => { recordState.textContent = `Recording… ${Math.floor((Date.now() - started) / 1000)} s`; };
-    tick();
-    timer = setInterval(tick, 500);
+    announce.textContent = "Recording started.";
+    startTimer();
   }
 
   const supported = recordingSupported();
@@ -71,7 +101,7 @@ export function transcribePanel(models) {
   const form = h("form", { class: "pg-form" },
     picker.element,
     field("Audio file", file, "WAV, MP3, FLAC, OGG, WebM…"),
-    h("div", { class: "row" }, button, record, recordState),
+    h("div", { class: "row" }, button, record, recordState, announce),
     recordHint,
     player.audio,
     errors.node);
@@ -84,8 +114,11 @@ export function transcribePanel(models) {
     });
   });
   const stop = () => {
+    closed = true;
     stopTimer();
     recording?.cancel();
+    recording = null;
+    calls.abort();
     player.stop();
   };
   return { element: panel("Speech to text", "pg-listen-title", form, h("h3", { text: "Transcript" }), transcript), stop };

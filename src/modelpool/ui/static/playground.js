@@ -18,6 +18,7 @@ const SECTIONS = [
 export function mount(root) {
   const stops = [];
   let stopped = false;
+  let tabs = null; // {select, current()} once the model list is in
   root.append(h("h1", { text: "Playground" }));
   const loading = h("p", { class: "muted", text: "Loading the model list…" });
   root.append(loading);
@@ -25,16 +26,29 @@ export function mount(root) {
     .then((listing) => {
       if (stopped) return;
       loading.remove();
-      root.append(buildTabs(listing.data, stops));
+      tabs = buildTabs(listing.data, stops);
+      root.append(tabs.element);
     })
     .catch((error) => {
       loading.textContent = "";
       notice(`Could not list the models: ${error.message}`, "error");
     });
-  return () => {
-    stopped = true;
-    for (const stop of stops) stop();
+  return {
+    stop() {
+      stopped = true;
+      for (const stop of stops) stop();
+    },
+    /** `#playground/<tab>` opens that tab; the bare `#playground` (the nav link) keeps the open one. */
+    route() {
+      tabs?.select(askedSection() || tabs.current(), false);
+    },
   };
+}
+
+/** The section named in `#playground/<name>`, or null. */
+function askedSection() {
+  const asked = location.hash.split("/")[1];
+  return SECTIONS.some((section) => section.name === asked) ? asked : null;
 }
 
 function buildTabs(models, stops) {
@@ -55,7 +69,9 @@ function buildTabs(models, stops) {
     panels.append(tabpanel);
   }
 
+  let open = null;
   function select(name, focus) {
+    open = name;
     for (const item of tabs) {
       const chosen = item.section.name === name;
       item.tab.setAttribute("aria-selected", String(chosen));
@@ -77,7 +93,6 @@ function buildTabs(models, stops) {
     select(tabs[next].section.name, true);
   });
 
-  const asked = location.hash.split("/")[1];
-  select(SECTIONS.some((section) => section.name === asked) ? asked : "chat", false);
-  return h("div", { class: "pg" }, tablist, panels);
+  select(askedSection() || "chat", false);
+  return { element: h("div", { class: "pg" }, tablist, panels), select, current: () => open };
 }
