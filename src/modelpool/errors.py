@@ -50,6 +50,18 @@ class ModelpoolError(Exception):
         """Extra response headers (Retry-After, ...). Empty unless a subclass needs them."""
         return {}
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Exceptions pickle as `cls(*args)`, which breaks every subclass whose constructor
+        # takes other arguments (ModelNotFound(model_id, known), RateLimited(..., limit=...)):
+        # rebuild from the state instead, so an error crosses a process boundary intact.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[ModelpoolError], args: tuple[object, ...], state: dict[str, object]) -> ModelpoolError:
+    error = cls.__new__(cls, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class ConfigError(ModelpoolError):
     code = "config_error"
