@@ -54,3 +54,19 @@ def test_make_install_and_the_all_extra_bring_what_server_otel_endpoint_needs() 
     assert everything is not None and "otel" in everything.group(1).split(",")
     names = {re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0] for requirement in requirements_of({"otel"})}
     assert names == {"opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"}
+
+
+def test_the_package_data_ships_every_workbench_file() -> None:
+    """/ui runs from files inside the package: a file the package-data globs miss (a new
+    subfolder, say) works from a checkout and is missing from the wheel."""
+    from fnmatch import fnmatch
+
+    from modelpool.ui import STATIC_DIR
+
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    globs = package_data["modelpool.ui"]
+    files = [path.relative_to(STATIC_DIR.parent).as_posix() for path in STATIC_DIR.rglob("*") if path.is_file()]
+    assert files, "the workbench has files"
+    # setuptools' `*` does not cross a slash, as fnmatch's does: compare segment counts too.
+    shipped = [f for f in files if any(fnmatch(f, g) and f.count("/") == g.count("/") for g in globs)]
+    assert sorted(shipped) == sorted(files)
