@@ -18,15 +18,14 @@ EMBED_MODEL = "all-minilm-l6-v2"
 
 @contextlib.asynccontextmanager
 async def steady_requests(base_url: str) -> AsyncIterator[list[int]]:
-    """Embedding requests, one after another, while the block runs (so every 2 s interval
-    the sampler closes has some); yields the list of their statuses."""
+    """Embedding requests, one after another (each waits for the last one's answer), while
+    the block runs, so every 2 s interval the sampler closes has some; yields their statuses."""
     statuses: list[int] = []
 
     async def send(http: httpx.AsyncClient) -> None:
         while True:
             body = {"model": EMBED_MODEL, "input": [f"request {len(statuses)}", "the workbench charts"]}
             statuses.append((await http.post("/v1/embeddings", json=body)).status_code)
-            await asyncio.sleep(0.05)
 
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
         task = asyncio.create_task(send(http))

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from modelpool.api.errors import error_body, error_payload, internal_error_body, shaped_error
@@ -70,7 +71,7 @@ class RequestContext:
             current_request_id.reset(token)
 
     def _record(self, scope: Scope, status: int, seconds: float, request_id: str) -> None:
-        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        route = route_template(scope) or "unmatched"
         asked = scope.get("state", {}).get("model_id")
         model = self.model_label(asked) if isinstance(asked, str) else ""
         self.metrics.observe_request(model, route, status, seconds)
@@ -147,6 +148,17 @@ async def send_json(send: Send, status: int, payload: dict[str, Any], extra: dic
     headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+TEMPLATED_ROUTES = (Route, WebSocketRoute, Mount)
+"""The kinds of route that have a path template (a Host route has none)."""
+
+
+def route_template(scope: Scope) -> str | None:
+    """The path template of the route the request matched (`/v1/models/{model_id:path}`),
+    once routing set it (or the rate limiter, for a request it refused before routing)."""
+    route = scope.get("route")
+    return route.path if isinstance(route, TEMPLATED_ROUTES) else None
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

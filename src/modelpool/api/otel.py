@@ -22,6 +22,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from modelpool import __version__, tracing
+from modelpool.api.middleware import route_template
 from modelpool.api.ratelimit import REFUSED_LIMIT
 
 REQUEST_ID = "modelpool.request_id"
@@ -94,8 +95,8 @@ def _request_attributes(scope: Scope) -> dict[str, Any]:
 
 def _finish(span: trace.Span, scope: Scope, status: int | None) -> None:
     """Name the span by its route template (known only once routing ran), then end it."""
-    route = getattr(scope.get("route"), "path", None)
-    if isinstance(route, str):
+    route = route_template(scope)
+    if route is not None:
         span.update_name(f"{scope['method']} {route}")
         span.set_attribute("http.route", route)
     state = scope.get("state", {})

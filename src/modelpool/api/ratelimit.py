@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from modelpool.api.auth import needed_scope
 from modelpool.api.errors import error_payload, shaped_error
-from modelpool.api.middleware import send_json
+from modelpool.api.middleware import TEMPLATED_ROUTES, send_json
 from modelpool.config.schema import AuthConfig
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import RateLimited
@@ -115,7 +115,7 @@ class EnforceRateLimits:
         scope.setdefault("state", {})[REFUSED_LIMIT] = exc.type
         for route in _flattened(self.routes):
             if route.matches(scope)[0] is Match.FULL:
-                if isinstance(getattr(route, "path", None), str):
+                if isinstance(route, TEMPLATED_ROUTES):  # a template to name it by
                     scope["route"] = route  # as routing would have set it
                 return
 

@@ -40,6 +40,12 @@ class RequestUsage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def add(self, other: RequestUsage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.audio_seconds_in += other.audio_seconds_in
+        self.audio_seconds_out += other.audio_seconds_out
+
 
 current_usage: ContextVar[RequestUsage | None] = ContextVar("modelpool_request_usage", default=None)
 
@@ -62,15 +68,11 @@ def add_audio(direction: AudioDirection, seconds: float) -> None:
 
 
 @dataclass
-class KeyUsage:
-    """One account's totals since the server started."""
+class KeyUsage(RequestUsage):
+    """One account's totals since the server started: what its requests used, summed."""
 
     requests: int = 0
     """Requests served on the limited routes, whatever their status (counted as they end)."""
-    input_tokens: int = 0
-    output_tokens: int = 0
-    audio_seconds_in: float = 0.0
-    audio_seconds_out: float = 0.0
     rate_limited: int = 0
     """Requests refused by a rate limit (not counted in `requests`)."""
 
@@ -86,10 +88,7 @@ class UsageLedger:
         """A request of `account` ended, having used `usage`."""
         total = self._totals.setdefault(account, KeyUsage())
         total.requests += 1
-        total.input_tokens += usage.input_tokens
-        total.output_tokens += usage.output_tokens
-        total.audio_seconds_in += usage.audio_seconds_in
-        total.audio_seconds_out += usage.audio_seconds_out
+        total.add(usage)
         self._metrics.count_key_usage(account, usage)
 
     def refused(self, account: str, limit: str) -> None:
