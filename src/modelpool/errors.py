@@ -27,6 +27,7 @@ Nothing maps errors by matching message text.
     ├── ShuttingDown                    503  server_error / shutting_down
     ├── GenerationFailed                500  server_error / generation_failed
     ├── UpstreamUnavailable             502  server_error / upstream_unavailable (engine process or remote unreachable)
+    │   └── ReplicaUnavailable          502  server_error / replica_unavailable (Ray: the replica's node died)
     └── UpstreamError                   4xx/502  the upstream's own type and code (its 4xx pass through; 5xx → 502)
 """
 
@@ -224,6 +225,12 @@ class UpstreamUnavailable(ModelpoolError):
 
     status_code = 502
     code = "upstream_unavailable"
+
+
+class ReplicaUnavailable(UpstreamUnavailable):
+    """Ray mode: the replica serving the request went away (its node or process died)."""
+
+    code = "replica_unavailable"
 
 
 class UpstreamError(ModelpoolError):

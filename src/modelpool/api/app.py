@@ -38,7 +38,7 @@ from modelpool.mcp_server.server import mount_mcp, running
 from modelpool.mcp_server.transcripts import TranscriptStore
 from modelpool.runtime.build import build_pool
 from modelpool.runtime.metrics_history import MetricsHistory
-from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.pool_api import PoolApi
 from modelpool.runtime.response_store import ResponseStore
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ log = logging.getLogger("modelpool")
 
 def create_app(
     config: Config,
-    pool: ModelPool | None = None,
+    pool: PoolApi | None = None,
     keys: KeyRing | None = None,
     *,
     tracer_provider: TracerProvider | None = None,

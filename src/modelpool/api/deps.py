@@ -12,14 +12,14 @@ from typing import Any, TypeVar
 from fastapi import Request
 
 from modelpool.errors import ClientDisconnected
-from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.pool_api import PoolApi
 from modelpool.runtime.timing import RequestTiming
 
 T = TypeVar("T")
 
 
-def pool_of(request: Request) -> ModelPool:
-    pool: ModelPool = request.app.state.pool
+def pool_of(request: Request) -> PoolApi:
+    pool: PoolApi = request.app.state.pool
     return pool
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from modelpool.config.durations import Duration
+from modelpool.config.ray import RayModelConfig, RaySettings
 from modelpool.tasks import Task
 
 MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$"
@@ -340,6 +341,11 @@ class ModelConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     """Backend options, validated by the backend (see the backend reference)."""
 
+    ray: RayModelConfig | None = None
+    """Ray mode only (`modelpool serve --ray`): this model's Ray Serve deployment (replicas,
+    autoscaling, resources) or the multiplexed group it joins. Ignored by the single-process
+    server."""
+
 
 class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
@@ -369,6 +375,9 @@ class Config(_Strict):
     work_dir: Path | None = None
     """Where modelpool keeps files it makes, such as GGUF models converted for transformers
     (default: ~/.cache/modelpool)."""
+
+    ray: RaySettings = Field(default_factory=RaySettings)
+    """Ray mode only (`modelpool serve --ray`): the cluster, the ingress and multiplexed groups."""
 
     state_dir: Path | None = None
     """Where modelpool keeps the registry of processes that outlive it (persistent engines,

@@ -28,7 +28,8 @@ from modelpool.mcp_server.audio_input import read_audio
 from modelpool.mcp_server.transcripts import TranscriptStore
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.generation import collect
-from modelpool.runtime.pool import ModelPool, SpeechAudio
+from modelpool.runtime.pool import SpeechAudio
+from modelpool.runtime.pool_api import PoolApi
 
 Model = Annotated[str, Field(description="A model id or alias (see list_models)")]
 AllowRemote = Annotated[bool, Field(description="Accept a remote upstream serving this model")]
@@ -101,7 +102,7 @@ class ModelList(BaseModel):
     """As GET /v1/models lists them: id, state, tasks, aliases, capabilities, ..."""
 
 
-def add_pool_tools(server: MCPServer[Any], pool: ModelPool, store: TranscriptStore, config: ServerConfig) -> None:
+def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore, config: ServerConfig) -> None:
     async def list_models() -> ModelList:
         """Every model this server serves, with its state, tasks and capabilities."""
         return ModelList(models=[model_json(status) for status in pool.statuses()])

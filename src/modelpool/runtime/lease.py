@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from modelpool import tracing
 from modelpool.backends.base import Backend
@@ -22,6 +22,7 @@ from modelpool.runtime.timing import RequestTiming
 
 B = TypeVar("B", bound=Backend, covariant=True)
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 _NOTHING = object()
 
 
@@ -96,6 +97,26 @@ class Lease(Generic[B]):
             self._span.set_attribute(tracing.INPUT_TOKENS, timing.prompt_tokens)
             self._span.set_attribute(tracing.OUTPUT_TOKENS, timing.output_tokens)
         self._span.end()
+
+
+class ResultStream(Protocol[T_co]):
+    """What the API reads a streamed result through: a `LeasedStream` here, or a stream from
+    a model replica in Ray mode. Closing it (or leaving `async with`) stops the work."""
+
+    model_id: str
+    timing: RequestTiming
+
+    def __aiter__(self) -> ResultStream[T_co]: ...
+
+    async def __anext__(self) -> T_co: ...
+
+    async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> ResultStream[T_co]: ...
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None: ...
 
 
 class LeasedStream(Generic[T]):

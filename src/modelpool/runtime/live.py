@@ -23,7 +23,7 @@ from modelpool.errors import CommitEmpty, InvalidRequest, ModelpoolError
 from modelpool.inference import TranscriptionRequest
 from modelpool.runtime.agreement import LocalAgreement
 from modelpool.runtime.call import CallOptions
-from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.pool_api import PoolApi
 
 MAX_UTTERANCE_S = 30.0
 """An utterance this long is committed even while speech goes on (Whisper's window)."""
@@ -94,7 +94,7 @@ class LiveTranscriber:
     """One session's audio: feed `append` 16 kHz float32 chunks in order, from one task."""
 
     def __init__(
-        self, pool: ModelPool, emit: Emit, *, options: CallOptions | None = None, scorer: SpeechScorer | None = None
+        self, pool: PoolApi, emit: Emit, *, options: CallOptions | None = None, scorer: SpeechScorer | None = None
     ) -> None:
         self.pool = pool
         self.options = options or CallOptions()

@@ -64,7 +64,7 @@ from modelpool.runtime.embedding import embed_on
 from modelpool.runtime.eviction import Budget
 from modelpool.runtime.generation import ChoiceChunk, Generation, chunk_timer, collect
 from modelpool.runtime.images import with_loaded_images
-from modelpool.runtime.lease import Lease, LeasedStream, open_stream
+from modelpool.runtime.lease import Lease, LeasedStream, ResultStream, open_stream
 from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.memory import gpu_memory, system_memory
 from modelpool.runtime.metrics import Metrics
@@ -92,13 +92,13 @@ class _Counted(Protocol):
 
 @dataclass(frozen=True)
 class Transcription:
-    segments: LeasedStream[Segment]
+    segments: ResultStream[Segment]
     audio_seconds: float
 
 
 @dataclass(frozen=True)
 class SpeechAudio:
-    chunks: LeasedStream[npt.NDArray[np.int16]]
+    chunks: ResultStream[npt.NDArray[np.int16]]
     """Mono int16 samples, a sentence at a time."""
     sample_rate: int
 
@@ -455,7 +455,7 @@ class ModelPool:
                 f"replicas must be between 1 and replica_max ({slot.config.replica_max})", param="replicas"
             )
         if overrides:
-            config = self._with_overrides(slot, overrides)
+            config = self.with_overrides(name, overrides)
             await slot.reconfigure(config, self._resolve(config))
         if replicas is not None and replicas != slot.config.replicas:
             await slot.scale(replicas)
@@ -465,7 +465,10 @@ class ModelPool:
     async def unload(self, name: str, *, drain: bool = True) -> None:
         await self.slot(name).unload(drain=drain)
 
-    def _with_overrides(self, slot: ModelSlot, overrides: dict[str, Any]) -> ModelConfig:
+    def with_overrides(self, name: str, overrides: dict[str, Any]) -> ModelConfig:
+        """The config of the model `name` names with live option `overrides`, checked as a
+        load would check them (InvalidRequest naming `overrides` if not)."""
+        slot = self.slot(name)
         config, allowed = slot.config, slot.capabilities.overridable
         unknown = sorted(set(overrides) - allowed)
         if unknown:
@@ -489,7 +492,7 @@ class ModelPool:
     def status(self, name: str) -> ModelStatus:
         return self.slot(name).status()
 
-    def engine_logs(self, name: str, lines: int) -> EngineLogs:
+    async def engine_logs(self, name: str, lines: int) -> EngineLogs:
         """The last output of the model's engine processes; 400 for a model inside modelpool."""
         slot = self.slot(name)
         if slot.capabilities.declared.locality is not Locality.ENGINE_PROCESS:

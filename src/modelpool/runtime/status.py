@@ -20,6 +20,12 @@ class ReplicaStatus:
     pid: int | None = None
     """Engine processes only."""
     port: int | None = None
+    node_id: str | None = None
+    """Ray mode: the Ray node the replica runs on."""
+    node_ip: str | None = None
+    """Ray mode: that node's address."""
+    ray_replica: str | None = None
+    """Ray mode: the Ray Serve replica's id."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,8 @@ class ModelStatus:
     overridable: list[str]
     override_options: list[OverrideOption] = field(default_factory=list)
     """`overridable` with each option's schema and current value (for forms)."""
+    replicas_by_node: dict[str, int] = field(default_factory=dict)
+    """Ray mode: running replicas per Ray node id."""
 
 
 @dataclass(frozen=True)

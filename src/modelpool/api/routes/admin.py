@@ -30,7 +30,7 @@ async def model_status(model_id: str, request: Request) -> JSONResponse:
 @router.get("/models/{model_id:path}/logs")
 async def model_logs(model_id: str, request: Request, lines: int = Query(default=200, ge=1, le=10_000)) -> JSONResponse:
     """The last output of the model's engine processes, and of the process that crashed last."""
-    logs = pool_of(request).engine_logs(model_id, lines)
+    logs = await pool_of(request).engine_logs(model_id, lines)
     crash = {"error": logs.last_crash_error, "lines": logs.last_crash_lines} if logs.last_crash_lines else None
     processes = [asdict(output) for output in logs.processes]
     return JSONResponse({"model": logs.model, "state": logs.state, "processes": processes, "last_crash": crash})

@@ -19,7 +19,7 @@ from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
 from modelpool.errors import InvalidRequest
 from modelpool.inference import Segment, TranscriptionRequest
 from modelpool.runtime.call import CallOptions
-from modelpool.runtime.lease import LeasedStream
+from modelpool.runtime.lease import ResultStream
 
 router = APIRouter()
 ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
@@ -104,11 +104,11 @@ async def _transcribe(
     )
 
 
-async def _collect(segments: LeasedStream[Segment]) -> list[Segment]:
+async def _collect(segments: ResultStream[Segment]) -> list[Segment]:
     return [segment async for segment in segments]
 
 
-async def _transcript_events(segments: LeasedStream[Segment], store: StoreTarget | None) -> AsyncIterator[bytes]:
+async def _transcript_events(segments: ResultStream[Segment], store: StoreTarget | None) -> AsyncIterator[bytes]:
     done: list[Segment] = []
     async for segment in segments:
         done.append(segment)
@@ -130,7 +130,7 @@ async def speech(body: SpeechBody, request: Request) -> Response:
     return ClosingStreamingResponse(_encoded(chunks, encoder), MEDIA_TYPES[body.response_format], chunks.aclose)
 
 
-async def _encoded(audio: LeasedStream[npt.NDArray[np.int16]], encoder: AudioEncoder) -> AsyncIterator[bytes]:
+async def _encoded(audio: ResultStream[npt.NDArray[np.int16]], encoder: AudioEncoder) -> AsyncIterator[bytes]:
     async for pcm in audio:
         data = encoder.encode(pcm)
         if data:
@@ -138,7 +138,7 @@ async def _encoded(audio: LeasedStream[npt.NDArray[np.int16]], encoder: AudioEnc
     yield encoder.finish()
 
 
-async def _speech_events(audio: LeasedStream[npt.NDArray[np.int16]], encoder: AudioEncoder) -> AsyncIterator[bytes]:
+async def _speech_events(audio: ResultStream[npt.NDArray[np.int16]], encoder: AudioEncoder) -> AsyncIterator[bytes]:
     async for data in _encoded(audio, encoder):
         if data:
             yield sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})

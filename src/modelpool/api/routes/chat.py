@@ -15,7 +15,7 @@ from modelpool.api.schemas.tools import tool_call_delta_json, tool_call_json
 from modelpool.api.sse import DONE, EventStreamResponse, sse
 from modelpool.inference import GenerationChunk, Usage
 from modelpool.runtime.generation import collect
-from modelpool.runtime.lease import LeasedStream
+from modelpool.runtime.lease import ResultStream
 
 router = APIRouter()
 
@@ -49,7 +49,7 @@ async def create_chat_completion(body: ChatCompletionBody, request: Request) -> 
 
 
 async def _events(
-    stream: LeasedStream[GenerationChunk],
+    stream: ResultStream[GenerationChunk],
     meta: ResponseMeta,
     include_usage: bool,
     metrics_of: Callable[[], dict[str, Any]],

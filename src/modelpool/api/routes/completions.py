@@ -15,7 +15,7 @@ from modelpool.api.schemas.completions import CompletionBody
 from modelpool.api.sse import DONE, EventStreamResponse, sse
 from modelpool.inference import Usage
 from modelpool.runtime.generation import ChoiceChunk, collect_choices
-from modelpool.runtime.lease import LeasedStream
+from modelpool.runtime.lease import ResultStream
 
 router = APIRouter()
 
@@ -44,7 +44,7 @@ async def create_completion(body: CompletionBody, request: Request) -> Response:
 
 
 async def _events(
-    stream: LeasedStream[ChoiceChunk],
+    stream: ResultStream[ChoiceChunk],
     meta: ResponseMeta,
     want_logprobs: bool,
     include_usage: bool,

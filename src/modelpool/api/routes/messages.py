@@ -28,8 +28,8 @@ from modelpool.errors import ContextLengthExceeded, InvalidRequest
 from modelpool.inference import ChatRequest, GenerationChunk, SamplingParams, Usage
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.generation import collect
-from modelpool.runtime.lease import LeasedStream
-from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.lease import ResultStream
+from modelpool.runtime.pool_api import PoolApi
 from modelpool.runtime.tokenization import TokenizeJob
 from modelpool.tasks import Task
 
@@ -66,7 +66,7 @@ async def count_tokens(body: ConversationBody, request: Request) -> dict[str, in
     return {"input_tokens": count}
 
 
-async def _prompt_tokens(pool: ModelPool, model: str, chat: ChatRequest, options: CallOptions) -> int:
+async def _prompt_tokens(pool: PoolApi, model: str, chat: ChatRequest, options: CallOptions) -> int:
     """The tokens of the prompt a real call would feed the model (its `usage.input_tokens`).
     By the model's tokenizer, which renders the chat template with the tools and template
     variables as generation does, when it has one; else (images, whose tokens the projector
@@ -84,8 +84,8 @@ async def _prompt_tokens(pool: ModelPool, model: str, chat: ChatRequest, options
 
 
 async def _open(
-    pool: ModelPool, model: str, chat: ChatRequest, options: CallOptions
-) -> tuple[LeasedStream[GenerationChunk], bool]:
+    pool: PoolApi, model: str, chat: ChatRequest, options: CallOptions
+) -> tuple[ResultStream[GenerationChunk], bool]:
     """The generation, and whether `max_tokens` was capped to the room the context has left.
     Anthropic's clients treat max_tokens as a ceiling and set it high (agents send 32000);
     where the pool refuses one past the model's context, ask for "until the context is
@@ -100,7 +100,7 @@ async def _open(
 
 
 async def _events(
-    stream: LeasedStream[GenerationChunk],
+    stream: ResultStream[GenerationChunk],
     meta: MessageMeta,
     show_thinking: bool,
     capped: bool,

@@ -37,7 +37,7 @@ from modelpool.audio.vad import VAD_RATE
 from modelpool.config.schema import ServerConfig
 from modelpool.errors import GenerationFailed, InvalidRequest, ModelpoolError, RequestTooLarge
 from modelpool.runtime.live import LiveEvent, LiveTranscriber
-from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.pool_api import PoolApi
 
 router = APIRouter()
 IDLE_CLOSE_CODE = 1000
@@ -73,7 +73,7 @@ async def realtime(websocket: WebSocket, intent: str | None = None) -> None:
 
 
 class Session:
-    def __init__(self, websocket: WebSocket, pool: ModelPool, stats: RealtimeStats, idle_timeout_s: float) -> None:
+    def __init__(self, websocket: WebSocket, pool: PoolApi, stats: RealtimeStats, idle_timeout_s: float) -> None:
         self.websocket = websocket
         self.stats = stats
         self.idle_timeout_s = idle_timeout_s

@@ -19,7 +19,7 @@ from modelpool.api.sse import EventStreamResponse
 from modelpool.errors import InvalidRequest
 from modelpool.inference import ChatMessage, ChatRequest, GenerationChunk, Usage
 from modelpool.runtime.generation import collect
-from modelpool.runtime.lease import LeasedStream
+from modelpool.runtime.lease import ResultStream
 from modelpool.runtime.response_store import ResponseStore, StoredResponse
 
 router = APIRouter()
@@ -57,7 +57,7 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
 
 
 async def _events(
-    stream: LeasedStream[GenerationChunk], draft: ResponseDraft, finish: Callable[[Usage, str | None], dict[str, Any]]
+    stream: ResultStream[GenerationChunk], draft: ResponseDraft, finish: Callable[[Usage, str | None], dict[str, Any]]
 ) -> AsyncIterator[bytes]:
     """Output items open as their first piece arrives: the message when text comes, a
     `function_call` item when a call is named. Each is closed before the next opens."""
