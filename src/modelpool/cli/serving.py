@@ -26,7 +26,7 @@ def run_server(config: Config) -> None:
     configure_logging(config.server.log_format, config.server.log_level)
     try:
         keys = KeyRing.from_config(config.auth)
-        _check_exposure(config, keys)
+        check_exposure(config, keys)
         app = create_app(config, keys=keys)
     except ConfigError as exc:
         typer.secho(f"error: {exc.message}", err=True, fg=typer.colors.RED)
@@ -56,7 +56,7 @@ def run_server(config: Config) -> None:
     uvicorn.Server(uv_config).run()
 
 
-def _check_exposure(config: Config, keys: KeyRing) -> None:
+def check_exposure(config: Config, keys: KeyRing) -> None:
     """No keys means anyone who can reach the port can use (and unload) every model."""
     if keys.enabled or _is_loopback(config.server.host) or config.auth.allow_unauthenticated_remote:
         return

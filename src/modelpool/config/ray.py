@@ -44,8 +44,8 @@ class RayAutoscaling(_Strict):
     """How long load must stay below target before a replica is removed."""
     downscale_to_zero_delay_s: float | None = Field(default=None, ge=0)
     """Idle time before the last replica goes, with min_replicas 0 (default: downscale_delay_s)."""
-    look_back_period_s: float = Field(default=30.0, gt=0)
-    """Window over which the load is averaged."""
+    look_back_period_s: float = Field(default=30.0, gt=10)
+    """Window over which the load is averaged; more than 10 s (Ray Serve's metrics interval)."""
 
     @model_validator(mode="after")
     def _bounds(self) -> RayAutoscaling:

@@ -30,7 +30,7 @@ log = logging.getLogger("modelpool.ray")
 def config_payload(config: Config) -> dict[str, Any]:
     """The config as it travels to replicas (JSON-safe; API keys are never in it: a config
     names the environment variable that holds each one, read on the node that checks it)."""
-    return config.model_dump(mode="json")
+    return config.model_dump(mode="json", exclude_unset=True)
 
 
 @serve.deployment(name="Ingress")

