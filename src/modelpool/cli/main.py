@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from modelpool.cli import admin, processes, stack
+from modelpool.cli import ray as ray_cli
 from modelpool.cli.output import echo_err, print_models_table
 from modelpool.config import load_config
 from modelpool.config.redact import redacted_config
@@ -24,6 +25,8 @@ app = typer.Typer(
 
 PRINT_CONFIG_HELP = "Print the effective config (secrets redacted) and exit."
 DRY_RUN_HELP = "Load every served model, report, and exit non-zero on any load failure."
+RAY_HELP = "Serve on Ray Serve: each model a deployment on the cluster (pip install 'modelpool[ray]')."
+RAY_ADDRESS_HELP = "The Ray cluster for --ray (auto, HOST:6379, ray://HOST:10001); implies --ray."
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.", dir_okay=False)]
 LocalOpt = Annotated[
     Path | None, typer.Option("--local-config", help="Local override file (default: <config>.local.yaml).")
@@ -41,8 +44,10 @@ def serve(
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error.")] = None,
     print_config: Annotated[bool, typer.Option("--print-config", help=PRINT_CONFIG_HELP)] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help=DRY_RUN_HELP)] = False,
+    on_ray: Annotated[bool, typer.Option("--ray", help=RAY_HELP)] = False,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help=RAY_ADDRESS_HELP)] = None,
 ) -> None:
-    """Start the OpenAI-compatible server."""
+    """Start the OpenAI-compatible server (with --ray: on a Ray cluster, through Ray Serve)."""
     overrides: dict[str, Any] = {"server": _given(host=host, port=port, log_format=log_format, log_level=log_level)}
     if models:
         overrides["enabled_models"] = [m.strip() for m in models.split(",") if m.strip()]
@@ -54,6 +59,9 @@ def serve(
 
     if dry_run:
         raise typer.Exit(dry_run_models(cfg))
+    if on_ray or ray_address:
+        ray_cli.serve_on_ray(cfg, ray_address)
+        return
     run_server(cfg)
 
 
@@ -71,6 +79,31 @@ app.command("up")(stack.up)
 app.command("down")(stack.down)
 app.command("status")(stack.status)
 app.command("logs")(stack.logs)
+app.add_typer(ray_cli.app, name="ray")
+
+
+@ray_cli.app.command("deploy")
+def ray_deploy(address: ray_cli.AddressOpt = None, config: ConfigOpt = None, local_config: LocalOpt = None) -> None:
+    """Deploy modelpool's applications on a running Ray cluster and return (they keep running)."""
+    ray_cli.deploy_command(_load(config, local_config, {}), address)
+
+
+@ray_cli.app.command("down")
+def ray_down(address: ray_cli.AddressOpt = None, config: ConfigOpt = None, local_config: LocalOpt = None) -> None:
+    """Delete modelpool's applications from the Ray cluster."""
+    ray_cli.down_command(_load(config, local_config, {}), address)
+
+
+@ray_cli.app.command("serve-config")
+def ray_serve_config(
+    config: ConfigOpt = None,
+    local_config: LocalOpt = None,
+    config_path: Annotated[
+        str, typer.Option("--config-path", help="Where the config file is inside the cluster's pods.")
+    ] = "/etc/modelpool/modelpool.yaml",
+) -> None:
+    """Print the KubeRay RayService serveConfigV2 for this config (see deploy/kuberay/)."""
+    ray_cli.serve_config_command(_load(config, local_config, {}), config_path)
 
 
 @app.command("config-schema")

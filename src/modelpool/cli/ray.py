@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import signal
 import threading
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -89,7 +88,3 @@ def serve_config_command(config: Config, config_path: str) -> None:
     except ConfigError as exc:
         echo_err(f"error: {exc.message}")
         raise typer.Exit(2) from None
-
-
-def config_path_of(config: Path | None) -> str:
-    return str(config) if config is not None else "/etc/modelpool/modelpool.yaml"
