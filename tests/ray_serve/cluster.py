@@ -25,18 +25,19 @@ os.environ.setdefault("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "0
 os.environ.setdefault("RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "0.5")
 os.environ.setdefault("RAY_SERVE_CONTROL_LOOP_INTERVAL_S", "0.2")
 
-import ray  # noqa: E402
-from ray import serve  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
+import ray
+from ray import serve
+from ray.cluster_utils import Cluster
 
-from modelpool.config.loader import load_config  # noqa: E402
-from modelpool.config.schema import Config  # noqa: E402
-from modelpool.ray_serve.deploy import deploy  # noqa: E402
+from modelpool.config.loader import load_config
+from modelpool.config.schema import Config
+from modelpool.ray_serve.deploy import deploy
 
 HEAD_RESOURCES = {"head": 1, "node_a": 1, "model_host": 1}
 NODE_B_RESOURCES = {"node_b": 1, "model_host": 1}
+SERVED = ["smollm2-135m-instruct", "all-minilm-l6-v2", "minilm-zero", "whisper-tiny.en", "piper-en-us-joe"]
 TEST_CONFIG: dict[str, Any] = {
-    "enabled_models": ["smollm2-135m-instruct", "all-minilm-l6-v2", "minilm-zero", "whisper-tiny.en", "piper-en-us-joe"],
+    "enabled_models": SERVED,
     "server": {"model_wait_s": 60, "ui": False},
     "ray": {
         "status_interval_s": 0.5,

