@@ -4,7 +4,6 @@ deployment as a KubeRay `serveConfigV2`)."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import ray
@@ -46,11 +45,3 @@ def undeploy(config: Config) -> None:
     """Delete modelpool's applications (the cluster and Serve stay up)."""
     for app in [naming.INGRESS_APP, *naming.served_apps(config)]:
         serve.delete(app)
-
-
-def wait_until_gone(apps: list[str], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not set(apps) & set(serve.status().applications):
-            return
-        time.sleep(0.2)

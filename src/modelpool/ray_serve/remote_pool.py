@@ -64,9 +64,7 @@ class RemotePool:
         self.catalog: ModelPool = build_pool(config, metrics=Metrics(), clock=self.clock)
         self._apps = naming.served_apps(config)
         self._app_of = {model.id: app for app, models in self._apps.items() for model in models}
-        self._grouped = {model.id for models in self._apps.values() if len(models) > 1 for model in models} | {
-            model.id for model in config.served_models() if model.ray is not None and model.ray.group is not None
-        }
+        self._grouped = {m.id for m in config.served_models() if m.ray is not None and m.ray.group is not None}
         self._handles: dict[str, DeploymentHandle[Any]] = {}
         self._redeploy = redeploy
         self._overrides: dict[str, dict[str, dict[str, Any]]] = {}
