@@ -140,14 +140,22 @@ def test_errors_keep_their_envelopes_across_the_hop(ray_pool: RayModelpool) -> N
     assert overflow.value.body["param"] == "messages"  # type: ignore[index]
 
 
+def output_tokens(pool: RayModelpool, model: str) -> float:
+    """The ingress's count of `model`'s output tokens (`/metrics`)."""
+    prefix = f'modelpool_output_tokens_total{{model="{model}"}} '
+    lines = httpx.get(pool.base_url + "/metrics", timeout=10).text.splitlines()
+    return sum(float(line[len(prefix) :]) for line in lines if line.startswith(prefix))
+
+
 def test_a_client_that_leaves_stops_the_work_on_the_replica(ray_pool: RayModelpool) -> None:
     body = {
         "model": "smollm2",
         "messages": [{"role": "user", "content": "Write a very long story about the sea."}],
         "max_tokens": 3000,
         "stream": True,
-        "ignore_eos": True,
+        "ignore_eos": True,  # only max_tokens could end it: the client leaving must
     }
+    before = output_tokens(ray_pool, "smollm2-135m-instruct")
     with httpx.stream("POST", ray_pool.base_url + "/v1/chat/completions", json=body, timeout=60) as reply:
         assert reply.status_code == 200
         data: list[str] = []
@@ -157,8 +165,8 @@ def test_a_client_that_leaves_stops_the_work_on_the_replica(ray_pool: RayModelpo
             if len(data) >= 3:
                 break
     wait_for(lambda: model_status(ray_pool, "smollm2")["in_flight"] == 0, "the replica to stop generating", 15)
-    served = sum(replica["served"] for replica in model_status(ray_pool, "smollm2")["replicas"])
-    assert served >= 1
+    counted = output_tokens(ray_pool, "smollm2-135m-instruct") - before
+    assert 3 <= counted < 3000  # the stream is charged what it used, and it stopped far short of max_tokens
 
 
 def _embed_burst(pool: RayModelpool, requests: int) -> list[int]:
@@ -214,6 +222,8 @@ def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: Ray
     )
     bad = httpx.post(admin + "/load", json={"overrides": {"no_such_option": 1}}, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "overrides"
+    too_many = httpx.post(admin + "/load", json={"replicas": 9}, timeout=30)
+    assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "replicas"
     assert httpx.post(admin + "/unload", timeout=60).status_code == 200
     wait_for(lambda: model_status(ray_pool, "smollm2")["state"] == "unloaded", "the weights freed", 30)
     assert len(model_status(ray_pool, "smollm2")["replicas"]) == 2  # the replicas stay, as Serve scales them
@@ -221,6 +231,17 @@ def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: Ray
         model="smollm2", messages=[{"role": "user", "content": "hi"}], max_tokens=4
     )
     assert again.choices[0].message.content is not None
+
+
+def test_admin_replicas_redeploy_the_model_with_that_many(ray_pool: RayModelpool) -> None:
+    """An autoscaled model: `replicas: n` raises its floor to n (Serve redeploys it)."""
+    admin = f"{ray_pool.base_url}/v1/admin/models/all-minilm-l6-v2"
+    assert httpx.post(admin + "/load", json={"replicas": 2}, timeout=180).status_code == 200
+    wait_for(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 2, "a second replica", 60)
+    by_node = model_status(ray_pool, "all-minilm-l6-v2")["replicas_by_node"]
+    assert by_node == {ray_pool.head_id: 1, ray_pool.node_b_id: 1}
+    assert httpx.post(admin + "/load", json={"replicas": 1}, timeout=180).status_code == 200
+    wait_for(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 1, "back to one replica", 90)
 
 
 def _chat_outcome(pool: RayModelpool, stream: bool) -> tuple[int, str]:
