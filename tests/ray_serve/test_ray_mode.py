@@ -16,19 +16,20 @@ import numpy as np
 import openai
 import pytest
 
-from tests.ray_serve.cluster import SERVED, RayModelpool
+from tests.ray_serve.cluster import API_KEY, AUTH, SERVED, RayModelpool
 from tests.speech_metrics import word_error_rate
 
 pytestmark = pytest.mark.ray
 SENTENCES = "The quick brown fox jumps over the lazy dog. It was a sunny day in the city."
+HTTP = httpx.Client(headers=AUTH, timeout=60)
 
 
 def sdk(pool: RayModelpool) -> openai.OpenAI:
-    return openai.OpenAI(base_url=pool.base_url + "/v1", api_key="none", max_retries=0, timeout=90)
+    return openai.OpenAI(base_url=pool.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=90)
 
 
 def model_status(pool: RayModelpool, model: str) -> dict[str, Any]:
-    reply = httpx.get(f"{pool.base_url}/v1/admin/models/{model}/status", timeout=10)
+    reply = HTTP.get(f"{pool.base_url}/v1/admin/models/{model}/status", timeout=10)
     assert reply.status_code == 200, reply.text
     status: dict[str, Any] = reply.json()
     return status
@@ -53,9 +54,9 @@ def test_replicas_land_on_both_nodes(ray_pool: RayModelpool) -> None:
     assert nodes_of(status) == sorted([ray_pool.head_id, ray_pool.node_b_id])
     assert status["replicas_by_node"] == {ray_pool.head_id: 1, ray_pool.node_b_id: 1}
     assert {replica["ray_replica"] for replica in status["replicas"]} != {None}
-    listed = {model["id"]: model for model in httpx.get(ray_pool.base_url + "/v1/admin/models").json()["data"]}
+    listed = {model["id"]: model for model in HTTP.get(ray_pool.base_url + "/v1/admin/models").json()["data"]}
     assert set(listed) == set(SERVED)
-    ready = httpx.get(ray_pool.base_url + "/readyz")
+    ready = HTTP.get(ray_pool.base_url + "/readyz")
     assert ready.status_code == 200, ready.text
 
 
@@ -94,30 +95,47 @@ def test_embeddings_equal_sentence_transformers_own(ray_pool: RayModelpool) -> N
     assert reply.usage.prompt_tokens > 0
 
 
-def test_speech_and_its_transcription_through_the_multiplexed_group(ray_pool: RayModelpool) -> None:
-    """Piper and Whisper share the `speech` group's one replica, one model at a time: each
-    request loads its model there and evicts the other (Serve's multiplexing LRU)."""
-    client = sdk(ray_pool)
-    audio = client.audio.speech.create(
-        model="piper-en-us-joe", voice="alloy", input=SENTENCES, response_format="wav",
-        extra_body={"deterministic": True},
-    ).content  # fmt: skip
-    assert audio[:4] == b"RIFF" and len(audio) > 20_000
-    wait_for(lambda: model_status(ray_pool, "piper-en-us-joe")["state"] == "ready", "piper resident", 15)
-    transcript = client.audio.transcriptions.create(model="whisper-tiny.en", file=("speech.wav", audio))
-    assert word_error_rate(SENTENCES, transcript.text) <= 0.1, transcript.text
-    wait_for(
-        lambda: (
-            model_status(ray_pool, "whisper-tiny.en")["state"] == "ready"
-            and model_status(ray_pool, "piper-en-us-joe")["state"] == "unloaded"
-        ),
-        "whisper loaded and piper evicted on the group's replica",
-        15,
+def speak(pool: RayModelpool, model: str, text: str = SENTENCES) -> bytes:
+    return (
+        sdk(pool)
+        .audio.speech.create(
+            model=model, voice="alloy", input=text, response_format="wav", extra_body={"deterministic": True}
+        )
+        .content
     )
 
 
+def served_by_replica(pool: RayModelpool, model: str) -> dict[str, int]:
+    return {r["ray_replica"]: r["served"] for r in model_status(pool, model)["replicas"]}
+
+
+def test_the_speech_group_multiplexes_three_models_on_two_replicas(ray_pool: RayModelpool) -> None:
+    """Piper, its copy and Whisper share the `speech` group's two replicas, one model loaded
+    on each (Serve's multiplexing): a model's requests go to the replica that has it, and a
+    third model evicts the least recently used one."""
+    audio = speak(ray_pool, "piper-en-us-joe")
+    assert audio[:4] == b"RIFF" and len(audio) > 20_000
+    wait_for(lambda: model_status(ray_pool, "piper-en-us-joe")["state"] == "ready", "piper resident", 15)
+    before = served_by_replica(ray_pool, "piper-en-us-joe")
+    for _ in range(4):
+        speak(ray_pool, "piper-en-us-joe", "Routed to the replica that has me.")
+    wait_for(lambda: sum(served_by_replica(ray_pool, "piper-en-us-joe").values()) >= sum(before.values()) + 4,
+             "piper's replicas to report the four requests", 15)  # fmt: skip
+    after = served_by_replica(ray_pool, "piper-en-us-joe")
+    grown = sorted((after.get(replica, 0) - before.get(replica, 0) for replica in after), reverse=True)
+    assert grown[0] >= 3, f"piper's requests were not routed to the replica holding it: {before} → {after}"
+
+    transcript = sdk(ray_pool).audio.transcriptions.create(model="whisper-tiny.en", file=("speech.wav", audio))
+    assert word_error_rate(SENTENCES, transcript.text) <= 0.1, transcript.text
+    assert speak(ray_pool, "piper-copy")[:4] == b"RIFF"
+    group = ["piper-en-us-joe", "whisper-tiny.en", "piper-copy"]
+    wait_for(lambda: sum(model_status(ray_pool, m)["state"] == "ready" for m in group) == 2,
+             "two of the three models resident, one per replica", 15)  # fmt: skip
+    assert [m for m in group if model_status(ray_pool, m)["state"] == "unloaded"], "nothing was evicted"
+
+
 def test_streamed_speech_arrives_in_pieces(ray_pool: RayModelpool) -> None:
-    with httpx.stream(
+    with HTTP.stream(
         "POST", ray_pool.base_url + "/v1/audio/speech", timeout=60,
         json={"model": "piper-en-us-joe", "input": SENTENCES, "response_format": "pcm"},
     ) as reply:  # fmt: skip
@@ -127,6 +145,10 @@ def test_streamed_speech_arrives_in_pieces(ray_pool: RayModelpool) -> None:
 
 
 def test_errors_keep_their_envelopes_across_the_hop(ray_pool: RayModelpool) -> None:
+    keyless = httpx.get(ray_pool.base_url + "/v1/models", timeout=10)  # the ingress checks keys as one process does
+    assert keyless.status_code == 401 and keyless.json()["error"]["code"] == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=ray_pool.base_url + "/v1", api_key="sk-wrong", max_retries=0).models.list()
     client = sdk(ray_pool)
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
@@ -143,7 +165,7 @@ def test_errors_keep_their_envelopes_across_the_hop(ray_pool: RayModelpool) -> N
 def output_tokens(pool: RayModelpool, model: str) -> float:
     """The ingress's count of `model`'s output tokens (`/metrics`)."""
     prefix = f'modelpool_output_tokens_total{{model="{model}"}} '
-    lines = httpx.get(pool.base_url + "/metrics", timeout=10).text.splitlines()
+    lines = HTTP.get(pool.base_url + "/metrics", timeout=10).text.splitlines()
     return sum(float(line[len(prefix) :]) for line in lines if line.startswith(prefix))
 
 
@@ -156,7 +178,7 @@ def test_a_client_that_leaves_stops_the_work_on_the_replica(ray_pool: RayModelpo
         "ignore_eos": True,  # only max_tokens could end it: the client leaving must
     }
     before = output_tokens(ray_pool, "smollm2-135m-instruct")
-    with httpx.stream("POST", ray_pool.base_url + "/v1/chat/completions", json=body, timeout=60) as reply:
+    with HTTP.stream("POST", ray_pool.base_url + "/v1/chat/completions", json=body, timeout=60) as reply:
         assert reply.status_code == 200
         data: list[str] = []
         for line in reply.iter_lines():
@@ -173,7 +195,7 @@ def _embed_burst(pool: RayModelpool, requests: int) -> list[int]:
     texts = [f"sentence number {i} about scaling out" for i in range(64)]
 
     def one(_: int) -> int:
-        return httpx.post(
+        return HTTP.post(
             pool.base_url + "/v1/embeddings", json={"model": "all-minilm-l6-v2", "input": texts}, timeout=120
         ).status_code
 
@@ -210,7 +232,7 @@ def test_scale_to_zero_loads_on_the_first_request(ray_pool: RayModelpool) -> Non
 
 def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: RayModelpool) -> None:
     admin = f"{ray_pool.base_url}/v1/admin/models/smollm2"
-    reply = httpx.post(admin + "/load", json={"overrides": {"n_ctx": 2048}}, timeout=180)
+    reply = HTTP.post(admin + "/load", json={"overrides": {"n_ctx": 2048}}, timeout=180)
     assert reply.status_code == 200, reply.text
     wait_for(
         lambda: (
@@ -220,11 +242,11 @@ def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: Ray
         "both replicas running with n_ctx 2048",
         60,
     )
-    bad = httpx.post(admin + "/load", json={"overrides": {"no_such_option": 1}}, timeout=30)
+    bad = HTTP.post(admin + "/load", json={"overrides": {"no_such_option": 1}}, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "overrides"
-    too_many = httpx.post(admin + "/load", json={"replicas": 9}, timeout=30)
+    too_many = HTTP.post(admin + "/load", json={"replicas": 9}, timeout=30)
     assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "replicas"
-    assert httpx.post(admin + "/unload", timeout=60).status_code == 200
+    assert HTTP.post(admin + "/unload", timeout=60).status_code == 200
     wait_for(lambda: model_status(ray_pool, "smollm2")["state"] == "unloaded", "the weights freed", 30)
     assert len(model_status(ray_pool, "smollm2")["replicas"]) == 2  # the replicas stay, as Serve scales them
     again = sdk(ray_pool).chat.completions.create(
@@ -236,11 +258,11 @@ def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: Ray
 def test_admin_replicas_redeploy_the_model_with_that_many(ray_pool: RayModelpool) -> None:
     """An autoscaled model: `replicas: n` raises its floor to n (Serve redeploys it)."""
     admin = f"{ray_pool.base_url}/v1/admin/models/all-minilm-l6-v2"
-    assert httpx.post(admin + "/load", json={"replicas": 2}, timeout=180).status_code == 200
+    assert HTTP.post(admin + "/load", json={"replicas": 2}, timeout=180).status_code == 200
     wait_for(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 2, "a second replica", 60)
     by_node = model_status(ray_pool, "all-minilm-l6-v2")["replicas_by_node"]
     assert by_node == {ray_pool.head_id: 1, ray_pool.node_b_id: 1}
-    assert httpx.post(admin + "/load", json={"replicas": 1}, timeout=180).status_code == 200
+    assert HTTP.post(admin + "/load", json={"replicas": 1}, timeout=180).status_code == 200
     wait_for(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 1, "back to one replica", 90)
 
 
@@ -253,7 +275,7 @@ def _chat_outcome(pool: RayModelpool, stream: bool) -> tuple[int, str]:
         "ignore_eos": True,
         "stream": stream,
     }
-    with httpx.stream("POST", pool.base_url + "/v1/chat/completions", json=body, timeout=120) as reply:
+    with HTTP.stream("POST", pool.base_url + "/v1/chat/completions", json=body, timeout=120) as reply:
         text = reply.read().decode()
     if not stream or reply.status_code != 200:
         return reply.status_code, json.loads(text).get("error", {}).get("code", "ok")
@@ -275,7 +297,8 @@ def test_losing_a_node_loses_only_its_requests(ray_pool: RayModelpool) -> None:
             "both replicas busy",
             30,
         )
-        ray_pool.cluster.remove_node(ray_pool.node_b, allow_graceful=False)
+        ray_pool.node_b.kill_raylet()  # the node's raylet dies: its replicas and their work with it
+        ray_pool.cluster.remove_node(ray_pool.node_b, allow_graceful=False)  # and the rest of the node
         results = [outcome.result(timeout=120) for outcome in outcomes]
     assert time.monotonic() - started < 120
     failed = [r for r in results if r[1] != "ok"]

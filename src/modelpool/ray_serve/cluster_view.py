@@ -13,6 +13,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from modelpool.ray_serve.remote import ControlThread
 from modelpool.ray_serve.wire import ReplicaReport
 from modelpool.runtime.status import ModelStatus, ReplicaStatus
 
@@ -22,8 +23,15 @@ _STATE_ORDER = ("ready", "loading", "failed", "unloading", "unloaded")
 
 
 class ClusterView:
-    def __init__(self, handles: Callable[[str], DeploymentHandle[Any]], apps: list[str], interval_s: float) -> None:
+    def __init__(
+        self,
+        handles: Callable[[str], DeploymentHandle[Any]],
+        apps: list[str],
+        interval_s: float,
+        control: ControlThread,
+    ) -> None:
         self._handles = handles
+        self._control = control
         self._apps = apps
         self.interval_s = interval_s
         self.reports: dict[str, list[ReplicaReport]] = {app: [] for app in apps}
@@ -42,7 +50,7 @@ class ClusterView:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def refresh(self) -> None:
-        status = await asyncio.to_thread(serve.status)
+        status = await self._control.run(serve.status)
         for app in self._apps:
             found = status.applications.get(app)
             states: dict[str, int] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Generic, TypeVar, cast
 
@@ -21,6 +22,7 @@ from modelpool.runtime.timing import RequestTiming
 
 log = logging.getLogger("modelpool.ray")
 T = TypeVar("T")
+R = TypeVar("R")
 
 _REPLICA_GONE = (
     ray_errors.RayActorError,  # ActorDiedError, ActorUnavailableError
@@ -171,6 +173,21 @@ class RemoteStream(Generic[T]):
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+class ControlThread:
+    """Ray Serve's control calls from the ingress (status reads, redeploys) run here, one at
+    a time, off the event loop: building a deployment is not thread-safe (Ray registers and
+    unregisters modules in cloudpickle's global registry), so two at once can fail."""
+
+    def __init__(self) -> None:
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="serve-control")
+
+    async def run(self, work: Callable[[], R]) -> R:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, work)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
 
 
 def request_id() -> str | None:

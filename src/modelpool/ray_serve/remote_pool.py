@@ -10,7 +10,6 @@ limits see every request as in one process.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -37,15 +36,16 @@ from modelpool.inference import (
 from modelpool.ray_serve import naming
 from modelpool.ray_serve.cluster_view import ClusterView
 from modelpool.ray_serve.options import replica_bounds
-from modelpool.ray_serve.remote import RemoteStream, call_unary, open_remote, request_id
+from modelpool.ray_serve.remote import ControlThread, RemoteStream, call_unary, open_remote, request_id
 from modelpool.ray_serve.wire import Call, Failed, Started, uncounted
 from modelpool.runtime.build import build_pool
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.clock import Clock, SystemClock
-from modelpool.runtime.generation import ChoiceChunk, Generation, chunk_timer
+from modelpool.runtime.generation import ChoiceChunk, Generation
 from modelpool.runtime.lease import ResultStream
 from modelpool.runtime.memory import system_memory
 from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.observers import RequestObservers
 from modelpool.runtime.pool import DEFAULT_CALL, ModelPool, ModelVoice, SpeechAudio, Transcription
 from modelpool.runtime.scoring import Loglikelihood
 from modelpool.runtime.status import BudgetStatus, EngineLogs, ModelMemory, ModelStatus, PoolMemory
@@ -61,6 +61,7 @@ class RemotePool:
         self.config = config
         self.metrics = Metrics()
         self.clock = clock or SystemClock()
+        self.observe = RequestObservers(self.metrics, self.clock)
         self.catalog: ModelPool = build_pool(config, metrics=Metrics(), clock=self.clock)
         self._apps = naming.served_apps(config)
         self._app_of = {model.id: app for app, models in self._apps.items() for model in models}
@@ -68,7 +69,8 @@ class RemotePool:
         self._handles: dict[str, DeploymentHandle[Any]] = {}
         self._redeploy = redeploy
         self._overrides: dict[str, dict[str, dict[str, Any]]] = {}
-        self.view = ClusterView(self._handle, list(self._apps), config.ray.status_interval_s)
+        self.control = ControlThread()
+        self.view = ClusterView(self._handle, list(self._apps), config.ray.status_interval_s, self.control)
         self._closing = False
 
     def _handle(self, app: str) -> DeploymentHandle[Any]:
@@ -109,6 +111,7 @@ class RemotePool:
         """Stops watching the replicas; the model applications stay deployed."""
         self._closing = True
         await self.view.stop()
+        self.control.close()
 
     def readiness(self) -> tuple[bool, dict[str, str]]:
         statuses = self.statuses()
@@ -120,13 +123,15 @@ class RemotePool:
     def readiness_problem(self, name: str | None = None) -> ModelpoolError | None:
         if self._closing:
             return ShuttingDown("the server is shutting down")
-        if name is not None:
+        if name is not None:  # as a slot answers: None when ready or loading on demand
             status = self.status(name)
-            if status.state == "ready":
-                return None
             if status.state == "failed":
                 return ModelLoadFailed(f"model '{status.id}' failed to load: {status.last_error}")
-            return ModelNotReady(f"model '{status.id}' is {status.state}")
+            if status.state == "loading":
+                return ModelNotReady(f"model '{status.id}' is loading")
+            if status.state != "ready" and not status.autoload:
+                return ModelNotReady(f"model '{status.id}' is not loaded and has autoload off")
+            return None
         ready, states = self.readiness()
         if ready:
             return None
@@ -164,29 +169,19 @@ class RemotePool:
         self, name: str, request: ChatRequest, options: CallOptions = DEFAULT_CALL
     ) -> ResultStream[GenerationChunk]:
         model_id, _, pieces, timing = await self._open("chat", name, (request,), options)
-        timer = self._chunk_timer(model_id, timing)
-        return RemoteStream(model_id, pieces, timing, observe=timer, on_close=self._timing_observer(model_id))
+        timer = self.observe.chunks(model_id, timing)
+        return RemoteStream(model_id, pieces, timing, observe=timer, on_close=self.observe.finished(model_id))
 
     async def complete(
         self, name: str, requests: list[CompletionRequest], options: CallOptions = DEFAULT_CALL
     ) -> ResultStream[ChoiceChunk]:
         model_id, _, pieces, timing = await self._open("complete", name, (requests,), options)
-        timer = self._chunk_timer(model_id, timing)
+        timer = self.observe.chunks(model_id, timing)
 
         def observe(piece: ChoiceChunk) -> None:
             timer(piece[1])
 
-        return RemoteStream(model_id, pieces, timing, observe=observe, on_close=self._timing_observer(model_id))
-
-    def _chunk_timer(self, model_id: str, timing: RequestTiming) -> Callable[[GenerationChunk], None]:
-        return chunk_timer(timing, self.clock, lambda: self.metrics.count_timing(model_id, timing))
-
-    def _timing_observer(self, model_id: str) -> Callable[[RequestTiming], None]:
-        def done(timing: RequestTiming) -> None:
-            timing.backend_s = self.clock.monotonic() - timing.started
-            self.metrics.observe_timing(model_id, timing)
-
-        return done
+        return RemoteStream(model_id, pieces, timing, observe=observe, on_close=self.observe.finished(model_id))
 
     async def embed(
         self, name: str, request: EmbeddingRequest, options: CallOptions = DEFAULT_CALL
@@ -216,7 +211,7 @@ class RemotePool:
     ) -> Transcription:
         model_id, first, pieces, timing = await self._open(method, name, args, options)
         audio_s = first.audio_seconds or 0.0
-        on_close = self._audio_observer(model_id, "transcription", lambda: audio_s)
+        on_close = self.observe.audio(model_id, "transcription", lambda: audio_s)
         segments: RemoteStream[Segment] = RemoteStream(model_id, pieces, timing, on_close=on_close)
         return Transcription(segments, audio_s)
 
@@ -228,20 +223,11 @@ class RemotePool:
         def count(pcm: npt.NDArray[np.int16]) -> None:
             produced[0] += len(pcm)
 
-        on_close = self._audio_observer(model_id, "speech", lambda: produced[0] / rate)
+        on_close = self.observe.audio(model_id, "speech", lambda: produced[0] / rate)
         chunks: RemoteStream[npt.NDArray[np.int16]] = RemoteStream(
             model_id, pieces, timing, observe=count, on_close=on_close
         )
         return SpeechAudio(chunks, rate)
-
-    def _audio_observer(
-        self, model: str, task: str, audio_seconds: Callable[[], float]
-    ) -> Callable[[RequestTiming], None]:
-        def observe(timing: RequestTiming) -> None:
-            timing.backend_s = self.clock.monotonic() - timing.started
-            self.metrics.observe_audio(model, task, audio_seconds(), timing.backend_s)
-
-        return observe
 
     async def voices(self) -> list[ModelVoice]:
         return await self.catalog.voices()  # read from the voices' files here: loads nothing anywhere
@@ -288,7 +274,7 @@ class RemotePool:
                 raise InvalidRequest(f"replicas must be between {low} and {high}", param="replicas")
             changes["num_replicas"] = replicas
         if changes:
-            await asyncio.to_thread(self._redeploy, app, changes)
+            await self.control.run(lambda: self._redeploy(app, changes))
             if "overrides" in changes:
                 self._overrides[app] = changes["overrides"]
         answers = await self._handle(app).broadcast("load", model_id).results_async(timeout_s=self.wait_s)

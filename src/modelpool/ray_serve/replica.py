@@ -65,7 +65,6 @@ class ModelReplica:
         parsed = Config.model_validate(config)
         configure_logging(parsed.server.log_format, parsed.server.log_level)
         self.pool: ModelPool = build_pool(replica_config(parsed, model_ids, group_size))
-        self.grouped = group_size is not None
         self._overrides: dict[str, dict[str, Any]] = {}
         context = ray.get_runtime_context()
         self.placement = Placement(
@@ -84,10 +83,6 @@ class ModelReplica:
             if options != self._overrides.get(model_id):
                 await self.pool.load(model_id, overrides=options)
         self._overrides = overrides
-
-    async def check_health(self) -> None:
-        """Ray restarts a replica that fails this; a model that failed to load is not a
-        reason (its slot answers 503 and retries after its cooldown), so nothing fails it."""
 
     async def __del__(self) -> None:
         await self.pool.close()
@@ -140,7 +135,8 @@ class ModelReplica:
         yield Ended()
 
     async def _resident(self, model_id: str) -> object:
-        """Group replicas: the multiplexed loader (`apps.py` wraps it in `serve.multiplexed`)."""
+        """Makes `model_id` one of the replica's resident models. A model of its own always is;
+        group replicas override this with Serve's multiplexed loader (`apps.group_replica`)."""
         return None
 
     # ----- control -------------------------------------------------------------------

@@ -62,12 +62,13 @@ from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.embedding import embed_on
 from modelpool.runtime.eviction import Budget
-from modelpool.runtime.generation import ChoiceChunk, Generation, chunk_timer, collect
+from modelpool.runtime.generation import ChoiceChunk, Generation, collect
 from modelpool.runtime.images import with_loaded_images
 from modelpool.runtime.lease import Lease, LeasedStream, ResultStream, open_stream
 from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.memory import gpu_memory, system_memory
 from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.observers import RequestObservers
 from modelpool.runtime.pairs import cosine_on, cross_encode_on
 from modelpool.runtime.reasoning import split_reasoning
 from modelpool.runtime.scoring import Loglikelihood, loglikelihood
@@ -128,6 +129,7 @@ class ModelPool:
         self.model_wait_s = model_wait_s
         self.capacity = capacity
         self.clock = clock
+        self.observe = RequestObservers(metrics, clock)
         self.reap_interval_s = reap_interval_s
         self.images = images or ImagePolicy()
         """Where images in requests may come from, and their limits."""
@@ -265,8 +267,8 @@ class ModelPool:
             chunks = backend.chat(request)
             return split_reasoning(chunks, parser) if parser else chunks
 
-        observe = self._chunk_timer(lease)
-        return await open_stream(lease, run, observe=observe, on_close=self._timing_observer(slot.id))
+        observe = self.observe.chunks(lease.model_id, lease.timing)
+        return await open_stream(lease, run, observe=observe, on_close=self.observe.finished(slot.id))
 
     async def complete(
         self, name: str, requests: list[CompletionRequest], options: CallOptions = DEFAULT_CALL
@@ -275,7 +277,7 @@ class ModelPool:
         chunk with its prompt's index. The first prompt starts before this returns, so a
         bad request still gets a 4xx; later ones start when reached."""
         lease = await self.lease(name, Task.COMPLETION, CompletionBackend, options)
-        timer = self._chunk_timer(lease)
+        timer = self.observe.chunks(lease.model_id, lease.timing)
 
         async def each(backend: CompletionBackend) -> AsyncGenerator[ChoiceChunk, None]:
             for index, request in enumerate(requests):
@@ -286,18 +288,7 @@ class ModelPool:
         def observe(piece: ChoiceChunk) -> None:
             timer(piece[1])
 
-        return await open_stream(lease, each, observe=observe, on_close=self._timing_observer(lease.model_id))
-
-    def _chunk_timer(self, lease: Lease[Any]) -> Callable[[GenerationChunk], None]:
-        """Times one generation at a time on `lease`, counting its tokens as they pass."""
-        return chunk_timer(lease.timing, self.clock, lambda: self.metrics.count_timing(lease.model_id, lease.timing))
-
-    def _timing_observer(self, model_id: str) -> Callable[[RequestTiming], None]:
-        def done(timing: RequestTiming) -> None:
-            timing.backend_s = self.clock.monotonic() - timing.started
-            self.metrics.observe_timing(model_id, timing)
-
-        return done
+        return await open_stream(lease, each, observe=observe, on_close=self.observe.finished(lease.model_id))
 
     async def embed(
         self, name: str, request: EmbeddingRequest, options: CallOptions = DEFAULT_CALL
@@ -362,7 +353,7 @@ class ModelPool:
         job = replace(request, audio=audio)
         audio_s = len(audio) / rate
         lease = await slot.lease(TranscriptionBackend, self.model_wait_s, options.keep_alive)
-        on_close = self._audio_observer(slot.id, "transcription", lambda: audio_s)
+        on_close = self.observe.audio(slot.id, "transcription", lambda: audio_s)
         segments = await open_stream(lease, lambda backend: backend.transcribe(job), on_close=on_close)
         return Transcription(segments, audio_s)
 
@@ -375,18 +366,9 @@ class ModelPool:
         def count(pcm: npt.NDArray[np.int16]) -> None:
             produced[0] += len(pcm)
 
-        on_close = self._audio_observer(lease.model_id, "speech", lambda: produced[0] / rate)
+        on_close = self.observe.audio(lease.model_id, "speech", lambda: produced[0] / rate)
         chunks = await open_stream(lease, lambda backend: backend.synthesize(request), observe=count, on_close=on_close)
         return SpeechAudio(chunks, rate)
-
-    def _audio_observer(
-        self, model: str, task: str, audio_seconds: Callable[[], float]
-    ) -> Callable[[RequestTiming], None]:
-        def observe(timing: RequestTiming) -> None:
-            timing.backend_s = self.clock.monotonic() - timing.started
-            self.metrics.observe_audio(model, task, audio_seconds(), timing.backend_s)
-
-        return observe
 
     async def voices(self) -> list[ModelVoice]:
         """The voices of every text-to-speech model, read from each model's files by a
@@ -410,7 +392,7 @@ class ModelPool:
                     lease.timing.prompt_tokens += scored[-1].scored_tokens  # before the turn's span ends with it
                     self.metrics.count_timing(lease.model_id, lease.timing)
             finally:
-                self._timing_observer(lease.model_id)(lease.timing)
+                self.observe.finished(lease.model_id)(lease.timing)
             return scored
 
     async def generate_all(
@@ -424,12 +406,13 @@ class ModelPool:
 
             async def one(request: CompletionRequest) -> Generation:
                 async with aclosing(lease.backend.complete(request)) as chunks:
-                    return await collect(_observed(chunks, self._chunk_timer(lease), lease))  # a timer each
+                    timer = self.observe.chunks(lease.model_id, lease.timing)  # one per generation
+                    return await collect(_observed(chunks, timer, lease))
 
             try:
                 return list(await asyncio.gather(*(one(r) for r in requests)))
             finally:
-                self._timing_observer(lease.model_id)(lease.timing)
+                self.observe.finished(lease.model_id)(lease.timing)
 
     async def tokenize(self, name: str | None, job: TokenizeJob, options: CallOptions = DEFAULT_CALL) -> Tokenized:
         """Token ids by the tokenizer of the model `name` names (None: the only model with one)."""
