@@ -21,7 +21,9 @@ def connect(address: str | None, server: ServerConfig, proxy_location: str) -> N
     """Join (or start) the Ray cluster and start Ray Serve's HTTP proxy on the server's
     host and port. Serve already running keeps its own HTTP options (Ray cannot change them)."""
     if not ray.is_initialized():
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        # A Ray instance started here (no address) is modelpool's alone: no dashboard.
+        local = {"include_dashboard": False} if address is None else {}
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, **local)
     serve.start(proxy_location=proxy_location, http_options={"host": server.host, "port": server.port})
 
 
