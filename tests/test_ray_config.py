@@ -160,3 +160,25 @@ def test_rays_failures_become_the_envelopes_a_client_expects() -> None:
         assert error.status_code == status
     kept = ModelNotFound("m", [])
     assert as_pool_error(kept, "m") is kept
+
+
+def test_a_streams_start_carries_the_waits_not_the_tokens() -> None:
+    """The replica's prefetch has counted the first chunk, which the ingress counts again as
+    it passes: `Started` carrying the prompt's tokens would bill them twice."""
+    from modelpool.ray_serve.wire import waits_only
+
+    timing = RequestTiming(load_wait_s=1.0, queue_wait_s=0.5, prompt_tokens=9, output_tokens=1, replica=2, started=5.0)
+    timing.time_to_first_token_s = 0.2
+    carried = waits_only(timing)
+    assert (carried.load_wait_s, carried.queue_wait_s, carried.replica) == (1.0, 0.5, 2)
+    assert (carried.prompt_tokens, carried.output_tokens, carried.time_to_first_token_s, carried.started) == (
+        0,
+        0,
+        None,
+        0,
+    )
+
+
+def test_a_model_with_no_queue_gets_the_smallest_queue_ray_allows(tmp_path: Path) -> None:
+    config = config_of(tmp_path, {"models": {"e": {**EMBED, "max_queue": 0}}})
+    assert deployment_options(config.served_models(), config)["max_queued_requests"] == 1  # Ray: -1 is unlimited

@@ -43,6 +43,21 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float) -> None
         time.sleep(0.2)
 
 
+def counter(pool: RayModelpool, name: str, model: str) -> float:
+    """The ingress's `name{model=...}` (`/metrics`)."""
+    prefix = f'{name}{{model="{model}"}} '
+    lines = HTTP.get(pool.base_url + "/metrics", timeout=10).text.splitlines()
+    return sum(float(line[len(prefix) :]) for line in lines if line.startswith(prefix))
+
+
+def input_tokens(pool: RayModelpool, model: str) -> float:
+    return counter(pool, "modelpool_input_tokens_total", model)
+
+
+def output_tokens(pool: RayModelpool, model: str) -> float:
+    return counter(pool, "modelpool_output_tokens_total", model)
+
+
 def nodes_of(status: dict[str, Any]) -> list[str]:
     return sorted(replica["node_id"] for replica in status["replicas"])
 
@@ -72,11 +87,14 @@ def test_chat_and_streamed_chat_through_the_sdk(ray_pool: RayModelpool) -> None:
     whole = client.chat.completions.create(**body)
     assert whole.choices[0].message.content
     assert whole.usage is not None and whole.usage.completion_tokens > 0
+    counted = input_tokens(ray_pool, "smollm2-135m-instruct")
     chunks = list(client.chat.completions.create(**body, stream=True, stream_options={"include_usage": True}))
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert len(pieces) >= 2
     assert "".join(pieces) == whole.choices[0].message.content  # greedy: the same reply streamed or not
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == whole.usage.total_tokens
+    # the ingress bills the stream's prompt once (the replica's prefetch saw it too)
+    assert input_tokens(ray_pool, "smollm2-135m-instruct") - counted == chunks[-1].usage.prompt_tokens
 
 
 def test_embeddings_equal_sentence_transformers_own(ray_pool: RayModelpool) -> None:
@@ -162,13 +180,6 @@ def test_errors_keep_their_envelopes_across_the_hop(ray_pool: RayModelpool) -> N
     assert overflow.value.body["param"] == "messages"  # type: ignore[index]
 
 
-def output_tokens(pool: RayModelpool, model: str) -> float:
-    """The ingress's count of `model`'s output tokens (`/metrics`)."""
-    prefix = f'modelpool_output_tokens_total{{model="{model}"}} '
-    lines = HTTP.get(pool.base_url + "/metrics", timeout=10).text.splitlines()
-    return sum(float(line[len(prefix) :]) for line in lines if line.startswith(prefix))
-
-
 def test_a_client_that_leaves_stops_the_work_on_the_replica(ray_pool: RayModelpool) -> None:
     body = {
         "model": "smollm2",
@@ -186,6 +197,7 @@ def test_a_client_that_leaves_stops_the_work_on_the_replica(ray_pool: RayModelpo
                 data.append(line)
             if len(data) >= 6:
                 break
+        wait_for(lambda: model_status(ray_pool, "smollm2")["in_flight"] == 1, "the replica to report the stream", 15)
     wait_for(lambda: model_status(ray_pool, "smollm2")["in_flight"] == 0, "the replica to stop generating", 15)
     counted = output_tokens(ray_pool, "smollm2-135m-instruct") - before
     assert 4 <= counted < 3000  # charged what it used (≥ the 5 tokens it was sent), stopped far short of max_tokens
@@ -232,6 +244,7 @@ def test_scale_to_zero_loads_on_the_first_request(ray_pool: RayModelpool) -> Non
 
 def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: RayModelpool) -> None:
     admin = f"{ray_pool.base_url}/v1/admin/models/smollm2"
+    before = {r["ray_replica"] for r in model_status(ray_pool, "smollm2")["replicas"]}
     reply = HTTP.post(admin + "/load", json={"overrides": {"n_ctx": 2048}}, timeout=180)
     assert reply.status_code == 200, reply.text
     wait_for(
@@ -242,6 +255,8 @@ def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: Ray
         "both replicas running with n_ctx 2048",
         60,
     )
+    after = {r["ray_replica"] for r in model_status(ray_pool, "smollm2")["replicas"]}
+    assert after == before, "the overrides replaced the replicas instead of reloading their model"
     bad = HTTP.post(admin + "/load", json={"overrides": {"no_such_option": 1}}, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "overrides"
     too_many = HTTP.post(admin + "/load", json={"replicas": 9}, timeout=30)
@@ -256,14 +271,30 @@ def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: Ray
 
 
 def test_admin_replicas_redeploy_the_model_with_that_many(ray_pool: RayModelpool) -> None:
-    """An autoscaled model: `replicas: n` raises its floor to n (Serve redeploys it)."""
+    """`replicas: n` raises an autoscaled model's floor to n (Serve adds replicas, keeping the
+    running one); admin overrides given earlier stay with every replica."""
     admin = f"{ray_pool.base_url}/v1/admin/models/all-minilm-l6-v2"
+    assert HTTP.post(admin + "/load", json={"overrides": {"batch_size": 16}}, timeout=180).status_code == 200
+    first = {r["ray_replica"] for r in model_status(ray_pool, "all-minilm-l6-v2")["replicas"]}
     assert HTTP.post(admin + "/load", json={"replicas": 2}, timeout=180).status_code == 200
     wait_for(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 2, "a second replica", 60)
-    by_node = model_status(ray_pool, "all-minilm-l6-v2")["replicas_by_node"]
-    assert by_node == {ray_pool.head_id: 1, ray_pool.node_b_id: 1}
+    status = model_status(ray_pool, "all-minilm-l6-v2")
+    assert status["replicas_by_node"] == {ray_pool.head_id: 1, ray_pool.node_b_id: 1}
+    assert first < {r["ray_replica"] for r in status["replicas"]}, "the running replica was replaced"
+    assert status["options"]["batch_size"] == 16
     assert HTTP.post(admin + "/load", json={"replicas": 1}, timeout=180).status_code == 200
     wait_for(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 1, "back to one replica", 90)
+
+
+def test_admin_load_of_a_model_at_zero_replicas_starts_one(ray_pool: RayModelpool) -> None:
+    wait_for(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "minilm-zero at zero replicas", 60)
+    reply = HTTP.post(f"{ray_pool.base_url}/v1/admin/models/minilm-zero/load", timeout=180)
+    assert reply.status_code == 200, reply.text
+    assert model_status(ray_pool, "minilm-zero")["state"] == "ready"
+    unload = HTTP.post(f"{ray_pool.base_url}/v1/admin/models/minilm-zero/unload", timeout=60)
+    assert unload.status_code == 200, unload.text
+    wait_for(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "back to zero", 60)
+    assert HTTP.post(f"{ray_pool.base_url}/v1/admin/models/minilm-zero/unload", timeout=60).status_code == 200
 
 
 def _chat_outcome(pool: RayModelpool, stream: bool) -> tuple[int, str]:
@@ -271,11 +302,11 @@ def _chat_outcome(pool: RayModelpool, stream: bool) -> tuple[int, str]:
     body = {
         "model": "smollm2",
         "messages": [{"role": "user", "content": "Tell me about rivers."}],
-        "max_tokens": 48,
+        "max_tokens": 160,
         "ignore_eos": True,
         "stream": stream,
     }
-    with HTTP.stream("POST", pool.base_url + "/v1/chat/completions", json=body, timeout=120) as reply:
+    with HTTP.stream("POST", pool.base_url + "/v1/chat/completions", json=body, timeout=240) as reply:
         text = reply.read().decode()
     if not stream or reply.status_code != 200:
         return reply.status_code, json.loads(text).get("error", {}).get("code", "ok")
@@ -299,8 +330,8 @@ def test_losing_a_node_loses_only_its_requests(ray_pool: RayModelpool) -> None:
         )
         ray_pool.node_b.kill_raylet()  # the node's raylet dies: its replicas and their work with it
         ray_pool.cluster.remove_node(ray_pool.node_b, allow_graceful=False)  # and the rest of the node
-        results = [outcome.result(timeout=120) for outcome in outcomes]
-    assert time.monotonic() - started < 120
+        results = [outcome.result(timeout=240) for outcome in outcomes]
+    assert time.monotonic() - started < 240
     failed = [r for r in results if r[1] != "ok"]
     assert failed, f"no request was on the lost node: {results}"
     assert len(failed) < len(results), f"every request failed, not only the lost node's: {results}"

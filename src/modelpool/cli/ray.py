@@ -40,19 +40,26 @@ def serve_on_ray(config: Config, address: str | None) -> None:
 
     try:
         check_exposure(config, KeyRing.from_config(config.auth))
-        _deploy(config, address, connect, deploy)
+        connect(address or config.ray.address, config.server, config.ray.proxy_location)
+    except ConfigError as exc:
+        echo_err(f"error: {exc.message}")
+        raise typer.Exit(2) from None
+    for sig in (signal.SIGINT, signal.SIGTERM):  # from now on a signal stops serving, mid-deploy too
+        signal.signal(sig, _exit_cleanly)
+    try:  # connected: whatever happens now, modelpool's apps are taken off the cluster
+        _deploy(config, deploy)
         typer.echo(f"modelpool on Ray Serve: http://{config.server.host}:{config.server.port} (Ctrl-C stops it)")
-        stopped = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stopped.set())
-        stopped.wait()
+        threading.Event().wait()  # until a signal raises SystemExit
     finally:
         undeploy(config)
 
 
-def _deploy(config: Config, address: str | None, connect: Any, deploy: Any) -> None:
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def _deploy(config: Config, deploy: Any) -> None:
     try:
-        connect(address or config.ray.address, config.server, config.ray.proxy_location)
         deploy(config, progress=typer.echo)
     except ConfigError as exc:
         echo_err(f"error: {exc.message}")
@@ -67,7 +74,8 @@ def deploy_command(config: Config, address: str | None) -> None:
     if not (address or config.ray.address):
         echo_err("error: `ray deploy` needs a running cluster to leave the apps on: --address auto (or ray.address)")
         raise typer.Exit(2)
-    _deploy(config, address, connect, deploy)
+    connect(address or config.ray.address, config.server, config.ray.proxy_location)
+    _deploy(config, deploy)
 
 
 def down_command(config: Config, address: str | None) -> None:

@@ -121,6 +121,9 @@ class RaySettings(_Strict):
     `--ray ADDRESS` wins; none: start a local Ray instance."""
     proxy_location: Literal["HeadOnly", "EveryNode", "Disabled"] = "HeadOnly"
     """Where Ray Serve runs its HTTP proxy: only on the head node, or on every node."""
+    replica_shutdown_grace_s: float = Field(default=300.0, ge=0)
+    """How long a model replica that Serve stops (scaling down, a node drained) lets its
+    requests in flight finish before they are cut (502)."""
     status_interval_s: float = Field(default=2.0, gt=0)
     """How often the ingress asks the replicas how they are (for `/v1/admin/models`,
     `/readyz` and the metrics page)."""

@@ -4,6 +4,8 @@ one application per model or multiplexed group. The builders at the bottom are a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from functools import cache
 from pathlib import Path
@@ -14,6 +16,7 @@ from ray import serve
 from ray.serve import Application
 from ray.serve.deployment import Deployment
 
+from modelpool import __version__
 from modelpool.api.app import create_app
 from modelpool.config.loader import load_config
 from modelpool.config.schema import Config, ModelConfig
@@ -46,8 +49,10 @@ class Ingress:
         return create_app(self.config, RemotePool(self.config, redeploy=self.redeploy))
 
     def redeploy(self, app: str, changes: dict[str, Any]) -> None:
-        """An admin's change to one model application (blocks until Ray Serve has applied it)."""
-        serve.run(model_application(self.config, app, **changes), name=app, route_prefix=None)
+        """Hand an admin's change to one model application to Ray Serve; returns once Serve
+        has it (the caller watches the application until it runs again)."""
+        target = serve.RunTarget(model_application(self.config, app, **changes), name=app, route_prefix=None)
+        serve.run_many([target], wait_for_applications_running=False)
 
 
 @cache
@@ -81,9 +86,21 @@ def model_application(
     deployment = deployment.options(
         **deployment_options(models, config, num_replicas=num_replicas),
         user_config={"overrides": overrides or {}},
+        # The same version for the same models: Serve then applies a new replica count or
+        # user_config to running replicas instead of replacing them all (without one, every
+        # `serve.run` gets a random version: a rolling restart). Serve 2.60 keeps `version`
+        # for its own callers (`_internal`); the admin tests check no replica is replaced.
+        version=replica_version(models, group_size),
+        _internal=True,
     )
     replica_payload = config.model_copy(update={"auth": type(config.auth)()})
     return deployment.bind(config_payload(replica_payload), [m.id for m in models], group_size)
+
+
+def replica_version(models: list[ModelConfig], group_size: int | None) -> str:
+    """What a replica runs, as a short hash: the models' settings, the group size, modelpool's version."""
+    what = [[m.model_dump(mode="json") for m in models], group_size, __version__]
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _group_size(models: list[ModelConfig], config: Config) -> int | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -25,12 +25,14 @@ _STATE_ORDER = ("ready", "loading", "failed", "unloading", "unloaded")
 class ClusterView:
     def __init__(
         self,
-        handles: Callable[[str], DeploymentHandle[Any]],
+        handles: Callable[[str], Awaitable[DeploymentHandle[Any]]],
         apps: list[str],
+        grouped_apps: set[str],
         interval_s: float,
         control: ControlThread,
     ) -> None:
         self._handles = handles
+        self._grouped_apps = grouped_apps
         self._control = control
         self._apps = apps
         self.interval_s = interval_s
@@ -69,7 +71,8 @@ class ClusterView:
         if not self.replica_states[app].get("RUNNING"):
             return []
         try:
-            answers = await self._handles(app).broadcast("report").results_async(timeout_s=5, return_exceptions=True)
+            handle = await self._handles(app)
+            answers = await handle.broadcast("report").results_async(timeout_s=5, return_exceptions=True)
         except Exception as exc:  # the app was being redeployed or removed: try again next time
             log.debug("status broadcast failed", exc_info=exc, extra={"app": app})
             return self.reports.get(app, [])
@@ -86,7 +89,11 @@ class ClusterView:
     def merged(self, app: str, template: ModelStatus) -> ModelStatus:
         """`template` (the model as configured, never loaded) with what its replicas said."""
         per_replica: list[tuple[ReplicaReport, ModelStatus]] = [
-            (report, status) for report in self.reports[app] for status in report.statuses if status.id == template.id
+            (report, status)
+            for report in self.reports[app]
+            for status in report.statuses
+            # a group's replica counts for the models it holds; a model's own, for it even unloaded
+            if status.id == template.id and (app not in self._grouped_apps or status.state != "unloaded")
         ]
         replicas = [
             ReplicaStatus(
@@ -110,7 +117,9 @@ class ClusterView:
         wanted = states.get("RUNNING", 0) + sum(states.get(s, 0) for s in _STARTING)
         return replace(
             template,
-            state=self._state([status.state for _, status in per_replica], starting=wanted > len(replicas)),
+            state=self._state(
+                [status.state for _, status in per_replica], starting=self._starting(app, wanted, replicas)
+            ),
             replicas=replicas,
             replicas_wanted=wanted,
             in_flight=sum(status.in_flight for _, status in per_replica),
@@ -122,6 +131,13 @@ class ClusterView:
             options=per_replica[0][1].options if per_replica else template.options,
             replicas_by_node=by_node,
         )
+
+    def _starting(self, app: str, wanted: int, replicas: list[ReplicaStatus]) -> bool:
+        """Replicas are on their way for this model: more wanted than report it (a group's
+        replicas hold only some of its models, so for a group: none running yet)."""
+        if app in self._grouped_apps:
+            return wanted > 0 and not self.replica_states[app].get("RUNNING")
+        return wanted > len(replicas)
 
     @staticmethod
     def _state(replica_states: list[str], *, starting: bool) -> str:

@@ -22,8 +22,8 @@ def connect(address: str | None, server: ServerConfig, proxy_location: str) -> N
     host and port. Serve already running keeps its own HTTP options (Ray cannot change them)."""
     if not ray.is_initialized():
         # A Ray instance started here (no address) is modelpool's alone: no dashboard.
-        local = {"include_dashboard": False} if address is None else {}
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, **local)
+        dashboard = False if address is None else None
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, include_dashboard=dashboard)
     serve.start(proxy_location=proxy_location, http_options={"host": server.host, "port": server.port})
 
 

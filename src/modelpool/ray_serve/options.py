@@ -38,9 +38,12 @@ def deployment_options(models: list[ModelConfig], config: Config, *, num_replica
     options: dict[str, Any] = {
         "ray_actor_options": actor_options(scaling.ray_actor_options),
         "max_ongoing_requests": max_ongoing(models),
-        "max_queued_requests": sum(m.max_queue for m in models) or -1,
-        "graceful_shutdown_timeout_s": config.server.shutdown_grace_s,
-        # A model can take minutes to load: Ray's health check must not kill a replica for it.
+        # Requests a caller holds back while every replica is full (then 429). Ray takes -1
+        # (no limit) or at least 1: a model with no queue (`max_queue: 0`) gets 1.
+        "max_queued_requests": max(1, sum(m.max_queue for m in models)),
+        "graceful_shutdown_timeout_s": config.ray.replica_shutdown_grace_s,
+        # Health checks run on the replica's loop next to the model's work: a busy engine
+        # thread must not make one look dead.
         "health_check_timeout_s": 60.0,
     }
     if scaling.max_replicas_per_node is not None:
@@ -74,7 +77,7 @@ def replica_bounds(models: list[ModelConfig], config: Config) -> tuple[int, int]
     scaling = scaling_of(models, config)
     if scaling.autoscaling is not None:
         return 1, scaling.autoscaling.max_replicas
-    return 1, max(m.replica_max for m in models)
+    return 1, max(scaling.num_replicas or 1, *(m.replica_max for m in models))
 
 
 def ingress_options(config: Config) -> dict[str, Any]:

@@ -50,25 +50,39 @@ def as_pool_error(error: BaseException, model_id: str) -> ModelpoolError:
     return GenerationFailed(f"model '{model_id}' failed on its replica")
 
 
-def _no_replica(model_id: str, wait_s: float) -> ModelNotReady:
-    return ModelNotReady(f"no replica of model '{model_id}' took the request within {wait_s:g} s")
+def assignment_wait(model_wait_s: float | None) -> float | None:
+    """How long a call may wait for Ray Serve to hand it to a replica (a scaled-to-zero model
+    starting one): the server's `model_wait_s`, at least a second (0 means "do not wait for
+    a load" in one process, and handing a call over takes a moment); None: no limit."""
+    return None if model_wait_s is None else max(model_wait_s, 1.0)
 
 
-async def call_unary(handle: DeploymentHandle[Any], call: Call, model_id: str, wait_s: float | None) -> Done[Any]:
-    """`call` on one replica. Waiting for a replica to take it is bounded by `wait_s` (a
-    503 after); once taken, the call runs as long as it needs."""
-    response = cast("DeploymentResponse[Any]", handle.unary.remote(call))
+async def _assigned(response: DeploymentResponse[Any] | DeploymentResponseGenerator[Any], model_id: str,
+                    wait_s: float | None) -> None:  # fmt: skip
+    """Wait until a replica has taken the call. Only this wait is bounded here: once taken,
+    the replica's own pool bounds its load (`model_wait_s`) as one process does, and
+    queueing and generation take as long as they take."""
     try:
-        try:
-            ref = await asyncio.wait_for(response._to_object_ref(), wait_s)
-        except asyncio.TimeoutError:
-            raise _no_replica(model_id, wait_s or 0) from None
-        answer: Done[Any] | Failed = await ref
+        await asyncio.wait_for(response._fetch_future_result_async(), wait_s)  # Serve's own wait for a replica
+    except asyncio.TimeoutError:
+        response.cancel()
+        raise ModelNotReady(f"no replica of model '{model_id}' took the request within {wait_s:g} s") from None
     except asyncio.CancelledError:
         response.cancel()
         raise
-    except ModelpoolError:
-        response.cancel()
+    except Exception as exc:
+        raise as_pool_error(exc, model_id) from None
+
+
+async def answer_of(response: Any, model_id: str, wait_s: float | None) -> Any:
+    """What one replica answers to a routed call, once one takes it (within `wait_s`); a
+    `Failed` answer is raised as its error, Ray's failures as modelpool's."""
+    routed = cast("DeploymentResponse[Any]", response)
+    await _assigned(routed, model_id, wait_s)
+    try:
+        answer = await routed
+    except asyncio.CancelledError:
+        routed.cancel()
         raise
     except Exception as exc:
         raise as_pool_error(exc, model_id) from None
@@ -77,18 +91,40 @@ async def call_unary(handle: DeploymentHandle[Any], call: Call, model_id: str, w
     return answer
 
 
+async def call_unary(handle: DeploymentHandle[Any], call: Call, model_id: str, wait_s: float | None) -> Done[Any]:
+    """`call` on one replica, once one takes it (within `wait_s`)."""
+    done: Done[Any] = await answer_of(handle.unary.remote(call), model_id, wait_s)
+    return done
+
+
+async def broadcast(handle: DeploymentHandle[Any], model_id: str, method: str, *args: Any,
+                    timeout_s: float | None) -> list[Any]:  # fmt: skip
+    """`method(*args)` on every running replica (none running: no answers); a `Failed`
+    answer is raised as its error, Ray's failures as modelpool's."""
+    try:
+        answers = await handle.broadcast(method, *args).results_async(timeout_s=timeout_s)
+    except serve_errors.DeploymentUnavailableError:
+        return []
+    except asyncio.TimeoutError:
+        raise ModelNotReady(f"the replicas of model '{model_id}' did not answer within {timeout_s:g} s") from None
+    except Exception as exc:
+        raise as_pool_error(exc, model_id) from None
+    for answer in answers:
+        if isinstance(answer, Failed):
+            raise answer.error
+    return list(answers)
+
+
 async def open_remote(
     handle: DeploymentHandle[Any], call: Call, model_id: str, wait_s: float | None
 ) -> tuple[Started, DeploymentResponseGenerator[Any]]:
-    """Start `call` as a stream on a replica and wait (up to `wait_s`) for its first piece:
-    `Started` once the replica holds the model's turn, or the request's own error (a 4xx
-    before any response has started, as in one process)."""
+    """Start `call` as a stream on a replica (taken within `wait_s`) and read its first
+    piece: `Started` once the replica holds the model's turn, or the request's own error (a
+    4xx before any response has started, as in one process)."""
     pieces = cast("DeploymentResponseGenerator[Any]", handle.options(stream=True).stream.remote(call))
+    await _assigned(pieces, model_id, wait_s)
     try:
-        first = await asyncio.wait_for(pieces.__anext__(), wait_s)
-    except asyncio.TimeoutError:
-        pieces.cancel()
-        raise _no_replica(model_id, wait_s or 0) from None
+        first = await pieces.__anext__()
     except asyncio.CancelledError:
         pieces.cancel()
         raise

@@ -10,6 +10,7 @@ limits see every request as in one process.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -36,8 +37,17 @@ from modelpool.inference import (
 from modelpool.ray_serve import naming
 from modelpool.ray_serve.cluster_view import ClusterView
 from modelpool.ray_serve.options import replica_bounds
-from modelpool.ray_serve.remote import ControlThread, RemoteStream, call_unary, open_remote, request_id
-from modelpool.ray_serve.wire import Call, Failed, Started, uncounted
+from modelpool.ray_serve.remote import (
+    ControlThread,
+    RemoteStream,
+    answer_of,
+    assignment_wait,
+    broadcast,
+    call_unary,
+    open_remote,
+    request_id,
+)
+from modelpool.ray_serve.wire import Call, Started, uncounted
 from modelpool.runtime.build import build_pool
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.clock import Clock, SystemClock
@@ -52,6 +62,9 @@ from modelpool.runtime.status import BudgetStatus, EngineLogs, ModelMemory, Mode
 from modelpool.runtime.timing import RequestTiming
 from modelpool.runtime.tokenization import Detokenized, Tokenized, TokenizeJob, tokenizer_slot
 
+DEPLOY_WAIT_S = 300.0
+"""How long an admin change waits for its redeploy when `server.model_wait_s` is unset."""
+DEPLOY_POLL_S = 0.25
 Redeploy = Callable[[str, dict[str, Any]], None]
 """Redeploy a model application with changed settings (`apps.redeploy`), in a thread."""
 
@@ -69,17 +82,24 @@ class RemotePool:
         self._handles: dict[str, DeploymentHandle[Any]] = {}
         self._redeploy = redeploy
         self._overrides: dict[str, dict[str, dict[str, Any]]] = {}
+        """Per application: the admin's live overrides, sent again with every redeploy."""
+        self._replicas: dict[str, int] = {}
+        """Per application: the admin's replica count, sent again with every redeploy."""
         self.control = ControlThread()
-        self.view = ClusterView(self._handle, list(self._apps), config.ray.status_interval_s, self.control)
+        grouped_apps = {app for app, models in self._apps.items() if models[0].id in self._grouped}
+        self.view = ClusterView(
+            self._handle, list(self._apps), grouped_apps, config.ray.status_interval_s, self.control
+        )
         self._closing = False
 
-    def _handle(self, app: str) -> DeploymentHandle[Any]:
+    async def _handle(self, app: str) -> DeploymentHandle[Any]:
+        """The application's handle (made once, off the event loop: making one waits on Ray)."""
         if app not in self._handles:
-            self._handles[app] = serve.get_app_handle(app)
+            self._handles[app] = await self.control.run(lambda: serve.get_app_handle(app))
         return self._handles[app]
 
-    def _model_handle(self, model_id: str) -> DeploymentHandle[Any]:
-        handle = self._handle(self._app_of[model_id])
+    async def _model_handle(self, model_id: str) -> DeploymentHandle[Any]:
+        handle = await self._handle(self._app_of[model_id])
         if model_id in self._grouped:
             return handle.options(multiplexed_model_id=model_id)
         return handle
@@ -144,7 +164,7 @@ class RemotePool:
         model_id = self.catalog.model_id(name)
         started = self.clock.monotonic()
         call = Call(method, model_id, args, options, request_id())
-        done = await call_unary(self._model_handle(model_id), call, model_id, self.wait_s)
+        done = await call_unary(await self._model_handle(model_id), call, model_id, assignment_wait(self.wait_s))
         if isinstance(done.value, tuple) and len(done.value) == 2 and isinstance(done.value[1], RequestTiming):
             timing = uncounted(done.value[1])
             done = replace(done, value=(done.value[0], timing))
@@ -161,7 +181,9 @@ class RemotePool:
         model_id = self.catalog.model_id(name)
         started = self.clock.monotonic()
         call = Call(method, model_id, args, options, request_id())
-        first, pieces = await open_remote(self._model_handle(model_id), call, model_id, self.wait_s)
+        first, pieces = await open_remote(
+            await self._model_handle(model_id), call, model_id, assignment_wait(self.wait_s)
+        )
         timing = replace(first.timing, started=started)
         return model_id, first, pieces, timing
 
@@ -258,43 +280,61 @@ class RemotePool:
     # ----- admin ---------------------------------------------------------------------
 
     async def load(self, name: str, *, overrides: dict[str, Any] | None = None, replicas: int | None = None) -> None:
-        """Overrides and a replica count redeploy the model's application (Ray Serve updates
-        its replicas: every one, and every later one, runs with them); then every replica
-        loads the model."""
+        """Overrides and a replica count redeploy the model's application: Ray Serve applies
+        them to the running replicas (a new replica count, or a reload with the overrides)
+        and to every later one. Then every replica loads the model (with none running: one
+        is started by a routed call, as a request would)."""
         model_id = self.catalog.model_id(name)
         app = self._app_of[model_id]
         changes: dict[str, Any] = {}
         if overrides:
+            if model_id in self._grouped:
+                raise InvalidRequest(
+                    f"model '{model_id}' shares its replicas with its group: set its options in the config",
+                    param="overrides",
+                )
             self.catalog.with_overrides(model_id, overrides)  # checked here: a bad one is a 400 before any redeploy
             current = self._overrides.get(app, {})
             changes["overrides"] = {**current, model_id: {**current.get(model_id, {}), **overrides}}
         if replicas is not None:
-            low, high = self._replica_bounds(app)
+            low, high = replica_bounds(self._apps[app], self.config)
             if not low <= replicas <= high:
                 raise InvalidRequest(f"replicas must be between {low} and {high}", param="replicas")
             changes["num_replicas"] = replicas
         if changes:
-            await self.control.run(lambda: self._redeploy(app, changes))
-            if "overrides" in changes:
-                self._overrides[app] = changes["overrides"]
-        answers = await self._handle(app).broadcast("load", model_id).results_async(timeout_s=self.wait_s)
-        for answer in answers:
-            if isinstance(answer, Failed):
-                raise answer.error
+            await self._apply(app, model_id, changes)
+        handle = await self._model_handle(model_id)
+        loaded = await broadcast(handle, model_id, "load", model_id, timeout_s=self.wait_s)
+        if not loaded:  # no replica running (scaled to zero): a routed call starts one, as a request would
+            await answer_of(handle.load.remote(model_id), model_id, assignment_wait(self.wait_s))
         await self.view.refresh()
 
-    def _replica_bounds(self, app: str) -> tuple[int, int]:
-        return replica_bounds(self._apps[app], self.config)
+    async def _apply(self, app: str, model_id: str, changes: dict[str, Any]) -> None:
+        """Redeploy `app` with the admin's changes so far (earlier ones are kept) and wait
+        until Ray Serve runs it again."""
+        overrides = changes.get("overrides", self._overrides.get(app, {}))
+        replicas = changes.get("num_replicas", self._replicas.get(app))
+        await self.control.run(lambda: self._redeploy(app, {"overrides": overrides, "num_replicas": replicas}))
+        self._overrides[app] = overrides
+        if replicas is not None:
+            self._replicas[app] = replicas
+        deadline = self.clock.monotonic() + (self.wait_s or DEPLOY_WAIT_S)
+        while True:
+            state, message = await self.control.run(lambda: _app_state(app))
+            if state == "RUNNING":
+                return
+            if state == "DEPLOY_FAILED":
+                raise ModelLoadFailed(f"model '{model_id}': Ray Serve could not deploy it: {message}")
+            if self.clock.monotonic() > deadline:
+                raise ModelNotReady(f"model '{model_id}' is still being redeployed ({state}): see its status")
+            await asyncio.sleep(DEPLOY_POLL_S)
 
     async def unload(self, name: str, *, drain: bool = True) -> None:
         """Frees the model's weights on every replica; the replicas stay (Ray Serve scales
         them), and the next request loads the model again, as in one process."""
         model_id = self.catalog.model_id(name)
-        await (
-            self._handle(self._app_of[model_id])
-            .broadcast("unload", model_id, drain)
-            .results_async(timeout_s=self.wait_s)
-        )
+        await broadcast(await self._handle(self._app_of[model_id]), model_id, "unload", model_id, drain,
+                        timeout_s=self.wait_s)  # fmt: skip
         await self.view.refresh()
 
     # ----- status --------------------------------------------------------------------
@@ -308,15 +348,9 @@ class RemotePool:
 
     async def engine_logs(self, name: str, lines: int) -> EngineLogs:
         model_id = self.catalog.model_id(name)
-        answers = (
-            await self._handle(self._app_of[model_id])
-            .broadcast("engine_logs", model_id, lines)
-            .results_async(timeout_s=10)
-        )
+        handle = await self._handle(self._app_of[model_id])
         processes = []
-        for answer in answers:
-            if isinstance(answer, Failed):
-                raise answer.error
+        for answer in await broadcast(handle, model_id, "engine_logs", model_id, lines, timeout_s=10):
             processes += answer.processes
         return EngineLogs(model_id, self.status(model_id).state, processes)
 
@@ -334,6 +368,11 @@ class RemotePool:
             budget=BudgetStatus(budget.max_models, budget.memory_bytes, budget.gpu_bytes),
             models=models,
         )
+
+
+def _app_state(app: str) -> tuple[str, str]:
+    found = serve.status().applications.get(app)
+    return ("NOT_STARTED", "") if found is None else (str(found.status.value), found.message)
 
 
 def _starts_loaded(model: ModelConfig) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
@@ -27,17 +26,18 @@ from modelpool.ray_serve.wire import (
     Placement,
     ReplicaReport,
     Started,
-    uncounted,
+    waits_only,
 )
 from modelpool.runtime.build import build_pool
 from modelpool.runtime.lease import ResultStream
 from modelpool.runtime.pool import ModelPool, SpeechAudio, Transcription
 from modelpool.runtime.status import EngineLogs
-from modelpool.runtime.timing import RequestTiming
 from modelpool.runtime.usage import RequestUsage, current_usage
 
 log = logging.getLogger("modelpool.ray")
 
+EVICTION_DRAIN_S = 30.0
+"""How long an evicted model's running requests may take to finish before they are cut."""
 UNARY = frozenset({"embed", "score_pairs", "loglikelihood", "generate_all", "tokenize", "detokenize"})
 STREAMED = frozenset({"chat", "complete", "transcribe", "transcribe_samples", "speak"})
 
@@ -66,32 +66,44 @@ class ModelReplica:
         configure_logging(parsed.server.log_format, parsed.server.log_level)
         self.pool: ModelPool = build_pool(replica_config(parsed, model_ids, group_size))
         self._overrides: dict[str, dict[str, Any]] = {}
+        self._started = False
         context = ray.get_runtime_context()
         self.placement = Placement(
             node_id=context.get_node_id(),
             node_ip=ray.util.get_node_ip_address(),
             replica_id=serve.get_replica_context().replica_id.unique_id,
         )
-        await self.pool.preload()  # a model of its own: routable once loaded (a failure stays on its slot)
-        self.pool.start()
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
-        """Admin load overrides (`user_config: {"overrides": {model: {option: value}}}`): every
-        replica, and every later one, reloads its model with them."""
+        """Serve calls this once the replica is made, before it takes requests, and again
+        when the application's `user_config` changes (no restart). `user_config: {"overrides":
+        {model: {option: value}}}` holds an admin's live overrides: a new replica loads its
+        model with them from the start; a running one reloads it."""
         overrides: dict[str, dict[str, Any]] = user_config.get("overrides") or {}
         for model_id, options in overrides.items():
             if options != self._overrides.get(model_id):
                 await self.pool.load(model_id, overrides=options)
         self._overrides = overrides
+        await self._start()
+
+    async def _start(self) -> None:
+        """Load what preloads (a model of its own: the replica is routable once it has it; a
+        failure stays on its slot and answers 503), then start the idle reaper. Once."""
+        if self._started:
+            return
+        self._started = True
+        await self.pool.preload()
+        self.pool.start()
 
     async def __del__(self) -> None:
-        await self.pool.close()
+        await self.pool.close()  # Serve awaits this when it stops the replica
 
     # ----- calls from the ingress ----------------------------------------------------
 
     async def unary(self, call: Call) -> Done[Any] | Failed:
         if call.method not in UNARY:
             return Failed(InvalidRequest(f"'{call.method}' is not a call a replica answers"))
+        await self._start()  # a deployment made without user_config gets no reconfigure call
         usage = RequestUsage()
         token = current_usage.set(usage)
         request_token = current_request_id.set(call.request_id or "-")
@@ -113,6 +125,7 @@ class ModelReplica:
         if call.method not in STREAMED:
             yield Failed(InvalidRequest(f"'{call.method}' is not a call a replica streams"))
             return
+        await self._start()
         request_token = current_request_id.set(call.request_id or "-")
         try:
             await self._resident(call.model)
@@ -165,53 +178,41 @@ class ModelReplica:
 def _opened(opened: ResultStream[Any] | Transcription | SpeechAudio) -> tuple[ResultStream[Any], Started]:
     match opened:
         case Transcription(segments, audio_seconds):
-            return segments, Started(_wire_timing(segments), audio_seconds=audio_seconds)
+            return segments, Started(waits_only(segments.timing), audio_seconds=audio_seconds)
         case SpeechAudio(chunks, sample_rate):
-            return chunks, Started(_wire_timing(chunks), sample_rate=sample_rate)
+            return chunks, Started(waits_only(chunks.timing), sample_rate=sample_rate)
         case _:
-            return opened, Started(_wire_timing(opened))
-
-
-def _wire_timing(stream: ResultStream[Any]) -> RequestTiming:
-    return uncounted(stream.timing)
+            return opened, Started(waits_only(opened.timing))
 
 
 class Resident:
     """A group's model loaded on this replica, as Ray Serve's multiplexing LRU holds it.
-    Serve calls `__del__` (in a thread) when it evicts the model: the model is unloaded
-    from this replica's pool. Later calls (the garbage collector's) do nothing."""
+    When Serve evicts it, it awaits the object's `__del__` on this replica's loop: the model
+    is unloaded from the pool, its running requests given a while to finish. `__del__` is
+    set on the instance, not the class, so the garbage collector never calls it."""
 
-    def __init__(self, pool: ModelPool, model_id: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, pool: ModelPool, model_id: str) -> None:
         self.pool = pool
         self.model_id = model_id
-        self._loop = loop
-        self._gone = False
+        self.__dict__["__del__"] = self._evict  # what Serve's LRU calls (and awaits: it is async)
 
-    def __del__(self) -> None:
-        if self._gone:
+    async def _evict(self) -> None:
+        if self.pool.closing:  # the replica is stopping: the pool unloads everything itself
             return
-        self._gone = True
-        unloading = asyncio.run_coroutine_threadsafe(self._unload(), self._loop)
-        if threading.current_thread() is not threading.main_thread() and not self._loop_is_here():
-            unloading.result(timeout=60)  # Serve's eviction thread: the next model loads after this one left
-
-    def _loop_is_here(self) -> bool:
-        try:
-            return asyncio.get_running_loop() is self._loop
-        except RuntimeError:
-            return False
-
-    async def _unload(self) -> None:
         log.info("model evicted from this replica", extra={"model": self.model_id})
-        await self.pool.unload(self.model_id)
+        try:
+            await asyncio.wait_for(self.pool.unload(self.model_id, drain=True), EVICTION_DRAIN_S)
+        except asyncio.TimeoutError:
+            await self.pool.unload(self.model_id, drain=False)
+        except Exception:  # never fail the request whose model is loading in its place
+            log.exception("evicting a model failed", extra={"model": self.model_id})
 
 
 def load_resident(replica: ModelReplica, model_id: str) -> Awaitable[Resident]:
     """What a group replica's multiplexed loader does for a model it does not hold."""
 
     async def load() -> Resident:
-        loop = asyncio.get_running_loop()
         await replica.pool.load(model_id)
-        return Resident(replica.pool, model_id, loop)
+        return Resident(replica.pool, model_id)
 
     return load()

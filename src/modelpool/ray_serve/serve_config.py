@@ -24,7 +24,7 @@ def serve_config_v2(config: Config, config_path: str) -> dict[str, Any]:
                 "import_path": "modelpool.ray_serve.apps:build_model",
                 "route_prefix": None,
                 "args": {"config": config_path, "app": app},
-                "deployments": [{"name": "ModelReplica", **_yaml_safe(options)}],
+                "deployments": [{"name": "ModelReplica", **_yaml_safe(options), "user_config": {"overrides": {}}}],
             }
         )
     applications.append(

@@ -50,7 +50,8 @@ class Failed:
 @dataclass(frozen=True)
 class Started:
     timing: RequestTiming
-    """Load and queue waits, the replica index; counts zeroed (the ingress counts)."""
+    """Load and queue waits and the replica index only (`waits_only`): the ingress times and
+    counts the items itself as they pass."""
     audio_seconds: float | None = None
     """Transcriptions: the length of the decoded audio."""
     sample_rate: int | None = None
@@ -68,6 +69,13 @@ class Ended:
 
 
 Piece = Started | Item[Any] | Ended | Failed
+
+
+def waits_only(timing: RequestTiming) -> RequestTiming:
+    """What a stream's `Started` carries of the replica's timing. Not its tokens: the
+    replica's prefetch has already seen the first chunk (the prompt's count), and the
+    ingress sees that chunk again as an item; nor its clock (monotonic clocks differ)."""
+    return RequestTiming(load_wait_s=timing.load_wait_s, queue_wait_s=timing.queue_wait_s, replica=timing.replica)
 
 
 def uncounted(timing: RequestTiming) -> RequestTiming:

@@ -140,6 +140,11 @@ class ModelPool:
         self._closing = False
 
     @property
+    def closing(self) -> bool:
+        """Closing or closed: new work is refused."""
+        return self._closing
+
+    @property
     def budget(self) -> Budget:
         return self.capacity.budget
 
