@@ -191,12 +191,10 @@ def test_a_client_that_leaves_stops_the_work_on_the_replica(ray_pool: RayModelpo
     before = output_tokens(ray_pool, "smollm2-135m-instruct")
     with HTTP.stream("POST", ray_pool.base_url + "/v1/chat/completions", json=body, timeout=60) as reply:
         assert reply.status_code == 200
-        data: list[str] = []
-        for line in reply.iter_lines():
-            if line.startswith("data: "):
-                data.append(line)
-            if len(data) >= 6:
-                break
+        lines = reply.iter_lines()  # kept open: closing the iterator would close the response
+        events = 0
+        while events < 6:
+            events += next(lines).startswith("data: ")
         wait_for(lambda: model_status(ray_pool, "smollm2")["in_flight"] == 1, "the replica to report the stream", 15)
     wait_for(lambda: model_status(ray_pool, "smollm2")["in_flight"] == 0, "the replica to stop generating", 15)
     counted = output_tokens(ray_pool, "smollm2-135m-instruct") - before
