@@ -23,7 +23,7 @@ from modelpool.config.schema import Config, ModelConfig
 from modelpool.errors import ConfigError
 from modelpool.logs import configure_logging
 from modelpool.ray_serve import naming
-from modelpool.ray_serve.options import deployment_options, ingress_options, scaling_of
+from modelpool.ray_serve.options import deployment_options, ingress_options
 from modelpool.ray_serve.remote_pool import RemotePool
 from modelpool.ray_serve.replica import ModelReplica, Resident, load_resident
 
@@ -107,8 +107,7 @@ def _group_size(models: list[ModelConfig], config: Config) -> int | None:
     first = models[0]
     if first.ray is None or first.ray.group is None:
         return None
-    scaling = scaling_of(models, config)
-    return getattr(scaling, "max_models_per_replica", None) or len(models)
+    return config.ray.groups[first.ray.group].max_models_per_replica
 
 
 def ingress_application(config: Config) -> Application:

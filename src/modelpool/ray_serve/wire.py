@@ -65,7 +65,7 @@ class Item(Generic[T]):
 
 @dataclass(frozen=True)
 class Ended:
-    pass
+    """The stream is over (the ingress counted its items as they passed)."""
 
 
 Piece = Started | Item[Any] | Ended | Failed
