@@ -4,6 +4,7 @@ sleep before asserting. A condition that never comes fails with what was awaited
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 
@@ -24,3 +25,13 @@ async def until_answered(condition: Callable[[], Awaitable[bool]], what: str, *,
                 await asyncio.sleep(0.01)
     except TimeoutError:
         raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}") from None
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """As `until`, from synchronous code (a thread of its own, or a sync test driving a
+    server in other processes): polls `condition` until it holds or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.05)  # the state changes elsewhere: poll, with the deadline above

@@ -10,7 +10,6 @@ import os
 import secrets
 import shutil
 import socket
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,11 +167,10 @@ def two_node_cluster(port: int) -> Iterator[tuple[Cluster, Any]]:
         finally:
             ray.shutdown()
             cluster.shutdown()
-        deadline = time.monotonic() + 30
-        while _ray_children() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        psutil.wait_procs(_ray_children(), timeout=30)  # returns as soon as they have all exited
         shutil.rmtree(session, ignore_errors=True)
-    assert not _ray_children(), f"Ray processes outlived the cluster: {_ray_children()}"
+    left = [f"{p.pid} {p.name()}" for p in _ray_children()]
+    assert not left, f"Ray processes outlived the cluster: {left}"
 
 
 def start(tmp: Path) -> Iterator[RayModelpool]:
@@ -186,11 +184,11 @@ def start(tmp: Path) -> Iterator[RayModelpool]:
         yield RayModelpool(cluster, node_b, config, f"http://127.0.0.1:{port}")
 
 
-def _ray_children() -> list[str]:
+def _ray_children() -> list[psutil.Process]:
     """Processes the cluster started that are still running (zombies are gone already)."""
     alive = []
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.NoSuchProcess):
             if child.status() != psutil.STATUS_ZOMBIE:
-                alive.append(f"{child.pid} {child.name()}")
+                alive.append(child)
     return alive

@@ -8,7 +8,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -16,6 +15,7 @@ import numpy as np
 import openai
 import pytest
 
+from tests.polling import wait_until
 from tests.ray_serve.cluster import API_KEY, AUTH, SERVED, RayModelpool
 from tests.speech_metrics import word_error_rate
 
@@ -33,14 +33,6 @@ def model_status(pool: RayModelpool, model: str) -> dict[str, Any]:
     assert reply.status_code == 200, reply.text
     status: dict[str, Any] = reply.json()
     return status
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def counter(pool: RayModelpool, name: str, model: str) -> float:
@@ -63,7 +55,7 @@ def nodes_of(status: dict[str, Any]) -> list[str]:
 
 
 def test_replicas_land_on_both_nodes(ray_pool: RayModelpool) -> None:
-    wait_for(lambda: len(model_status(ray_pool, "smollm2")["replicas"]) == 2, "both chat replicas to report", 30)
+    wait_until(lambda: len(model_status(ray_pool, "smollm2")["replicas"]) == 2, "both chat replicas to report", 30)
     status = model_status(ray_pool, "smollm2")
     assert status["state"] == "ready"
     assert nodes_of(status) == sorted([ray_pool.head_id, ray_pool.node_b_id])
@@ -133,11 +125,11 @@ def test_the_speech_group_multiplexes_three_models_on_two_replicas(ray_pool: Ray
     third model evicts the least recently used one."""
     audio = speak(ray_pool, "piper-en-us-joe")
     assert audio[:4] == b"RIFF" and len(audio) > 20_000
-    wait_for(lambda: model_status(ray_pool, "piper-en-us-joe")["state"] == "ready", "piper resident", 15)
+    wait_until(lambda: model_status(ray_pool, "piper-en-us-joe")["state"] == "ready", "piper resident", 15)
     before = served_by_replica(ray_pool, "piper-en-us-joe")
     for _ in range(4):
         speak(ray_pool, "piper-en-us-joe", "Routed to the replica that has me.")
-    wait_for(lambda: sum(served_by_replica(ray_pool, "piper-en-us-joe").values()) >= sum(before.values()) + 4,
+    wait_until(lambda: sum(served_by_replica(ray_pool, "piper-en-us-joe").values()) >= sum(before.values()) + 4,
              "piper's replicas to report the four requests", 15)  # fmt: skip
     after = served_by_replica(ray_pool, "piper-en-us-joe")
     grown = sorted((after.get(replica, 0) - before.get(replica, 0) for replica in after), reverse=True)
@@ -147,7 +139,7 @@ def test_the_speech_group_multiplexes_three_models_on_two_replicas(ray_pool: Ray
     assert word_error_rate(SENTENCES, transcript.text) <= 0.1, transcript.text
     assert speak(ray_pool, "piper-copy")[:4] == b"RIFF"
     group = ["piper-en-us-joe", "whisper-tiny.en", "piper-copy"]
-    wait_for(lambda: sum(model_status(ray_pool, m)["state"] == "ready" for m in group) == 2,
+    wait_until(lambda: sum(model_status(ray_pool, m)["state"] == "ready" for m in group) == 2,
              "two of the three models resident, one per replica", 15)  # fmt: skip
     assert [m for m in group if model_status(ray_pool, m)["state"] == "unloaded"], "nothing was evicted"
 
@@ -195,8 +187,8 @@ def test_a_client_that_leaves_stops_the_work_on_the_replica(ray_pool: RayModelpo
         events = 0
         while events < 6:
             events += next(lines).startswith("data: ")
-        wait_for(lambda: model_status(ray_pool, "smollm2")["in_flight"] == 1, "the replica to report the stream", 15)
-    wait_for(lambda: model_status(ray_pool, "smollm2")["in_flight"] == 0, "the replica to stop generating", 15)
+        wait_until(lambda: model_status(ray_pool, "smollm2")["in_flight"] == 1, "the replica to report the stream", 15)
+    wait_until(lambda: model_status(ray_pool, "smollm2")["in_flight"] == 0, "the replica to stop generating", 15)
     counted = output_tokens(ray_pool, "smollm2-135m-instruct") - before
     assert 4 <= counted < 3000  # charged what it used (≥ the 5 tokens it was sent), stopped far short of max_tokens
 
@@ -229,15 +221,15 @@ def test_a_burst_scales_the_model_up_and_idle_scales_it_down(ray_pool: RayModelp
         assert time.monotonic() < deadline, "the burst never scaled all-minilm-l6-v2 to 2 replicas"
         assert set(_embed_burst(ray_pool, 16)) == {200}
     assert grown[-1] == sorted([ray_pool.head_id, ray_pool.node_b_id])  # max_replicas_per_node: 1
-    wait_for(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 1, "scale down after idle", 90)
+    wait_until(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 1, "scale down after idle", 90)
 
 
 def test_scale_to_zero_loads_on_the_first_request(ray_pool: RayModelpool) -> None:
-    wait_for(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "minilm-zero at zero replicas", 60)
+    wait_until(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "minilm-zero at zero replicas", 60)
     assert model_status(ray_pool, "minilm-zero")["state"] in {"unloaded", "loading"}
     reply = sdk(ray_pool).embeddings.create(model="minilm-zero", input="wake up")
     assert len(reply.data[0].embedding) == 384
-    wait_for(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "back to zero after idle", 60)
+    wait_until(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "back to zero after idle", 60)
 
 
 def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: RayModelpool) -> None:
@@ -245,7 +237,7 @@ def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: Ray
     before = {r["ray_replica"] for r in model_status(ray_pool, "smollm2")["replicas"]}
     reply = HTTP.post(admin + "/load", json={"overrides": {"n_ctx": 2048}}, timeout=180)
     assert reply.status_code == 200, reply.text
-    wait_for(
+    wait_until(
         lambda: (
             model_status(ray_pool, "smollm2")["options"]["n_ctx"] == 2048
             and len(model_status(ray_pool, "smollm2")["replicas"]) == 2
@@ -260,7 +252,7 @@ def test_admin_overrides_reach_every_replica_and_unload_frees_them(ray_pool: Ray
     too_many = HTTP.post(admin + "/load", json={"replicas": 9}, timeout=30)
     assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "replicas"
     assert HTTP.post(admin + "/unload", timeout=60).status_code == 200
-    wait_for(lambda: model_status(ray_pool, "smollm2")["state"] == "unloaded", "the weights freed", 30)
+    wait_until(lambda: model_status(ray_pool, "smollm2")["state"] == "unloaded", "the weights freed", 30)
     assert len(model_status(ray_pool, "smollm2")["replicas"]) == 2  # the replicas stay, as Serve scales them
     again = sdk(ray_pool).chat.completions.create(
         model="smollm2", messages=[{"role": "user", "content": "hi"}], max_tokens=4
@@ -275,23 +267,23 @@ def test_admin_replicas_redeploy_the_model_with_that_many(ray_pool: RayModelpool
     assert HTTP.post(admin + "/load", json={"overrides": {"batch_size": 16}}, timeout=180).status_code == 200
     first = {r["ray_replica"] for r in model_status(ray_pool, "all-minilm-l6-v2")["replicas"]}
     assert HTTP.post(admin + "/load", json={"replicas": 2}, timeout=180).status_code == 200
-    wait_for(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 2, "a second replica", 60)
+    wait_until(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 2, "a second replica", 60)
     status = model_status(ray_pool, "all-minilm-l6-v2")
     assert status["replicas_by_node"] == {ray_pool.head_id: 1, ray_pool.node_b_id: 1}
     assert first < {r["ray_replica"] for r in status["replicas"]}, "the running replica was replaced"
     assert status["options"]["batch_size"] == 16
     assert HTTP.post(admin + "/load", json={"replicas": 1}, timeout=180).status_code == 200
-    wait_for(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 1, "back to one replica", 90)
+    wait_until(lambda: len(model_status(ray_pool, "all-minilm-l6-v2")["replicas"]) == 1, "back to one replica", 90)
 
 
 def test_admin_load_of_a_model_at_zero_replicas_starts_one(ray_pool: RayModelpool) -> None:
-    wait_for(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "minilm-zero at zero replicas", 60)
+    wait_until(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "minilm-zero at zero replicas", 60)
     reply = HTTP.post(f"{ray_pool.base_url}/v1/admin/models/minilm-zero/load", timeout=180)
     assert reply.status_code == 200, reply.text
     assert model_status(ray_pool, "minilm-zero")["state"] == "ready"
     unload = HTTP.post(f"{ray_pool.base_url}/v1/admin/models/minilm-zero/unload", timeout=60)
     assert unload.status_code == 200, unload.text
-    wait_for(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "back to zero", 60)
+    wait_until(lambda: model_status(ray_pool, "minilm-zero")["replicas"] == [], "back to zero", 60)
     assert HTTP.post(f"{ray_pool.base_url}/v1/admin/models/minilm-zero/unload", timeout=60).status_code == 200
 
 
@@ -317,11 +309,11 @@ def _chat_outcome(pool: RayModelpool, stream: bool) -> tuple[int, str]:
 def test_losing_a_node_loses_only_its_requests(ray_pool: RayModelpool) -> None:
     """Last: takes node_b away. Requests in flight there fail with a 502/503 envelope (an
     error event in a stream), the others finish, nothing hangs, and the next are served."""
-    wait_for(lambda: len(model_status(ray_pool, "smollm2")["replicas"]) == 2, "two chat replicas", 60)
+    wait_until(lambda: len(model_status(ray_pool, "smollm2")["replicas"]) == 2, "two chat replicas", 60)
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as threads:
         started = time.monotonic()
         outcomes = [threads.submit(_chat_outcome, ray_pool, i % 2 == 0) for i in range(8)]
-        wait_for(
+        wait_until(
             lambda: all(r["running"] > 0 for r in model_status(ray_pool, "smollm2")["replicas"]),
             "both replicas busy",
             30,

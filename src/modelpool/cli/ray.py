@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import signal
 import threading
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 import yaml
@@ -36,7 +36,7 @@ def serve_on_ray(config: Config, address: str | None) -> None:
     Ray instance started here stops with it)."""
     require_ray()
     from modelpool.cli.serving import check_exposure
-    from modelpool.ray_serve.deploy import connect, deploy, undeploy
+    from modelpool.ray_serve.deploy import connect, undeploy
 
     try:
         check_exposure(config, KeyRing.from_config(config.auth))
@@ -47,7 +47,7 @@ def serve_on_ray(config: Config, address: str | None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):  # from now on a signal stops serving, mid-deploy too
         signal.signal(sig, _exit_cleanly)
     try:  # connected: whatever happens now, modelpool's apps are taken off the cluster
-        _deploy(config, deploy)
+        _deploy(config)
         typer.echo(f"modelpool on Ray Serve: http://{config.server.host}:{config.server.port} (Ctrl-C stops it)")
         threading.Event().wait()  # until a signal raises SystemExit
     finally:
@@ -58,7 +58,9 @@ def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _deploy(config: Config, deploy: Any) -> None:
+def _deploy(config: Config) -> None:
+    from modelpool.ray_serve.deploy import deploy
+
     try:
         deploy(config, progress=typer.echo)
     except ConfigError as exc:
@@ -69,13 +71,13 @@ def _deploy(config: Config, deploy: Any) -> None:
 def deploy_command(config: Config, address: str | None) -> None:
     """Deploy and return; the applications keep running on the cluster (`ray down` removes them)."""
     require_ray()
-    from modelpool.ray_serve.deploy import connect, deploy
+    from modelpool.ray_serve.deploy import connect
 
     if not (address or config.ray.address):
         echo_err("error: `ray deploy` needs a running cluster to leave the apps on: --address auto (or ray.address)")
         raise typer.Exit(2)
     connect(address or config.ray.address, config.server, config.ray.proxy_location)
-    _deploy(config, deploy)
+    _deploy(config)
 
 
 def down_command(config: Config, address: str | None) -> None:

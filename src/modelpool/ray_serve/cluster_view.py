@@ -59,7 +59,7 @@ class ClusterView:
             if found is not None:
                 for deployment in found.deployments.values():
                     for state, count in deployment.replica_states.items():
-                        key = str(getattr(state, "value", state))
+                        key = state.value  # a ReplicaState
                         states[key] = states.get(key, 0) + count
             self.replica_states[app] = states
         answers = await asyncio.gather(*(self._ask(app) for app in self._apps))

@@ -50,7 +50,7 @@ def deployment_options(models: list[ModelConfig], config: Config, *, num_replica
         options["max_replicas_per_node"] = scaling.max_replicas_per_node
     autoscaling = scaling.autoscaling
     if autoscaling is None:
-        fixed = scaling.num_replicas or (first_replicas(models) if len(models) == 1 else 1)
+        fixed = scaling.num_replicas or (models[0].replicas if len(models) == 1 else 1)  # a group: 1
         options["num_replicas"] = num_replicas or fixed
     else:
         auto = autoscaling.model_dump(exclude_none=True)
@@ -59,10 +59,6 @@ def deployment_options(models: list[ModelConfig], config: Config, *, num_replica
             auto.pop("initial_replicas", None)
         options["autoscaling_config"] = auto
     return options
-
-
-def first_replicas(models: list[ModelConfig]) -> int:
-    return models[0].replicas
 
 
 def max_ongoing(models: list[ModelConfig]) -> int:
