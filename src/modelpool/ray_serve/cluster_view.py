@@ -8,6 +8,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from enum import Enum
 from typing import Any
 
 from ray import serve
@@ -59,7 +60,8 @@ class ClusterView:
             if found is not None:
                 for deployment in found.deployments.values():
                     for state, count in deployment.replica_states.items():
-                        key = state.value  # a ReplicaState
+                        # Annotated as ReplicaState, but serve.status() hands over plain strings.
+                        key = state.value if isinstance(state, Enum) else str(state)
                         states[key] = states.get(key, 0) + count
             self.replica_states[app] = states
         answers = await asyncio.gather(*(self._ask(app) for app in self._apps))

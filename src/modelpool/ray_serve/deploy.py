@@ -21,9 +21,12 @@ def connect(address: str | None, server: ServerConfig, proxy_location: str) -> N
     """Join (or start) the Ray cluster and start Ray Serve's HTTP proxy on the server's
     host and port. Serve already running keeps its own HTTP options (Ray cannot change them)."""
     if not ray.is_initialized():
-        # A Ray instance started here (no address) is modelpool's alone: no dashboard.
+        # No address: a new Ray instance of modelpool's own ("local": never one that Ray's
+        # address file or RAY_ADDRESS points at), without a dashboard.
         dashboard = False if address is None else None
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, include_dashboard=dashboard)
+        ray.init(
+            address=address or "local", logging_level=logging.WARNING, log_to_driver=False, include_dashboard=dashboard
+        )
     serve.start(proxy_location=proxy_location, http_options={"host": server.host, "port": server.port})
 
 
