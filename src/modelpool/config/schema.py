@@ -64,6 +64,11 @@ class ServerConfig(_Strict):
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     """On SIGTERM/SIGINT, how long in-flight requests may run before the server stops anyway."""
 
+    stream_send_timeout_s: float = Field(default=30.0, gt=0)
+    """A streamed response (SSE, streamed audio) whose client takes no data for this long
+    (one send blocked on a full socket) is cut: the connection closes and the model's turn
+    goes back, so clients that stop reading cannot hold a model's turns."""
+
     realtime_idle_timeout_s: float = Field(default=60.0, gt=0)
     """A live transcription session (`/v1/realtime`) that sends nothing for this long is
     closed (an `error` event, then close code 1000)."""
