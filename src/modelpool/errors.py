@@ -16,6 +16,7 @@ Nothing maps errors by matching message text.
     ├── ModelNotFound                   404  invalid_request_error / model_not_found
     ├── ModelNotLoaded                  409  invalid_request_error / model_not_loaded  (autoload off)
     ├── RequestTooLarge                 413  invalid_request_error / request_too_large
+    │   └── AudioTooLong                413  invalid_request_error / request_too_large (server.max_audio_seconds)
     ├── Overloaded                      429  overloaded / overloaded       (Retry-After)
     ├── RateLimited                     429  requests or tokens / rate_limit_exceeded (Retry-After)
     ├── ClientDisconnected              499  invalid_request_error / client_closed_request (never seen: logs only)
@@ -131,6 +132,11 @@ class RequestTooLarge(ModelpoolError):
     status_code = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class AudioTooLong(RequestTooLarge):
+    """Audio that decodes to more than `server.max_audio_seconds`: an upload, or what a live
+    session has sent in all (that session is then closed)."""
 
 
 class _RetryLater(ModelpoolError):
