@@ -44,6 +44,13 @@ class ServerConfig(_Strict):
     max_upload_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
     """Largest audio upload (/v1/audio/transcriptions and /translations), checked the same way."""
 
+    max_audio_seconds: float = Field(default=7200.0, gt=0)
+    """Longest audio transcribed from one upload, MCP `transcribe` call or live session (all
+    it sends); longer gets 413 `request_too_large`. Checked while decoding, before the
+    samples are kept: a few MB of compressed silence can hold hours. The default, 2 hours,
+    holds any 25 MiB upload of speech at 32 kbit/s or more (a 16 kHz WAV is 14 minutes, a
+    64 kbit/s mp3 55); decoded, 2 hours at Whisper's 16 kHz take 460 MB."""
+
     log_format: LogFormat = LogFormat.TEXT
     """`text` for people, `json` for one JSON object a line (log shippers)."""
 
