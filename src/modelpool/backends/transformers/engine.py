@@ -13,6 +13,7 @@ is a prompt with images, in one piece (its image tokens must meet their pixels).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections import deque
@@ -104,6 +105,13 @@ class BatchLimits:
     """Most waiting prompts prefilled together in one forward (1: each alone)."""
 
 
+def cache_argument(model: Any) -> str:
+    """The name `forward` takes the KV cache under: `cache` since transformers 5.24, which
+    deprecates `past_key_values` (a FutureWarning on every call); older releases know only
+    `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class ContinuousBatcher:
     def __init__(self, model: Any, tokenizer: Any, eos_ids: set[int], limits: BatchLimits, name: str) -> None:
         self.model = model
@@ -111,6 +119,7 @@ class ContinuousBatcher:
         self.eos_ids = eos_ids
         self.limits = limits
         self.device = next(model.parameters()).device
+        self._cache_arg = cache_argument(model)
         self._eos_tensor = torch.tensor(sorted(eos_ids), dtype=torch.long, device=self.device)
         self.decode_steps = 0
         self.largest_batch = 0
@@ -249,9 +258,9 @@ class ContinuousBatcher:
             input_ids=ids,
             position_ids=positions,
             attention_mask=mask,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self._cache_arg: cache},
             **extra,
         )
         self.prefill_forwards += 1
@@ -315,8 +324,8 @@ class ContinuousBatcher:
             input_ids=ids,
             position_ids=self._next_pos.unsqueeze(1),
             attention_mask=mask,
-            past_key_values=self._cache,
             use_cache=True,
+            **{self._cache_arg: self._cache},
         )
         self._mask, self._next_pos = mask, self._next_pos + 1
         self.decode_steps += 1
