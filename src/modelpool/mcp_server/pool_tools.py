@@ -22,7 +22,7 @@ from modelpool.api.schemas.rerank import RerankBody
 from modelpool.api.schemas.speech import AudioFormat, SpeechBody
 from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
 from modelpool.config.schema import ServerConfig
-from modelpool.errors import InvalidRequest
+from modelpool.errors import InvalidRequest, RequestTooLarge
 from modelpool.inference import TranscriptionRequest
 from modelpool.mcp_server.audio_input import read_audio
 from modelpool.mcp_server.transcripts import TranscriptStore
@@ -172,7 +172,7 @@ def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore
         job = TranscriptionRequest(language=language, prompt=prompt)
         try:
             transcription = await pool.transcribe(model, upload, job, CallOptions(allow_remote=allow_remote))
-        except InvalidRequest as exc:
+        except (InvalidRequest, RequestTooLarge) as exc:  # bad audio, or audio too long
             if exc.param == "file":  # the HTTP route's name for the audio: name this tool's
                 exc.param = "path" if path is not None else "audio_base64"
             raise

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from modelpool.audio.vad import VAD_RATE, SpeechScorer, StreamingVad, Turn, TurnEvent, VadSettings
-from modelpool.errors import CommitEmpty, InvalidRequest, ModelpoolError
+from modelpool.errors import AudioTooLong, CommitEmpty, InvalidRequest, ModelpoolError
 from modelpool.inference import TranscriptionRequest
 from modelpool.runtime.agreement import LocalAgreement
 from modelpool.runtime.call import CallOptions
@@ -91,12 +91,23 @@ def new_item_id() -> str:
 
 
 class LiveTranscriber:
-    """One session's audio: feed `append` 16 kHz float32 chunks in order, from one task."""
+    """One session's audio: feed `append` 16 kHz float32 chunks in order, from one task.
+    A session takes at most `max_seconds` of audio in all (None: no limit); the chunk that
+    would pass it, and every chunk after, is refused with AudioTooLong."""
 
     def __init__(
-        self, pool: PoolApi, emit: Emit, *, options: CallOptions | None = None, scorer: SpeechScorer | None = None
+        self,
+        pool: PoolApi,
+        emit: Emit,
+        *,
+        options: CallOptions | None = None,
+        scorer: SpeechScorer | None = None,
+        max_seconds: float | None = None,
     ) -> None:
         self.pool = pool
+        self.max_seconds = max_seconds
+        self._received = 0
+        """Samples this session has sent in all (a refused chunk's included)."""
         self.options = options or CallOptions()
         self.settings = LiveSettings()
         self._emit = emit
@@ -127,6 +138,7 @@ class LiveTranscriber:
                 "no transcription model: send transcription_session.update with input_audio_transcription.model",
                 param="session.input_audio_transcription.model",
             )
+        self._accept(len(samples))
         self._audio = np.concatenate([self._audio, samples])
         if self._vad is None:
             self._utterance_start = self._audio_start if self._utterance_start is None else self._utterance_start
@@ -137,6 +149,17 @@ class LiveTranscriber:
             await self._grow()
         else:
             self._keep_prefix()
+
+    def _accept(self, count: int) -> None:
+        """Count `count` more samples against the session's limit, or refuse them (they
+        count too: once over, every later chunk is refused)."""
+        self._received += count
+        if self.max_seconds is not None and self._received > self.max_seconds * VAD_RATE:
+            raise AudioTooLong(
+                f"this session has sent the {self.max_seconds:g} s of audio a live session may "
+                "(server.max_audio_seconds); open a new session to go on",
+                param="audio",
+            )
 
     async def commit(self) -> None:
         """End the current utterance now (`input_audio_buffer.commit`)."""

@@ -7,7 +7,8 @@ the queue is full it stops reading, so the socket's buffers fill and TCP slows t
 order (decode, VAD, transcriptions through the pool). When the client goes away the worker
 is cancelled, which closes a running transcription and gives the model back at once. A
 session that sends nothing for `server.realtime_idle_timeout_s` gets an `error` event and
-is closed with code 1000.
+is closed with code 1000; one that has sent more than `server.max_audio_seconds` of audio
+in all gets a 413 `error` event naming the limit and is closed with code 1008.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from modelpool.api.realtime_wire import (
 from modelpool.audio.pcm import Pcm16Resampler, pcm16_from_base64
 from modelpool.audio.vad import VAD_RATE
 from modelpool.config.schema import ServerConfig
-from modelpool.errors import GenerationFailed, InvalidRequest, ModelpoolError, RequestTooLarge
+from modelpool.errors import AudioTooLong, GenerationFailed, InvalidRequest, ModelpoolError, RequestTooLarge
 from modelpool.runtime.live import LiveEvent, LiveTranscriber
 from modelpool.runtime.pool_api import PoolApi
 
@@ -69,17 +70,17 @@ async def realtime(websocket: WebSocket, intent: str | None = None) -> None:
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
     app = websocket.app
-    await Session(websocket, app.state.pool, app.state.realtime, app.state.config.server.realtime_idle_timeout_s).run()
+    await Session(websocket, app.state.pool, app.state.realtime, app.state.config.server).run()
 
 
 class Session:
-    def __init__(self, websocket: WebSocket, pool: PoolApi, stats: RealtimeStats, idle_timeout_s: float) -> None:
+    def __init__(self, websocket: WebSocket, pool: PoolApi, stats: RealtimeStats, server: ServerConfig) -> None:
         self.websocket = websocket
         self.stats = stats
-        self.idle_timeout_s = idle_timeout_s
+        self.idle_timeout_s = server.realtime_idle_timeout_s
         self.state = SessionState()
         self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=stats.queue_bound)
-        self.transcriber = LiveTranscriber(pool, self._emit)
+        self.transcriber = LiveTranscriber(pool, self._emit, max_seconds=server.max_audio_seconds)
         self.resampler = Pcm16Resampler(self.state.rate, VAD_RATE)
         self._sending = asyncio.Lock()
         self._busy = False
@@ -139,9 +140,12 @@ class Session:
                                           "in smaller appends (100 ms each is usual)", param="audio")  # fmt: skip
                 event = parse_event(text)
                 await self._handle(event)
+            except AudioTooLong as exc:  # the session's audio is spent: say so, and end it
+                await self._send(error_event(exc, _client_id(event)))
+                await self.websocket.close(code=POLICY_CLOSE_CODE, reason="over server.max_audio_seconds")
+                return
             except ModelpoolError as exc:
-                client_id = event.get("event_id")
-                await self._send(error_event(exc, client_id if isinstance(client_id, str) else None))
+                await self._send(error_event(exc, _client_id(event)))
             except Exception:  # an engine's own failure: say so and keep the session
                 log.exception("live transcription failed on an event")
                 await self._send(error_event(GenerationFailed("the server failed on this event (see its log)")))
@@ -174,6 +178,11 @@ class Session:
             if self.websocket.application_state is WebSocketState.CONNECTED:
                 with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # closed meanwhile: the reader ends it
                     await self.websocket.send_text(json.dumps(event))
+
+
+def _client_id(event: dict[str, Any]) -> str | None:
+    client_id = event.get("event_id")
+    return client_id if isinstance(client_id, str) else None
 
 
 def _origin_allowed(origin: str, server: ServerConfig) -> bool:
