@@ -14,8 +14,10 @@ Nothing maps errors by matching message text.
     ├── PermissionDenied                403  permission_error / insufficient_scope
     │   └── RemoteNotAllowed            403  permission_error / remote_not_allowed
     ├── ModelNotFound                   404  invalid_request_error / model_not_found
+    ├── ResponseNotFound                404  invalid_request_error / previous_response_not_found (or another key's)
     ├── ModelNotLoaded                  409  invalid_request_error / model_not_loaded  (autoload off)
     ├── RequestTooLarge                 413  invalid_request_error / request_too_large
+    │   └── StoreFull                   413  invalid_request_error / store_full (a transcript store bound)
     │   └── AudioTooLong                413  invalid_request_error / request_too_large (server.max_audio_seconds)
     ├── Overloaded                      429  overloaded / overloaded       (Retry-After)
     ├── RateLimited                     429  requests or tokens / rate_limit_exceeded (Retry-After)
@@ -122,6 +124,15 @@ class ModelNotFound(ModelpoolError):
         self.model_id = model_id
 
 
+class ResponseNotFound(ModelpoolError):
+    """`previous_response_id` names no response this key may read: one never stored, one
+    dropped, or another key's (the same answer for all, so ids cannot be probed)."""
+
+    status_code = 404
+    type = "invalid_request_error"
+    code = "previous_response_not_found"
+
+
 class ModelNotLoaded(ModelpoolError):
     status_code = 409
     type = "invalid_request_error"
@@ -132,6 +143,12 @@ class RequestTooLarge(ModelpoolError):
     status_code = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class StoreFull(RequestTooLarge):
+    """A bound of a store modelpool keeps (transcript sources, entries, bytes) would be passed."""
+
+    code = "store_full"
 
 
 class AudioTooLong(RequestTooLarge):

@@ -93,9 +93,10 @@ async def test_previous_response_id_continues_the_conversation(oai: openai.Async
     assert second.usage.input_tokens == tokens(vocab, rendered)
     assert second.previous_response_id == first.id
     unstored = await oai.responses.create(model=CHAT_MODEL, input="Hi", max_output_tokens=2, store=False)
-    with pytest.raises(openai.BadRequestError) as caught:
+    with pytest.raises(openai.NotFoundError) as caught:  # OpenAI's answer to an unknown previous response
         await oai.responses.create(model=CHAT_MODEL, input="Hi", previous_response_id=unstored.id)
     assert caught.value.body["param"] == "previous_response_id"
+    assert caught.value.body["code"] == "previous_response_not_found"
 
 
 async def test_pool_style_messages_and_decoding(http, vocab) -> None:

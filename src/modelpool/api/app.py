@@ -35,7 +35,7 @@ from modelpool.api.tracing import install_tracing
 from modelpool.config.schema import Config
 from modelpool.mcp_server import transcript_dir
 from modelpool.mcp_server.server import mount_mcp, running
-from modelpool.mcp_server.transcripts import TranscriptStore
+from modelpool.mcp_server.transcripts import TranscriptLimits, TranscriptStore
 from modelpool.runtime.build import build_pool
 from modelpool.runtime.metrics_history import MetricsHistory
 from modelpool.runtime.pool_api import PoolApi
@@ -76,13 +76,13 @@ def create_app(
     app.state.pool = pool
     app.state.config = config
     app.state.metrics_history = MetricsHistory(pool.metrics.registry, pool.statuses, pool.clock)
-    app.state.responses = ResponseStore(config.server.response_store_size)
+    app.state.responses = ResponseStore(config.server.response_store_size, config.server.response_store_bytes)
     app.state.realtime = realtime.RealtimeStats(config.server.realtime_queue_events)
     install_error_handlers(app)
     inference = (chat, completions, responses, messages, embeddings, rerank, tokenize, audio, scoring)
     for module in (*inference, realtime, models, health, admin):
         app.include_router(module.router)
-    app.state.transcripts = TranscriptStore(transcript_dir(config))
+    app.state.transcripts = TranscriptStore(transcript_dir(config), TranscriptLimits.of(config.server))
     app.state.mcp = mount_mcp(app, config) if config.server.mcp else None
     if config.server.ui:
         mount_ui(app)

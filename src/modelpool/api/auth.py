@@ -10,6 +10,7 @@ import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -19,6 +20,10 @@ from modelpool.config.environment import secret
 from modelpool.config.schema import AuthConfig
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import AuthenticationFailed, ConfigError, ModelpoolError, PermissionDenied
+from modelpool.runtime.owner import ANONYMOUS, Owner
+
+_OWNER = "owner"
+"""The scope state's entry naming the caller's `Owner` (set by `RequireKeys`)."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,19 @@ class RequireKeys:
                 await send_json(send, exc.status_code, body, exc.headers)
                 return
             scope.setdefault("state", {})["key_name"] = holder.name
+            scope["state"][_OWNER] = Owner(holder.name, admin=KeyScope.ADMIN in holder.scopes)
+        elif not self.keys.enabled and scope["type"] in ("http", "websocket"):
+            scope.setdefault("state", {})[_OWNER] = ANONYMOUS
         await self.app(scope, receive, send)
+
+
+def owner_of(scope: Mapping[str, Any]) -> Owner:
+    """Whose key made this request (what it stores is theirs; it reads only what it may).
+    A path `RequireKeys` did not check while keys are on has no owner: refused."""
+    owner = scope.get("state", {}).get(_OWNER)
+    if not isinstance(owner, Owner):
+        raise PermissionDenied("This route does not identify its caller.")
+    return owner
 
 
 async def _refuse_websocket(scope: Scope, send: Send, exc: ModelpoolError) -> None:

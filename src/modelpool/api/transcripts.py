@@ -9,6 +9,7 @@ from typing import Any
 
 from modelpool.inference import Segment
 from modelpool.mcp_server.transcripts import TranscriptStore
+from modelpool.runtime.owner import Owner
 
 
 @dataclass(frozen=True)
@@ -17,11 +18,14 @@ class StoreTarget:
 
     store: TranscriptStore
     source_id: str
-    start: float = 0.0
+    start: float
     """Added to the segments' times: the source's clock at the audio's start."""
+    owner: Owner
+    """The caller's key: the source is that key's."""
 
     async def append(self, segments: list[Segment]) -> None:
-        await asyncio.to_thread(self.store.add_segments, self.source_id, segments, self.start)  # a file append
+        add = self.store.add_segments
+        await asyncio.to_thread(add, self.source_id, segments, self.start, self.owner)  # a file append
 
 
 def transcript_text(segments: list[Segment]) -> str:

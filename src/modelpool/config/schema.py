@@ -66,7 +66,13 @@ class ServerConfig(_Strict):
     tokens/s) to every response, not only to requests that ask with `return_metrics`."""
 
     response_store_size: int = Field(default=1024, ge=0)
-    """Responses kept for `previous_response_id` (LRU, in memory; 0 keeps none)."""
+    """Responses kept for `previous_response_id` (LRU, in memory; 0 keeps none). Each key
+    reads only the responses it stored (a key with the admin scope reads all)."""
+
+    response_store_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+    """Memory the stored responses may take together, estimated from each stored
+    conversation's text and images; past it the least recently used are dropped, and a
+    single conversation larger than it is not stored."""
 
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     """On SIGTERM/SIGINT, how long in-flight requests may run before the server stops anyway."""
@@ -135,7 +141,22 @@ class ServerConfig(_Strict):
 
     transcript_dir: Path | None = None
     """Where the transcript store keeps its files, one JSONL file per source (default:
-    `transcripts` under `work_dir`)."""
+    `transcripts` under `work_dir`). Each key reads only the sources it wrote (a key with
+    the admin scope reads all)."""
+
+    transcript_max_sources: int = Field(default=10_000, ge=1)
+    """Sources the transcript store holds, every key's together; adding to a new source
+    past it is refused (413 `store_full`)."""
+
+    transcript_max_entries_per_source: int = Field(default=100_000, ge=1)
+    """Entries one transcript source holds; adding past it is refused (413 `store_full`)."""
+
+    transcript_max_bytes: int = Field(default=128 * 1024 * 1024, ge=1)
+    """Bytes the transcript store's files take together (the store also holds them all in
+    memory); adding past it is refused (413 `store_full`)."""
+
+    transcript_max_speaker_chars: int = Field(default=128, ge=1)
+    """Longest `speaker` name of a transcript entry (400 above it)."""
 
     otel_endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
     """OTLP/HTTP traces URL of an OpenTelemetry collector (`http://collector:4318/v1/traces`):

@@ -6,6 +6,10 @@ two ids can sanitise alike (`room/1`, `room:1`). The second gets its own file
 (`room_1-2.jsonl`), and only the sidecar says whose each file is: raw ids never have to be
 recovered from file names. Names are compared case-insensitively, as macOS and Windows
 filesystems compare them.
+
+The sidecar also names the API key each source belongs to (`owners`, by file; absent: the
+anonymous owner of a server without keys, as every source of a version-1 sidecar). The
+same source id under two keys is two sources, in two files.
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from modelpool.errors import ConfigError
 
 SIDECAR = "sources.json"
 SUFFIX = ".jsonl"
+SourceKey = tuple[str, str]
+"""(owner, source id): a source as the store tells them apart."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _STEM_MAX = 64
 
@@ -36,41 +43,61 @@ def file_stem(source_id: str) -> str:
     return f"{stem}_" if stem.casefold() in _DEVICE_NAMES else stem
 
 
-def unused_name(source_id: str, taken: set[str]) -> str:
-    """The sanitised file name for `source_id`, numbered past every name in `taken`
-    (case-folded names)."""
+def unused_name(source_id: str, taken: Callable[[str], bool]) -> str:
+    """The sanitised file name for `source_id`, numbered past every name `taken` says is."""
     stem = file_stem(source_id)
     name, number = f"{stem}{SUFFIX}", 1
-    while name.casefold() in taken:
+    while taken(name):
         number += 1
         name = f"{stem}-{number}{SUFFIX}"
     return name
 
 
-def read_sidecar(directory: Path) -> dict[str, str]:
-    """File name → raw source id. A sidecar that cannot be read stops the store: guessing
-    ids from file names would attribute transcripts to the wrong source, and writing a new
-    sidecar over it would lose the mapping for good."""
+def read_sidecar(directory: Path) -> dict[str, SourceKey]:
+    """File name → (owner, raw source id). A sidecar that cannot be read stops the store:
+    guessing ids from file names would attribute transcripts to the wrong source, and
+    writing a new sidecar over it would lose the mapping for good."""
     path = directory / SIDECAR
     if not path.exists():
         return {}
     try:
-        files = json.loads(path.read_text(encoding="utf-8"))["files"]
-        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            raise TypeError("`files` must map file names to source ids")
+        sidecar = json.loads(path.read_text(encoding="utf-8"))
+        files, owners = sidecar["files"], sidecar.get("owners", {})
+        if not _maps_strings(files) or not _maps_strings(owners):
+            raise TypeError("`files` and `owners` must map file names to strings")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"the transcript store's identity file {path} is unreadable ({exc}); "
                           "repair it or move the transcript directory aside") from None  # fmt: skip
-    return {str(name): source for name, source in files.items() if _is_own_name(str(name))}
+    return {str(name): (owners.get(name, ""), source) for name, source in files.items() if _is_own_name(str(name))}
 
 
-def write_sidecar(directory: Path, files: dict[str, str]) -> None:
-    """Written whole to a temporary file and renamed over the old one, so a crash leaves
-    either the old mapping or the new one, never half of one."""
+def write_sidecar(directory: Path, files: dict[str, SourceKey]) -> None:
+    """Written whole to a temporary file, flushed to the disk, and renamed over the old one
+    (the directory flushed after), so a crash leaves the old mapping or the new one, never
+    half of one nor an empty file. Callers hold the store's lock: the name is fixed."""
     directory.mkdir(parents=True, exist_ok=True)
     temporary = directory / f".{SIDECAR}.tmp"
-    temporary.write_text(json.dumps({"version": 1, "files": files}, indent=1, ensure_ascii=False), encoding="utf-8")
+    owners = {name: owner for name, (owner, _) in files.items() if owner}
+    sidecar = {"version": 2, "files": {name: source for name, (_, source) in files.items()}, "owners": owners}
+    with temporary.open("w", encoding="utf-8") as out:
+        out.write(json.dumps(sidecar, indent=1, ensure_ascii=False))
+        out.flush()
+        os.fsync(out.fileno())
     os.replace(temporary, directory / SIDECAR)
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """The rename itself reaches the disk only when the directory is flushed."""
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def _maps_strings(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
 
 
 def _is_own_name(name: str) -> bool:

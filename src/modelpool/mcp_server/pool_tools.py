@@ -11,7 +11,7 @@ import asyncio
 import base64
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import AudioContent, CallToolResult
 from pydantic import BaseModel, Field
 
@@ -25,6 +25,7 @@ from modelpool.config.schema import ServerConfig
 from modelpool.errors import InvalidRequest, RequestTooLarge
 from modelpool.inference import TranscriptionRequest
 from modelpool.mcp_server.audio_input import read_audio
+from modelpool.mcp_server.transcript_tools import caller_of
 from modelpool.mcp_server.transcripts import TranscriptStore
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.generation import collect
@@ -159,6 +160,7 @@ def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore
 
     async def transcribe(
         model: Model,
+        ctx: Context[Any, Any],
         audio_base64: AudioBase64 = None,
         path: AudioPath = None,
         language: str | None = None,
@@ -179,7 +181,7 @@ def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore
         async with transcription.segments as stream:
             segments = [segment async for segment in stream]
         if transcript_source is not None:  # a file append: off the event loop
-            await asyncio.to_thread(store.add_segments, transcript_source, segments, transcript_start)
+            await asyncio.to_thread(store.add_segments, transcript_source, segments, transcript_start, caller_of(ctx))
         return Transcript(
             model=transcription.segments.model_id,
             text="".join(s.text for s in segments).strip(),

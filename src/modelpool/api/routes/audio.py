@@ -11,6 +11,7 @@ import numpy.typing as npt
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from modelpool.api.auth import owner_of
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.schemas.speech import SpeechBody
 from modelpool.api.sse import ClosingStreamingResponse, EventStreamResponse, sse
@@ -56,7 +57,9 @@ async def transcriptions(
 def _store_target(request: Request, source: str | None, start: float) -> StoreTarget | None:
     """modelpool extension: `transcript_source` also adds the segments to the transcript
     store (the MCP server's), `transcript_start` shifting their times."""
-    return None if source is None else StoreTarget(request.app.state.transcripts, source, start)
+    if source is None:
+        return None
+    return StoreTarget(request.app.state.transcripts, source, start, owner_of(request.scope))
 
 
 @router.post("/v1/audio/translations", response_model=None)

@@ -11,15 +11,17 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from modelpool.api.auth import owner_of
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.responses_wire import CallItem, ResponseDraft, status_of
 from modelpool.api.schemas.responses import ResponsesBody
 from modelpool.api.schemas.tools import check_tool_results
 from modelpool.api.sse import EventStreamResponse
-from modelpool.errors import InvalidRequest
+from modelpool.errors import ResponseNotFound
 from modelpool.inference import ChatMessage, ChatRequest, GenerationChunk, Usage
 from modelpool.runtime.generation import collect
 from modelpool.runtime.lease import ResultStream
+from modelpool.runtime.owner import Owner
 from modelpool.runtime.response_store import ResponseStore, StoredResponse
 
 router = APIRouter()
@@ -28,8 +30,8 @@ router = APIRouter()
 @router.post("/v1/responses", response_model=None)
 async def create_response(body: ResponsesBody, request: Request) -> Response:
     note_model(request, body.model)
-    pool, store = pool_of(request), store_of(request)
-    history = _history(store, body)
+    pool, store, owner = pool_of(request), store_of(request), owner_of(request.scope)
+    history = _history(store, body, owner)
     said = [*history, *body.new_messages()]
     check_tool_results(said, lambda index: f"input[{index - len(history)}].call_id")
     system = [ChatMessage("system", body.instructions)] if body.instructions else []
@@ -42,7 +44,7 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
     def finish(usage: Usage, finish_reason: str | None) -> dict[str, Any]:
         if body.store:
             answer = ChatMessage("assistant", draft.text, tool_calls=tuple(c.call() for c in draft.calls))
-            store.put(draft.id, StoredResponse(draft.model, (*said, answer)))
+            store.put(draft.id, StoredResponse(draft.model, (*said, answer), owner.name))
         metrics = metrics_field(request, True, stream.timing)
         return draft.response(status_of(finish_reason), usage, finish_reason, **metrics)
 
@@ -162,14 +164,14 @@ class _ItemStream:
         return {"item_id": self.draft.message_id, "output_index": self._message_index, "content_index": 0}
 
 
-def _history(store: ResponseStore, body: ResponsesBody) -> list[ChatMessage]:
+def _history(store: ResponseStore, body: ResponsesBody, owner: Owner) -> list[ChatMessage]:
     if body.previous_response_id is None:
         return []
-    previous = store.get(body.previous_response_id)
-    if previous is None:
-        raise InvalidRequest(
-            f"no stored response '{body.previous_response_id}' (it was never stored, or it was dropped: "
-            f"the store keeps the last {store.size})",
+    previous = store.get(body.previous_response_id, owner)
+    if previous is None:  # one answer whether it never existed, was dropped or is another key's
+        raise ResponseNotFound(
+            f"Previous response with id '{body.previous_response_id}' not found (never stored with this key, "
+            f"or dropped: the store keeps the last {store.size} responses within its byte budget).",
             param="previous_response_id",
         )
     return list(previous.conversation)
