@@ -55,3 +55,49 @@ async def test_resize_hands_new_turns_to_waiters() -> None:
     admission.resize(turns=3, queue=5)
     await asyncio.gather(*(w.wait_turn() for w in waiters))
     assert admission.running == 3 and admission.waiting == 0
+
+
+async def test_a_batch_takes_as_many_turns_as_it_runs_at_once() -> None:
+    admission = Admission(turns=4, queue=8, model_id="m")
+    batch = admission.admit(size=3)
+    assert (admission.running, batch.turns) == (3, 3)
+    single = admission.admit()
+    assert admission.running == 4
+    late = admission.admit()  # no turn left: it waits, although only two requests run
+    assert admission.waiting == 1 and late.turns == 0
+    batch.done()
+    await late.wait_turn()
+    assert admission.running == 2
+    single.done()
+    late.done()
+    assert admission.running == 0
+
+
+async def test_a_batch_bigger_than_the_model_takes_every_turn_and_waits_in_order() -> None:
+    admission = Admission(turns=4, queue=8, model_id="m")
+    first = admission.admit()
+    batch = admission.admit(size=30)  # more than the turns: it gets all of them, once all are free
+    after = admission.admit()  # behind the batch, although a turn is free now
+    assert (admission.running, admission.waiting) == (1, 2)
+    first.done()
+    await batch.wait_turn()
+    assert (admission.running, batch.turns, admission.waiting) == (4, 4, 1)
+    batch.done()
+    await after.wait_turn()
+    assert admission.running == 1
+    after.done()
+
+
+async def test_a_waiting_batch_holds_places_as_its_size() -> None:
+    admission = Admission(turns=3, queue=4, model_id="m")
+    running = admission.admit(size=3)
+    admission.admit(size=3)  # waits, holding 3 of the 4 places
+    admission.admit()
+    with pytest.raises(Overloaded):
+        admission.admit()  # one request's worth of queue is not five
+    running.done()
+    huge = Admission(turns=8, queue=4, model_id="m")
+    huge.admit(size=8)
+    assert huge.admit(size=100).turns == 0  # a batch bigger than the queue may still wait alone
+    with pytest.raises(Overloaded):
+        huge.admit()

@@ -75,6 +75,7 @@ from modelpool.runtime.scoring import Loglikelihood, loglikelihood
 from modelpool.runtime.slot import ModelSlot
 from modelpool.runtime.status import BudgetStatus, EngineLogs, ModelMemory, ModelStatus, PoolMemory
 from modelpool.runtime.timing import RequestTiming
+from modelpool.runtime.together import all_or_none
 from modelpool.runtime.tokenization import Detokenized, Tokenized, TokenizeJob, tokenize_on, tokenizer_slot
 from modelpool.tasks import Task
 
@@ -254,10 +255,14 @@ class ModelPool:
 
     # ----- requests ------------------------------------------------------------------
 
-    async def lease(self, name: str, task: Task, protocol: type[B], options: CallOptions = DEFAULT_CALL) -> Lease[B]:
+    async def lease(
+        self, name: str, task: Task, protocol: type[B], options: CallOptions = DEFAULT_CALL, *, size: int = 1
+    ) -> Lease[B]:
         """A turn on a ready replica of the model `name` names, for `task` (whose Protocol
-        is `protocol`). Leave it with `async with`, or hand it to a stream."""
-        return await self.slot_for(name, task, options).lease(protocol, self.model_wait_s, options.keep_alive)
+        is `protocol`), `size` turns for a batch run at once. Leave it with `async with`, or
+        hand it to a stream."""
+        slot = self.slot_for(name, task, options)
+        return await slot.lease(protocol, self.model_wait_s, options.keep_alive, size=size)
 
     async def chat(
         self, name: str, request: ChatRequest, options: CallOptions = DEFAULT_CALL
@@ -299,7 +304,7 @@ class ModelPool:
         self, name: str, request: EmbeddingRequest, options: CallOptions = DEFAULT_CALL
     ) -> tuple[EmbeddingResult, RequestTiming]:
         slot = self.slot_for(name, Task.EMBEDDING, options)
-        return await self._timed(slot, EmbeddingBackend, options,
+        return await self._timed(slot, EmbeddingBackend, options, len(request.inputs),
                                  lambda lease: embed_on(lease, slot.embedding_cache, request))  # fmt: skip
 
     async def score_pairs(
@@ -310,20 +315,23 @@ class ModelPool:
         found = self.slot(name)
         if Task.EMBEDDING in found.tasks and Task.RERANK not in found.tasks:
             slot = self.slot_for(name, Task.EMBEDDING, options)
-            return await self._timed(slot, EmbeddingBackend, options,
+            return await self._timed(slot, EmbeddingBackend, options, len(request.pairs),
                                      lambda lease: cosine_on(lease, slot.embedding_cache, request))  # fmt: skip
         slot = self.slot_for(name, Task.RERANK, options)
-        return await self._timed(slot, PairScoringBackend, options, lambda lease: cross_encode_on(lease, request))
+        return await self._timed(slot, PairScoringBackend, options, len(request.pairs),
+                                 lambda lease: cross_encode_on(lease, request))  # fmt: skip
 
     async def _timed(
         self,
         slot: ModelSlot,
         protocol: type[B],
         options: CallOptions,
+        size: int,
         run: Callable[[Lease[B]], Awaitable[R]],
     ) -> tuple[R, RequestTiming]:
-        """`run` on a turn of the model, timed and counted (the result's `prompt_tokens`)."""
-        async with await slot.lease(protocol, self.model_wait_s, options.keep_alive) as lease:
+        """`run` on `size` turns of the model (its inputs go into the engine at once), timed
+        and counted (the result's `prompt_tokens`)."""
+        async with await slot.lease(protocol, self.model_wait_s, options.keep_alive, size=size) as lease:
             try:
                 result = await run(lease)
                 lease.timing.prompt_tokens = result.prompt_tokens  # before the turn's span ends with it
@@ -403,11 +411,12 @@ class ModelPool:
     async def generate_all(
         self, name: str, requests: list[CompletionRequest], options: CallOptions = DEFAULT_CALL
     ) -> list[Generation]:
-        """Generate for every prompt on one turn of the model, all at once: an engine that
-        batches (transformers) runs them together, one that does not runs them in turn."""
+        """Generate for every prompt at once, on as many turns of the model (at most all):
+        an engine that batches runs them together, one that does not runs them in turn. The
+        first that fails (or the caller leaving) stops all the others before this returns."""
         if any(r.output is not None for r in requests):
             _check_structured(self.slot_for(name, Task.COMPLETION, options), "json_schema")
-        async with await self.lease(name, Task.COMPLETION, CompletionBackend, options) as lease:
+        async with await self.lease(name, Task.COMPLETION, CompletionBackend, options, size=len(requests)) as lease:
 
             async def one(request: CompletionRequest) -> Generation:
                 async with aclosing(lease.backend.complete(request)) as chunks:
@@ -415,7 +424,7 @@ class ModelPool:
                     return await collect(_observed(chunks, timer, lease))
 
             try:
-                return list(await asyncio.gather(*(one(r) for r in requests)))
+                return await all_or_none(one(r) for r in requests)
             finally:
                 self.observe.finished(lease.model_id)(lease.timing)
 

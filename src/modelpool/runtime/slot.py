@@ -190,13 +190,16 @@ class ModelSlot:
 
     # ----- requests ------------------------------------------------------------------
 
-    async def lease(self, protocol: type[B], wait_s: float | None, keep_alive: float | None = None) -> Lease[B]:
+    async def lease(
+        self, protocol: type[B], wait_s: float | None, keep_alive: float | None = None, *, size: int = 1
+    ) -> Lease[B]:
         """Admission (429 at once when full) → a loaded model → a turn on the least busy
-        replica, whose backend serves `protocol` (the task's Protocol, checked at load)."""
+        replica, whose backend serves `protocol` (the task's Protocol, checked at load).
+        `size`: sequences the request runs at once (a batch), counted by admission as such."""
         if self._work.closing:
             raise ShuttingDown("the server is shutting down")
         with tracing.span("modelpool.queue", {tracing.MODEL: self.id}) as queued:
-            ticket = self.admission.admit()
+            ticket = self.admission.admit(size=size)
             asked = self._clock.monotonic()
             try:
                 await self.ensure_ready(wait_s)
