@@ -2,6 +2,12 @@
 streams, retries on connection errors and 5xx (never on 4xx, never once a stream has
 begun), and the upstream's errors turned into ours.
 
+A pooled keep-alive connection can be closed by the server just as a request goes out on
+it (its idle timeout ran out). That is no failure of the request: one sent on a reused
+connection that broke before a single byte of the answer came is sent once more, at once,
+on a fresh connection, whatever the retry policy (an engine's has none). Idle connections
+are dropped sooner than servers drop theirs (`KEEPALIVE_S`), so that window is rare.
+
 aiohttp rather than httpx: on this kind of hardware it costs ~0.15 ms a pooled request
 against httpx's ~0.55 ms, and that overhead is added to every forwarded request.
 The API key is only ever put in the Authorization header; it is never logged or shown.
@@ -14,6 +20,7 @@ import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import aiohttp
@@ -22,6 +29,20 @@ from modelpool.errors import UpstreamError, UpstreamUnavailable
 
 log = logging.getLogger("modelpool.upstream")
 T = TypeVar("T")
+Payload = Callable[[], dict[str, Any]]
+"""The keyword arguments of a request's body, made anew for each try (a FormData is consumed)."""
+
+KEEPALIVE_S = 1.5
+"""How long an idle pooled connection is kept. Below the 5 s after which uvicorn (llama_cpp.server,
+vLLM, a modelpool upstream) and cpp-httplib (llama-server) close theirs, with room for
+aiohttp's cleanup, which closes an idle connection between 1 and 2 times this late (and
+never hands out one idle for longer). aiohttp's default, 15 s, outlived the engines' own."""
+
+_STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+"""What a request meets on a connection the server has closed: it hangs up before the
+answer, or the write fails ("Can not write request body", a reset)."""
+_NOT_STALE = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+"""A new connection that could not be made: the server is not there (no second try)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,9 @@ class UpstreamClient:
         self._timeouts = timeouts
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
+        """For the second try of a request that met a stale pooled connection: a connection
+        of its own, closed after the answer."""
 
     def __repr__(self) -> str:  # never the key
         return f"UpstreamClient({self.name!r}, {self.base_url!r})"
@@ -72,15 +96,23 @@ class UpstreamClient:
             timeout = aiohttp.ClientTimeout(
                 total=None, sock_connect=self._timeouts.connect_s, sock_read=self._timeouts.read_s
             )
-            connector = aiohttp.TCPConnector(limit=self._max_connections)
+            reuse = aiohttp.TraceConfig()
+            reuse.on_connection_reuseconn.append(_note_reuse)
+            connector = aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=KEEPALIVE_S)
             self._session = aiohttp.ClientSession(
-                timeout=timeout, connector=connector, headers=self._headers, raise_for_status=False
-            )
+                timeout=timeout, connector=connector, headers=self._headers, raise_for_status=False,
+                trace_configs=[reuse],
+            )  # fmt: skip
+            self._fresh = aiohttp.ClientSession(
+                timeout=timeout, connector=aiohttp.TCPConnector(force_close=True), headers=self._headers,
+                raise_for_status=False,
+            )  # fmt: skip
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()
+        self._session = self._fresh = None
 
     # ----- calls ---------------------------------------------------------------------
 
@@ -93,15 +125,15 @@ class UpstreamClient:
     async def post_form(self, path: str, fields: dict[str, str], file: tuple[str, bytes, str]) -> Any:
         """A multipart upload (audio): `fields` plus one `file` as (filename, data, content type)."""
 
-        def form() -> aiohttp.FormData:  # a FormData is consumed by its request: one per try
+        def form() -> dict[str, Any]:  # a FormData is consumed by its request: one per try
             data = aiohttp.FormData()
             for key, value in fields.items():
                 data.add_field(key, value)
             name, content, content_type = file
             data.add_field("file", content, filename=name, content_type=content_type)
-            return data
+            return {"data": data}
 
-        return await self._with_retries(lambda: self._call("POST", path, None, form()))
+        return await self._with_retries(lambda: self._call("POST", path, None, form))
 
     async def stream_bytes(self, path: str, body: dict[str, Any]) -> AsyncGenerator[bytes, None]:
         """A binary response body as it arrives (speech); the request happens before the first chunk."""
@@ -132,11 +164,30 @@ class UpstreamClient:
     def _url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
-    async def _call(
-        self, method: str, path: str, body: dict[str, Any] | None, form: aiohttp.FormData | None = None
-    ) -> Any:
+    async def _send(self, method: str, path: str, payload: Payload) -> aiohttp.ClientResponse:
+        """The response, once its head has come. A request that broke on a reused connection
+        before any byte of an answer is sent once more on a fresh connection (see the module
+        docstring); a new connection that broke is the server's answer, and is not."""
+        attempt = SimpleNamespace(reused=False)
+        url = self._url(path)
         try:
-            async with self.session.request(method, self._url(path), json=body, data=form) as response:
+            return await self.session.request(method, url, trace_request_ctx=attempt, **payload())
+        except _NOT_STALE:
+            raise
+        except _STALE as exc:
+            if not attempt.reused:
+                raise
+            log.info(
+                "pooled connection closed by the upstream; sending again on a fresh one",
+                extra={"upstream": self.name, "error": _describe(exc)},
+            )
+        assert self._fresh is not None  # opened with the session
+        return await self._fresh.request(method, url, **payload())
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None, form: Payload | None = None) -> Any:
+        try:
+            response = await self._send(method, path, form or (lambda: {"json": body}))
+            async with response:
                 if response.status >= 400:
                     raise await self._error(response)
                 return await response.json(content_type=None)
@@ -145,7 +196,7 @@ class UpstreamClient:
 
     async def _open_stream(self, path: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
         try:
-            response = await self.session.post(self._url(path), json=body)
+            response = await self._send("POST", path, lambda: {"json": body})
         except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
             raise _Retryable(exc) from exc
         if response.status >= 400:
@@ -233,6 +284,16 @@ def _error_from_payload(name: str, status: int, payload: dict[str, Any]) -> Upst
         )
     detail = payload.get("detail", error if error is not None else payload)
     return UpstreamError(status, f"upstream '{name}' answered {status}: {json.dumps(detail)[:500]}")
+
+
+async def _note_reuse(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceConnectionReuseconnParams
+) -> None:
+    """A request went out on a pooled connection: if it breaks before the answer, that
+    connection was stale (the request's own `trace_request_ctx` is told)."""
+    attempt = context.trace_request_ctx
+    if isinstance(attempt, SimpleNamespace):
+        attempt.reused = True
 
 
 def _describe(exc: BaseException) -> str:
