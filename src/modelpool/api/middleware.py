@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from modelpool.api.errors import error_body, error_payload, internal_error_body, shaped_error
-from modelpool.errors import ShuttingDown
+from modelpool.errors import RequestTimeout, ShuttingDown
 from modelpool.logs import current_request_id
 from modelpool.runtime.metrics import Metrics
 
@@ -96,10 +96,14 @@ _UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int, max_upload_bytes: int) -> None:
+    """413 before an oversized body is read whole; 408 when a body stops coming for
+    `body_timeout_s` (one slow client must not hold a request task for ever)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, max_upload_bytes: int, body_timeout_s: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.max_upload_bytes = max_upload_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -110,7 +114,11 @@ class BodyLimit:
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await self._reject(send, limit, scope["path"])
             return
-        if declared is not None:
+        clock = _BodyClock(receive, send, self.body_timeout_s, scope["path"])
+        await self._forward(scope, clock.receive, clock.send, limit, declared is not None)
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send, limit: int, declared: bool) -> None:
+        if declared:
             await self.app(scope, receive, send)
             return
         # No Content-Length (chunked): read up to the limit here, then replay.
@@ -131,6 +139,43 @@ class BodyLimit:
             f"Request body exceeds the limit of {limit} bytes.", "invalid_request_error", "request_too_large"
         )
         await send_json(send, 413, shaped_error(path, 413, body))
+
+
+class _BodyClock:
+    """Waits at most `timeout_s` for each piece of a request body still coming. When a piece
+    is late the client gets 408 from here, and the app is told the client left (a route
+    parsing the body would otherwise turn the error into its own 400); once the body is
+    whole, receive only waits for the client to leave, with no deadline."""
+
+    def __init__(self, receive: Receive, send: Send, timeout_s: float, path: str) -> None:
+        self._receive, self._send = receive, send
+        self.timeout_s, self.path = timeout_s, path
+        self.body_done = self.started = self.answered = False
+
+    async def receive(self) -> Message:
+        if self.answered:
+            return {"type": "http.disconnect"}
+        if self.body_done:
+            return await self._receive()
+        try:
+            message = await asyncio.wait_for(self._receive(), self.timeout_s)
+        except asyncio.TimeoutError:
+            await self._answer_timeout()
+            return {"type": "http.disconnect"}
+        self.body_done = message["type"] != "http.request" or not message.get("more_body", False)
+        return message
+
+    async def send(self, message: Message) -> None:
+        if self.answered:  # the 408 went out: whatever the app says after it is dropped
+            return
+        self.started = self.started or message["type"] == "http.response.start"
+        await self._send(message)
+
+    async def _answer_timeout(self) -> None:
+        self.answered = True
+        if not self.started:
+            error = RequestTimeout(f"the request body stopped coming for {self.timeout_s:g} s (server.body_timeout_s)")
+            await send_json(self._send, 408, shaped_error(self.path, 408, error_payload(error)))
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

@@ -9,9 +9,11 @@ import signal
 
 import typer
 import uvicorn
+from fastapi import FastAPI
 
 from modelpool.api.app import create_app
 from modelpool.api.auth import KeyRing
+from modelpool.api.http_protocol import bounded_protocol, default_max_connections
 from modelpool.api.realtime_wire import MAX_EVENT_CHARS
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError, ModelpoolError
@@ -41,19 +43,31 @@ def run_server(config: Config) -> None:
             "auth": "api keys" if keys.enabled else "none (loopback only)",
         },
     )
-    uv_config = uvicorn.Config(
+    _exit_zero_after_graceful_shutdown()
+    uvicorn.Server(uvicorn_config(app, config)).run()
+
+
+def uvicorn_config(app: FastAPI, config: Config) -> uvicorn.Config:
+    """How uvicorn serves the app: the bounds it keeps (headers, connections, WebSocket
+    frames) and the proxies whose forwarding headers it believes."""
+    server = config.server
+    proxies = server.forwarded_allow_ips
+    return uvicorn.Config(
         app,
         host=server.host,
         port=server.port,
         log_config=None,
         access_log=False,
         lifespan="on",
+        http=bounded_protocol(server.header_timeout_s, server.max_connections or default_max_connections()),
         ws_max_size=MAX_EVENT_CHARS + 1024,  # a bigger WebSocket frame is refused before it is buffered
+        # uvicorn believes X-Forwarded-For from loopback by default: any local client could
+        # then pick its address (and its per-address rate-limit bucket). Only named proxies.
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
         # uvicorn annotates int but hands the value to asyncio.wait_for, which takes float seconds.
-        timeout_graceful_shutdown=config.server.shutdown_grace_s,  # type: ignore[arg-type]
+        timeout_graceful_shutdown=server.shutdown_grace_s,  # type: ignore[arg-type]
     )
-    _exit_zero_after_graceful_shutdown()
-    uvicorn.Server(uv_config).run()
 
 
 def check_exposure(config: Config, keys: KeyRing) -> None:

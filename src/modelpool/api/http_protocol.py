@@ -1,0 +1,68 @@
+"""uvicorn's HTTP protocol with the bounds nginx keeps and uvicorn does not: a connection
+that has not finished sending a request's headers within `header_timeout_s` is closed
+(uvicorn waits for ever, so a client sending one header byte a minute — or nothing at all
+after connecting — holds a socket and a file descriptor for good), and connections beyond
+`max_connections` are closed as they arrive, before the process runs out of descriptors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("modelpool.api")
+
+
+def default_max_connections() -> int:
+    """Three quarters of the process's open-file limit: the rest stays for model files,
+    engine pipes and logs."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, soft * 3 // 4) if soft != resource.RLIM_INFINITY else 65536
+
+
+def bounded_protocol(header_timeout_s: float, max_connections: int) -> type[HttpToolsProtocol]:
+    """The protocol class uvicorn instantiates per connection (`uvicorn.Config(http=...)`)."""
+
+    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+        _header_deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                log.warning("connection refused: %d open connections is the limit", max_connections)
+                transport.close()
+                return
+            self._await_headers()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._headers_arrived()
+            super().connection_lost(exc)
+
+        def on_headers_complete(self) -> None:
+            self._headers_arrived()
+            super().on_headers_complete()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            idle = self.cycle is None or self.cycle.response_complete  # no pipelined request started
+            if idle and not self.transport.is_closing():
+                self._await_headers()  # the next request on this connection has the same time
+
+        def _await_headers(self) -> None:
+            self._headers_arrived()
+            self._header_deadline = self.loop.call_later(header_timeout_s, self._headers_too_slow)
+
+        def _headers_arrived(self) -> None:
+            if self._header_deadline is not None:
+                self._header_deadline.cancel()
+                self._header_deadline = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return BoundedHttpToolsProtocol
