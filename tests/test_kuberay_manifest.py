@@ -9,6 +9,7 @@ import json
 import re
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import yaml
 
 from modelpool.config.loader import load_config
 from modelpool.config.schema import Config
+from modelpool.ray_serve.options import HEAD_NODE_RESOURCE, ingress_options
 from modelpool.ray_serve.serve_config import serve_config_v2
 
 if sys.version_info >= (3, 11):
@@ -71,22 +73,24 @@ def ray_container(group: dict[str, Any]) -> dict[str, Any]:
     return dict(group["template"]["spec"]["containers"][0])
 
 
-def offered_resources(group: dict[str, Any]) -> dict[str, float]:
+def offered_resources(group: dict[str, Any], *, head: bool = False) -> dict[str, float]:
     """The custom resources `ray start` gives the group's nodes: KubeRay takes
-    `rayStartParams.resources` as a JSON object quoted as a JSON string ('"{\\"head\\": 1}"')."""
+    `rayStartParams.resources` as a JSON object quoted as a JSON string ('"{\\"head\\": 1}"');
+    and on the head, the resource Ray gives the head node alone."""
+    offered = {HEAD_NODE_RESOURCE: 1.0} if head else {}
     raw = group.get("rayStartParams", {}).get("resources")
     if raw is None:
-        return {}
+        return offered
     unquoted = json.loads(raw)
     assert isinstance(unquoted, str), f"rayStartParams.resources must be a quoted JSON string, got {raw!r}"
     resources = json.loads(unquoted)
     assert isinstance(resources, dict)
-    return {str(name): float(amount) for name, amount in resources.items()}
+    return {**offered, **{str(name): float(amount) for name, amount in resources.items()}}
 
 
 def wanted_resources(config: Config) -> dict[str, dict[str, float]]:
     """Custom resources each deployment of the config asks for (ingress, models, groups)."""
-    wanted = {"ray.ingress": dict(config.ray.ingress.ray_actor_options.resources)}
+    wanted = {"ray.ingress": dict(ingress_options(config)["ray_actor_options"].get("resources", {}))}
     for model in config.served_models():
         if model.ray is not None and model.ray.group is None:
             wanted[f"models.{model.id}.ray"] = dict(model.ray.ray_actor_options.resources)
@@ -100,7 +104,7 @@ def hosts(manifest: dict[str, Any], resources: dict[str, float]) -> list[str]:
     return [
         name
         for name, group in groups(manifest).items()
-        if all(offered_resources(group).get(key, 0) >= amount for key, amount in resources.items())
+        if all(offered_resources(group, head=name == "head").get(key, 0) >= amount for key, amount in resources.items())
     ]
 
 
@@ -184,6 +188,7 @@ def test_every_custom_resource_is_offered(config: Config, manifest: dict[str, An
 
 def test_ingress_runs_on_the_head_and_models_on_workers(config: Config, manifest: dict[str, Any]) -> None:
     wanted = wanted_resources(config)
+    assert HEAD_NODE_RESOURCE in wanted["ray.ingress"], "the ingress should be pinned to the head (ray.ingress.on_head)"
     assert hosts(manifest, wanted.pop("ray.ingress")) == ["head"]
     for where, resources in wanted.items():
         assert resources, f"{where}: give it a custom resource so it stays off the head pod"
@@ -247,7 +252,7 @@ def test_pods_roll_when_the_config_changes(manifest: dict[str, Any]) -> None:
 def test_api_keys_come_from_a_secret(config: Config, manifest: dict[str, Any]) -> None:
     key_envs = {key.key_env for key in config.auth.keys if key.key_env is not None}
     assert key_envs, "the cluster's config should need API keys (it serves on 0.0.0.0)"
-    ingress_hosts = hosts(manifest, dict(config.ray.ingress.ray_actor_options.resources))
+    ingress_hosts = hosts(manifest, wanted_resources(config)["ray.ingress"])
     assert ingress_hosts
     for name in ingress_hosts:
         env = {e["name"]: e for e in ray_container(groups(manifest)[name]).get("env", [])}
@@ -276,3 +281,87 @@ def test_ray_serve_schema_accepts_the_serve_config(manifest: dict[str, Any]) -> 
     parsed = schema.ServeDeploySchema.model_validate(served)
     # Ray ignores fields it does not know: every field must come back, or Ray would drop it.
     assert parsed.model_dump(exclude_unset=True) == served
+
+
+# ----- (f) Ray's own ports are closed to other pods (networkpolicy.yaml) ---------------------------
+
+OTHER_RAY_PORTS = [52365, 8080, 44217, 44227, 10002, 19999, 6380]
+"""Ports a Ray node opens besides its container's named ones: the dashboard agent, metrics
+export, fixed ports seen on every node (RAY.md), the ends of the worker port range, a GCS
+moved off 6379."""
+
+
+@dataclass
+class Peer:
+    """A pod that opens a connection: its labels, and its namespace's labels (None: the
+    namespace of the RayService and its policy)."""
+
+    labels: dict[str, str]
+    namespace: dict[str, str] | None = None
+
+
+@pytest.fixture(scope="module")
+def network_policy() -> dict[str, Any]:
+    data = yaml.safe_load((KUBERAY / "networkpolicy.yaml").read_text("utf-8"))
+    assert (data["apiVersion"], data["kind"]) == ("networking.k8s.io/v1", "NetworkPolicy")
+    return dict(data)
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector; only matchLabels, so that this reading of the policy stays whole."""
+    assert set(selector) <= {"matchLabels"}, f"only matchLabels is read here: {selector}"
+    return all(labels.get(key) == value for key, value in selector.get("matchLabels", {}).items())
+
+
+def admits(source: dict[str, Any], peer: Peer) -> bool:
+    """Kubernetes' reading of one `from` entry: a podSelector alone means the policy's own
+    namespace; with a namespaceSelector, pods of the namespaces it selects."""
+    assert "ipBlock" not in source, "an ipBlock is not read here"
+    if "namespaceSelector" in source:
+        in_namespace = selects(source["namespaceSelector"], peer.namespace or {})
+    else:
+        in_namespace = peer.namespace is None
+    return in_namespace and selects(source.get("podSelector", {}), peer.labels)
+
+
+def reaches(policy: dict[str, Any], peer: Peer, port: int) -> bool:
+    """Whether `peer` may open TCP `port` on the pods the policy selects."""
+    for rule in policy["spec"].get("ingress", []):
+        ports = rule.get("ports", [])
+        assert all(p.get("protocol", "TCP") == "TCP" and "endPort" not in p for p in ports), ports
+        if ports and port not in [p["port"] for p in ports]:
+            continue
+        if not rule.get("from") or any(admits(source, peer) for source in rule["from"]):
+            return True
+    return False
+
+
+def pod_labels(group: dict[str, Any]) -> dict[str, str]:
+    return dict(group["template"].get("metadata", {}).get("labels", {}))
+
+
+def test_the_network_policy_covers_every_ray_pod(network_policy: dict[str, Any], manifest: dict[str, Any]) -> None:
+    spec = network_policy["spec"]
+    assert "Ingress" in spec["policyTypes"]
+    for name, group in groups(manifest).items():
+        assert selects(spec["podSelector"], pod_labels(group)), f"{name} pods are not under the network policy"
+    assert spec["podSelector"].get("matchLabels"), "an empty podSelector would take in every pod of the namespace"
+
+
+def test_other_pods_reach_only_the_serve_port(network_policy: dict[str, Any], manifest: dict[str, Any]) -> None:
+    """Ray's dashboard (its job API runs code), GCS and client ports are the cluster's own;
+    modelpool's API on Serve's port checks keys and is the one way in."""
+    serve_port = yaml.safe_load(manifest["spec"]["serveConfigV2"])["http_options"]["port"]
+    named = {p["name"]: p["containerPort"] for p in ray_container(groups(manifest)["head"])["ports"]}
+    ports = sorted({*named.values(), *OTHER_RAY_PORTS})
+    strangers = [
+        Peer({"app": "web"}),
+        Peer({}, {"kubernetes.io/metadata.name": "elsewhere"}),
+        Peer({"app.kubernetes.io/name": "kuberay-operator"}),  # in the namespace, but not the operator's
+    ]
+    for stranger in strangers:
+        assert [p for p in ports if reaches(network_policy, stranger, p)] == [serve_port], stranger
+    for name, group in groups(manifest).items():  # Ray's pods talk to one another on any port
+        assert all(reaches(network_policy, Peer(pod_labels(group)), p) for p in ports), name
+    operator = Peer({"app.kubernetes.io/name": "kuberay-operator"}, {"kubernetes.io/metadata.name": "ray-system"})
+    assert [p for p in ports if reaches(network_policy, operator, p)] == sorted({named["dashboard"], serve_port})

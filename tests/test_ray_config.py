@@ -4,6 +4,7 @@ deployment gets, application names, and what crosses between ingress and replica
 from __future__ import annotations
 
 import pickle
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from modelpool.config.loader import load_config
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError, ModelNotFound, RateLimited, UpstreamError
 from modelpool.ray_serve import naming
-from modelpool.ray_serve.options import deployment_options, ingress_options, replica_bounds
+from modelpool.ray_serve.options import HEAD_NODE_RESOURCE, deployment_options, ingress_options, replica_bounds
 from modelpool.ray_serve.wire import Call, Done, Failed, Item, Started, uncounted
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.timing import RequestTiming
@@ -94,7 +95,17 @@ def test_two_ids_that_would_share_an_application_name_are_refused(tmp_path: Path
 def test_the_ingress_options_come_from_ray_ingress(tmp_path: Path) -> None:
     config = config_of(tmp_path, {"ray": {"ingress": {"num_replicas": 2, "ray_actor_options": {"num_cpus": 0.3}}}})
     assert ingress_options(config)["num_replicas"] == 2
-    assert ingress_options(config)["ray_actor_options"] == {"num_cpus": 0.3}
+    assert ingress_options(config)["ray_actor_options"] == {"num_cpus": 0.3, "resources": {HEAD_NODE_RESOURCE: 0.001}}
+
+
+def test_the_ingress_is_pinned_to_the_head_node_unless_told_otherwise(tmp_path: Path) -> None:
+    """Its in-memory state (metrics, usage, budgets, overrides) must not go with a worker node."""
+    pinned = config_of(tmp_path, {"ray": {"ingress": {"ray_actor_options": {"resources": {"fast": 1}}}}})
+    assert ingress_options(pinned)["ray_actor_options"]["resources"] == {"fast": 1, "node:__internal_head__": 0.001}
+    free = config_of(tmp_path, {"ray": {"ingress": {"on_head": False}}})
+    assert "resources" not in ingress_options(free)["ray_actor_options"]
+    constants = pytest.importorskip("ray._common.constants", reason="Ray mode is optional: make install-ray")
+    assert constants.HEAD_NODE_RESOURCE_NAME == HEAD_NODE_RESOURCE  # the name Ray gives the head's own resource
 
 
 def test_the_config_a_replica_gets_is_the_one_loaded(tmp_path: Path) -> None:
@@ -144,20 +155,21 @@ def test_rays_failures_become_the_envelopes_a_client_expects() -> None:
     from ray.serve import exceptions as serve_errors
 
     from modelpool.errors import GenerationFailed, ModelNotReady, Overloaded, ReplicaUnavailable
-    from modelpool.ray_serve.remote import as_pool_error
+    from modelpool.ray_serve.remote import ReplicaGone, as_pool_error
 
     cases: list[tuple[BaseException, type[Exception], int]] = [
         (serve_errors.BackPressureError(num_queued_requests=3, max_queued_requests=2), Overloaded, 429),
         (serve_errors.DeploymentUnavailableError("mp-x"), ModelNotReady, 503),
-        (ray_errors.ActorDiedError(), ReplicaUnavailable, 502),
-        (ray_errors.ActorUnavailableError("gone", None), ReplicaUnavailable, 502),
-        (ray_errors.NodeDiedError("n"), ReplicaUnavailable, 502),
+        (ray_errors.ActorDiedError(), ReplicaGone, 502),
+        (ray_errors.ActorUnavailableError("gone", None), ReplicaGone, 502),
+        (ray_errors.NodeDiedError("n"), ReplicaGone, 502),
         (RuntimeError("something else"), GenerationFailed, 500),
     ]
     for raised, expected, status in cases:
         error = as_pool_error(raised, "x")
         assert type(error) is expected, raised
         assert error.status_code == status
+        assert isinstance(error, ReplicaUnavailable) == (expected is ReplicaGone)  # the same envelope
     kept = ModelNotFound("m", [])
     assert as_pool_error(kept, "m") is kept
 
@@ -182,3 +194,154 @@ def test_a_streams_start_carries_the_waits_not_the_tokens() -> None:
 def test_a_model_with_no_queue_gets_the_smallest_queue_ray_allows(tmp_path: Path) -> None:
     config = config_of(tmp_path, {"models": {"e": {**EMBED, "max_queue": 0}}})
     assert deployment_options(config.served_models(), config)["max_queued_requests"] == 1  # Ray: -1 is unlimited
+
+
+# ----- a replica lost before answering: idempotent work goes once more to another ------------------
+
+
+class FakeRouted:
+    """What a Serve handle's `remote()` gives back, answering `outcome` (raised if an error):
+    a unary response when awaited, a stream's first piece when iterated."""
+
+    def __init__(self, outcome: object) -> None:
+        self.outcome = outcome
+
+    async def _fetch_future_result_async(self) -> None:  # a replica took the call
+        return None
+
+    def cancel(self) -> None:
+        pass
+
+    async def _result(self) -> object:
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+    def __await__(self) -> Any:
+        return self._result().__await__()
+
+    async def __anext__(self) -> object:
+        return await self._result()
+
+
+class FakeHandle:
+    """`handle.unary.remote(call)` and `handle.options(stream=True).stream.remote(call)`,
+    each call answered with the next of `outcomes`."""
+
+    def __init__(self, *outcomes: object) -> None:
+        self.outcomes = list(outcomes)
+        self.sent: list[Call] = []
+        self.unary = self.stream = self
+
+    def options(self, **_: object) -> FakeHandle:
+        return self
+
+    def remote(self, call: Call) -> FakeRouted:
+        self.sent.append(call)
+        return FakeRouted(self.outcomes.pop(0))
+
+
+async def test_idempotent_work_whose_replica_died_goes_once_more_to_another() -> None:
+    pytest.importorskip("ray.serve")
+    from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+    from modelpool.errors import InvalidRequest, ReplicaUnavailable
+    from modelpool.ray_serve.remote import call_unary, open_remote
+
+    def call(method: str) -> Call:
+        return Call(method, "m", (), CallOptions(), None)
+
+    done = Done([0.5], RequestUsage(input_tokens=2))
+    for method in ("embed", "score_pairs", "tokenize", "detokenize"):
+        handle = FakeHandle(ActorDiedError(), done)
+        assert await call_unary(handle, call(method), "m", 5) is done  # type: ignore[arg-type]
+        assert len(handle.sent) == 2, method
+    twice = FakeHandle(ActorUnavailableError("gone", None), ActorDiedError(), done)
+    with pytest.raises(ReplicaUnavailable):  # once only: then the client gets the 502 envelope
+        await call_unary(twice, call("embed"), "m", 5)  # type: ignore[arg-type]
+    assert len(twice.sent) == 2
+    generating = FakeHandle(ActorDiedError(), done)  # may have run: not sent again
+    with pytest.raises(ReplicaUnavailable):
+        await call_unary(generating, call("generate_all"), "m", 5)  # type: ignore[arg-type]
+    assert len(generating.sent) == 1
+    refused = FakeHandle(Failed(InvalidRequest("bad input")), done)  # the request's own error stays
+    with pytest.raises(InvalidRequest):
+        await call_unary(refused, call("embed"), "m", 5)  # type: ignore[arg-type]
+    assert len(refused.sent) == 1
+    started = Started(RequestTiming())
+    stream = FakeHandle(ActorDiedError(), started)  # lost before `Started`: the client saw nothing
+    first, _ = await open_remote(stream, call("chat"), "m", 5)  # type: ignore[arg-type]
+    assert first is started and len(stream.sent) == 2
+
+
+# ----- joining a cluster, and the exposure rule of `modelpool serve` ---------------------------------
+
+
+def test_a_failed_join_says_the_likely_cause_in_one_line() -> None:
+    from modelpool.ray_serve.joining import join_failure
+
+    address = "10.0.0.1:6379"
+    bare = ConnectionError(f"Failed to connect to Ray cluster at {address}")
+    # What Ray 2.60's core logs on stderr, a line a second, joining a token-auth cluster without the token:
+    logged = (
+        "[2026-11-27 05:13:01,088 W 11062 11062] gcs_client.cc:210: Failed to get cluster ID from GCS server: "
+        "Unauthenticated: RPC error: InvalidAuthToken: Authentication token is missing or incorrect\n"
+    ) * 3
+    assert "RAY_AUTH_MODE=token" in join_failure(address, bare, logged)
+    mismatch = RuntimeError(
+        "Version mismatch: The cluster was started with:\n    Ray: 2.59.0\n    Python: 3.11.9\n"
+        "This process on node 10.0.0.2 was started with:\n    Ray: 2.60.0\n    Python: 3.11.9\n"
+    )
+    said = join_failure(address, mismatch, "")
+    assert "another Ray or Python version" in said and "Ray: 2.59.0" in said
+    assert "ray start --head" in join_failure("auto", ConnectionError("Could not find any running Ray instance."), "")
+    assert "did not answer as a Ray cluster" in join_failure(address, bare, "")
+    for line in (join_failure(address, bare, logged), said, join_failure(address, ValueError("x\n  y"), "")):
+        assert "\n" not in line and line.startswith(f"cannot join the Ray cluster at {address}: ")
+
+
+def test_an_address_where_nothing_listens_is_refused_at_once(tmp_path: Path) -> None:
+    pytest.importorskip("ray.serve")
+    from typer.testing import CliRunner
+
+    from modelpool.cli.main import app
+    from modelpool.services.ports import free_port
+
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"starter_models": False, "models": {"e": EMBED}}))
+    address = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["ray", "deploy", "--address", address, "--config", str(config)])
+    assert result.exit_code == 2, result.output
+    assert time.monotonic() - started < 30  # Ray alone retries such an address for minutes
+    assert f"cannot join the Ray cluster at {address}: nothing accepted a connection" in result.stderr
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", [["ray", "deploy", "--address", "127.0.0.1:1"], ["ray", "serve-config"]])
+def test_ray_commands_keep_the_exposure_rule_of_serve(tmp_path: Path, command: list[str]) -> None:
+    """No API keys on a non-loopback bind is refused, as by `modelpool serve`, before anything
+    is joined. serve-config's proxies always listen on every address (0.0.0.0) in the pods."""
+    if command[1] == "deploy":
+        pytest.importorskip("ray.serve")
+    from typer.testing import CliRunner
+
+    from modelpool.cli.main import app
+
+    def run(data: dict[str, Any]) -> Any:
+        config = tmp_path / "c.yaml"
+        config.write_text(yaml.safe_dump({"starter_models": False, "models": {"e": EMBED}, **data}))
+        return CliRunner().invoke(app, [*command, "--config", str(config)])
+
+    host = {"server": {"host": "0.0.0.0"}} if command[1] == "deploy" else {}
+    refused = run(host)
+    assert refused.exit_code == 2, refused.output
+    assert "without API keys" in refused.stderr and "allow_unauthenticated_remote" in refused.stderr
+    keys = {"keys": [{"name": "k", "key_env": "SET_ON_THE_CLUSTER_ONLY", "scopes": ["inference"]}]}
+    for allowed in ({"auth": keys}, {"auth": {"allow_unauthenticated_remote": True}}):
+        result = run({**host, **allowed})
+        if command[1] == "serve-config":
+            assert result.exit_code == 0, result.output
+            assert yaml.safe_load(result.stdout)["http_options"]["host"] == "0.0.0.0"
+        else:  # past the rule: the join is what fails (nothing listens at port 1)
+            assert result.exit_code == 2 and "cannot join the Ray cluster" in result.stderr, result.output

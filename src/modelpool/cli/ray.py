@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import signal
 import threading
+from collections.abc import Iterator, Mapping
 from typing import Annotated
 
 import typer
@@ -35,15 +36,14 @@ def serve_on_ray(config: Config, address: str | None) -> None:
     """Deploy on the cluster, serve until SIGINT/SIGTERM, then delete modelpool's apps (a
     Ray instance started here stops with it)."""
     require_ray()
-    from modelpool.cli.serving import check_exposure
-    from modelpool.ray_serve.deploy import connect, undeploy
+    from modelpool.ray_serve.deploy import undeploy
 
     try:
-        check_exposure(config, KeyRing.from_config(config.auth))
-        connect(address or config.ray.address, config.server, config.ray.proxy_location)
+        keys = KeyRing.from_config(config.auth)
     except ConfigError as exc:
         echo_err(f"error: {exc.message}")
         raise typer.Exit(2) from None
+    _join(config, address or config.ray.address, keys)
     for sig in (signal.SIGINT, signal.SIGTERM):  # from now on a signal stops serving, mid-deploy too
         signal.signal(sig, _exit_cleanly)
     try:  # connected: whatever happens now, modelpool's apps are taken off the cluster
@@ -52,6 +52,53 @@ def serve_on_ray(config: Config, address: str | None) -> None:
         threading.Event().wait()  # until a signal raises SystemExit
     finally:
         undeploy(config)
+
+
+def _join(config: Config, address: str | None, keys: KeyRing | None) -> None:
+    """Join (or start) the cluster and Serve's proxy, or exit 2 saying why not. With `keys`,
+    `modelpool serve`'s exposure rule holds for the configured host and again for the one
+    Serve's proxy binds (a Serve already running keeps its own)."""
+    from modelpool.ray_serve.deploy import connect
+
+    try:
+        if keys is not None:
+            refuse_exposure(config, keys)
+        bound = connect(address, config.server, config.ray.proxy_location)
+        if keys is not None:
+            refuse_exposure(config, keys, host=bound)
+    except ConfigError as exc:
+        echo_err(f"error: {exc.message}")
+        raise typer.Exit(2) from None
+
+
+def refuse_exposure(config: Config, keys: KeyRing, *, host: str | None = None) -> None:
+    """`modelpool serve`'s rule (`check_exposure`: no API keys, no non-loopback bind unless
+    `auth.allow_unauthenticated_remote`), for the host Ray Serve's proxy binds."""
+    from modelpool.cli.serving import check_exposure
+
+    if host is not None and host != config.server.host:
+        config = config.model_copy(update={"server": config.server.model_copy(update={"host": host})})
+    check_exposure(config, keys)
+
+
+class _SetOnTheCluster(Mapping[str, str]):
+    """The environment of the node that runs the ingress, where the keys' variables
+    (`auth.keys[].key_env`) are set and read: from here, only that the config names keys
+    counts (the ingress refuses to start on a node that lacks one)."""
+
+    def __getitem__(self, name: str) -> str:
+        return f"${name} on the cluster"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def cluster_keys(config: Config) -> KeyRing:
+    """The API keys the ingress will check on the cluster, as far as this machine can tell."""
+    return KeyRing.from_config(config.auth, environ=_SetOnTheCluster())
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
@@ -71,29 +118,28 @@ def _deploy(config: Config) -> None:
 def deploy_command(config: Config, address: str | None) -> None:
     """Deploy and return; the applications keep running on the cluster (`ray down` removes them)."""
     require_ray()
-    from modelpool.ray_serve.deploy import connect
-
     if not (address or config.ray.address):
         echo_err("error: `ray deploy` needs a running cluster to leave the apps on: --address auto (or ray.address)")
         raise typer.Exit(2)
-    connect(address or config.ray.address, config.server, config.ray.proxy_location)
+    _join(config, address or config.ray.address, cluster_keys(config))
     _deploy(config)
 
 
 def down_command(config: Config, address: str | None) -> None:
     require_ray()
-    from modelpool.ray_serve.deploy import connect, undeploy
+    from modelpool.ray_serve.deploy import undeploy
 
-    connect(address or config.ray.address or "auto", config.server, config.ray.proxy_location)
+    _join(config, address or config.ray.address or "auto", None)
     undeploy(config)
     typer.echo("modelpool's applications deleted")
 
 
 def serve_config_command(config: Config, config_path: str) -> None:
     """Print the KubeRay `serveConfigV2` for this config (no Ray needed)."""
-    from modelpool.ray_serve.serve_config import serve_config_v2
+    from modelpool.ray_serve.serve_config import PROXY_HOST, serve_config_v2
 
     try:
+        refuse_exposure(config, cluster_keys(config), host=PROXY_HOST)
         typer.echo(yaml.safe_dump(serve_config_v2(config, config_path), sort_keys=False), nl=False)
     except ConfigError as exc:
         echo_err(f"error: {exc.message}")

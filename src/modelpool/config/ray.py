@@ -111,6 +111,12 @@ class RayIngressConfig(_Strict):
     (`previous_response_id`), so more than 1 splits them."""
     ray_actor_options: RayActorOptions = Field(default_factory=lambda: RayActorOptions(num_cpus=0.1))
     """Resources of an ingress replica."""
+    on_head: bool = True
+    """Keep the ingress on the head node (it asks for Ray's `node:__internal_head__`
+    resource, which only the head has). The ingress holds state in memory (metrics, per-key
+    usage and rate-limit budgets, admin overrides, stored responses): on a worker node, that
+    node's loss would take it; the head's loss ends the cluster anyway. Off: Ray places it on
+    any node with room (pin it yourself with `ray_actor_options.resources`)."""
 
 
 class RaySettings(_Strict):

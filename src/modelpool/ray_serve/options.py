@@ -9,6 +9,11 @@ from modelpool.config.ray import RayActorOptions, RayScaling
 from modelpool.config.schema import Config, ModelConfig
 
 DEFAULT_SCALING = RayScaling()
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+"""The resource Ray gives the head node alone, 1 of it (`ray_constants.HEAD_NODE_RESOURCE_NAME`;
+Serve pins its own controller with it). Spelled out here: this module imports no Ray."""
+HEAD_PIN = 0.001
+"""What one ingress replica asks of it: a thousand replicas fit on the head."""
 
 
 def actor_options(options: RayActorOptions) -> dict[str, Any]:
@@ -78,9 +83,12 @@ def replica_bounds(models: list[ModelConfig], config: Config) -> tuple[int, int]
 
 def ingress_options(config: Config) -> dict[str, Any]:
     ingress = config.ray.ingress
+    actor = actor_options(ingress.ray_actor_options)
+    if ingress.on_head:  # its in-memory state must not go with a worker node (RayIngressConfig.on_head)
+        actor["resources"] = {**actor.get("resources", {}), HEAD_NODE_RESOURCE: HEAD_PIN}
     return {
         "num_replicas": ingress.num_replicas,
-        "ray_actor_options": actor_options(ingress.ray_actor_options),
+        "ray_actor_options": actor,
         "max_ongoing_requests": 1000,
         "graceful_shutdown_timeout_s": config.server.shutdown_grace_s,
     }

@@ -34,6 +34,17 @@ _REPLICA_GONE = (
 )
 
 
+RETRIED_UNARY = frozenset({"embed", "score_pairs", "tokenize", "detokenize"})
+"""Unary calls that change nothing anywhere (the same input, the same answer): one whose
+replica died before answering is sent once more, to a surviving replica."""
+
+
+class ReplicaGone(ReplicaUnavailable):
+    """Ray lost the replica (its actor, process or node) before the call's answer (or a
+    stream's first piece) came back: nothing of it reached the client. The same envelope as
+    `ReplicaUnavailable` when it does reach one."""
+
+
 def as_pool_error(error: BaseException, model_id: str) -> ModelpoolError:
     """The modelpool error for what Ray raised while a replica served `model_id`."""
     if isinstance(error, ModelpoolError):
@@ -42,10 +53,10 @@ def as_pool_error(error: BaseException, model_id: str) -> ModelpoolError:
         return Overloaded(f"model '{model_id}' has too many requests queued; retry later", retry_after_s=1)
     if isinstance(error, serve_errors.DeploymentUnavailableError):
         return ModelNotReady(f"model '{model_id}' has no replica that can serve it now: {error}")
-    if isinstance(error, _REPLICA_GONE):
-        return ReplicaUnavailable(f"the replica serving model '{model_id}' went away mid-request; retry")
-    if isinstance(error, ray_errors.RayTaskError) and isinstance(error.cause, _REPLICA_GONE):
-        return ReplicaUnavailable(f"the replica serving model '{model_id}' went away mid-request; retry")
+    if isinstance(error, _REPLICA_GONE) or (
+        isinstance(error, ray_errors.RayTaskError) and isinstance(error.cause, _REPLICA_GONE)
+    ):
+        return ReplicaGone(f"the replica serving model '{model_id}' went away mid-request; retry")
     log.error("unexpected error from a Ray replica", exc_info=error, extra={"model": model_id})
     return GenerationFailed(f"model '{model_id}' failed on its replica")
 
@@ -92,9 +103,24 @@ async def answer_of(response: Any, model_id: str, wait_s: float | None) -> Any:
 
 
 async def call_unary(handle: DeploymentHandle[Any], call: Call, model_id: str, wait_s: float | None) -> Done[Any]:
-    """`call` on one replica, once one takes it (within `wait_s`)."""
-    done: Done[Any] = await answer_of(handle.unary.remote(call), model_id, wait_s)
+    """`call` on one replica, once one takes it (within `wait_s`). A call of `RETRIED_UNARY`
+    whose replica died goes once more to another (Serve's router drops a replica whose actor
+    died, and probes before routing): a node lost under load then costs its clients nothing."""
+    try:
+        done: Done[Any] = await answer_of(handle.unary.remote(call), model_id, wait_s)
+    except ReplicaGone:
+        if call.method not in RETRIED_UNARY:
+            raise
+        _log_retry(call, model_id)
+        done = await answer_of(handle.unary.remote(call), model_id, wait_s)
     return done
+
+
+def _log_retry(call: Call, model_id: str) -> None:
+    log.warning(
+        "the replica went away before answering: sending the call to another replica",
+        extra={"model": model_id, "method": call.method},
+    )
 
 
 async def broadcast(handle: DeploymentHandle[Any], model_id: str, method: str, *args: Any,
@@ -120,7 +146,18 @@ async def open_remote(
 ) -> tuple[Started, DeploymentResponseGenerator[Any]]:
     """Start `call` as a stream on a replica (taken within `wait_s`) and read its first
     piece: `Started` once the replica holds the model's turn, or the request's own error (a
-    4xx before any response has started, as in one process)."""
+    4xx before any response has started, as in one process). A replica that dies before
+    `Started` has sent nothing the client saw: the call goes once more to another."""
+    try:
+        return await _open_once(handle, call, model_id, wait_s)
+    except ReplicaGone:
+        _log_retry(call, model_id)
+        return await _open_once(handle, call, model_id, wait_s)
+
+
+async def _open_once(
+    handle: DeploymentHandle[Any], call: Call, model_id: str, wait_s: float | None
+) -> tuple[Started, DeploymentResponseGenerator[Any]]:
     pieces = cast("DeploymentResponseGenerator[Any]", handle.options(stream=True).stream.remote(call))
     await _assigned(pieces, model_id, wait_s)
     try:

@@ -10,6 +10,10 @@ from modelpool.config.schema import Config
 from modelpool.ray_serve import naming
 from modelpool.ray_serve.options import deployment_options, ingress_options
 
+PROXY_HOST = "0.0.0.0"
+"""Where Serve's proxies listen in the pods: every address (Kubernetes' Services reach them
+there), so the config must have API keys, as `modelpool serve` on a non-loopback address."""
+
 
 def serve_config_v2(config: Config, config_path: str) -> dict[str, Any]:
     """Ray Serve's declarative config (KubeRay `RayService.spec.serveConfigV2`) for the same
@@ -38,7 +42,7 @@ def serve_config_v2(config: Config, config_path: str) -> dict[str, Any]:
     )
     return {
         "proxy_location": config.ray.proxy_location,
-        "http_options": {"host": "0.0.0.0", "port": config.server.port},
+        "http_options": {"host": PROXY_HOST, "port": config.server.port},
         "applications": applications,
     }
 
