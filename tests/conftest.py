@@ -25,12 +25,16 @@ MULTILINGUAL_STT_MODEL = "whisper-base"
 TTS_MODEL = "piper-en-us-joe"
 KOKORO_MODEL = "kokoro-82m"
 STARTER_IDS = {CHAT_MODEL, EMBED_MODEL, HF_MODEL, CT2_MODEL, STT_MODEL, MULTILINGUAL_STT_MODEL, TTS_MODEL, KOKORO_MODEL}
-BASE_URL = "http://modelpool.test"
+BASE_URL = "http://127.0.0.1"
+"""Where the in-process apps are reached: a loopback name, as a local SDK client reaches the
+server (a loopback bind refuses other Host names: api/host_guard.py)."""
+TEST_HOSTS = {"allowed_hosts": ["modelpool.test"]}
+"""The starter apps here also answer to `modelpool.test`, the name tests used before."""
 
 
 def starter_config(**server: object) -> Config:
     """The starter catalog, as `make serve` runs it, with test-only server settings."""
-    cli = {"server": {"max_body_bytes": 1_000_000, **server}}
+    cli = {"server": {"max_body_bytes": 1_000_000, **TEST_HOSTS, **server}}
     return load_config(None, cli=cli, environ={})
 
 
@@ -40,7 +44,9 @@ async def serving(
 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     """A fresh in-process app for the starter catalog changed by `cli` (the CLI layer), with
     an httpx client on it. Its models load as their config says (preload or on demand)."""
-    config = load_config(None, cli=cli, environ={})
+    server = cli.get("server", {})
+    assert isinstance(server, dict)
+    config = load_config(None, cli={**cli, "server": {**TEST_HOSTS, **server}}, environ={})
     application = create_app(config, keys=keys)
     async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60):
         transport = httpx.ASGITransport(app=application)

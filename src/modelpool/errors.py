@@ -12,10 +12,12 @@ Nothing maps errors by matching message text.
     │   └── CommitEmpty                 400  invalid_request_error / input_audio_buffer_commit_empty (live audio)
     ├── AuthenticationFailed            401  authentication_error / invalid_api_key
     ├── PermissionDenied                403  permission_error / insufficient_scope
-    │   └── RemoteNotAllowed            403  permission_error / remote_not_allowed
+    │   ├── RemoteNotAllowed            403  permission_error / remote_not_allowed
+    │   └── OriginNotAllowed            403  permission_error / origin_not_allowed (a foreign web page)
     ├── ModelNotFound                   404  invalid_request_error / model_not_found
     ├── ResponseNotFound                404  invalid_request_error / previous_response_not_found (or another key's)
     ├── ModelNotLoaded                  409  invalid_request_error / model_not_loaded  (autoload off)
+    ├── HostNotAllowed                  421  invalid_request_error / host_not_allowed (DNS rebinding)
     ├── RequestTooLarge                 413  invalid_request_error / request_too_large
     │   └── StoreFull                   413  invalid_request_error / store_full (a transcript store bound)
     │   └── AudioTooLong                413  invalid_request_error / request_too_large (server.max_audio_seconds)
@@ -113,14 +115,21 @@ class RemoteNotAllowed(PermissionDenied):
     code = "remote_not_allowed"
 
 
+class OriginNotAllowed(PermissionDenied):
+    """A state-changing request from a web page of an origin the server does not serve."""
+
+    code = "origin_not_allowed"
+
+
 class ModelNotFound(ModelpoolError):
     status_code = 404
     type = "invalid_request_error"
     code = "model_not_found"
 
-    def __init__(self, model_id: str, known: list[str]) -> None:
-        hint = ", ".join(sorted(known)) or "none are configured"
-        super().__init__(f"The model '{model_id}' does not exist. Known models: {hint}.", param="model")
+    def __init__(self, model_id: str, known: list[str] | None) -> None:
+        """`known`: the ids to list as a hint; None lists none (a caller without a key)."""
+        hint = "" if known is None else f" Known models: {', '.join(sorted(known)) or 'none are configured'}."
+        super().__init__(f"The model '{model_id}' does not exist.{hint}", param="model")
         self.model_id = model_id
 
 
@@ -137,6 +146,15 @@ class ModelNotLoaded(ModelpoolError):
     status_code = 409
     type = "invalid_request_error"
     code = "model_not_loaded"
+
+
+class HostNotAllowed(ModelpoolError):
+    """A `Host` header naming no name this server answers to: a web page whose DNS name
+    was rebound to this machine, or a client that needs `server.allowed_hosts`."""
+
+    status_code = 421
+    type = "invalid_request_error"
+    code = "host_not_allowed"
 
 
 class RequestTooLarge(ModelpoolError):

@@ -35,7 +35,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(config, build_pool(config))
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             yield http
 
 

@@ -51,7 +51,7 @@ async def _serving(slots: Sequence[ModelSlot], metrics: Metrics) -> AsyncIterato
     app = create_app(load_config(environ={}, cli={"starter_models": False}), pool)
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield client, pool
 
 

@@ -31,7 +31,7 @@ async def gated() -> AsyncIterator[tuple[httpx.AsyncClient, asyncio.Event, Model
     app = create_app(load_config(environ={}, cli={"starter_models": False}), pool)
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield client, gate, pool
         gate.set()
 

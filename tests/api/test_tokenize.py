@@ -77,7 +77,7 @@ async def served(models: dict[str, Any], auth: dict[str, Any] | None = None) -> 
     app = create_app(config, keys=KeyRing.from_config(config.auth, environ={"TOKENIZE_TEST_KEY": "k"}))
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield client
 
 

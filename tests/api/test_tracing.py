@@ -128,7 +128,7 @@ async def test_otel_endpoint_exports_each_request_over_otlp_http_flushed_at_shut
     app = create_app(load_config(None, cli={"starter_models": False, "server": server}, environ={}))
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             reply = await client.get("/healthz", headers={"X-Request-ID": "otlp-1"})
             assert reply.status_code == 200
     assert collector.received, "the app's shutdown sends the spans still batched"
@@ -156,7 +156,7 @@ async def test_a_request_the_rate_limit_refuses_has_its_route_and_the_limit_on_i
     chat = {"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             headers = {"Authorization": "Bearer sk-limited"}
             first = await client.post("/v1/chat/completions", json=chat, headers=headers)
             assert first.status_code == 404  # let in: it took the minute's one request

@@ -28,7 +28,7 @@ def app_with(**server: Any) -> FastAPI:
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app_with())
-    async with httpx.AsyncClient(transport=transport, base_url="http://ui.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         yield client
 
 
@@ -98,7 +98,7 @@ async def raw_get(app: FastAPI, path: str) -> int:
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
         "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
-        "headers": [(b"host", b"ui.test")], "client": ("127.0.0.1", 1), "server": ("ui.test", 80),
+        "headers": [(b"host", b"127.0.0.1")], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
     }  # fmt: skip
     await app(scope, receive, send)
     return int(next(m["status"] for m in messages if m["type"] == "http.response.start"))
@@ -116,7 +116,7 @@ async def test_no_path_leads_out_of_the_static_folder(http: httpx.AsyncClient) -
 
 async def test_with_the_ui_off_there_is_nothing_at_ui() -> None:
     transport = httpx.ASGITransport(app=app_with(ui=False))
-    async with httpx.AsyncClient(transport=transport, base_url="http://ui.test") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         for path in ("/ui", "/ui/", "/ui/static/app.js"):
             assert (await http.get(path)).status_code == 404, path
         assert (await http.get("/healthz")).status_code == 200

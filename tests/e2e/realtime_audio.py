@@ -16,7 +16,7 @@ PIPER_RATE = 22050
 async def speech_at(app: FastAPI, model: str, text: str, rate: int) -> bytes:
     """`text` spoken by Piper (deterministic), as mono pcm16 at `rate`."""
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://modelpool.test", timeout=120) as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=120) as http:
         body = {"model": model, "input": text, "response_format": "pcm", "deterministic": True}
         response = await http.post("/v1/audio/speech", json=body)
     response.raise_for_status()

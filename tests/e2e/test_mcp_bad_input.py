@@ -169,10 +169,11 @@ async def test_raw_requests(served: Served, case: str) -> None:
 )
 async def test_no_host_check_where_clients_use_other_names(tmp_path: Path, server: dict[str, Any]) -> None:
     """Bound to every interface, clients reach the server by its LAN name or through a proxy
-    (the API keys guard it); with `*` origins, any page may call. Neither is refused."""
+    (the API keys guard it) and a page the server serves itself calls it from that name;
+    with `*` origins, any page may call. Neither is refused."""
     config = mcp_config(tmp_path / "store", preload=False, **server)
     list_tools = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    foreign = {"Host": "gpu-box.lan:8000", "Origin": "https://app.example.com"}
+    foreign = {"Host": "gpu-box.lan:8000", "Origin": "http://gpu-box.lan:8000"}
     async with live_server(create_app(config)) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
         response = await http.post("/mcp", json=list_tools, headers={**HEADERS, **foreign})
     assert response.status_code == 200, response.text

@@ -87,7 +87,7 @@ async def test_the_admin_api_reports_each_override_option() -> None:
     app = create_app(config)
     async with (
         LifespanManager(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http,
     ):
         listed = {m["id"]: m for m in (await http.get("/v1/admin/models")).json()["data"]}
     whisper = {option["name"]: option for option in listed["whisper-base"]["override_options"]}

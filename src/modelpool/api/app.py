@@ -13,6 +13,7 @@ from modelpool import __version__
 from modelpool.api.auth import KeyRing, RequireKeys
 from modelpool.api.cors import add_cors
 from modelpool.api.errors import install_error_handlers
+from modelpool.api.host_guard import BrowserRule, HostGuard
 from modelpool.api.middleware import BodyLimit, RequestContext
 from modelpool.api.ratelimit import add_rate_limits
 from modelpool.api.routes import (
@@ -72,7 +73,10 @@ def create_app(
             log.info("models unloaded")
             await stop_tracing()
 
-    app = FastAPI(title="modelpool", version=__version__, lifespan=lifespan)
+    # The interactive docs load their scripts from a CDN: only when the config asks for them.
+    docs = config.server.api_docs
+    app = FastAPI(title="modelpool", version=__version__, lifespan=lifespan,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None)  # fmt: skip
     app.state.pool = pool
     app.state.config = config
     app.state.metrics_history = MetricsHistory(pool.metrics.registry, pool.statuses, pool.clock)
@@ -93,5 +97,6 @@ def create_app(
     app.add_middleware(RequireKeys, keys=keys or KeyRing.from_config(config.auth))
     stop_tracing = install_tracing(app, config.server, tracer_provider)  # inside RequestContext: has its request id
     app.add_middleware(RequestContext, metrics=pool.metrics, model_label=pool.metrics_label)
-    add_cors(app, config.server)  # added last: outermost, so 401s and the last-resort 500 carry CORS headers too
+    add_cors(app, config.server)  # outside the rest, so 401s and the last-resort 500 carry CORS headers too
+    app.add_middleware(HostGuard, rule=BrowserRule.from_config(config.server))  # outermost: refuses before anything
     return app

@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,9 @@ from modelpool.runtime.owner import ANONYMOUS, Owner
 
 _OWNER = "owner"
 """The scope state's entry naming the caller's `Owner` (set by `RequireKeys`)."""
+_CALLER: ContextVar[Owner | None] = ContextVar("modelpool_caller", default=None)
+"""The caller of the request being served (set by `RequireKeys` around it), for code that
+sees a request's body but not the request (`PoolFields.call_options`)."""
 
 
 @dataclass(frozen=True)
@@ -59,11 +63,17 @@ class KeyRing:
     def enabled(self) -> bool:
         return bool(self._holders)
 
+    def identify(self, authorization: str | None) -> Holder | None:
+        """The holder of a valid key, or None (no key, or a wrong one)."""
+        if not authorization or not authorization.lower().startswith("bearer "):
+            return None
+        digest = hashlib.sha256(authorization[7:].strip().encode()).hexdigest()
+        return next((h for d, h in self._holders.items() if hmac.compare_digest(d, digest)), None)
+
     def check(self, authorization: str | None, needed: KeyScope) -> Holder:
         if not authorization or not authorization.lower().startswith("bearer "):
             raise AuthenticationFailed("Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.")
-        digest = hashlib.sha256(authorization[7:].strip().encode()).hexdigest()
-        holder = next((h for d, h in self._holders.items() if hmac.compare_digest(d, digest)), None)
+        holder = self.identify(authorization)
         if holder is None:
             raise AuthenticationFailed("Incorrect API key provided.")
         if needed not in holder.scopes:
@@ -92,23 +102,48 @@ class RequireKeys:
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        needed = needed_scope(scope.get("path", "")) if scope["type"] in ("http", "websocket") else None
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        needed = needed_scope(scope.get("path", ""))
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        owner = ANONYMOUS if not self.keys.enabled else None
         if needed is not None and self.keys.enabled:
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             try:
                 holder = self.keys.check(_credential(headers), needed)
             except ModelpoolError as exc:
                 if scope["type"] == "websocket":
-                    await _refuse_websocket(scope, send, exc)
+                    await refuse_websocket(scope, send, exc)
                     return
                 body = shaped_error(scope["path"], exc.status_code, error_payload(exc))
                 await send_json(send, exc.status_code, body, exc.headers)
                 return
             scope.setdefault("state", {})["key_name"] = holder.name
-            scope["state"][_OWNER] = Owner(holder.name, admin=KeyScope.ADMIN in holder.scopes)
-        elif not self.keys.enabled and scope["type"] in ("http", "websocket"):
-            scope.setdefault("state", {})[_OWNER] = ANONYMOUS
-        await self.app(scope, receive, send)
+            owner = Owner(holder.name, admin=KeyScope.ADMIN in holder.scopes)
+        elif self.keys.enabled:  # an open route (/readyz): a valid key still says who asks, a bad one is no key
+            known = self.keys.identify(_credential(headers))
+            owner = None if known is None else Owner(known.name, admin=KeyScope.ADMIN in known.scopes)
+        if owner is not None:
+            scope.setdefault("state", {})[_OWNER] = owner
+        token = _CALLER.set(owner)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _CALLER.reset(token)
+
+
+def caller_is_admin() -> bool:
+    """Whether the request being served holds the admin scope (any caller of a server
+    without keys does; outside a request checked by `RequireKeys`, nobody does). For what
+    a request body asks that only an admin may: a `keep_alive` that unloads sooner."""
+    owner = _CALLER.get()
+    return owner is not None and owner.admin
+
+
+def is_keyless_caller(scope: Mapping[str, Any]) -> bool:
+    """Keys are configured and this request brought none that is valid: open routes tell
+    such a caller states, never details (engine output, upstream URLs, model lists)."""
+    return not isinstance(scope.get("state", {}).get(_OWNER), Owner)
 
 
 def owner_of(scope: Mapping[str, Any]) -> Owner:
@@ -120,7 +155,7 @@ def owner_of(scope: Mapping[str, Any]) -> Owner:
     return owner
 
 
-async def _refuse_websocket(scope: Scope, send: Send, exc: ModelpoolError) -> None:
+async def refuse_websocket(scope: Scope, send: Send, exc: ModelpoolError) -> None:
     """Refused before accept: the handshake gets the error's status and envelope where the
     server can answer it with an HTTP response (uvicorn can), else a close (then HTTP 403)."""
     if "websocket.http.response" not in scope.get("extensions", {}):

@@ -20,6 +20,8 @@ from modelpool.tasks import Task
 MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$"
 _CORS_ORIGIN = re.compile(r"^(\*|[A-Za-z][A-Za-z0-9+.-]*://[^/\s]+)$")
 """`*`, or scheme://host[:port] as browsers send it in `Origin` (no path, no trailing slash)."""
+_ALLOWED_HOST = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$")
+"""A `Host` header value: name, `*.domain` or `[ipv6]`, with an optional port; `*` alone: any."""
 
 
 class _Strict(BaseModel):
@@ -111,6 +113,29 @@ class ServerConfig(_Strict):
             if not _CORS_ORIGIN.match(origin):
                 raise ValueError(f"'{origin}' is not an origin: write scheme://host[:port] (no path) or '*'")
         return origins
+
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Names clients may reach the server by (the `Host` header: `gpu-box.lan`,
+    `api.example.com:443`, `*.example.com`; `*`: any), besides loopback names (`localhost`,
+    `127.x.x.x`, `[::1]`, any port), which are always accepted. On a loopback bind any other
+    Host is refused (421), so a web page whose DNS name is rebound to 127.0.0.1 cannot call
+    the server. Bound beyond loopback, an empty list accepts any Host (the API keys guard
+    the server); list names to refuse the rest there too. With `cors_origins: ["*"]` no
+    Host is refused (any page may call anyway)."""
+
+    api_docs: bool = False
+    """Serve the interactive API docs at `/docs` (Swagger UI) and `/redoc`. Off by default:
+    those pages load their scripts from a CDN (cdn.jsdelivr.net) into a page on this
+    server's origin. `/openapi.json` is served either way."""
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, hosts: list[str]) -> list[str]:
+        # What a Host header holds: a name (or `*.suffix`) and an optional port, no scheme or path.
+        for host in hosts:
+            if not _ALLOWED_HOST.match(host):
+                raise ValueError(f"'{host}' is not a host: write name[:port] or *.domain[:port] (no scheme, no path)")
+        return [host.lower() for host in hosts]
 
     allow_remote_images: bool = False
     """Fetch `http(s)://` image URLs in requests. Off: only data URIs (and allowed files).

@@ -30,15 +30,13 @@ from starlette.routing import Route
 
 from modelpool import __version__
 from modelpool.api.errors import MCP_PATH, validation_message
-from modelpool.config.schema import Config, ServerConfig
+from modelpool.config.schema import Config
 from modelpool.errors import ModelpoolError
 from modelpool.mcp_server.pool_tools import add_pool_tools
 from modelpool.mcp_server.transcript_tools import add_transcript_tools
 
 _CALLER_ERRORS = frozenset({400, 403, 404, 413})
 """Statuses that mean the request was wrong (as opposed to: the server could not do it now)."""
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
-_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 INSTRUCTIONS = (
     "Tools over modelpool's models (list_models first: it names each model and what it does) "
     "and a transcript store keyed by source id (add_transcript, query_transcripts, list_sources, "
@@ -95,29 +93,15 @@ def mount_mcp(app: FastAPI, config: Config) -> StreamableHTTPSessionManager:
         stateless_http=True,
         json_response=True,
         max_request_body_size=config.server.max_body_bytes,
-        transport_security=_transport_security(config.server),
+        # The server's own guard checks Host and Origin for every route, /mcp included
+        # (api/host_guard.py); the SDK's copy of the rule is off, so there is one rule.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     manager = server.session_manager
     # POST only: with no sessions there is no stream to GET (the SDK would hold one open for
     # ever) and nothing to DELETE; both get 405, as the spec allows.
     app.router.routes.append(Route(MCP_PATH, StreamableHTTPASGIApp(manager), methods=["POST"]))
     return manager
-
-
-def _transport_security(server: ServerConfig) -> TransportSecuritySettings:
-    """On a loopback bind, only loopback Host headers and loopback (or `server.cors_origins`)
-    Origin headers, so a web page that rebinds its DNS name to 127.0.0.1 cannot call tools.
-    Bound elsewhere (clients use the machine's own names, API keys guard it) or with `*`
-    origins, no Host/Origin check: the settings say so explicitly, since the SDK turns its
-    loopback-only check on when given none."""
-    if server.host not in _LOOPBACK or "*" in server.cors_origins:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    loopback = [f"http://{host}{port}" for host in _LOOPBACK_HOSTS for port in ("", ":*")]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[*_LOOPBACK_HOSTS, *(f"{host}:*" for host in _LOOPBACK_HOSTS)],
-        allowed_origins=[*loopback, *server.cors_origins],
-    )
 
 
 @contextlib.asynccontextmanager
