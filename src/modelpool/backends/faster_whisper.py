@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from modelpool.audio.windows import quiet_windows
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
 from modelpool.backends.requirements import require_engine
@@ -36,7 +37,13 @@ class FasterWhisperOptions(BaseModel):
     beam_size: int = Field(default=1, ge=1)
     """Beam search width (1: greedy, fastest)."""
     vad_filter: bool = False
-    """Skip silence with Silero VAD before decoding."""
+    """Skip silence with Silero VAD before decoding: long silence then yields no text
+    (without it, Whisper tends to answer silence with made-up words, "you you you …")."""
+    window_s: float = Field(default=120.0, ge=30)
+    """Audio longer than this is transcribed a window at a time, each cut at the quietest
+    100 ms before its end. faster-whisper computes the features of all it is given at once
+    (~0.8 MB a second of audio, its VAD as much again), so this bounds that memory: 20
+    minutes in one go took 1.1 GB."""
     languages: list[str] | None = None
     """Languages requests may name (e.g. [en] for an English-only .en model); none: every
     language the loaded model knows (faster-whisper's `supported_languages`)."""
@@ -97,9 +104,25 @@ class FasterWhisperBackend(DeclaredBackend):
 
     def _segments(self, whisper: Any, request: TranscriptionRequest, cancel: threading.Event) -> Iterator[Segment]:
         language = request.language or self._default_language()
+        detected: tuple[str, float | None] | None = None
+        index = 0
+        for start, end in quiet_windows(request.audio, SAMPLE_RATE, self.options.window_s):
+            segments, info = self._transcribe_window(whisper, request, start, end, language)
+            if detected is None:  # the first window's language holds for the rest
+                detected = info.language, None if language else info.language_probability
+                language = info.language
+            for segment in segments:  # lazy: each step decodes the next segment
+                if cancel.is_set():
+                    return
+                yield _segment(index, segment, *detected, offset=start / SAMPLE_RATE)
+                index += 1
+
+    def _transcribe_window(
+        self, whisper: Any, request: TranscriptionRequest, start: int, end: int, language: str | None
+    ) -> tuple[Any, Any]:
         task = "transcribe" if self.languages == frozenset({"en"}) else request.task  # English-only: already English
-        segments, info = whisper.transcribe(
-            request.audio,
+        return whisper.transcribe(  # type: ignore[no-any-return]
+            request.audio[start:end],
             language=language,
             task=task,
             initial_prompt=request.prompt or None,
@@ -108,10 +131,6 @@ class FasterWhisperBackend(DeclaredBackend):
             beam_size=self.options.beam_size,
             vad_filter=self.options.vad_filter,
         )
-        for index, segment in enumerate(segments):  # lazy: each step decodes the next segment
-            if cancel.is_set():
-                return
-            yield _segment(index, segment, info.language, None if language else info.language_probability)
 
     def _load(self, path: str) -> Any:
         from faster_whisper import WhisperModel
@@ -138,12 +157,13 @@ class FasterWhisperBackend(DeclaredBackend):
         return next(iter(self.languages)) if self.languages is not None and len(self.languages) == 1 else None
 
 
-def _segment(index: int, segment: Any, language: str, language_probability: float | None) -> Segment:
-    words = tuple(Word(w.start, w.end, w.word, w.probability) for w in segment.words or ())
+def _segment(index: int, segment: Any, language: str, language_probability: float | None, *, offset: float) -> Segment:
+    """A faster-whisper segment of a window that starts `offset` seconds into the audio."""
+    words = tuple(Word(w.start + offset, w.end + offset, w.word, w.probability) for w in segment.words or ())
     return Segment(
         id=index,
-        start=segment.start,
-        end=segment.end,
+        start=segment.start + offset,
+        end=segment.end + offset,
         text=segment.text,
         words=words,
         avg_logprob=segment.avg_logprob,
