@@ -123,6 +123,7 @@ class ModelPool:
         resolve: Callable[[ModelConfig], ModelCapabilities],
         reap_interval_s: float = 1.0,
         images: ImagePolicy | None = None,
+        max_audio_seconds: float | None = None,
     ) -> None:
         """`resolve(config)` gives a config's capabilities (checking its options): admin
         overrides are checked with it before they replace a model's settings."""
@@ -134,6 +135,8 @@ class ModelPool:
         self.reap_interval_s = reap_interval_s
         self.images = images or ImagePolicy()
         """Where images in requests may come from, and their limits."""
+        self.max_audio_seconds = max_audio_seconds
+        """Longest audio one transcription may decode to (None: no limit)."""
         self._resolve = resolve
         self._slots = {slot.id: slot for slot in slots}
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
@@ -346,7 +349,7 @@ class ModelPool:
         """Decode `upload` at the rate the model declares, then its transcript's segments as
         they are decoded, on one turn of the model. Bad audio is a 400 before any waiting."""
         rate = self.transcription_rate(name, options)
-        audio = await asyncio.to_thread(decode_audio, upload, rate)
+        audio = await asyncio.to_thread(decode_audio, upload, rate, max_seconds=self.max_audio_seconds)
         return await self.transcribe_samples(name, audio, request, options)
 
     def transcription_rate(self, name: str, options: CallOptions = DEFAULT_CALL) -> int:
