@@ -45,6 +45,7 @@ def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock |
         resolve=model_capabilities,
         reap_interval_s=config.pool.reap_interval_s,
         images=image_policy(config),
+        max_audio_seconds=config.server.max_audio_seconds,
     )
 
 
