@@ -1,5 +1,5 @@
 """The transcript store: raw source ids round-trip through colliding file names, filters,
-a restart (a new store on the same directory), and damaged files."""
+a restart (a new store on the same directory), damaged files, and sources kept per key."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from modelpool.errors import ConfigError, InvalidRequest, StoreUnavailable
 from modelpool.inference import Segment
 from modelpool.mcp_server.identity import SIDECAR, file_stem
 from modelpool.mcp_server.transcripts import TranscriptStore
+from modelpool.runtime.owner import Owner
 
 COLLIDING = ["room/1", "room:1", "room 1", "Room_1", "room_1"]
 
@@ -196,3 +197,33 @@ def test_a_store_that_cannot_write_says_so_and_keeps_nothing_half_done(tmp_path:
     with pytest.raises(StoreUnavailable):
         store.add("hall", "a new source", 0, 1)
     assert texts(store.query()) == ["first"]  # what failed to reach the disk is not served from memory
+
+
+ALICE, BOB, OPS = Owner("alice"), Owner("bob"), Owner("ops", admin=True)
+
+
+def test_a_source_belongs_to_its_key_and_the_admin_scope_reads_all(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path)
+    store.add("room", "alice speaking", 0, 1, caller=ALICE)
+    store.add("room", "bob speaking", 2, 3, caller=BOB)  # the same id under another key: another source
+    store.add("alice/only", "alice alone", 4, 5, caller=ALICE)
+    for reopened in (store, TranscriptStore(tmp_path)):  # owners survive a restart
+        assert texts(reopened.query(source_id="room", caller=BOB)) == ["bob speaking"]
+        assert reopened.query(source_id="alice/only", caller=BOB) == []  # reads as an unknown source
+        assert texts(reopened.query(caller=BOB)) == ["bob speaking"]
+        assert [(s.owner, s.source_id) for s in reopened.sources(BOB)] == [("bob", "room")]
+        assert reopened.stats(BOB).entries == 1
+        assert [(e.owner, e.text) for e in reopened.query(source_id="room", caller=OPS)] == [
+            ("alice", "alice speaking"), ("bob", "bob speaking")]  # fmt: skip
+        assert reopened.stats(OPS).sources == 3 and reopened.stats(ALICE).sources == 2
+    assert len(list(tmp_path.glob("*.jsonl"))) == 3
+
+
+def test_an_owner_free_sidecar_of_an_older_version_reads_as_the_anonymous_owners(tmp_path: Path) -> None:
+    (tmp_path / "room.jsonl").write_text(json.dumps({"text": "before keys", "start": 0, "end": 1}) + "\n")
+    (tmp_path / SIDECAR).write_text(json.dumps({"version": 1, "files": {"room.jsonl": "room"}}))
+    store = TranscriptStore(tmp_path)
+    assert [(e.owner, e.text) for e in store.query()] == [("", "before keys")]  # ANONYMOUS: a keyless server
+    assert store.query(caller=ALICE) == [] and texts(store.query(caller=OPS)) == ["before keys"]
+    store.add("room", "alice's own room", 1, 2, caller=ALICE)
+    assert texts(TranscriptStore(tmp_path).query(source_id="room", caller=ALICE)) == ["alice's own room"]
