@@ -156,6 +156,33 @@ class ServerConfig(_Strict):
     image_fetch_timeout_s: float = Field(default=10.0, gt=0)
     """Longest a remote image fetch may take, redirects included."""
 
+    max_images_per_request: int = Field(default=16, ge=1)
+    """Most images one request may carry, whatever the model (each backend may allow fewer:
+    its `max_images` option); 400 above it, before any image is fetched or decoded."""
+
+    max_request_image_pixels: int = Field(default=80_000_000, gt=0)
+    """Most pixels all the images of one request may have together, read from their headers
+    before any is decoded (413 above it). Bounds the memory one request's images take."""
+
+    max_schema_bytes: int = Field(default=256 * 1024, gt=0)
+    """Most bytes of JSON schema one request may carry, its tools' `parameters` and its
+    `response_format` together (counted as compact JSON); 413 above it, before the schemas
+    are checked or compiled."""
+
+    max_schema_nodes: int = Field(default=10_000, gt=0)
+    """Most JSON values (objects, arrays, strings, numbers...) in one request's schemas
+    together; 413 above it. A schema check costs about 0.1 ms of CPU per subschema."""
+
+    max_schema_depth: int = Field(default=64, gt=0)
+    """Deepest nesting of objects and arrays in a request's JSON schema; 413 above it."""
+
+    max_tools: int = Field(default=128, ge=0, le=128)
+    """Most tool definitions one request may carry (413 above it; 128 is OpenAI's limit and
+    the wire's own)."""
+
+    max_template_kwargs_bytes: int = Field(default=16 * 1024, gt=0)
+    """Largest `chat_template_kwargs` a request may send (counted as compact JSON); 413 above it."""
+
     ui: bool = True
     """Serve the workbench, a web UI over the pool, at `/ui` (its calls go through the API,
     so API keys and their scopes apply to it as to any client)."""

@@ -2,6 +2,10 @@
 remote images are allowed, fetched under a guard; a `file://` URL only under allowed
 directories. Every problem is the request's: a 400 (413 for size) naming the part.
 
+Decoding is CPU work whose size the client picks, so base64 and Pillow run on the bounded
+image-decode threads (`offload.IMAGE_DECODES`), never on the event loop; an image's size is
+read from its header before its pixels are decoded.
+
 The guard against server-side request forgery: a URL whose host resolves to a loopback,
 private, shared, link-local (cloud metadata at 169.254.169.254), multicast, reserved or
 unspecified address is refused, unless its host is explicitly allowed. The check is on the address the
@@ -25,6 +29,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 from aiohttp.resolver import ThreadedResolver
 
 from modelpool.errors import InvalidRequest, RequestTooLarge
+from modelpool.offload import IMAGE_DECODES
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -45,6 +50,10 @@ class ImagePolicy:
     local_dirs: tuple[Path, ...] = ()
     max_bytes: int = 20 * 1024 * 1024
     max_pixels: int = 40_000_000
+    max_images: int = 16
+    """Most images one request may carry, whatever the model (`server.max_images_per_request`)."""
+    max_request_pixels: int = 80_000_000
+    """Most pixels all the images of one request may have together."""
     fetch_timeout_s: float = 10.0
     max_redirects: int = 5
 
@@ -63,27 +72,31 @@ class LoadedImage:
 
 async def load_image(url: str, policy: ImagePolicy, param: str) -> LoadedImage:
     """The image a content part's URL names, decoded; errors name `param`."""
+    data = await image_bytes(url, policy, param)
+    image, mime = await IMAGE_DECODES.run(decode, data, policy.max_pixels, param)
+    return LoadedImage(image, data, mime)
+
+
+async def image_bytes(url: str, policy: ImagePolicy, param: str) -> bytes:
+    """The encoded bytes of the image a content part's URL names (not decoded yet)."""
     try:
-        return await _load(url, policy, param)
+        return await _image_bytes(url, policy, param)
     except ValueError as exc:  # a URL or path that cannot even be parsed (`http://[::1/`, a NUL byte)
         raise InvalidRequest(f"the image URL is malformed: {exc}", param=param) from None
 
 
-async def _load(url: str, policy: ImagePolicy, param: str) -> LoadedImage:
+async def _image_bytes(url: str, policy: ImagePolicy, param: str) -> bytes:
     scheme = urlsplit(url).scheme.lower()
     if scheme == "data":
-        data = data_uri_bytes(url, policy, param)
-    elif scheme in ("http", "https"):
+        return await IMAGE_DECODES.run(data_uri_bytes, url, policy, param)
+    if scheme in ("http", "https"):
         if not policy.allow_remote:
             raise InvalidRequest("remote image URLs are off on this server (server.allow_remote_images); "
                                  "send the image as a data: URI", param=param)  # fmt: skip
-        data = await fetch(url, policy, param)
-    elif scheme == "file":
-        data = await asyncio.to_thread(read_local, url, policy, param)
-    else:
-        raise InvalidRequest(f"an image URL must be data:, http(s): or file:, not {scheme or 'empty'}:", param=param)
-    image, mime = await asyncio.to_thread(decode, data, policy.max_pixels, param)
-    return LoadedImage(image, data, mime)
+        return await fetch(url, policy, param)
+    if scheme == "file":
+        return await asyncio.to_thread(read_local, url, policy, param)
+    raise InvalidRequest(f"an image URL must be data:, http(s): or file:, not {scheme or 'empty'}:", param=param)
 
 
 def data_uri_bytes(url: str, policy: ImagePolicy, param: str) -> bytes:
@@ -98,24 +111,44 @@ def data_uri_bytes(url: str, policy: ImagePolicy, param: str) -> bytes:
         raise InvalidRequest("the image data URI is not valid base64", param=param) from None
 
 
+def pixels(data: bytes, max_pixels: int, param: str) -> int:
+    """An image's pixel count from its header alone (no pixel is decoded), after checking
+    its format and its size against `max_pixels`."""
+    with _opened(data, max_pixels, param) as opened:
+        width, height = opened.size
+        return int(width * height)
+
+
 def decode(data: bytes, max_pixels: int, param: str) -> tuple[Image.Image, str]:
     """Decode with Pillow: PNG, JPEG, WebP, GIF (its first frame), as RGB. The size is
     checked from the header, before the pixels are decoded."""
+    from PIL import Image
+
+    with _opened(data, max_pixels, param) as opened:
+        try:
+            opened.seek(0)
+            return opened.convert("RGB"), FORMATS[str(opened.format)]
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+            raise InvalidRequest(f"the image cannot be decoded: {exc}", param=param) from None
+
+
+def _opened(data: bytes, max_pixels: int, param: str) -> Image.Image:
+    """The image opened (its header read, no pixels yet), of a supported format and size."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(data)) as opened:
-            if opened.format not in FORMATS:
-                raise InvalidRequest(f"image format {opened.format} is not supported (PNG, JPEG, WebP, GIF)",
-                                     param=param)  # fmt: skip
-            width, height = opened.size
-            if width * height > max_pixels:
-                raise RequestTooLarge(f"the image is {width}x{height}, over {max_pixels} pixels "
-                                      "(server.max_image_pixels)", param=param)  # fmt: skip
-            opened.seek(0)
-            return opened.convert("RGB"), FORMATS[opened.format]
+        opened = Image.open(io.BytesIO(data))
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise InvalidRequest(f"the image cannot be decoded: {exc}", param=param) from None
+    width, height = opened.size
+    if opened.format not in FORMATS:
+        opened.close()
+        raise InvalidRequest(f"image format {opened.format} is not supported (PNG, JPEG, WebP, GIF)", param=param)
+    if width * height > max_pixels:
+        opened.close()
+        raise RequestTooLarge(f"the image is {width}x{height}, over {max_pixels} pixels (server.max_image_pixels)",
+                              param=param)  # fmt: skip
+    return opened
 
 
 def read_local(url: str, policy: ImagePolicy, param: str) -> bytes:

@@ -57,5 +57,7 @@ def image_policy(config: Config) -> ImagePolicy:
         local_dirs=tuple(server.allowed_local_media_dirs),
         max_bytes=server.max_image_bytes,
         max_pixels=server.max_image_pixels,
+        max_images=server.max_images_per_request,
+        max_request_pixels=server.max_request_image_pixels,
         fetch_timeout_s=server.image_fetch_timeout_s,
     )

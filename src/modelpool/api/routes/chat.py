@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from modelpool.api.deps import ResponseMeta, metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.render import chat_logprobs_json, envelope, usage_json
 from modelpool.api.schemas.chat import ChatCompletionBody
+from modelpool.api.schemas.sizes import limits_of, translated
 from modelpool.api.schemas.tools import tool_call_delta_json, tool_call_json
 from modelpool.api.sse import DONE, EventStreamResponse, sse
 from modelpool.inference import GenerationChunk, Usage
@@ -24,7 +25,7 @@ router = APIRouter()
 async def create_chat_completion(body: ChatCompletionBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
-    chat_request = body.to_request(pool.sampling_defaults(body.model))
+    chat_request = await translated(limits_of(request), body.to_request, pool.sampling_defaults(body.model))
     stream = await unless_disconnected(request, pool.chat(body.model, chat_request, body.call_options()))
     meta = ResponseMeta.new("chatcmpl", stream.model_id)
     if body.stream:

@@ -23,6 +23,7 @@ from modelpool.api.messages_wire import (
     with_error_events,
 )
 from modelpool.api.schemas.messages import ConversationBody, MessagesBody
+from modelpool.api.schemas.sizes import limits_of, translated
 from modelpool.api.sse import EventStreamResponse
 from modelpool.errors import ContextLengthExceeded, InvalidRequest
 from modelpool.inference import ChatRequest, GenerationChunk, SamplingParams, Usage
@@ -40,7 +41,8 @@ router = APIRouter()
 async def create_message(body: MessagesBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
-    chat = body.to_request(body.sampling(pool.sampling_defaults(body.model)), streamed=body.stream)
+    sampling = body.sampling(pool.sampling_defaults(body.model))
+    chat = await translated(limits_of(request), body.to_request, sampling, streamed=body.stream)
     stream, capped = await unless_disconnected(request, _open(pool, body.model, chat, body.call_options()))
     meta = MessageMeta(stream.model_id)
 
@@ -61,7 +63,8 @@ async def create_message(body: MessagesBody, request: Request) -> Response:
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: ConversationBody, request: Request) -> dict[str, int]:
     note_model(request, body.model)
-    chat = body.to_request(SamplingParams(max_tokens=1, temperature=0.0), streamed=False)
+    sampling = SamplingParams(max_tokens=1, temperature=0.0)
+    chat = await translated(limits_of(request), body.to_request, sampling, streamed=False)
     count = await unless_disconnected(request, _prompt_tokens(pool_of(request), body.model, chat, body.call_options()))
     return {"input_tokens": count}
 

@@ -15,6 +15,7 @@ from modelpool.api.auth import owner_of
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.responses_wire import CallItem, ResponseDraft, status_of
 from modelpool.api.schemas.responses import ResponsesBody
+from modelpool.api.schemas.sizes import limits_of, translated
 from modelpool.api.schemas.tools import check_tool_results
 from modelpool.api.sse import EventStreamResponse
 from modelpool.errors import ResponseNotFound
@@ -36,8 +37,8 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
     check_tool_results(said, lambda index: f"input[{index - len(history)}].call_id")
     system = [ChatMessage("system", body.instructions)] if body.instructions else []
     sampling = body.sampling(pool.sampling_defaults(body.model))
-    chat = ChatRequest(tuple(system + said), sampling, body.template_kwargs(), streamed=body.stream,
-                       **body.tool_fields())  # fmt: skip
+    tool_fields = await translated(limits_of(request), body.tool_fields)
+    chat = ChatRequest(tuple(system + said), sampling, body.template_kwargs(), streamed=body.stream, **tool_fields)
     stream = await unless_disconnected(request, pool.chat(body.model, chat, body.call_options()))
     draft = ResponseDraft(body, chat, stream.model_id, int(time.time()))
 

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.schemas.scoring import GenerateBody, LoglikelihoodBody
+from modelpool.api.schemas.sizes import limits_of, translated
 
 router = APIRouter()
 
@@ -32,7 +33,7 @@ async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONRespon
 async def generate(body: GenerateBody, request: Request) -> JSONResponse:
     note_model(request, body.model)
     pool = pool_of(request)
-    requests = body.to_requests(pool.sampling_defaults(body.model))
+    requests = await translated(limits_of(request), body.to_requests, pool.sampling_defaults(body.model))
     results = await unless_disconnected(request, pool.generate_all(body.model, requests, body.call_options()))
     prompt_tokens = sum(r.usage.prompt_tokens for r in results)
     completion_tokens = sum(r.usage.completion_tokens for r in results)

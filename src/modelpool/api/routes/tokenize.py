@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
+from modelpool.api.schemas.sizes import limits_of, translated
 from modelpool.api.schemas.tokenize import DetokenizeBody, LlamaTokenize, TokenizeBody
 from modelpool.inference import TokenPiece
 from modelpool.runtime.tokenization import Tokenized
@@ -21,7 +22,8 @@ async def tokenize(body: TokenizeBody, request: Request) -> JSONResponse:
     if body.model is not None:
         note_model(request, body.model)
     pool = pool_of(request)
-    result = await unless_disconnected(request, pool.tokenize(body.model, body.job(), body.call_options()))
+    job = await translated(limits_of(request), body.job)
+    result = await unless_disconnected(request, pool.tokenize(body.model, job, body.call_options()))
     return JSONResponse(_llama_server(result) if isinstance(body, LlamaTokenize) else _vllm(result))
 
 

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from modelpool.api.schemas.common import GenerationFields, Text, WireModel
 from modelpool.api.schemas.content import ChatPart, to_content
+from modelpool.api.schemas.sizes import charge_template_kwargs
 from modelpool.api.schemas.tools import (
     ChatTool,
     ChoiceMode,
@@ -59,6 +60,7 @@ class ChatCompletionBody(GenerationFields):
         if messages[-1].role == "assistant" and not messages[-1].content:
             raise InvalidRequest("the last message is an empty assistant message", param="messages")
         check_tool_results(messages)
+        charge_template_kwargs(self.chat_template_kwargs or {}, "chat_template_kwargs")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens or self.max_tokens or defaults.max_tokens
         sampling = self.sampling(defaults, max_tokens=max_tokens, logprobs=logprobs)

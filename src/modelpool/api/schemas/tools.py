@@ -3,19 +3,26 @@ function definitions, `tool_choice`, `response_format`, and their checks.
 
 JSON schemas are checked against the JSON-schema metaschema here, so a malformed one is a
 400 naming its field on every backend; whether a local engine can enforce it is checked
-when its grammar is compiled (also a 400).
+when its grammar is compiled (also a 400). The check costs CPU in proportion to the schema,
+so it runs where the request is translated, off the event loop (`sizes.translated`), after
+the schema is measured against the server's caps (413 naming the cap).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import Field
 
 from modelpool.api.schemas.common import Text, WireModel
-from modelpool.errors import InvalidRequest
+from modelpool.api.schemas.sizes import current_limits, schema_budget
+from modelpool.errors import InvalidRequest, RequestTooLarge
 from modelpool.inference import ChatMessage, OutputFormat, Tool, ToolCall, ToolCallDelta, ToolChoice
+from modelpool.offload import SCHEMA_CHECKS
+from modelpool.tools.metaschema import metaschema_problem
 
 FUNCTION_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 
@@ -80,25 +87,27 @@ ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaFormat
 
 
 def check_schema(schema: Mapping[str, Any], param: str) -> None:
-    """A JSON schema must be one (the metaschema of its draft, 2020-12 when unsaid)."""
-    from jsonschema import SchemaError, validators
+    """A JSON schema must be one (the metaschema of its draft, 2020-12 when unsaid), and fit
+    what is left of the request's schema allowance (measured first: a schema over it costs
+    no metaschema check)."""
+    schema_budget().charge(schema, param)
+    problem = _metaschema_problem(json.dumps(schema, sort_keys=True))
+    if problem is not None:
+        raise InvalidRequest(problem, param=param)
 
-    if not isinstance(schema.get("$schema", ""), str):
-        raise InvalidRequest("`$schema` must be a string (a metaschema URI)", param=param)
-    validator = validators.validator_for(schema, default=validators.Draft202012Validator)
-    try:
-        validator.check_schema(dict(schema))
-    except RecursionError:
-        raise InvalidRequest("the JSON schema is nested too deeply", param=param) from None
-    except SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path)
-        raise InvalidRequest(f"not a valid JSON schema{f' at {where}' if where else ''}: {exc.message}",
-                             param=param) from None  # fmt: skip
+
+@lru_cache(maxsize=64)
+def _metaschema_problem(text: str) -> str | None:
+    """Cached by the schema's text: agents send the same tools with every turn."""
+    return SCHEMA_CHECKS.call(metaschema_problem, text)
 
 
 def to_tools(functions: Sequence[FunctionDefinition], where_of: Callable[[int], str]) -> tuple[Tool, ...]:
     """Function definitions → tools; `where_of(i)` names the i-th definition's field
     (`tools[i].function` in chat completions, `tools[i]` in the Responses API)."""
+    most = current_limits().tools
+    if len(functions) > most:
+        raise RequestTooLarge(f"the request has {len(functions)} tools, over {most} (server.max_tools)", param="tools")
     tools: list[Tool] = []
     seen: set[str] = set()
     for index, function in enumerate(functions):

@@ -51,6 +51,7 @@ from modelpool.inference import (
     TokenPiece,
     Usage,
 )
+from modelpool.offload import TEMPLATE_RENDERS
 from modelpool.tasks import Task
 from modelpool.tools.prompt import ChatPlan, plan_chat
 
@@ -162,7 +163,7 @@ class CTranslate2Backend(DeclaredBackend):
         self._require_engine()
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        plan = self._plan_chat(request, "model")
+        plan = await TEMPLATE_RENDERS.run(self._plan_chat, request, "model")
         if request.output is not None:
             raise InvalidRequest(f"model '{self.model.id}' does not support structured output", param="response_format")
         prompt = await self._thread.call(self._render_chat, plan, request.template_kwargs)
@@ -196,7 +197,7 @@ class CTranslate2Backend(DeclaredBackend):
         return await self._thread.call(hf_tokens.encode, self._require_tokenizer(), text, add_special_tokens)
 
     async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
-        plan = self._plan_chat(request, "messages")
+        plan = await TEMPLATE_RENDERS.run(self._plan_chat, request, "messages")
         return await self._thread.call(self._render_chat, plan, request.template_kwargs, add_generation_prompt)
 
     async def decode_tokens(self, ids: list[int]) -> str:

@@ -36,6 +36,7 @@ from modelpool.inference import (
     TokenPiece,
     Usage,
 )
+from modelpool.offload import GRAMMAR_COMPILES, TEMPLATE_RENDERS
 from modelpool.tasks import Task
 from modelpool.tools.grammar import grammar_param, output_grammar
 from modelpool.tools.parsers import make_parser
@@ -168,7 +169,7 @@ class LlamaCppBackend(DeclaredBackend):
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
         engine = self._require_engine()
         images = [image.image for message in request.messages for image in message.images]
-        plan, prompt_text = self._render_chat(request, "model", marker=True)
+        plan, prompt_text = await TEMPLATE_RENDERS.run(lambda: self._render_chat(request, "model", marker=True))
         projector = engine.projector
         constraint = await self._constraint(plan.grammar, grammar_param(request))
         add_bos = self._add_bos(prompt_text)
@@ -208,7 +209,9 @@ class LlamaCppBackend(DeclaredBackend):
         return await self._tokenize(text, add_bos=add_special_tokens)  # llama.cpp adds BOS only if the model does
 
     async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
-        _, text = self._render_chat(request, "messages", add_generation_prompt=add_generation_prompt)
+        _, text = await TEMPLATE_RENDERS.run(
+            lambda: self._render_chat(request, "messages", add_generation_prompt=add_generation_prompt)
+        )
         return await self._tokenize(text, add_bos=self._add_bos(text))
 
     async def decode_tokens(self, ids: list[int]) -> str:
@@ -286,7 +289,7 @@ class LlamaCppBackend(DeclaredBackend):
     async def _constraint(self, grammar: str | None, param: str) -> TokenConstraint | None:
         if grammar is None:
             return None
-        return await asyncio.to_thread(lambda: self._grammars.start(grammar, param))
+        return await GRAMMAR_COMPILES.run(lambda: self._grammars.start(grammar, param))
 
     @cached_property
     def _grammars(self) -> GrammarCompiler:

@@ -40,6 +40,7 @@ from modelpool.inference import (
     TokenPiece,
     Usage,
 )
+from modelpool.offload import TEMPLATE_RENDERS
 from modelpool.tasks import Task
 from modelpool.tools.grammar import grammar_param, output_grammar
 from modelpool.tools.parsers import make_parser
@@ -144,7 +145,7 @@ class TransformersBackend(DeclaredBackend):
         self._require_engine()
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        plan = self._plan_chat(request, "model")
+        plan = await TEMPLATE_RENDERS.run(self._plan_chat, request, "model")
         images = [image.image for message in request.messages for image in message.images]
         vision: dict[str, Any] | None = None
         if images:
@@ -184,7 +185,7 @@ class TransformersBackend(DeclaredBackend):
         return await self._tokenizer_thread.call(hf_tokens.encode, self._require_tokenizer(), text, add_special_tokens)
 
     async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
-        plan = self._plan_chat(request, "messages")
+        plan = await TEMPLATE_RENDERS.run(self._plan_chat, request, "messages")
         variables = request.template_kwargs
         return await self._tokenizer_thread.call(self._render_chat, plan, variables, add_generation_prompt)
 

@@ -1,0 +1,116 @@
+"""Bounded executors for work whose cost a client controls, so the event loop only routes.
+
+A JSON-schema check, a chat-template render, a grammar compile or an image decode takes
+time in proportion to what the client sent. Run on the event loop, one such request stalls
+every other client (an 829 KB schema held the loop 7.4 s). Each kind of work gets its own
+small pool of threads here, named for what it bounds, so that:
+
+- the loop only waits on a future (`/healthz` answers while the work runs);
+- at most `workers` jobs of a kind run at once in the whole process, whatever the number
+  of requests: the pools are server-wide budgets, not per request or per model, and a
+  flood of one kind queues behind its own pool without taking the threads of the others;
+- a job still queued when its request goes away (client gone, sibling failed) is dropped
+  before it starts: cancelling the awaiting task cancels the queued job.
+
+Pure-Python CPU work (the JSON-schema metaschema check) runs in child processes instead
+(`BoundedProcesses`): in a thread it would still hold the interpreter lock, and the loop
+would wait for the lock between every read and write it makes.
+
+The pools are process-wide on purpose (one budget for the whole server) and start their
+threads or processes lazily, on the first job of their kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import multiprocessing
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class BoundedExecutor:
+    """At most `workers` jobs of one kind at once, off the event loop; more wait in order."""
+
+    def __init__(self, name: str, workers: int) -> None:
+        self.name = name
+        self.workers = workers
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on one of this pool's threads, with the caller's context variables
+        (tracing, logging fields). Cancelling the caller drops the job if it has not started;
+        a job already running finishes on its thread and its result is dropped."""
+        context = contextvars.copy_context()
+        future = self._pool().submit(context.run, fn, *args)
+        return await asyncio.wrap_future(future)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix=f"modelpool-{self.name}")
+            return self._executor
+
+
+class BoundedProcesses:
+    """At most `workers` jobs at once in child processes of this one. Children are spawned,
+    not forked, so no lock or thread of the server is copied half-held; they exit with it.
+    `fn` and its arguments and result cross by pickle: keep them small (text, not objects)."""
+
+    def __init__(self, name: str, workers: int) -> None:
+        self.name = name
+        self.workers = workers
+        self._executor: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` in a child, waiting for it here (call it from a worker thread, never on
+        the loop). A child that died (killed for memory) is replaced and the job tried once more."""
+        try:
+            return self._pool().submit(fn, *args).result()
+        except BrokenProcessPool:
+            self._replace()
+            return self._pool().submit(fn, *args).result()
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.wrap_future(self._pool().submit(fn, *args))
+
+    def _pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                spawn = multiprocessing.get_context("spawn")
+                self._executor = ProcessPoolExecutor(self.workers, mp_context=spawn)
+            return self._executor
+
+    def _replace(self) -> None:
+        with self._lock:
+            broken, self._executor = self._executor, None
+        if broken is not None:
+            broken.shutdown(wait=False, cancel_futures=True)
+
+
+REQUEST_CHECKS = BoundedExecutor("request-checks", workers=2)
+"""Turning a request body into a pool request: the size walks of its schemas, and waiting
+for their metaschema checks (`SCHEMA_CHECKS`)."""
+
+SCHEMA_CHECKS = BoundedProcesses("schema-checks", workers=2)
+"""JSON-schema metaschema checks of `tools` and `response_format` (pure Python, ~0.1 ms of
+CPU per subschema, so up to about a second for a schema at `server.max_schema_nodes`), in
+two child processes, so that the loop keeps the interpreter lock to itself."""
+
+TEMPLATE_RENDERS = BoundedExecutor("template-renders", workers=2)
+"""Chat templates (Jinja over the request's messages and tools) and the tool plans and
+grammar texts built from the request's schemas."""
+
+GRAMMAR_COMPILES = BoundedExecutor("grammar-compiles", workers=2)
+"""llguidance grammar compiles (a schema's grammar against a model's vocabulary)."""
+
+IMAGE_DECODES = BoundedExecutor("image-decodes", workers=2)
+"""base64 and Pillow decodes of request images. Two at a time in the whole server, so the
+pixels being decoded at once are at most twice `server.max_image_pixels`."""

@@ -1,0 +1,183 @@
+"""Issue 27, item 1: the event loop only routes. A request whose JSON schemas cost seconds of
+CPU to check must not hold `/healthz` (the issue measured an 829 KB, 60,000-property
+`response_format` freezing the loop 7.4 s), and sizes over the server's caps are refused
+with a 413 naming the cap before any work is done on them.
+
+The server is a real `modelpool serve` in its own process (so the client's work here does
+not share its interpreter lock), with a chat model that needs no weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from modelpool.config.schema import ServerConfig
+from tests.processes import Server, modelpool_serve
+
+DEFAULTS = ServerConfig()
+HEALTHZ_P99_S = 0.100
+"""The issue's bound on `/healthz` while the worst allowed request is being checked."""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    folder = tmp_path_factory.mktemp("event-loop")
+    echo = {"backend": "tests.fakes:EchoBackend", "preload": False}
+    config = {"starter_models": False, "models": {"echo": echo}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    with modelpool_serve(folder / "server.log", "-c", str(folder / "config.yaml")) as running:
+        yield running
+
+
+def empty_properties(count: int, tag: str = "p") -> dict[str, Any]:
+    """The issue's attack: an object schema of `count` empty properties (each one a
+    subschema the metaschema check walks). A new `tag` makes a schema the server has not
+    seen (checks are cached by the schema's text)."""
+    return {"type": "object", "properties": {f"{tag}{i}": {} for i in range(count)}}
+
+
+def worst_allowed_schema(tag: str) -> dict[str, Any]:
+    """The costliest schema the default caps let through: as many subschemas as the node cap
+    allows (the root, its "object", its properties object, then one node a property)."""
+    schema = empty_properties(DEFAULTS.max_schema_nodes - 3, tag)
+    assert len(json.dumps(schema, separators=(",", ":"))) < DEFAULTS.max_schema_bytes
+    return schema
+
+
+def chat(schema: dict[str, Any]) -> dict[str, Any]:
+    format_ = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    return {"model": "echo", "messages": [{"role": "user", "content": "hi"}], "response_format": format_}
+
+
+def encoded(body: dict[str, Any]) -> bytes:
+    """The body as JSON, encoded before the clock starts: encoding 800 KB of JSON here would
+    hold this test's own event loop and show up as the server's latency."""
+    return json.dumps(body).encode()
+
+
+async def post(client: httpx.AsyncClient, body: bytes) -> httpx.Response:
+    return await client.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+
+
+async def healthz_latencies(client: httpx.AsyncClient, stop: asyncio.Event) -> list[float]:
+    latencies = []
+    while not stop.is_set():
+        started = time.perf_counter()
+        response = await client.get("/healthz")
+        latencies.append(time.perf_counter() - started)
+        assert response.status_code == 200
+        await asyncio.sleep(0.02)  # a probe every ~20 ms, as a load balancer's would be, faster
+    return latencies
+
+
+def p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+async def test_healthz_answers_while_the_worst_allowed_schema_is_checked(server: Server) -> None:
+    async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+        started = time.perf_counter()
+        first = await client.post("/v1/chat/completions", json=chat(worst_allowed_schema("first")))
+        one_check_s = time.perf_counter() - started
+        # Allowed: checked in full, not refused (then the echo model has no structured output).
+        assert first.status_code == 400 and "structured output" in first.text, first.text
+
+        stop = asyncio.Event()
+        probe = asyncio.create_task(healthz_latencies(client, stop))
+
+        bodies = {name: [encoded(chat(worst_allowed_schema(f"{name}{i}_"))) for i in range(2)] for name in "ab"}
+
+        async def sender(name: str) -> None:
+            for body in bodies[name]:  # each a schema not seen before: no cached check
+                response = await post(client, body)
+                assert response.status_code == first.status_code, response.text
+
+        await asyncio.gather(sender("a"), sender("b"))  # two at once: both schema checkers busy
+        stop.set()
+        latencies = await probe
+    assert one_check_s > 0.2, f"the worst allowed schema took only {one_check_s:.3f}s: not a load"
+    assert len(latencies) >= 20, latencies
+    assert p99(latencies) < HEALTHZ_P99_S, f"healthz p99 {p99(latencies):.3f}s (max {max(latencies):.3f}s)"
+
+
+async def test_the_issues_829_kb_schema_is_refused_at_once_naming_the_cap(server: Server) -> None:
+    schema = empty_properties(60_000)
+    body = encoded(chat(schema))
+    assert len(body) > 800_000  # the issue's request
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+        stop = asyncio.Event()
+        probe = asyncio.create_task(healthz_latencies(client, stop))
+        timings = []
+        for _ in range(5):
+            started = time.perf_counter()
+            response = await post(client, body)
+            timings.append(time.perf_counter() - started)
+            error = response.json()["error"]
+            assert response.status_code == 413 and error["code"] == "request_too_large", response.text
+            assert error["param"] == "response_format.json_schema.schema"
+            assert "server.max_schema_nodes" in error["message"]
+        stop.set()
+        latencies = await probe
+    # Refusing it walks no further than the cap: far below the 7.4 s the check took.
+    assert max(timings) < 1.0, timings
+    assert p99(latencies) < HEALTHZ_P99_S, f"healthz p99 {p99(latencies):.3f}s"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "param", "limit"),
+    [
+        ("response_format", {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+            "type": "object", "description": "x" * (DEFAULTS.max_schema_bytes + 1)}}},
+         "response_format.json_schema.schema", "server.max_schema_bytes"),
+        ("response_format", {"type": "json_schema", "json_schema": {"name": "a", "schema": json.loads(
+            '{"items":' * (DEFAULTS.max_schema_depth + 1) + "{}" + "}" * (DEFAULTS.max_schema_depth + 1))}},
+         "response_format.json_schema.schema", "server.max_schema_depth"),
+        ("tools", [{"type": "function", "function": {"name": f"t{i}", "parameters": empty_properties(400)}}
+                   for i in range(40)], "tools[", "server.max_schema_nodes"),
+        ("chat_template_kwargs", {"notes": "x" * (DEFAULTS.max_template_kwargs_bytes + 1)},
+         "chat_template_kwargs", "server.max_template_kwargs_bytes"),
+    ],
+    ids=["schema-bytes", "schema-depth", "schema-nodes-across-tools", "template-kwargs"],
+)  # fmt: skip
+async def test_sizes_over_the_caps_are_a_413_naming_the_cap_and_field(
+    server: Server, field: str, value: Any, param: str, limit: str
+) -> None:
+    body = {"model": "echo", "messages": [{"role": "user", "content": "hi"}], field: value}
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+        response = await client.post("/v1/chat/completions", json=body)
+    error = response.json()["error"]
+    assert response.status_code == 413 and error["code"] == "request_too_large", response.text
+    assert error["param"].startswith(param) and limit in error["message"]
+
+
+async def test_a_schema_cap_is_the_servers_config(tmp_path: Path) -> None:
+    """A lower cap in the config refuses what the default lets through, on every route that
+    takes schemas (chat, Responses, Anthropic Messages, /generate)."""
+    schema = empty_properties(50)
+    config = {"starter_models": False, "server": {"max_schema_nodes": 40, "max_tools": 1},
+              "models": {"echo": {"backend": "tests.fakes:EchoBackend", "preload": False}}}  # fmt: skip
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+    bodies = {
+        "/v1/chat/completions": (chat(schema), "response_format.json_schema.schema"),
+        "/v1/responses": ({"model": "echo", "input": "hi", "tools": [tool, {**tool, "name": "g"}]}, "tools"),
+        "/v1/messages": ({"model": "echo", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}],
+                          "tools": [{"name": "f", "input_schema": schema}]}, "tools[0]"),
+        "/generate": ({"model": "echo", "prompts": ["hi"], "json_schema": schema}, "json_schema"),
+    }  # fmt: skip
+    with modelpool_serve(tmp_path / "server.log", "-c", str(tmp_path / "config.yaml")) as running:
+        async with httpx.AsyncClient(base_url=running.url, timeout=60) as client:
+            for route, (body, param) in bodies.items():
+                response = await client.post(route, json=body)
+                assert response.status_code == 413, (route, response.text)
+                assert param in response.text, (route, response.text)
