@@ -85,7 +85,7 @@ def config(port: int, replicas: int) -> dict[str, Any]:
     return {
         "enabled_models": MODELS,
         "server": {"port": port, "model_wait_s": 120, "ui": False},
-        "ray": {"ingress": {"ray_actor_options": {"num_cpus": 0.1, "resources": {"head": 0.01}}}},
+        "ray": {"ingress": {"ray_actor_options": {"num_cpus": 0.1}}},  # on the head: ray.ingress.on_head
         "models": {model: {"ray": dict(ray_model)} for model in MODELS},
     }
 

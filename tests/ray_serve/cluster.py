@@ -53,7 +53,8 @@ TEST_CONFIG: dict[str, Any] = {
     "auth": {"keys": [{"name": "tester", "key_env": "RAY_TEST_MODELPOOL_KEY", "scopes": ["inference", "admin"]}]},
     "ray": {
         "status_interval_s": 0.5,
-        "ingress": {"ray_actor_options": {"num_cpus": 0.1, "resources": {"head": 0.01}}},
+        # No pin of the test's own: modelpool keeps the ingress on the head node itself (on_head).
+        "ingress": {"ray_actor_options": {"num_cpus": 0.1}},
         "groups": {
             "speech": {  # three models, two replicas holding one each: someone is evicted
                 "max_models_per_replica": 1,
@@ -182,6 +183,19 @@ def start(tmp: Path) -> Iterator[RayModelpool]:
     with two_node_cluster(port) as (cluster, node_b):
         deploy(config)
         yield RayModelpool(cluster, node_b, config, f"http://127.0.0.1:{port}")
+
+
+def ingress_actors() -> dict[str, str]:
+    """The live ingress replicas' actors: actor id → the node it runs on (from the GCS's
+    actor table: the state API needs the dashboard, which the test cluster runs without)."""
+    from ray._private import state
+
+    actors = state.actors(actor_state_name="ALIVE")
+    return {
+        actor_id: info["Address"]["NodeID"]
+        for actor_id, info in actors.items()
+        if info["ActorClassName"].endswith(":Ingress") or "#Ingress#" in (info.get("Name") or "")
+    }
 
 
 def _ray_children() -> list[psutil.Process]:
