@@ -242,3 +242,10 @@ def test_the_sidecar_is_flushed_to_the_disk_before_the_rename(tmp_path: Path, mo
         ("replace", f".{SIDECAR}.tmp->{SIDECAR}"),  # ... before it takes the old one's place
         ("fsync", tmp_path.name),  # and the rename itself is flushed with the directory
     ]
+
+
+def test_a_store_reads_the_sources_another_process_added(tmp_path: Path) -> None:
+    mine, theirs = TranscriptStore(tmp_path), TranscriptStore(tmp_path)
+    theirs.add("theirs", "added by the other process", 0, 1)
+    assert [e.text for e in mine.query(source_id="theirs")] == ["added by the other process"]
+    assert {s.source_id for s in mine.sources()} == {"theirs"}

@@ -16,8 +16,8 @@ source, bytes, speaker length); past a bound a write is refused whole (413 `stor
 
 Several processes may share a directory (see `source_index.py`): no one loses another's
 sources or interleaves lines with it. Each holds in memory what it loaded, what it wrote
-and the sources the others added before its own new ones; entries the others append later
-to sources it already knows reach it when it restarts.
+and the sources the others added (read when it next reads or adds a source); entries the
+others append later to sources it already holds reach it when it restarts.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ class TranscriptStore:
         in the sidecar (before its file is first appended to, so no file is ever anonymous)."""
         name = self._index.file_of(key)
         if name is None:  # what other processes added first: the source may be one of theirs
-            self._load_files(self._index.merge())
+            self._catch_up()
             name = self._index.file_of(key)
         limits = self.limits
         if name is None and len(self._index) >= limits.max_sources:
@@ -240,6 +240,7 @@ class TranscriptStore:
             raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}", param="limit")
         needle = text.casefold() if text else None
         with self._lock:
+            self._catch_up()
             found = [
                 entry
                 for source, entries in self._visible(caller)
@@ -254,6 +255,7 @@ class TranscriptStore:
 
     def sources(self, caller: Owner = ANONYMOUS) -> list[SourceStats]:
         with self._lock:
+            self._catch_up()
             visible = [(owner, source, list(entries)) for owner, source, entries in self._visible_keys(caller)]
         return sorted((_source_stats(*item) for item in visible), key=lambda s: (s.source_id, s.owner))
 
@@ -279,6 +281,10 @@ class TranscriptStore:
         return ((owner, source, entries) for owner, sources in owners for source, entries in sources.items())
 
     # ----- loading --------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        """The sources other processes on the directory added since (a stat when none)."""
+        self._load_files(self._index.merge())
 
     def _load_files(self, files: dict[str, SourceKey]) -> None:
         for name, (owner, source) in files.items():
