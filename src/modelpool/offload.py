@@ -27,7 +27,7 @@ import contextvars
 import multiprocessing
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
@@ -42,14 +42,46 @@ class BoundedExecutor:
         self.workers = workers
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._running = 0
+        self._waiting = 0
+
+    @property
+    def running(self) -> int:
+        """Jobs running now (at most `workers`)."""
+        with self._lock:
+            return self._running
+
+    @property
+    def waiting(self) -> int:
+        """Jobs queued behind them, not started."""
+        with self._lock:
+            return self._waiting
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on one of this pool's threads, with the caller's context variables
         (tracing, logging fields). Cancelling the caller drops the job if it has not started;
         a job already running finishes on its thread and its result is dropped."""
         context = contextvars.copy_context()
-        future = self._pool().submit(context.run, fn, *args)
+        with self._lock:
+            self._waiting += 1
+        future = self._pool().submit(self._counted, context.run, fn, *args)
+        future.add_done_callback(self._dropped)
         return await asyncio.wrap_future(future)
+
+    def _counted(self, call: Callable[..., T], *args: Any) -> T:
+        with self._lock:
+            self._waiting -= 1
+            self._running += 1
+        try:
+            return call(*args)
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    def _dropped(self, future: Future[Any]) -> None:
+        if future.cancelled():  # never started: it leaves the queue here
+            with self._lock:
+                self._waiting -= 1
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:

@@ -31,6 +31,9 @@ class LlamaServerOptions(ManagedOptions):
     """Requests the native server runs at once (`-np`); llama_cpp.server runs one."""
     mmproj: str | None = None
     """Multimodal projector file for vision models (`--mmproj` / `--clip_model_path`)."""
+    max_images: int = Field(default=4, ge=1)
+    """With `mmproj`: most images one request may carry (each costs the engine an encode
+    and hundreds of context tokens)."""
     flash_attention: bool = False
     """Use flash attention (`-fa on` / `--flash_attn true`)."""
     threads: int | None = Field(default=None, ge=1)
@@ -65,6 +68,7 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
             engine_concurrency=options.parallel if options.binary else 1,
             context_length=options.context_length,
             modalities=frozenset(modalities),  # with its projector, the engine reads images
+            max_images=options.max_images if options.mmproj else None,
             tokenizer=options.binary is not None,
         )
 

@@ -50,8 +50,9 @@ class RemoteOptions(BaseModel):
     """Send `http(s)://` image URLs to the upstream as they are, for it to fetch; otherwise
     modelpool fetches them (under `server.allow_remote_images` and its guard) and forwards
     the bytes as a data URI."""
-    max_images: int | None = Field(default=None, ge=1)
-    """Most images a request may carry (the upstream's limit, when it has one)."""
+    max_images: int | None = Field(default=8, ge=1)
+    """Most images a request may carry (set the upstream's limit, when it has one; None:
+    only `server.max_images_per_request`)."""
     speech_sample_rate: int = Field(default=24_000, ge=8000)
     """Sample rate of the upstream's `pcm` speech (OpenAI's: 24000; a modelpool with a
     Piper voice: 22050)."""
