@@ -1,15 +1,18 @@
 """Server-sent events: encoding, the error-then-[DONE] rule, and a response that always
-gives its model turn back, even when the client leaves before the first byte."""
+gives its model turn back, even when the client leaves before the first byte or stops
+reading: a send the client does not take within `server.stream_send_timeout_s` cuts the
+stream (the connection closes), so a reader that stalls cannot hold a turn."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from modelpool.api.errors import error_payload, internal_error_body
 from modelpool.errors import ModelpoolError
@@ -43,21 +46,66 @@ async def with_error_event(events: AsyncIterator[bytes], on_error: ErrorEvents) 
         log.exception("error while streaming")
         for event in on_error(internal_error_body(current_request_id.get())):
             yield event
+    finally:
+        await _aclose(events)  # a cut stream closes the events it was reading too
+
+
+DEFAULT_SEND_TIMEOUT_S = 30.0
+"""For an app without a config on its state (`server.stream_send_timeout_s`'s default)."""
+
+
+class StalledReader(Exception):
+    """The client took no data for the send timeout: its stream is cut."""
 
 
 class ClosingStreamingResponse(StreamingResponse):
     """A streamed body whose `on_close` always runs: the model's turn goes back even when
-    the client leaves before the first byte."""
+    the client leaves before the first byte, or stops reading (a send that blocks past
+    the send timeout ends the response; the server then closes the connection)."""
 
     def __init__(self, body: AsyncIterator[bytes], media_type: str, on_close: Callable[[], Awaitable[None]]) -> None:
         super().__init__(body, media_type=media_type, headers={"Cache-Control": "no-cache"})
+        self._body = body
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        timeout_s = send_timeout(scope)
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, _cut_when_stalled(send, timeout_s))
+        except StalledReader:
+            # Returning without the response's last message makes the server close the connection.
+            log.warning("a client stopped reading its stream: cut", extra={"send_timeout_s": timeout_s})
         finally:
-            await self._on_close()
+            try:
+                await _aclose(self._body)
+            finally:
+                await self._on_close()
+
+
+def send_timeout(scope: Scope) -> float:
+    """`server.stream_send_timeout_s` of the app serving `scope`."""
+    state = getattr(scope.get("app"), "state", None)
+    config = getattr(state, "config", None)
+    return float(config.server.stream_send_timeout_s) if config is not None else DEFAULT_SEND_TIMEOUT_S
+
+
+def _cut_when_stalled(send: Send, timeout_s: float) -> Send:
+    """`send`, raising StalledReader when one message waits longer than `timeout_s` for
+    the client to take data (the server's send blocks while the socket's buffers are full)."""
+
+    async def send_or_cut(message: Message) -> None:
+        try:
+            await asyncio.wait_for(send(message), timeout_s)
+        except TimeoutError:
+            raise StalledReader(f"no data taken for {timeout_s} s") from None
+
+    return send_or_cut
+
+
+async def _aclose(iterator: AsyncIterator[bytes]) -> None:
+    close = getattr(iterator, "aclose", None)  # async generators have it; a plain iterator has nothing to close
+    if close is not None:
+        await close()
 
 
 class EventStreamResponse(ClosingStreamingResponse):

@@ -10,6 +10,7 @@ stopped by `ReplicaSet`; crash bookkeeping is `CrashRecord`'s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
 B = TypeVar("B", bound=Backend)
+FORCED_UNLOAD_GRACE_S = 1.0
+"""How long an unload with `drain: false` waits for the requests it revoked to stop."""
 _ALL_STATES = [s.value for s in SlotState]
 
 
@@ -382,9 +385,14 @@ class ModelSlot:
             self._work.unload = None
 
     async def _drain_and_stop(self, drain: bool) -> None:
-        if not drain:
+        if drain:
+            await self.replicas.wait_idle()
+        else:
             self.replicas.revoke_all()
-        await self.replicas.wait_idle()
+            # Streams being read stop at their next item; one whose client stopped reading
+            # notices only when its send returns (cut after the send timeout): not waited for.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.replicas.wait_idle(), FORCED_UNLOAD_GRACE_S)
         await self._stop_replicas()
         self.expires_at = None
         self._apply(Event.STOPPED)
