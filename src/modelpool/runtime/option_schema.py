@@ -8,11 +8,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from modelpool.backends.managed.engine_flags import OVERRIDE_OF
 from modelpool.backends.registry import backend_class, parse_options
 from modelpool.config.redact import redact
 from modelpool.config.schema import ModelConfig
+from modelpool.errors import InvalidRequest
 from modelpool.runtime.status import OverrideOption
 
 
@@ -24,6 +26,19 @@ def override_options(config: ModelConfig, names: frozenset[str]) -> list[Overrid
     # option (`env: {HF_TOKEN: ...}`), not only under a secret-looking name of its own.
     current = redact(parse_options(config).model_dump(mode="json"))
     return [OverrideOption(name, schemas.get(name, {}), current.get(name)) for name in sorted(names)]
+
+
+def check_override(configured: ModelConfig, candidate: ModelConfig) -> None:
+    """Overrides cannot widen what the config allows: the backend's options validate the
+    candidate knowing the configured ones (under `OVERRIDE_OF` in pydantic's validation
+    context), so an option such as `extra_args` can refuse what only the config may set.
+    InvalidRequest naming `overrides` (with the option's own reason) if it widens."""
+    options_class = backend_class(candidate.backend).Options
+    try:
+        options_class.model_validate(candidate.options, context={OVERRIDE_OF: parse_options(configured)})
+    except ValidationError as exc:
+        reasons = "; ".join(str(e.get("ctx", {}).get("error", e["msg"])) for e in exc.errors())
+        raise InvalidRequest(f"model '{candidate.id}': {reasons}", param="overrides") from None
 
 
 @functools.cache

@@ -69,6 +69,7 @@ from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.memory import gpu_memory, system_memory
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.observers import RequestObservers
+from modelpool.runtime.option_schema import check_override
 from modelpool.runtime.pairs import cosine_on, cross_encode_on
 from modelpool.runtime.reasoning import split_reasoning
 from modelpool.runtime.scoring import Loglikelihood, loglikelihood
@@ -139,6 +140,8 @@ class ModelPool:
         """Longest audio one transcription may decode to (None: no limit)."""
         self._resolve = resolve
         self._slots = {slot.id: slot for slot in slots}
+        self._configured = {slot.id: slot.config for slot in slots}
+        """Each model as the config file says, before any override: what overrides may not widen."""
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
         self._tasks: list[asyncio.Task[Any]] = []
         self._closing = False
@@ -482,6 +485,7 @@ class ModelPool:
             self._resolve(candidate)
         except ConfigError as exc:
             raise InvalidRequest(exc.message, param="overrides") from None
+        check_override(self._configured[slot.id], candidate)
         return candidate
 
     # ----- status --------------------------------------------------------------------
@@ -535,4 +539,3 @@ async def _observed(
         lease.check_revoked()
         observe(chunk)
         yield chunk
-

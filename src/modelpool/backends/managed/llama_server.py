@@ -7,10 +7,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, model_validator
 
 from modelpool.backends.context import BackendContext
 from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
+from modelpool.backends.managed.engine_flags import LLAMA_CPP_PYTHON, LLAMA_SERVER, configured_options
 from modelpool.backends.managed.tokenizing import LlamaServerTokenizer
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
@@ -46,7 +47,20 @@ class LlamaServerOptions(ManagedOptions):
     chat_format: str | None = None
     """llama_cpp.server only: a named chat format instead of the GGUF's template."""
     extra_args: list[str] = Field(default_factory=list)
-    """Appended to the command line as they are."""
+    """Appended to the command line as they are. An admin's load-time override keeps these
+    in front and may add only performance flags (`-b`, `-ub`, `--mlock`, `-ctk`, ...; see
+    `backends/managed/engine_flags.py`): never one that changes the model, the address,
+    files, keys or templates (400 naming the flag)."""
+
+    @model_validator(mode="after")
+    def _override_keeps_config(self, info: ValidationInfo) -> LlamaServerOptions:
+        configured = configured_options(info)
+        if isinstance(configured, LlamaServerOptions):
+            policy = LLAMA_SERVER if self.binary else LLAMA_CPP_PYTHON
+            problem = policy.problem(configured.extra_args, self.extra_args)
+            if problem is not None:
+                raise ValueError(f"extra_args: {problem}")
+        return self
 
 
 class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):

@@ -9,10 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ByteSize, Field
+from pydantic import ByteSize, Field, ValidationInfo, model_validator
 
 from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
+from modelpool.backends.managed.engine_flags import VLLM, configured_options
 from modelpool.backends.managed.tokenizing import VllmTokenizer
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.sources import files_size
@@ -57,7 +58,19 @@ class VllmOptions(ManagedOptions):
     turns on `tool_choice: auto` (`--enable-auto-tool-choice --tool-call-parser`). Named and
     required tool choices and `response_format` work without it."""
     extra_args: list[str] = Field(default_factory=list)
-    """Appended to the command line as they are."""
+    """Appended to the command line as they are. An admin's load-time override keeps these
+    in front and may add only scheduling and memory flags (`--max-num-batched-tokens`,
+    `--enable-prefix-caching`, ...; see `backends/managed/engine_flags.py`): never one that
+    changes the model, the address, files, trust, keys or templates (400 naming the flag)."""
+
+    @model_validator(mode="after")
+    def _override_keeps_config(self, info: ValidationInfo) -> VllmOptions:
+        configured = configured_options(info)
+        if isinstance(configured, VllmOptions):
+            problem = VLLM.problem(configured.extra_args, self.extra_args)
+            if problem is not None:
+                raise ValueError(f"extra_args: {problem}")
+        return self
 
 
 class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
@@ -65,6 +78,7 @@ class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
     capabilities = replace(MANAGED_CAPABILITIES, default_tasks=frozenset({Task.CHAT, Task.COMPLETION}), tokenizer=True)
     """A generative model by default; an embedding one is declared with `tasks: [embedding]`."""
     overridable = frozenset({"max_model_len", "gpu_memory_utilization", "max_num_seqs", "extra_args"})
+    api_key_env = "VLLM_API_KEY"  # what `--api-key` reads when not given (it guards the /v1 routes)
     options: VllmOptions
 
     @classmethod
