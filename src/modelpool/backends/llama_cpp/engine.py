@@ -27,6 +27,7 @@ import numpy as np
 
 from modelpool.backends.llama_cpp.model import GgufModel
 from modelpool.backends.llama_cpp.sequence import Job, ScoringJob, log_softmax, scored_token
+from modelpool.backends.step_failure import generation_failed, sequence_failed
 from modelpool.errors import GenerationFailed, InvalidRequest, ModelLoadFailed, ModelUnloaded
 from modelpool.inference import GenerationChunk
 
@@ -166,10 +167,9 @@ class LlamaEngine:
                 _run_call(fn, future)
             try:
                 self._step()
-            except Exception as exc:
-                log.exception("llama.cpp generation step failed")
-                self._fail_all(GenerationFailed(f"generation failed: {exc}"))
-        self._fail_all(ModelUnloaded("the model was unloaded while this request ran"))
+            except Exception as exc:  # the decode itself: which sequence caused it cannot be told
+                self._fail_step(exc)
+        self._fail_all(lambda _: ModelUnloaded("the model was unloaded while this request ran"))
         for job in self._incoming:
             job.fail(ModelUnloaded("the model was unloaded"))
         for _, future in self._calls:
@@ -192,10 +192,13 @@ class LlamaEngine:
             raise GenerationFailed(f"llama_decode returned {status}")
         self.decode_steps += 1
         for index, job, position in outputs:
-            if isinstance(job, ScoringJob):
-                self._score(job, index, position)
-            else:
-                self._sample(job, index)
+            try:
+                if isinstance(job, ScoringJob):
+                    self._score(job, index, position)
+                else:
+                    self._sample(job, index)
+            except Exception as exc:  # this row's own sampling, logprobs or stops: it fails alone
+                job.fail(sequence_failed(job.request_id, exc, what="a llama.cpp sequence's step"))
         self._release_finished()
 
     # ----- admission -----------------------------------------------------------------
@@ -216,6 +219,9 @@ class LlamaEngine:
             except (InvalidRequest, GenerationFailed) as exc:  # this request's own problem
                 job.fail(exc)
                 self._free(slot)
+            except Exception as exc:  # starting this sequence failed: the others go on
+                job.fail(sequence_failed(job.request_id, exc, what="starting a llama.cpp sequence"))
+                self._free(slot)
 
     def _free_slot(self, job: Job | ScoringJob) -> _Slot | None:
         free = [slot for slot in self._slots if slot.job is None]
@@ -226,6 +232,7 @@ class LlamaEngine:
         return max(free, key=lambda slot: _common_prefix(slot.cached, job.prompt))
 
     def _start(self, job: Job | ScoringJob, slot: _Slot) -> None:
+        self._check_tokens(job)
         keep = 0
         if self._reuse and isinstance(job, Job) and job.images is None:
             # At least the last prompt token is evaluated again: its logits choose the first token.
@@ -238,6 +245,15 @@ class LlamaEngine:
         job.start(self.model, self._llama)
         if isinstance(job, Job) and job.images is not None:
             self._prefill_images(job)
+
+    def _check_tokens(self, job: Job | ScoringJob) -> None:
+        """A token id outside the vocabulary would fail the whole batch's decode (llama.cpp
+        refuses the batch): refused here, for this sequence alone. The backends check ids
+        from requests before they get here; this keeps any other path from reaching decode."""
+        n_vocab = self.model.n_vocab
+        bad = next((t for t in job.prompt if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})", param="prompt")
 
     def _prefill_images(self, job: Job) -> None:
         """Evaluate a prompt with images at once (libmtmd decodes it itself, the images as
@@ -368,10 +384,16 @@ class LlamaEngine:
                 slot.job.done = True
                 self._free(slot)
 
-    def _fail_all(self, error: Exception) -> None:
+    def _fail_step(self, error: Exception) -> None:
+        """A step failed as a whole: every sequence in the context fails, each client told
+        only its request id (the log gets the detail, once)."""
+        log.error("a llama.cpp step failed: %r", error, exc_info=error)
+        self._fail_all(lambda job: generation_failed(job.request_id))
+
+    def _fail_all(self, error_for: Callable[[Job | ScoringJob], Exception]) -> None:
         for slot in self._slots:
             if slot.job is not None:
-                slot.job.fail(error)
+                slot.job.fail(error_for(slot.job))
                 slot.job.close(self._llama)
                 slot.job = None
             slot.cached = []

@@ -18,6 +18,7 @@ from modelpool.backends.constraint import TokenConstraint
 from modelpool.backends.decoding import StopMatcher, Utf8Stream, may_end, tokens_to_generate
 from modelpool.backends.llama_cpp.model import GgufModel
 from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
+from modelpool.logs import current_request_id
 
 if TYPE_CHECKING:
     from modelpool.backends.llama_cpp.vision import ImagePrompt
@@ -41,6 +42,8 @@ class _InEngine:
     history: list[int] = field(default_factory=list, init=False)
     """Every token in this sequence's KV cells (-1 where an image is)."""
     done: bool = field(default=False, init=False)
+    request_id: str = field(default_factory=current_request_id.get, init=False)
+    """The request this sequence serves (made in its context), for the log and its errors."""
 
 
 @dataclass(eq=False)

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 import torch
@@ -27,10 +28,12 @@ import torch.nn.functional as F
 
 from modelpool.backends.constraint import TokenConstraint
 from modelpool.backends.decoding import StopMatcher, may_end
+from modelpool.backends.step_failure import generation_failed, sequence_failed
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.sampling import choose_token
-from modelpool.errors import GenerationFailed, InvalidRequest, ModelUnloaded
+from modelpool.errors import InvalidRequest, ModelUnloaded
 from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
+from modelpool.logs import current_request_id
 
 log = logging.getLogger("modelpool.backends")
 WORTH_SHARING = 64
@@ -78,6 +81,8 @@ class Sequence:
     pending: list[TokenLogprob] = field(default_factory=list)
     reported: int = 0
     """Generated tokens already accounted for by a chunk (`GenerationChunk.token_count`)."""
+    request_id: str = field(default_factory=current_request_id.get)
+    """The request this sequence serves (made in its context), for the log and its errors."""
 
     def __post_init__(self) -> None:
         self.stops = StopMatcher(self.params.stop)
@@ -182,18 +187,19 @@ class ContinuousBatcher:
                 for fn, future in jobs:
                     _run_job(fn, future)
                 self._step()
-        self._fail_all(ModelUnloaded("the model was unloaded while this request ran"))
+        self._fail_all(lambda _: ModelUnloaded("the model was unloaded while this request ran"))
         for _, future in self._jobs:
             future.set_exception(ModelUnloaded("the model was unloaded"))
 
     def _step(self) -> None:
         try:
             self._drop_cancelled()
+            self._drop_bad_prompts()
             self._prefill()
             self._decode()
-        except Exception as exc:
-            log.exception("generation step failed")
-            self._fail_all(GenerationFailed(f"generation failed: {exc}"))
+        except Exception as exc:  # the batch's forward: which sequence caused it cannot be told
+            log.error("a transformers step failed: %r", exc, exc_info=exc)
+            self._fail_all(lambda seq: generation_failed(seq.request_id))
 
     def _prefill(self) -> None:
         """Up to `prefill_chunk` prompt tokens between two decode steps: the waiting prompts
@@ -210,7 +216,12 @@ class ContinuousBatcher:
             group = self._group(budget)
             if not group:  # the next prompt waits for room in the batch, or for a fresh budget
                 return
-            budget -= self._prefill_together(group)
+            try:
+                budget -= self._prefill_together(group)
+            except Exception as exc:
+                if any(seq not in self._prefilling for seq in group):
+                    raise  # it failed after joining the batch: the batch's state cannot be trusted
+                self._fail_prompts(group, exc)  # its own forward: the running batch goes on
 
     def _group(self, budget: int) -> list[Sequence]:
         """The waiting prompts, in order, that one forward of at most `budget` tokens
@@ -273,6 +284,11 @@ class ContinuousBatcher:
             self._prefilling.remove(seq)
             seq.done = True
             seq.out.end(InvalidRequest(f"the model refused this prompt: {exc}", param="messages"))
+            return 0
+        except Exception as exc:
+            if seq not in self._prefilling:
+                raise  # it failed after joining the batch: the batch's state cannot be trusted
+            self._fail_prompts([seq], exc)  # its own forward: the running batch goes on
             return 0
 
     def _prefill_piece(self, seq: Sequence, budget: int) -> int:
@@ -383,17 +399,49 @@ class ContinuousBatcher:
                 seq.done = True
         self._remove_done()
 
-    def _fail_all(self, error: Exception) -> None:
+    def _drop_bad_prompts(self) -> None:
+        """A token id outside the vocabulary would fail the forward of every row with it:
+        refused here, for its sequence alone (the backend checks request ids before this)."""
+        vocabulary = self._vocabulary_size
+        for seq in [s for s in self._prefilling if not s.prefilled]:
+            bad = next((t for t in seq.prompt if not 0 <= t < vocabulary), None)
+            if bad is not None:
+                self._prefilling.remove(seq)
+                seq.done = True
+                seq.out.end(InvalidRequest(f"token id {bad} is outside the vocabulary (0..{vocabulary - 1})",
+                                           param="prompt"))  # fmt: skip
+
+    @cached_property
+    def _vocabulary_size(self) -> int:
+        return int(self.model.get_input_embeddings().num_embeddings)
+
+    def _fail_prompts(self, seqs: list[Sequence], error: Exception) -> None:
+        """Prompts whose own prefill failed (before they joined the batch) fail alone."""
+        for seq in seqs:
+            self._prefilling.remove(seq)
+            seq.done = True
+            seq.out.end(sequence_failed(seq.request_id, error, what="a transformers prefill"))
+
+    def _fail_all(self, error_for: Callable[[Sequence], Exception]) -> None:
         for seq in [*self._active, *self._prefilling]:
             if not seq.done:
                 seq.done = True
-                seq.out.end(error)
+                seq.out.end(error_for(seq))
         self._active, self._prefilling = [], []
         self._cache, self._mask, self._next_pos = None, None, None
 
     # ----- one token of one sequence -------------------------------------------------
 
     def _accept(self, seq: Sequence, logits: torch.Tensor) -> None:
+        """The sequence's next token from its logits; an error in its own sampling, logprobs
+        or stops fails it alone (it leaves the batch at the next removal)."""
+        try:
+            self._accept_token(seq, logits)
+        except Exception as exc:
+            seq.done = True
+            seq.out.end(sequence_failed(seq.request_id, exc, what="a transformers sequence's step"))
+
+    def _accept_token(self, seq: Sequence, logits: torch.Tensor) -> None:
         if seq.cancelled:
             seq.done = True
             return
