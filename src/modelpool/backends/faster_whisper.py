@@ -107,6 +107,8 @@ class FasterWhisperBackend(DeclaredBackend):
         detected: tuple[str, float | None] | None = None
         index = 0
         for start, end in quiet_windows(request.audio, SAMPLE_RATE, self.options.window_s):
+            if cancel.is_set():  # also between windows that yield nothing (silence under the VAD)
+                return
             segments, info = self._transcribe_window(whisper, request, start, end, language)
             if detected is None:  # the first window's language holds for the rest
                 detected = info.language, None if language else info.language_probability
