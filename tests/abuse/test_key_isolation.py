@@ -62,18 +62,19 @@ async def test_another_key_cannot_continue_a_stored_response() -> None:
 
 
 async def test_the_byte_budget_drops_the_oldest_stored_responses() -> None:
-    budget = 6_000
+    budget = 3_000
     async with serving(chat_only(response_store_bytes=budget), keyring()) as (app, http):
         alice = sdk(http, SECRETS["alice"])
         ids = []
-        for i in range(6):  # ~1.5 KB each as stored: the budget holds three or so
-            response = await continued(alice, None, f"{i} " + "remember this. " * 60)
+        for i in range(5):  # ~1 KB each as stored (two messages): the budget holds two or three
+            response = await continued(alice, None, f"{i}: " + "remember this. " * 10)
             ids.append(response.id)
             assert app.state.responses.bytes <= budget
-        assert 2 <= len(app.state.responses) < 6
+        assert 2 <= len(app.state.responses) < 5
         with pytest.raises(openai.NotFoundError):
             await continued(alice, ids[0])
-        assert (await continued(alice, ids[-1])).usage.input_tokens > 200  # the newest one's history
+        fresh, newest = await continued(alice, None), await continued(alice, ids[-1])
+    assert newest.usage.input_tokens > fresh.usage.input_tokens + 30  # the newest one's history is kept
 
 
 async def test_another_key_cannot_read_a_transcript_source(tmp_path: Path) -> None:
