@@ -1,19 +1,28 @@
 """Issue 27, item 4: overrides cannot widen what the config allows. An admin's load-time
 `extra_args` may add only an engine's performance flags (the row: `--host 0.0.0.0` was
 accepted and the engine listened on every interface; `--trust-remote-code --model
-other/repo` passed the same way)."""
+other/repo` passed the same way). A request's `chat_template_kwargs` cannot set what the
+renderer sets, its `seed` fits 64 bits, and its `keep_alive` is finite and cannot unload a
+model sooner than the config says without the admin scope."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
+import httpx
+import openai
 import psutil
 import pytest
 
+from modelpool.api.auth import KeyRing
+from modelpool.api.schemas.common import RESERVED_TEMPLATE_KWARGS
 from modelpool.backends.managed.engine_flags import LLAMA_CPP_PYTHON, LLAMA_SERVER, VLLM, FlagPolicy
 from modelpool.backends.managed.llama_server import LlamaServerOptions
-from tests.conftest import sdk, serving
+from modelpool.config import load_config
+from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
+from tests.polling import until
 
 ENGINE, NATIVE, VLLM_MODEL = "engine", "native-engine", "vllm-engine"
 
@@ -135,3 +144,97 @@ async def test_an_allowed_override_loads_and_the_engine_stays_on_loopback(tmp_pa
         listening = {c.laddr.ip for c in engine.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
         assert listening == {"127.0.0.1"}
         await client.post(f"/v1/admin/models/{ENGINE}/unload")
+
+
+# ----- a request's own fields: chat_template_kwargs, seed, keep_alive ------------------
+
+HI = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.mark.parametrize("key", ["chat_template", "messages", "tools", "add_generation_prompt", "tokenize",
+                                 "documents", "continue_final_message", "return_dict", "bos_token"])  # fmt: skip
+async def test_template_kwargs_cannot_set_what_the_renderer_sets(http: httpx.AsyncClient, key: str) -> None:
+    """On the transformers model `tools`, `tokenize`, `add_generation_prompt` and
+    `chat_template` were 500s (apply_chat_template got them twice); on the GGUF one they were
+    ignored or changed the render. Refused before any model is asked."""
+    for model in (HF_MODEL, CHAT_MODEL):
+        body = {"model": model, "messages": HI, "max_tokens": 1, "chat_template_kwargs": {key: "x", "fine": True}}
+        answer = await http.post("/v1/chat/completions", json=body)
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["param"] == "chat_template_kwargs" and key in error["message"], error
+    tokenized = await http.post(
+        "/tokenize", json={"model": CHAT_MODEL, "messages": HI, "chat_template_kwargs": {key: 1}}
+    )
+    assert tokenized.status_code == 400 and tokenized.json()["error"]["param"] == "chat_template_kwargs"
+
+
+async def test_a_template_variable_of_its_own_still_passes(oai: openai.AsyncOpenAI) -> None:
+    kwargs = {"chat_template_kwargs": {"enable_thinking": False}}
+    reply = await oai.chat.completions.create(model=CHAT_MODEL, messages=HI, max_tokens=2, extra_body=kwargs)
+    assert reply.choices[0].message.content is not None
+
+
+def test_every_parameter_of_apply_chat_template_is_reserved() -> None:
+    """A transformers release that adds a parameter would make it a 500 again: caught here."""
+    from transformers import PreTrainedTokenizerBase, ProcessorMixin
+
+    for method in (PreTrainedTokenizerBase.apply_chat_template, ProcessorMixin.apply_chat_template):
+        named = {n for n, p in inspect.signature(method).parameters.items() if p.kind is not p.VAR_KEYWORD} - {"self"}
+        assert named <= RESERVED_TEMPLATE_KWARGS, named - RESERVED_TEMPLATE_KWARGS
+
+
+async def test_seed_is_a_64_bit_integer(http: httpx.AsyncClient) -> None:
+    for seed in (2**63, -(2**63) - 1, 2**64, 10**30):
+        for model in (HF_MODEL, CHAT_MODEL):  # torch's manual_seed overflowed: a 500
+            body = {"model": model, "messages": HI, "max_tokens": 1, "seed": seed}
+            answer = await http.post("/v1/chat/completions", json=body)
+            assert answer.status_code == 400 and answer.json()["error"]["param"] == "seed", answer.text
+    for seed in (2**63 - 1, -(2**63), 0):
+        body = {"model": CHAT_MODEL, "messages": HI, "max_tokens": 1, "seed": seed, "temperature": 1}
+        assert (await http.post("/v1/chat/completions", json=body)).status_code == 200, seed
+
+
+async def test_keep_alive_is_a_finite_duration(http: httpx.AsyncClient) -> None:
+    raw = b'{"model": "%s", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "keep_alive": %s}'
+    for value in (b'"inf"', b'"nan"', b'"1e999"', b"1e400", b"1" + b"0" * 400, b'"400d"'):
+        answer = await http.post("/v1/chat/completions", content=raw % (CHAT_MODEL.encode(), value),
+                                 headers={"content-type": "application/json"})  # fmt: skip
+        assert answer.status_code == 400, (value, answer.text)
+        assert answer.json()["error"]["param"] == "keep_alive"
+
+
+KEYED = {
+    "starter_models": False,
+    "models": {
+        "pinned": {"backend": "tests.fakes:EchoBackend", "pinned": True},
+        "manual": {"backend": "tests.fakes:EchoBackend", "autoload": False},
+        "short": {"backend": "tests.fakes:EchoBackend", "keep_alive": 60},
+    },
+    "auth": {"keys": [{"name": "app", "key_env": "APP_KEY"},
+                      {"name": "ops", "key_env": "OPS_KEY", "scopes": ["inference", "admin"]}]},
+}  # fmt: skip
+KEYS = {"APP_KEY": "sk-app", "OPS_KEY": "sk-ops"}
+
+
+async def test_a_request_cannot_unload_its_model_sooner_without_the_admin_scope() -> None:
+    config = load_config(None, cli=KEYED, environ={})
+    async with serving(KEYED, keys=KeyRing.from_config(config.auth, environ=KEYS)) as (app, client):
+        app_key, ops_key = {"Authorization": "Bearer sk-app"}, {"Authorization": "Bearer sk-ops"}
+        assert (await client.post("/v1/admin/models/manual/load", headers=ops_key)).status_code == 200
+
+        async def chat(model: str, keep_alive: object, key: dict[str, str]) -> httpx.Response:
+            body = {"model": model, "messages": HI, "keep_alive": keep_alive}
+            return await client.post("/v1/chat/completions", json=body, headers=key)
+
+        for model, keep_alive in (("pinned", 0), ("manual", "1s"), ("short", 30), ("short", 0)):
+            refused = await chat(model, keep_alive, app_key)
+            assert refused.status_code == 403, refused.text
+            error = refused.json()["error"]
+            assert error["type"] == "permission_error" and error["param"] == "keep_alive", error
+        for model, keep_alive in (("pinned", -1), ("short", 60), ("short", "2h")):  # as long or longer: anyone
+            assert (await chat(model, keep_alive, app_key)).status_code == 200
+        assert {app.state.pool.status(m).state for m in ("pinned", "manual", "short")} == {"ready"}
+        # The admin may: its keep_alive 0 unloads the pinned model after the answer.
+        assert (await chat("pinned", 0, ops_key)).status_code == 200
+        await until(lambda: app.state.pool.status("pinned").state == "unloaded", "the pinned model to unload")

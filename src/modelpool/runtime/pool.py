@@ -57,7 +57,7 @@ from modelpool.inference import (
     Voice,
 )
 from modelpool.media.images import ImagePolicy
-from modelpool.runtime.call import CallOptions
+from modelpool.runtime.call import CallOptions, check_keep_alive
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.embedding import embed_on
@@ -69,6 +69,7 @@ from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.memory import gpu_memory, system_memory
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.observers import RequestObservers
+from modelpool.runtime.option_schema import check_override
 from modelpool.runtime.option_schema import check_override
 from modelpool.runtime.pairs import cosine_on, cross_encode_on
 from modelpool.runtime.reasoning import split_reasoning
@@ -142,6 +143,8 @@ class ModelPool:
         self._slots = {slot.id: slot for slot in slots}
         self._configured = {slot.id: slot.config for slot in slots}
         """Each model as the config file says, before any override: what overrides may not widen."""
+        self._configured = {slot.id: slot.config for slot in slots}
+        """Each model as the config file says, before any override: what overrides may not widen."""
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
         self._tasks: list[asyncio.Task[Any]] = []
         self._closing = False
@@ -185,6 +188,7 @@ class ModelPool:
                 "(or set `allow_remote: true` on the model) to use it",
                 param="allow_remote",
             )
+        check_keep_alive(options, slot.config)
         return slot
 
     def metrics_label(self, name: str) -> str:
@@ -445,6 +449,7 @@ class ModelPool:
 
     async def _tokenizer_lease(self, name: str | None, options: CallOptions) -> Lease[TokenizerBackend]:
         slot = tokenizer_slot(self.slots(), None if name is None else self.slot(name))
+        check_keep_alive(options, slot.config)
         return await slot.lease(TokenizerBackend, self.model_wait_s, options.keep_alive)
 
     # ----- admin ---------------------------------------------------------------------

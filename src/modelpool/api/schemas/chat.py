@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
-from modelpool.api.schemas.common import GenerationFields, Text, WireModel
+from modelpool.api.schemas.common import GenerationFields, TemplateKwargs, Text, WireModel
 from modelpool.api.schemas.content import ChatPart, to_content
 from modelpool.api.schemas.sizes import charge_template_kwargs
 from modelpool.api.schemas.tools import (
@@ -46,7 +46,7 @@ class ChatCompletionBody(GenerationFields):
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
     tool_choice: ChoiceMode | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template_kwargs: TemplateKwargs | None = None
     """Extra variables for the model's chat template (vLLM's name), e.g. {"enable_thinking": false}."""
 
     @model_validator(mode="after")

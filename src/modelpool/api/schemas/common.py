@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from modelpool.config.durations import Duration
+from modelpool.api.auth import caller_is_admin
+from modelpool.config.durations import parse_duration
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
 from modelpool.inference import SamplingParams
 from modelpool.runtime.call import CallOptions
 
 MAX_STOP_SEQUENCES = 16
+MAX_KEEP_ALIVE_S = 366 * 86400.0
+"""The longest finite `keep_alive` a request may ask (a year); -1 keeps the model for ever."""
+SEED_RANGE = (-(2**63), 2**63 - 1)
+"""OpenAI's `seed` is a 64-bit integer; engines overflow (a 500) past it."""
+RESERVED_TEMPLATE_KWARGS = frozenset({
+    # What the renderers set themselves (llama.cpp's Jinja, transformers' apply_chat_template
+    # for tokenizers and processors): a request's variable of the same name would replace
+    # the conversation or the template, change how it renders, or clash (TypeError: a 500).
+    "messages", "conversation", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors",
+    "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs", "processor_kwargs",
+    "load_audio_from_video", "sanitize_control_tokens", "bos_token", "eos_token", "unk_token", "pad_token",
+    "sep_token", "cls_token", "mask_token", "additional_special_tokens", "raise_exception", "strftime_now",
+})  # fmt: skip
 
 
 class WireModel(BaseModel):
@@ -32,19 +48,48 @@ Text = Annotated[str, AfterValidator(_utf8_encodable)]
 """A string that engines can encode: JSON allows lone surrogates, UTF-8 does not."""
 
 
+def _request_duration(value: Any) -> float:
+    """A duration as the config reads one, but finite and at most a year: `inf`, `nan`,
+    `1e999` or an integer too large for a float mean nothing a server can keep to."""
+    try:
+        seconds = parse_duration(value)
+    except OverflowError:
+        raise ValueError("keep_alive is too large (-1 keeps the model loaded)") from None
+    if not math.isfinite(seconds) or seconds > MAX_KEEP_ALIVE_S:
+        raise ValueError(f"keep_alive must be at most {MAX_KEEP_ALIVE_S:g} seconds, or -1 to keep the model loaded")
+    return seconds
+
+
+RequestDuration = Annotated[float, BeforeValidator(_request_duration)]
+
+
+def _no_reserved_keys(kwargs: dict[str, Any]) -> dict[str, Any]:
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(kwargs))
+    if reserved:
+        raise ValueError(f"may not set {', '.join(reserved)}: the server renders the chat template with its own "
+                         "(send messages, tools and the like as the request's fields)")  # fmt: skip
+    return kwargs
+
+
+TemplateKwargs = Annotated[dict[str, Any], AfterValidator(_no_reserved_keys)]
+"""`chat_template_kwargs`: the template's own extra variables, never the renderer's."""
+
+
 class PoolFields(WireModel):
     """modelpool's own request fields (send them with the SDK's `extra_body`)."""
 
-    keep_alive: Duration | None = None
+    keep_alive: RequestDuration | None = None
     """Keep the model loaded this long after this request (seconds or '5m'; 0 unloads
-    right after, -1 keeps it), as in Ollama."""
+    right after, -1 keeps it), as in Ollama. Shorter than the model's configured
+    keep_alive only with a key of the admin scope (403 else)."""
     return_metrics: bool = False
     """Add a `metrics` object (queue/load wait, backend time, time to first token, tokens/s)."""
     allow_remote: bool = False
     """Accept that a remote upstream (an `openai_remote` model) serves this request."""
 
     def call_options(self) -> CallOptions:
-        return CallOptions(keep_alive=self.keep_alive, allow_remote=self.allow_remote)
+        return CallOptions(keep_alive=self.keep_alive, allow_remote=self.allow_remote,
+                           may_shorten_keep_alive=caller_is_admin())  # fmt: skip
 
 
 class StreamOptions(WireModel):
@@ -64,7 +109,7 @@ class GenerationFields(PoolFields):
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     stop: Text | list[Text] | None = None
     n: int | None = None
     logit_bias: dict[str, float] | None = None

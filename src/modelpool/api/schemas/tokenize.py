@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Field, Tag, field_validator
 
 from modelpool.api.schemas.chat import ChatCompletionBody, Message
-from modelpool.api.schemas.common import PoolFields, Text
+from modelpool.api.schemas.common import PoolFields, TemplateKwargs, Text
 from modelpool.api.schemas.tools import ChatTool
 from modelpool.config.schema import SamplingDefaults
 from modelpool.runtime.tokenization import TokenizeJob
@@ -44,7 +44,7 @@ class VllmTokenizeChat(TokenizeFields):
     add_special_tokens: bool = False
     return_token_strs: bool | None = False
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
-    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template_kwargs: TemplateKwargs | None = None
 
     @field_validator("continue_final_message")
     @classmethod
