@@ -39,6 +39,12 @@ def decode_audio(
 ) -> npt.NDArray[np.float32]:
     """The upload's first audio stream as mono float32 at `sample_rate`. InvalidRequest for
     what is not audio; AudioTooLong (413) for audio over `max_seconds`, before it is kept."""
+    return fill_audio(data, sample_rate, count_audio(data, sample_rate, max_seconds, param), param)
+
+
+def count_audio(data: bytes, sample_rate: int, max_seconds: float | None = None, param: str = "file") -> int:
+    """Pass 1: how many samples at `sample_rate` the upload decodes to, holding one frame at
+    a time; AudioTooLong past `max_seconds`, InvalidRequest for no audio at all."""
     if not data:
         raise InvalidRequest("the audio file is empty", param=param)
     limit = None if max_seconds is None else math.floor(max_seconds * sample_rate)
@@ -46,6 +52,11 @@ def decode_audio(
         length = _count(container, sample_rate, limit, max_seconds, param)
     if length == 0:
         raise InvalidRequest("the audio holds no samples", param=param)
+    return length
+
+
+def fill_audio(data: bytes, sample_rate: int, length: int, param: str = "file") -> npt.NDArray[np.float32]:
+    """Pass 2: the samples, into one buffer for the `length` pass 1 counted."""
     with _opened(data, param) as container:
         return _fill(container, sample_rate, length + _SLACK_SAMPLES, param)
 

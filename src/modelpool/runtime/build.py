@@ -46,6 +46,7 @@ def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock |
         reap_interval_s=config.pool.reap_interval_s,
         images=image_policy(config),
         max_audio_seconds=config.server.max_audio_seconds,
+        audio_budget_s=config.server.audio_budget_seconds,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from modelpool.audio.decode import decode_audio
+from modelpool.audio.decode import count_audio, fill_audio
 from modelpool.backends.base import (
     Backend,
     ChatBackend,
@@ -57,6 +57,8 @@ from modelpool.inference import (
     Voice,
 )
 from modelpool.media.images import ImagePolicy
+from modelpool.offload import AUDIO_DECODES
+from modelpool.runtime.audio_budget import AudioBudget
 from modelpool.runtime.call import CallOptions, check_keep_alive
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock
@@ -69,7 +71,6 @@ from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.memory import gpu_memory, system_memory
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.observers import RequestObservers
-from modelpool.runtime.option_schema import check_override
 from modelpool.runtime.option_schema import check_override
 from modelpool.runtime.pairs import cosine_on, cross_encode_on
 from modelpool.runtime.reasoning import split_reasoning
@@ -85,6 +86,9 @@ log = logging.getLogger("modelpool.runtime")
 B = TypeVar("B", bound=Backend)
 R = TypeVar("R", bound="_Counted")
 DEFAULT_CALL = CallOptions()
+DEFAULT_AUDIO_WAIT_S = 120.0
+"""How long a transcription waits for its share of the decoded-audio budget when the pool
+sets no model wait."""
 
 
 class _Counted(Protocol):
@@ -126,6 +130,7 @@ class ModelPool:
         reap_interval_s: float = 1.0,
         images: ImagePolicy | None = None,
         max_audio_seconds: float | None = None,
+        audio_budget_s: float | None = None,
     ) -> None:
         """`resolve(config)` gives a config's capabilities (checking its options): admin
         overrides are checked with it before they replace a model's settings."""
@@ -139,10 +144,10 @@ class ModelPool:
         """Where images in requests may come from, and their limits."""
         self.max_audio_seconds = max_audio_seconds
         """Longest audio one transcription may decode to (None: no limit)."""
+        self.audio_budget = AudioBudget(audio_budget_s) if audio_budget_s is not None else None
+        """Decoded audio all transcriptions may hold at once (None: no limit)."""
         self._resolve = resolve
         self._slots = {slot.id: slot for slot in slots}
-        self._configured = {slot.id: slot.config for slot in slots}
-        """Each model as the config file says, before any override: what overrides may not widen."""
         self._configured = {slot.id: slot.config for slot in slots}
         """Each model as the config file says, before any override: what overrides may not widen."""
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
@@ -356,8 +361,21 @@ class ModelPool:
         """Decode `upload` at the rate the model declares, then its transcript's segments as
         they are decoded, on one turn of the model. Bad audio is a 400 before any waiting."""
         rate = self.transcription_rate(name, options)
-        audio = await asyncio.to_thread(decode_audio, upload, rate, max_seconds=self.max_audio_seconds)
-        return await self.transcribe_samples(name, audio, request, options)
+        length = await AUDIO_DECODES.run(count_audio, upload, rate, self.max_audio_seconds)
+        release = await self._hold_decoded(length / rate)
+        try:
+            audio = await AUDIO_DECODES.run(fill_audio, upload, rate, length)
+            return await self.transcribe_samples(name, audio, request, options, on_close=release)
+        except BaseException:
+            release()
+            raise
+
+    async def _hold_decoded(self, seconds: float) -> Callable[[], None]:
+        """A share of the server's decoded-audio budget, held until the transcript closes."""
+        if self.audio_budget is None:
+            return lambda: None
+        wait_s = self.model_wait_s if self.model_wait_s is not None else DEFAULT_AUDIO_WAIT_S
+        return await self.audio_budget.take(seconds, wait_s)
 
     def transcription_rate(self, name: str, options: CallOptions = DEFAULT_CALL) -> int:
         """The sample rate the transcription model `name` wants its audio at (raises
@@ -368,16 +386,23 @@ class ModelPool:
 
     async def transcribe_samples(
         self, name: str, audio: npt.NDArray[np.float32], request: TranscriptionRequest,
-        options: CallOptions = DEFAULT_CALL,
+        options: CallOptions = DEFAULT_CALL, on_close: Callable[[], None] | None = None,
     ) -> Transcription:  # fmt: skip
-        """As `transcribe`, for mono float32 samples already at `transcription_rate(name)`."""
+        """As `transcribe`, for mono float32 samples already at `transcription_rate(name)`;
+        `on_close` runs when the transcript's stream closes."""
         slot = self.slot_for(name, Task.TRANSCRIPTION, options)
         rate = self.transcription_rate(name, options)
         job = replace(request, audio=audio)
         audio_s = len(audio) / rate
         lease = await slot.lease(TranscriptionBackend, self.model_wait_s, options.keep_alive)
-        on_close = self.observe.audio(slot.id, "transcription", lambda: audio_s)
-        segments = await open_stream(lease, lambda backend: backend.transcribe(job), on_close=on_close)
+        observed = self.observe.audio(slot.id, "transcription", lambda: audio_s)
+
+        def closed(timing: RequestTiming) -> None:
+            observed(timing)
+            if on_close is not None:
+                on_close()
+
+        segments = await open_stream(lease, lambda backend: backend.transcribe(job), on_close=closed)
         return Transcription(segments, audio_s)
 
     async def speak(self, name: str, request: SpeechRequest, options: CallOptions = DEFAULT_CALL) -> SpeechAudio:
@@ -544,3 +569,4 @@ async def _observed(
         lease.check_revoked()
         observe(chunk)
         yield chunk
+
