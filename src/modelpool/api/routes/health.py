@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from modelpool.api.auth import is_keyless_caller
 from modelpool.api.deps import pool_of
 from modelpool.api.errors import error_payload
-from modelpool.errors import InvalidRequest
+from modelpool.errors import InvalidRequest, ModelNotFound, ModelpoolError
 from modelpool.runtime.metrics_history import MetricsHistory
 
 router = APIRouter()
@@ -26,14 +28,34 @@ async def healthz() -> JSONResponse:
 async def readyz(request: Request, model: str | None = None) -> JSONResponse:
     """200 once every preloaded model is ready (or, with `?model=ID`, once that model is
     ready or would load on demand); else 503 with each model's state and the error envelope
-    a request would get (`model_not_ready`, `model_load_error`). Unknown model → 404."""
+    a request would get (`model_not_ready`, `model_load_error`). Unknown model → 404.
+
+    Open, but while API keys are configured a caller without a valid one learns states
+    only: the pool's (and the model it named), never the reason (engine output, upstream
+    URLs) nor the list of model ids."""
     pool = pool_of(request)
+    keyless = is_keyless_caller(request.scope)
+    try:
+        problem = pool.readiness_problem(model)
+    except ModelNotFound as exc:
+        raise (ModelNotFound(exc.model_id, None) if keyless else exc) from None
     _, states = pool.readiness()
-    problem = pool.readiness_problem(model)
+    if keyless:  # the named model's state only: it names no other id
+        states = {} if model is None else {pool.model_id(model): states[pool.model_id(model)]}
     body = {"status": "ready" if problem is None else "not_ready", "models": states}
     if problem is None:
         return JSONResponse(body)
-    return JSONResponse({**body, **error_payload(problem)}, status_code=problem.status_code, headers=problem.headers)
+    payload = _told(problem, keyless)
+    return JSONResponse({**body, **payload}, status_code=problem.status_code, headers=problem.headers)
+
+
+def _told(problem: ModelpoolError, keyless: bool) -> dict[str, Any]:
+    """The envelope; for a caller without a key, its status and code but not its message
+    (a load error's message carries the engine's last output or the upstream's URL)."""
+    payload = error_payload(problem)
+    if keyless:
+        payload["error"]["message"] = f"not ready ({problem.code}); send an API key to read why"
+    return payload
 
 
 @router.get("/metrics")
