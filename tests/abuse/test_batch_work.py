@@ -14,7 +14,9 @@ import time
 import httpx
 from fastapi import FastAPI
 
-from tests.conftest import CHAT_MODEL
+from modelpool.api.auth import KeyRing
+from modelpool.config.schema import AuthConfig
+from tests.conftest import CHAT_MODEL, serving
 from tests.polling import until
 
 LONG_PROMPT = "Once upon a time, in a kingdom by the sea, there lived a curious young inventor. " * 18
@@ -81,3 +83,33 @@ async def test_a_batch_counts_against_admission_as_its_size(app: FastAPI, http: 
     assert first.status_code == 200 and second.status_code == 200
     assert len(second.json()["completions"]) == turns + 5
     assert admission.running == 0 and admission.waiting == 0
+
+
+async def test_everything_a_failed_batch_generated_is_charged_to_its_caller() -> None:
+    """The token budget sees the whole batch: no generation of it runs on after the answer,
+    uncounted (before: the pool's token counters grew long after the key's usage was booked)."""
+    auth = {"keys": [{"name": "eval", "key_env": "EVAL", "scopes": ["inference"], "tokens_per_minute": 1_000_000},
+                     {"name": "ops", "key_env": "OPS", "scopes": ["admin"]}]}  # fmt: skip
+    keys = KeyRing.from_config(AuthConfig.model_validate(auth), {"EVAL": "sk-eval", "OPS": "sk-ops"})
+    ops = {"Authorization": "Bearer sk-ops"}
+    async with serving({"enabled_models": [CHAT_MODEL], "auth": auth}, keys=keys) as (app, http):
+        await app.state.pool.slot(CHAT_MODEL).ensure_ready(None)
+        engine = engine_of(app)
+        prompts: list[str | list[int]] = [f"{i}: Tell me a long story." for i in range(6)]
+        prompts.append([1, 2, 10_000_000])
+        answer = await http.post("/generate", json=generate_body(prompts, 256), headers={"x-api-key": "sk-eval"})
+        assert answer.status_code == 400, answer.text
+        await until(lambda: engine.in_flight == 0, "the batch's generations to leave the engine", timeout_s=10)
+
+        async def usage() -> dict[str, object]:
+            rows = (await http.get("/v1/admin/usage", headers=ops)).json()["data"]
+            return next(row for row in rows if row["key"] == "eval")
+
+        async def pool_tokens(kind: str) -> float:
+            text = (await http.get("/metrics", headers=ops)).text
+            lines = [line for line in text.splitlines() if line.startswith(f"modelpool_{kind}_tokens_total{{")]
+            return sum(float(line.rsplit(" ", 1)[1]) for line in lines)  # no line: none counted yet
+
+        row = await usage()
+        assert row["requests"] == 1
+        assert (await pool_tokens("input"), await pool_tokens("output")) == (row["input_tokens"], row["output_tokens"])
