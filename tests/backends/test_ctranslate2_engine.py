@@ -17,7 +17,7 @@ from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.ctranslate2.engine import BatchEngine, BatchPolicy, gather_wait
 from modelpool.backends.ctranslate2.rows import Row
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
-from modelpool.errors import GenerationFailed, ModelUnloaded
+from modelpool.errors import GenerationFailed, InvalidRequest, ModelUnloaded
 from modelpool.inference import GenerationChunk, SamplingParams
 from tests.backends.test_ctranslate2_rows import END, PIECES, Pieces
 from tests.polling import until
@@ -68,12 +68,14 @@ def policy(workers: int = 1, *, max_size: int = 8, spread: int = 4, gather_s: fl
     return BatchPolicy(workers, max_size, spread, gather_s)
 
 
-def submit(engine: BatchEngine, prompt_length: int = 3, max_new: int = 4, **sampling: Any) -> Channel[GenerationChunk]:
+def submit(
+    engine: BatchEngine, prompt_length: int = 3, max_new: int = 4, *, prompt: list[int] | None = None, **sampling: Any
+) -> Channel[GenerationChunk]:
     channel: Channel[GenerationChunk] = Channel(asyncio.get_running_loop())
     tokenizer = Pieces()
-    prompt = [1] * prompt_length
     params = SamplingParams(**{"temperature": 0, **sampling})
-    detok = IncrementalDetokenizer(tokenizer, prompt)
+    detok = IncrementalDetokenizer(tokenizer, [1] * prompt_length)  # a bad `prompt` would fail here, not in the engine
+    prompt = prompt or [1] * prompt_length
     engine.submit(Row(prompt, params, max_new, channel, detok, tokenizer, frozenset({END})))
     return channel
 
@@ -158,10 +160,25 @@ async def test_a_failed_batch_fails_each_of_its_requests_and_the_worker_goes_on(
     doomed = [submit(engine) for _ in range(2)]
     generator.gate.set()
     for channel in doomed:
-        with pytest.raises(GenerationFailed, match="CUDA out of memory"):
+        with pytest.raises(GenerationFailed, match=r"generation failed \(request id") as failed:
             await finish_reasons(channel)
+        assert "CUDA" not in failed.value.message  # the detail goes to the log, not to the client
     generator.fail = False
     assert await finish_reasons(submit(engine)) == ["length"]
+    engine.close()
+
+
+async def test_a_row_with_a_token_id_outside_the_vocabulary_fails_alone() -> None:
+    generator = FakeGenerator()
+    generator.gate.set()
+    engine = BatchEngine(generator, VOCABULARY, frozenset({END}), policy(gather_s=0.05))
+    good = [submit(engine) for _ in range(2)]
+    bad = submit(engine, prompt=[1, len(VOCABULARY)])
+    with pytest.raises(InvalidRequest, match=f"token id {len(VOCABULARY)} is outside the vocabulary"):
+        await finish_reasons(bad)
+    assert [await finish_reasons(channel) for channel in good] == [["length"]] * 2
+    [(prompts, _)] = generator.batches  # the others ran, in one batch without it
+    assert len(prompts) == 2
     engine.close()
 
 

@@ -36,7 +36,8 @@ import numpy.typing as npt
 
 from modelpool.backends.ctranslate2.batching import BatchKey, take_batch
 from modelpool.backends.ctranslate2.rows import Row
-from modelpool.errors import GenerationFailed, ModelUnloaded
+from modelpool.backends.step_failure import generation_failed, sequence_failed
+from modelpool.errors import InvalidRequest, ModelUnloaded
 
 log = logging.getLogger("modelpool.backends")
 
@@ -139,6 +140,9 @@ class BatchEngine:
 
     def _run(self, batch: list[Row]) -> None:
         key = batch[0].key
+        batch = self._refuse_bad_prompts(batch)
+        if not batch:
+            return
         self.batches_run += 1
         self.largest_batch = max(self.largest_batch, len(batch))
 
@@ -146,16 +150,28 @@ class BatchEngine:
             prompts = [[self.vocabulary[t] for t in row.prompt] for row in batch]
             callback = _step_callback(batch, key.top_logprobs, self._stop)
             self.generator.generate_batch(prompts, **self._options(key, batch), callback=callback)
-        except Exception as exc:
-            log.exception("a CTranslate2 batch failed")
+        except Exception as exc:  # the batch as a whole: which row caused it cannot be told
+            log.error("a CTranslate2 batch failed: %r", exc, exc_info=exc)
             for row in batch:
-                row.fail(GenerationFailed(f"generation failed: {exc}"))
+                row.fail(generation_failed(row.request_id))
             return
         for row in batch:  # CT2 ended a row without telling the callback why (its own max_length)
             if self._stop.is_set():
                 row.fail(ModelUnloaded("the model was unloaded while this request ran"))
             else:
                 row.finish("length", hit_stop=False)
+
+    def _refuse_bad_prompts(self, batch: list[Row]) -> list[Row]:
+        """A token id outside the vocabulary would fail the whole batch: its row fails alone
+        (the backend checks request ids before this), the others run."""
+        size, kept = len(self.vocabulary), []
+        for row in batch:
+            bad = next((t for t in row.prompt if not 0 <= t < size), None)
+            if bad is None:
+                kept.append(row)
+            else:
+                row.fail(InvalidRequest(f"token id {bad} is outside the vocabulary (0..{size - 1})", param="prompt"))
+        return kept
 
     def _options(self, key: BatchKey, batch: list[Row]) -> dict[str, Any]:
         longest = max(row.max_new for row in batch)
@@ -187,8 +203,7 @@ def _step_callback(batch: list[Row], top_logprobs: bool, stop: threading.Event) 
             logits = _row_logits(step.logits) if top_logprobs else None
             return row.step(int(step.token_id), step.log_prob, logits) or stop.is_set()
         except Exception as exc:  # a bad row must not take CT2's batch (and its other rows) down
-            log.exception("a generation step failed")
-            row.fail(GenerationFailed(f"generation failed: {exc}"))
+            row.fail(sequence_failed(row.request_id, exc, what="a CTranslate2 row's step"))
             return True
 
     return on_step

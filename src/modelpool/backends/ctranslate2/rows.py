@@ -18,6 +18,7 @@ from modelpool.backends.ctranslate2.batching import BatchKey, batch_key
 from modelpool.backends.decoding import StopMatcher
 from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
+from modelpool.logs import current_request_id
 
 
 @dataclass(eq=False)
@@ -38,6 +39,8 @@ class Row:
     pending: list[TokenLogprob] = field(default_factory=list)
     reported: int = 0
     """Of `generated`, those a chunk has counted (`GenerationChunk.token_count`)."""
+    request_id: str = field(default_factory=current_request_id.get)
+    """The request this row serves (made in its context), for the log and its errors."""
 
     def __post_init__(self) -> None:
         self.key = batch_key(self.params)
