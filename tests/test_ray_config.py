@@ -252,10 +252,12 @@ async def test_idempotent_work_whose_replica_died_goes_once_more_to_another() ->
         return Call(method, "m", (), CallOptions(), None)
 
     done = Done([0.5], RequestUsage(input_tokens=2))
+    counted: list[str] = []
     for method in ("embed", "score_pairs", "tokenize", "detokenize"):
         handle = FakeHandle(ActorDiedError(), done)
-        assert await call_unary(handle, call(method), "m", 5) is done  # type: ignore[arg-type]
+        assert await call_unary(handle, call(method), "m", 5, lambda: counted.append("retry")) is done  # type: ignore[arg-type]
         assert len(handle.sent) == 2, method
+    assert counted == ["retry"] * 4  # what the ingress counts (modelpool_replica_retries_total)
     twice = FakeHandle(ActorUnavailableError("gone", None), ActorDiedError(), done)
     with pytest.raises(ReplicaUnavailable):  # once only: then the client gets the 502 envelope
         await call_unary(twice, call("embed"), "m", 5)  # type: ignore[arg-type]

@@ -102,7 +102,8 @@ async def answer_of(response: Any, model_id: str, wait_s: float | None) -> Any:
     return answer
 
 
-async def call_unary(handle: DeploymentHandle[Any], call: Call, model_id: str, wait_s: float | None) -> Done[Any]:
+async def call_unary(handle: DeploymentHandle[Any], call: Call, model_id: str, wait_s: float | None,
+                     on_retry: Callable[[], None] | None = None) -> Done[Any]:  # fmt: skip
     """`call` on one replica, once one takes it (within `wait_s`). A call of `RETRIED_UNARY`
     whose replica died goes once more to another (Serve's router drops a replica whose actor
     died, and probes before routing): a node lost under load then costs its clients nothing."""
@@ -111,16 +112,18 @@ async def call_unary(handle: DeploymentHandle[Any], call: Call, model_id: str, w
     except ReplicaGone:
         if call.method not in RETRIED_UNARY:
             raise
-        _log_retry(call, model_id)
+        _retrying(call, model_id, on_retry)
         done = await answer_of(handle.unary.remote(call), model_id, wait_s)
     return done
 
 
-def _log_retry(call: Call, model_id: str) -> None:
+def _retrying(call: Call, model_id: str, on_retry: Callable[[], None] | None) -> None:
     log.warning(
         "the replica went away before answering: sending the call to another replica",
         extra={"model": model_id, "method": call.method},
     )
+    if on_retry is not None:
+        on_retry()
 
 
 async def broadcast(handle: DeploymentHandle[Any], model_id: str, method: str, *args: Any,
@@ -142,8 +145,9 @@ async def broadcast(handle: DeploymentHandle[Any], model_id: str, method: str, *
 
 
 async def open_remote(
-    handle: DeploymentHandle[Any], call: Call, model_id: str, wait_s: float | None
-) -> tuple[Started, DeploymentResponseGenerator[Any]]:
+    handle: DeploymentHandle[Any], call: Call, model_id: str, wait_s: float | None,
+    on_retry: Callable[[], None] | None = None,
+) -> tuple[Started, DeploymentResponseGenerator[Any]]:  # fmt: skip
     """Start `call` as a stream on a replica (taken within `wait_s`) and read its first
     piece: `Started` once the replica holds the model's turn, or the request's own error (a
     4xx before any response has started, as in one process). A replica that dies before
@@ -151,7 +155,7 @@ async def open_remote(
     try:
         return await _open_once(handle, call, model_id, wait_s)
     except ReplicaGone:
-        _log_retry(call, model_id)
+        _retrying(call, model_id, on_retry)
         return await _open_once(handle, call, model_id, wait_s)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from prometheus_client import Counter
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
@@ -75,6 +76,12 @@ class RemotePool:
         self.metrics = Metrics()
         self.clock = clock or SystemClock()
         self.observe = RequestObservers(self.metrics, self.clock)
+        self.retries = Counter(
+            "modelpool_replica_retries",
+            "Calls sent again to another replica after theirs died before answering (Ray mode).",
+            ["model"],
+            registry=self.metrics.registry,
+        )
         self.catalog: ModelPool = build_pool(config, metrics=Metrics(), clock=self.clock)
         self._apps = naming.served_apps(config)
         self._app_of = {model.id: app for app, models in self._apps.items() for model in models}
@@ -164,7 +171,9 @@ class RemotePool:
         model_id = self.catalog.model_id(name)
         started = self.clock.monotonic()
         call = Call(method, model_id, args, options, request_id())
-        done = await call_unary(await self._model_handle(model_id), call, model_id, assignment_wait(self.wait_s))
+        handle = await self._model_handle(model_id)
+        retried = self.retries.labels(model=model_id).inc
+        done = await call_unary(handle, call, model_id, assignment_wait(self.wait_s), retried)
         if isinstance(done.value, tuple) and len(done.value) == 2 and isinstance(done.value[1], RequestTiming):
             timing = uncounted(done.value[1])
             done = replace(done, value=(done.value[0], timing))
@@ -181,8 +190,9 @@ class RemotePool:
         model_id = self.catalog.model_id(name)
         started = self.clock.monotonic()
         call = Call(method, model_id, args, options, request_id())
+        retried = self.retries.labels(model=model_id).inc
         first, pieces = await open_remote(
-            await self._model_handle(model_id), call, model_id, assignment_wait(self.wait_s)
+            await self._model_handle(model_id), call, model_id, assignment_wait(self.wait_s), retried
         )
         timing = replace(first.timing, started=started)
         return model_id, first, pieces, timing
