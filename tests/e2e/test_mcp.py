@@ -21,6 +21,7 @@ from mcp.types import AudioContent
 from modelpool.api.app import create_app
 from modelpool.api.auth import KeyRing
 from modelpool.config.schema import AuthConfig
+from modelpool.mcp_server.source_index import SourceIndex
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
 from tests.e2e.mcp_helpers import POOL_MODELS, call, mcp_client, mcp_config
 from tests.e2e.test_audio import SENTENCES
@@ -167,7 +168,7 @@ async def test_transcript_tools_keep_raw_ids_apart(served: Served) -> None:
     assert (sources["room/1"]["entries"], sources["room:1"]["entries"]) == (2, 1)
     assert sources["room/1"]["speakers"] == ["ann"]
     assert stats["entries"] == sum(s["entries"] for s in sources.values()) and stats["sources"] == len(sources)
-    files = json.loads((served.store / "sources.json").read_text())["files"]
+    files = {name: source for name, (_, source) in SourceIndex(served.store).files().items()}  # sidecar and journal
     assert files[next(n for n, s in files.items() if s == "room/1")] != files[next(n for n, s in files.items()
                                                                                    if s == "room:1")]  # fmt: skip
 

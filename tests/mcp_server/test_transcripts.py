@@ -11,7 +11,8 @@ import pytest
 
 from modelpool.errors import ConfigError, InvalidRequest, StoreUnavailable
 from modelpool.inference import Segment
-from modelpool.mcp_server.identity import SIDECAR, file_stem
+from modelpool.mcp_server.identity import JOURNAL, SIDECAR, file_stem
+from modelpool.mcp_server.source_index import SourceIndex
 from modelpool.mcp_server.transcripts import TranscriptStore
 from modelpool.runtime.owner import Owner
 
@@ -29,7 +30,7 @@ def test_ids_that_sanitise_alike_get_their_own_files_and_come_back_raw(tmp_path:
         store.add(raw, f"said in {raw}", start=i, end=i + 0.5)
     files = sorted(p.name for p in tmp_path.glob("*.jsonl"))
     assert len({name.casefold() for name in files}) == len(COLLIDING)  # distinct on macOS and Windows too
-    assert sorted(json.loads((tmp_path / SIDECAR).read_text())["files"].values()) == sorted(COLLIDING)
+    assert sorted(source for _, source in SourceIndex(tmp_path).files().values()) == sorted(COLLIDING)
     for reopened in (store, TranscriptStore(tmp_path)):  # and after a restart
         for raw in COLLIDING:
             found = reopened.query(source_id=raw)
@@ -136,7 +137,7 @@ def test_an_empty_store_writes_nothing_until_the_first_entry(tmp_path: Path) -> 
     assert store.stats().sources == 0
     assert not (tmp_path / "later").exists()
     store.add("a", "b", 0, 1)
-    assert (tmp_path / "later" / SIDECAR).exists()
+    assert (tmp_path / "later" / JOURNAL).exists()
 
 
 @pytest.mark.parametrize(
@@ -160,7 +161,7 @@ def test_bad_entries_are_refused_and_nothing_is_written(
         store.add_many(source_id, [("fine", 0, 1, None), (text, start, end, None)])
     assert caught.value.param == param
     assert store.stats().entries == 0
-    assert not tmp_path.joinpath(SIDECAR).exists()
+    assert not tmp_path.joinpath(JOURNAL).exists() and not tmp_path.joinpath(SIDECAR).exists()
 
 
 def test_limits_outside_the_range_are_refused(tmp_path: Path) -> None:
@@ -191,7 +192,9 @@ def test_a_store_that_cannot_write_says_so_and_keeps_nothing_half_done(tmp_path:
     room = tmp_path / f"{file_stem('room')}.jsonl"
     room.unlink()
     room.mkdir()
-    (tmp_path / f".{SIDECAR}.tmp").mkdir()  # where a new source's sidecar is written first
+    journal = tmp_path / JOURNAL
+    journal.unlink()
+    journal.mkdir()  # where a new source is recorded first
     with pytest.raises(StoreUnavailable, match="cannot be written"):
         store.add("room", "second", 1, 2)
     with pytest.raises(StoreUnavailable):

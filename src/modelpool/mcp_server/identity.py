@@ -10,19 +10,28 @@ filesystems compare them.
 The sidecar also names the API key each source belongs to (`owners`, by file; absent: the
 anonymous owner of a server without keys, as every source of a version-1 sidecar). The
 same source id under two keys is two sources, in two files.
+
+A new source is not written into the sidecar (that would rewrite every other source's
+line): it is appended to the journal (`.sources.journal`, one JSON line a source), which
+`source_index.py` folds into the sidecar now and then. The mapping is the sidecar's
+entries and then the journal's, and a file name, once given, is never given again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from stat import S_ISREG
 
 from modelpool.errors import ConfigError
 
+log = logging.getLogger("modelpool.transcripts")
 SIDECAR = "sources.json"
+JOURNAL = ".sources.journal"
 SUFFIX = ".jsonl"
 SourceKey = tuple[str, str]
 """(owner, source id): a source as the store tells them apart."""
@@ -85,6 +94,66 @@ def write_sidecar(directory: Path, files: dict[str, SourceKey]) -> None:
         os.fsync(out.fileno())
     os.replace(temporary, directory / SIDECAR)
     _fsync_directory(directory)
+
+
+def append_journal(directory: Path, name: str, key: SourceKey) -> int:
+    """Record a new source: one line, on the disk (fsync) before the source's file is
+    first written. Returns the journal's size after it. Callers hold the store's lock."""
+    path = directory / JOURNAL
+    created = not path.exists()
+    line = json.dumps({"file": name, "owner": key[0], "source": key[1]}, ensure_ascii=False) + "\n"
+    with path.open("a+b") as out:
+        end = out.seek(0, os.SEEK_END)
+        if end and os.pread(out.fileno(), 1, end - 1) != b"\n":  # a line a crash cut short stays alone
+            out.write(b"\n")
+        out.write(line.encode())
+        out.flush()
+        os.fsync(out.fileno())
+        size = out.tell()
+    if created:
+        _fsync_directory(directory)
+    return size
+
+
+def read_journal(directory: Path, offset: int) -> tuple[dict[str, SourceKey], int]:
+    """The sources journalled from byte `offset` on, and the offset past the last whole line
+    (a line still being written, or cut short by a crash, is not taken)."""
+    try:
+        with (directory / JOURNAL).open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except FileNotFoundError:
+        return {}, offset
+    whole = data[: data.rfind(b"\n") + 1]
+    found: dict[str, SourceKey] = {}
+    for line in whole.splitlines():
+        entry = _journal_entry(line)
+        if entry is not None:
+            found.setdefault(*entry)
+    return found, offset + len(whole)
+
+
+def journal_size(directory: Path) -> int:
+    """0 when there is none (or something that is not a file is in its place)."""
+    try:
+        stat = (directory / JOURNAL).stat()
+    except FileNotFoundError:
+        return 0
+    return stat.st_size if S_ISREG(stat.st_mode) else 0
+
+
+def _journal_entry(line: bytes) -> tuple[str, SourceKey] | None:
+    if not line.strip():
+        return None
+    try:
+        fields = json.loads(line)
+        name, owner, source = fields["file"], fields["owner"], fields["source"]
+        if not all(isinstance(value, str) for value in (name, owner, source)) or not _is_own_name(name):
+            raise TypeError("not a file name and two strings")
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("skipping an unreadable line of the transcript store's journal (%s)", exc)
+        return None
+    return name, (owner, source)
 
 
 def _fsync_directory(directory: Path) -> None:
