@@ -193,9 +193,11 @@ def test_a_new_source_reads_only_what_another_process_added_since(
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
+    from modelpool.mcp_server import source_index
     from modelpool.mcp_server.transcripts import TranscriptStore
     from modelpool.runtime.owner import Owner
 
+    source_index.FOLD_AT_LEAST = 4  # the sidecar rewritten whole often, by both
     store = TranscriptStore(Path(sys.argv[1]))  # both load the same (empty) view first
     print("ready", flush=True)
     sys.stdin.readline()  # the test starts both at once
@@ -237,8 +239,12 @@ def test_two_processes_on_one_directory_keep_each_others_sources(tmp_path: Path)
     assert len(list(tmp_path.glob("*.jsonl"))) == 51
 
 
-def test_two_stores_made_before_either_writes_keep_each_others_sources(tmp_path: Path) -> None:
-    """The same race, made certain: each store holds the empty view it loaded."""
+def test_two_stores_made_before_either_writes_keep_each_others_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race, made certain: each store holds the empty view it loaded, and each
+    rewrites the sidecar whole from its own view at its second new source."""
+    monkeypatch.setattr(source_index, "FOLD_AT_LEAST", 2)
     first, second = TranscriptStore(tmp_path), TranscriptStore(tmp_path)
     first.add("from-first", "one", 0, 1)
     second.add("from-second", "two", 0, 1)
