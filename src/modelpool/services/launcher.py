@@ -151,6 +151,7 @@ class Launcher:
             host=host,
             health_path=service.health_path,
             env=env,
+            inherit_env=True,  # the operator's own commands, and modelpools that read their keys from it
             start_timeout_s=service.start_timeout_s,
             stop_grace_s=service.spec.stop_grace_s,
             log_file=self.log_file(service),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import psutil
@@ -51,3 +52,13 @@ def tree_rss(pid: int) -> int:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return total
+
+
+def started_by_us(pid: int, created: float) -> bool:
+    """The very process recorded (pid and creation time) and run by this user: the only
+    kind modelpool stops from a record, never another user's process that took the pid."""
+    try:
+        process = psutil.Process(pid)
+        return abs(process.create_time() - created) < 1.0 and process.uids().real == os.getuid()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False

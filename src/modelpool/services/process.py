@@ -7,6 +7,14 @@ outlives modelpool; a later modelpool adopts it by pid (`ManagedProcess.adopt`) 
 watches it by polling, since it is no longer our child. Such a process is spawned with
 plain `subprocess.Popen`, not asyncio's: closing an asyncio subprocess transport (which
 happens when it is garbage-collected) kills a child that is still running.
+
+An engine gets an allowlisted environment (`config.environment.engine_environment`), not
+modelpool's own, where the variables its API keys are read from live. One that dies with
+modelpool is started through a small exec wrapper that asks the kernel for SIGTERM when
+modelpool dies (Linux's parent-death signal), then becomes the engine (same pid). The
+wrapper, not a `preexec_fn`: code between fork and exec in a process with threads (engine
+threads, executors) can deadlock on a lock another thread held at the fork, and a
+`preexec_fn` also makes every spawn a full fork of a process that may hold gigabytes.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from modelpool.config.environment import child_environment
+from modelpool.config.environment import child_environment, engine_environment
 from modelpool.errors import ModelLoadFailed
 from modelpool.services.pids import is_alive, wait_gone
 
@@ -46,8 +54,18 @@ class ProcessSpec:
     port: int
     host: str = "127.0.0.1"
     health_path: str = "/health"
-    env: Mapping[str, str] = field(default_factory=dict)
-    """Added to (and overriding) modelpool's own environment."""
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Added to (and overriding) what the process gets of modelpool's environment."""
+    inherit_env: bool = False
+    """Hand on modelpool's whole environment (a stack's services, which the operator wrote:
+    a modelpool among them reads its keys from it). Otherwise (engines) only the allowlist
+    of `engine_environment` and the variables named in `pass_env`."""
+    pass_env: tuple[str, ...] = ()
+    """Further variables of modelpool's environment the process gets by name."""
+    api_key: str | None = field(default=None, repr=False)
+    """A key the process demands of its callers: given to it in `api_key_env` (never on its
+    command line, which every local user can read) and sent on health polls."""
+    api_key_env: str | None = None
     library_path: tuple[str, ...] = ()
     """Prepended to LD_LIBRARY_PATH."""
     start_timeout_s: float = 120.0
@@ -62,7 +80,9 @@ class ProcessSpec:
     cwd: Path | None = None
     die_with_parent: bool = False
     """Linux: the kernel sends the process SIGTERM when the process that started it dies,
-    even by SIGKILL (a foreground `modelpool up` that is killed takes its services along)."""
+    even by SIGKILL or the OOM killer (a foreground `modelpool up` that is killed takes its
+    services along; a modelpool its engines). The signal comes when the *thread* that spawned
+    the process ends: spawn from the event loop's thread, which lives as long as modelpool."""
 
     @property
     def base_url(self) -> str:
@@ -71,6 +91,35 @@ class ProcessSpec:
     @property
     def argv_with_port(self) -> list[str]:
         return [arg.replace("{port}", str(self.port)) for arg in self.argv]
+
+    def command(self) -> list[str]:
+        """What is executed: the argv, behind the parent-death wrapper when it must die with us."""
+        if self.die_with_parent and sys.platform == "linux":
+            return [sys.executable, "-I", "-S", "-c", _PARENT_DEATH, str(os.getpid()), *self.argv_with_port]
+        return self.argv_with_port
+
+    def environment(self) -> dict[str, str]:
+        env = child_environment(self.env) if self.inherit_env else engine_environment(self.env, self.pass_env)
+        if self.api_key_env is not None and self.api_key is not None:
+            env[self.api_key_env] = self.api_key
+        if self.library_path:
+            existing = env.get("LD_LIBRARY_PATH")
+            env["LD_LIBRARY_PATH"] = os.pathsep.join([*self.library_path, *([existing] if existing else [])])
+        return env
+
+
+_PARENT_DEATH = """\
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG; kept across exec
+if os.getppid() != int(sys.argv[1]):  # modelpool died before the line above: nobody to die with
+    sys.exit(f"{sys.argv[2]} not started: the modelpool that spawned it (pid {sys.argv[1]}) is gone")
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as error:
+    sys.exit(f"cannot run {sys.argv[2]}: {error.strerror}")
+"""
+"""Run by `python -I -S -c` with modelpool's pid and the argv: ask for SIGTERM when modelpool
+dies, then become the process (exec keeps the pid, so modelpool watches the real one)."""
 
 
 class ManagedProcess:
@@ -118,13 +167,12 @@ class ManagedProcess:
             self._popen = self._spawn_into_log_file()
         else:
             self._process = await asyncio.create_subprocess_exec(
-                *spec.argv_with_port,
+                *spec.command(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                env=self._environment(),
+                env=spec.environment(),
                 start_new_session=spec.new_session,
-                preexec_fn=_die_with_parent if spec.die_with_parent else None,
                 cwd=spec.cwd,
             )
             self._pump = asyncio.create_task(self._pump_output(), name=f"output-{spec.name}")
@@ -144,13 +192,12 @@ class ManagedProcess:
         assert self.spec.log_file is not None
         with self.spec.log_file.open("ab") as sink:  # the child holds its own descriptor
             return subprocess.Popen(
-                self.spec.argv_with_port,
+                self.spec.command(),
                 stdin=subprocess.DEVNULL,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
-                env=self._environment(),
+                env=self.spec.environment(),
                 start_new_session=self.spec.new_session,
-                preexec_fn=_die_with_parent if self.spec.die_with_parent else None,
                 cwd=self.spec.cwd,
             )
 
@@ -188,7 +235,7 @@ class ManagedProcess:
             await self.stop()
 
     async def check_health(self) -> bool:
-        return await answers_health(self.spec.base_url + self.spec.health_path)
+        return await answers_health(self.spec.base_url + self.spec.health_path, self.spec.api_key)
 
     def last_lines(self, count: int = 20) -> str:
         return "\n".join(self.tail(count))
@@ -211,13 +258,6 @@ class ManagedProcess:
             log.warning("process ignored SIGTERM; killing it", extra={"service": self.spec.name})
             self._signal(process.pid, signal.SIGKILL)
             await process.wait()
-
-    def _environment(self) -> dict[str, str]:
-        env = child_environment(self.spec.env)
-        if self.spec.library_path:
-            existing = env.get("LD_LIBRARY_PATH")
-            env["LD_LIBRARY_PATH"] = os.pathsep.join([*self.spec.library_path, *([existing] if existing else [])])
-        return env
 
     async def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.spec.start_timeout_s
@@ -276,39 +316,37 @@ class ManagedProcess:
                 os.kill(pid, sig)
 
 
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: ask for SIGTERM when the parent dies."""
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-async def answers_health(url: str) -> bool:
-    """One probe: 200 within 2 s."""
+async def answers_health(url: str, api_key: str | None = None) -> bool:
+    """One probe: 200 within 2 s (with the process's key, when it demands one)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        async with httpx.AsyncClient(timeout=2.0, headers=headers) as client:
             return (await client.get(url)).status_code == 200
     except httpx.HTTPError:
         return False
 
 
 async def terminate_group(pid: int, grace_s: float, *, name: str = "") -> str:
-    """SIGTERM to the process group led by `pid`, SIGKILL after `grace_s`. Returns what it
+    """SIGTERM to the process group led by `pid` (or to `pid`), SIGKILL after `grace_s`. Returns what it
     took: "gone" (not running), "terminated" or "killed"."""
     if not is_alive(pid):
         return "gone"
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
+    _signal_group(pid, signal.SIGTERM)
     if await wait_gone(pid, grace_s):
         return "terminated"
     log.warning("process ignored SIGTERM; killing it", extra={"service": name, "pid": pid})
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
+    _signal_group(pid, signal.SIGKILL)
     await wait_gone(pid, 10.0)
     return "killed"
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    """The process group `pid` leads (its workers too); the process alone if it leads none."""
+    with contextlib.suppress(ProcessLookupError):  # it is gone already
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
 
 
 def file_tail(path: Path, count: int, block: int = 64 * 1024) -> list[str]:

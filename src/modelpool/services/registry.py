@@ -2,11 +2,17 @@
 engine processes, and services of a stack): one JSON file in a state directory, changed
 under a lock and replaced atomically, so concurrent modelpools never lose an entry.
 Entries whose process is gone (or whose pid now belongs to another process) are pruned
-whenever the file is read."""
+whenever the file is read.
+
+The key an engine demands of its callers is kept beside the registry, one file per entry
+readable by its owner alone (`keys/`), never in the entry: `modelpool status --json` prints
+entries whole."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -47,9 +53,12 @@ class ServiceRecord:
 
 
 class Registry:
-    def __init__(self, state_dir: Path | None = None) -> None:
+    def __init__(self, state_dir: Path | None = None, file_name: str = "services.json") -> None:
+        """`file_name`: another registry in the same directory (the engines modelpools own)."""
         self.state_dir = state_dir or default_state_dir()
-        self.path = self.state_dir / "services.json"
+        self.path = self.state_dir / file_name
+        self._lock_path = self.path.with_suffix(".lock")
+        self._keys = self.state_dir / "keys"
 
     def records(self) -> list[ServiceRecord]:
         """Every live entry (dead ones are pruned from the file)."""
@@ -65,20 +74,43 @@ class Registry:
 
     def remove(self, record_id: str) -> None:
         with self._locked() as entries:
-            entries.pop(record_id, None)
+            entries.pop(record_id, None)  # its key goes with it
+
+    def save_key(self, record_id: str, key: str) -> None:
+        """Keep the key the entry's process demands (readable by this user alone)."""
+        self._keys.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor = os.open(self._key_path(record_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(key)
+
+    def key(self, record_id: str) -> str | None:
+        try:
+            return self._key_path(record_id).read_text() or None
+        except FileNotFoundError:
+            return None
+
+    def _forget_key(self, record_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._key_path(record_id).unlink()
+
+    def _key_path(self, record_id: str) -> Path:
+        return self._keys / hashlib.sha256(record_id.encode()).hexdigest()[:32]
 
     @contextmanager
     def _locked(self) -> Iterator[dict[str, ServiceRecord]]:
         """The live entries, under an exclusive lock; changes are written back atomically."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        with (self.state_dir / "services.lock").open("a") as lock:
+        with self._lock_path.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                entries = {r.id: r for r in self._read() if r.alive()}
+                recorded = self._read()
+                entries = {r.id: r for r in recorded if r.alive()}
                 before = dict(entries)
                 yield entries
-                if entries != before or len(entries) != len(self._read()):
+                if entries != before or len(entries) != len(recorded):
                     self._write(entries)
+                for gone in {r.id for r in recorded} - set(entries):
+                    self._forget_key(gone)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 

@@ -4,12 +4,20 @@ and stops (llama-server, `vllm serve`), reached over loopback HTTP like any upst
 One backend instance is one process on one port, so N replicas are N processes. A
 `persistent` process is started in its own session, writes its output to a log file and is
 recorded in the state registry, so it survives a modelpool restart; the next modelpool
-adopts it (after a health probe) instead of starting a second one.
+adopts it (after a health probe) instead of starting a second one. Any other process dies
+with modelpool, and is recorded with its owner while it runs, so that a modelpool that
+starts after one that died stops what it left (`services.reaper`).
+
+An engine that can demand an API key (llama-server, llama_cpp.server, vLLM) is started with
+a random one, which modelpool sends on every call: another local user cannot go around
+modelpool's keys and limits through the engine's port. It gets an allowlisted environment,
+never the variables modelpool's own keys are read from.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +36,7 @@ from modelpool.errors import ModelLoadFailed, UpstreamUnavailable
 from modelpool.services.pids import create_time, tree_rss
 from modelpool.services.ports import free_port, port_in_use
 from modelpool.services.process import ManagedProcess, ProcessSpec
+from modelpool.services.reaper import owned_engines, owned_record
 from modelpool.services.registry import ENGINE_KIND, Registry, ServiceRecord
 from modelpool.tasks import Task
 
@@ -60,7 +69,12 @@ class ManagedOptions(BaseModel):
     stop_grace_s: float = Field(default=20.0, ge=0)
     """Wait between SIGTERM and SIGKILL when stopping."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Environment variables added for the process."""
+    """Environment variables set for the process. It gets no other of modelpool's own than
+    locale, paths, caches, device selection and thread settings (`CUDA_*`, `OMP_*`, `HF_HOME`,
+    ...), so this is where the rest goes."""
+    pass_env: list[str] = Field(default_factory=list)
+    """Names of further variables of modelpool's environment the process gets as they are
+    (`HF_TOKEN` for a gated model, a proxy). Never name one an API key of modelpool's is in."""
     library_path: list[str] = Field(default_factory=list)
     """Directories prepended to LD_LIBRARY_PATH for the process."""
     log_file: Path | None = None
@@ -80,6 +94,8 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
     api_prefix: str = "/v1"
     engine_root: UpstreamClient | None = None
     """The engine's own routes, outside its OpenAI API (open while the engine is)."""
+    api_key_env: str | None = None
+    """The variable the engine reads the API key it demands from; None: it takes none."""
 
     def __init__(self, model: ModelConfig, options: ManagedOptions, context: BackendContext) -> None:
         self.model = model
@@ -90,6 +106,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
         self.registry = Registry(context.hub.state_dir)
         self.process: ManagedProcess | None = None
         self._record_id: str | None = None
+        self._recorded_in: Registry | None = None
         self._on_crash: Callable[[str], None] | None = None
 
     # ----- what subclasses provide ----------------------------------------------------
@@ -111,31 +128,41 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
         weights = await self.weights()
         if self.options.persistent and await self._adopt():
             return
-        port = self.options.port or free_port(self.options.host)
-        if port_in_use(port, self.options.host):
+        spec = self._spec(weights)
+        process = ManagedProcess(spec, on_exit=self._exited)
+        try:  # recorded the moment it exists: a modelpool killed while it starts leaves a record
+            await process.start(on_spawned=lambda pid: self._record(spec, pid))
+        except BaseException:
+            self._forget()
+            raise
+        self.process = process
+        await self._connect(spec)
+
+    def _spec(self, weights: Path) -> ProcessSpec:
+        o = self.options
+        port = o.port or free_port(o.host)
+        if port_in_use(port, o.host):
             raise ModelLoadFailed(
                 f"model '{self.model.id}': port {port} is already in use (set another `port`, or none for a free one)"
             )
-        spec = ProcessSpec(
+        return ProcessSpec(
             name=self.model.id,
             argv=tuple(self.command(weights)),
             port=port,
-            host=self.options.host,
-            health_path=self.options.health_path or self.health_path,
-            env=self.options.env,
-            library_path=tuple(self.options.library_path),
-            start_timeout_s=self.options.start_timeout_s,
-            stop_grace_s=self.options.stop_grace_s,
-            log_file=self.options.log_file or self.registry.state_dir / "logs" / f"{self.model.id}-{port}.log",
-            log_lines=self.options.log_lines,
-            output_to_file=self.options.persistent,
+            host=o.host,
+            health_path=o.health_path or self.health_path,
+            env=o.env,
+            pass_env=tuple(o.pass_env),
+            api_key=secrets.token_urlsafe(32) if self.api_key_env else None,
+            api_key_env=self.api_key_env,
+            library_path=tuple(o.library_path),
+            start_timeout_s=o.start_timeout_s,
+            stop_grace_s=o.stop_grace_s,
+            log_file=o.log_file or self.registry.state_dir / "logs" / f"{self.model.id}-{port}.log",
+            log_lines=o.log_lines,
+            output_to_file=o.persistent,
+            die_with_parent=not o.persistent,
         )
-        process = ManagedProcess(spec, on_exit=self._exited)
-        await process.start()
-        self.process = process
-        if self.options.persistent and process.pid is not None:
-            self._record(process)
-        await self._connect(spec)
 
     async def warmup(self) -> None:
         return None  # the engine warms itself; a request here would only add start time
@@ -146,9 +173,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             await self.process.stop()
             if self.process.pid is not None:
                 self._claimed.release(self.process.pid)
-        if self._record_id is not None:
-            self.registry.remove(self._record_id)
-            self._record_id = None
+        self._forget()
 
     async def detach(self) -> None:
         """modelpool is stopping: a persistent process keeps running (and is adopted next
@@ -212,6 +237,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
                 port=record.port,
                 host=self.options.host,
                 health_path=record.health_path,
+                api_key=self.registry.key(record.id),  # None: started by a modelpool that gave none
                 stop_grace_s=self.options.stop_grace_s,
                 log_file=Path(record.log_file) if record.log_file else None,
                 log_lines=self.options.log_lines,
@@ -223,28 +249,40 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             process.adopt(record.pid, record.started_at)
             self._claimed.claim(record.pid)
             self.process = process
-            self._record_id = record.id
+            self._record_id, self._recorded_in = record.id, self.registry
             await self._connect(spec)
             return True
         return False
 
-    def _record(self, process: ManagedProcess) -> None:
-        assert process.pid is not None
-        spec = process.spec
+    def _record(self, spec: ProcessSpec, pid: int) -> None:
+        """A persistent process goes into the registry later modelpools adopt from, with
+        its key beside it; any other into the one of engines that die with their owner."""
         record = ServiceRecord(
             id=f"{ENGINE_KIND}:{self.model.id}@{spec.port}",
             name=self.model.id,
             kind=ENGINE_KIND,
-            pid=process.pid,
+            pid=pid,
             port=spec.port,
             url=spec.base_url,
-            started_at=create_time(process.pid) or 0.0,
+            started_at=create_time(pid) or 0.0,
             log_file=str(spec.log_file) if spec.log_file else None,
             health_path=spec.health_path,
         )
-        self.registry.put(record)
-        self._record_id = record.id
-        self._claimed.claim(process.pid)
+        if self.options.persistent:
+            registry = self.registry
+            self._claimed.claim(pid)
+        else:
+            registry = owned_engines(self.registry.state_dir)
+            record = owned_record(record, spec.stop_grace_s)
+        registry.put(record)  # first: putting prunes the key of a dead entry of the same id
+        if self.options.persistent and spec.api_key is not None:
+            registry.save_key(record.id, spec.api_key)
+        self._record_id, self._recorded_in = record.id, registry
+
+    def _forget(self) -> None:
+        if self._record_id is not None and self._recorded_in is not None:
+            self._recorded_in.remove(self._record_id)
+        self._record_id = self._recorded_in = None
 
     def _client(self, spec: ProcessSpec, prefix: str) -> UpstreamClient:
         # No retries: a connection error to our own process means it is gone, and the crash
@@ -252,6 +290,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
         return UpstreamClient(
             self.model.id,
             spec.base_url + prefix,
+            api_key=spec.api_key,
             retry=RetryPolicy(retries=0),
             timeouts=UpstreamTimeouts(connect_s=5.0, read_s=self.options.request_timeout_s),
         )

@@ -90,6 +90,9 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
         super().__init__(model, options, context)
         self.context_length = options.context_length
         self.health_path = "/health" if options.binary else "/v1/models"  # llama_cpp.server has no /health
+        # Both read their key from the environment, off the command line `ps` shows: llama.cpp's
+        # `--api-key` is LLAMA_API_KEY; llama_cpp.server's settings are pydantic-settings (API_KEY).
+        self.api_key_env = "LLAMA_API_KEY" if options.binary else "API_KEY"
 
     def command(self, weights: Path) -> list[str]:
         return self._native(weights) if self.options.binary else self._python(weights)
