@@ -41,6 +41,7 @@ from modelpool.runtime.build import build_pool
 from modelpool.runtime.metrics_history import MetricsHistory
 from modelpool.runtime.pool_api import PoolApi
 from modelpool.runtime.response_store import ResponseStore
+from modelpool.services.reaper import reap_orphaned_engines
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -62,6 +63,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await reap_orphaned_engines(config.state_dir)  # before preloading: they hold memory and ports
         pool.start()
         app.state.metrics_history.start()
         try:
