@@ -8,10 +8,13 @@ with a real engine (llama-cpp-python's server on SmolLM2) or a real `modelpool s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,7 +28,7 @@ import yaml
 from modelpool.services.pids import create_time, is_alive
 from modelpool.services.process import terminate_group
 from modelpool.services.reaper import OWNED_ENGINE_KIND, owned_engines
-from modelpool.services.registry import ServiceRecord
+from modelpool.services.registry import Registry, ServiceRecord
 from tests.conftest import sdk, serving
 from tests.e2e.test_managed_engines import ENGINE, HI, engine_config, loaded
 from tests.polling import wait_until
@@ -95,8 +98,6 @@ def engines_stopped() -> Iterator[list[int]]:
     yield pids
     for pid in pids:
         if is_alive(pid):
-            import asyncio
-
             asyncio.run(terminate_group(pid, 5))
 
 
@@ -172,3 +173,29 @@ def test_a_starting_modelpool_stops_engines_a_dead_one_left_and_nothing_else(tmp
             assert reused.poll() is None and kept.poll() is None
             assert "stopping an engine a modelpool that is gone left running" in server.log_text()
         assert [r.name for r in registry.records()] == ["kept"]
+
+
+async def test_a_persistent_engines_key_stays_private_and_outlives_the_modelpool_that_made_it(
+    tmp_path: Path, engines_stopped: list[int]
+) -> None:
+    async with serving(engine_config(tmp_path, options={"persistent": True})) as (_, client):
+        engine = (await loaded(client))["replicas"][0]
+        engines_stopped.append(engine["pid"])
+    registry = Registry(tmp_path)
+    [record] = registry.records()  # modelpool stopped; its persistent engine did not
+    key = registry.key(record.id)
+    assert key is not None and environ_of(engine["pid"])["API_KEY"] == key
+    [key_file] = (tmp_path / "keys").iterdir()  # beside the registry, for the next modelpool
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
+    assert key not in (tmp_path / "services.json").read_text()
+    assert httpx.get(f"{record.url}/v1/models", timeout=30).status_code == 401  # still closed to others
+
+    status = [sys.executable, "-m", "modelpool", "status", "--json", "--state-dir", str(tmp_path)]
+    shown = subprocess.run(status, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and key not in shown.stdout
+    assert [e["healthy"] for e in json.loads(shown.stdout)] == [True]  # asked with the engine's key
+    async with serving(engine_config(tmp_path, options={"persistent": True})) as (_, client):
+        adopted = (await loaded(client))["replicas"][0]
+        assert adopted["pid"] == engine["pid"]
+        reply = await sdk(client).chat.completions.create(model=ENGINE, messages=HI, max_tokens=2)
+        assert reply.usage is not None and reply.usage.completion_tokens > 0  # the next modelpool has its key

@@ -27,13 +27,13 @@ def stop_persistent(
     registry = Registry(state_dir)
     records = [r for r in registry.find(kind=ENGINE_KIND) if not models or r.name in models]
     for record in records:
-        healthy, outcome = asyncio.run(_stop(record, grace))
+        healthy, outcome = asyncio.run(_stop(record, grace, registry.key(record.id)))
         registry.remove(record.id)
         if outcome != "gone":
             state = "healthy" if healthy else "not answering"
             typer.echo(f"{record.name}\tpid {record.pid}\t{record.url}\t{state}\t{outcome}")
 
 
-async def _stop(record: ServiceRecord, grace_s: float) -> tuple[bool, str]:
-    healthy = await answers_health(record.url + record.health_path)
+async def _stop(record: ServiceRecord, grace_s: float, api_key: str | None) -> tuple[bool, str]:
+    healthy = await answers_health(record.url + record.health_path, api_key)  # the engine's own key
     return healthy, await terminate_group(record.pid, grace_s, name=record.name)

@@ -152,8 +152,9 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="The registry entries as JSON, with health.")] = False,
 ) -> None:
     """List running services (stacks, persistent engines): URL, pid, health."""
-    records = Registry(state_dir).records()
-    healthy = asyncio.run(_probe_all(records))
+    registry = Registry(state_dir)
+    records = registry.records()
+    healthy = asyncio.run(_probe_all(registry, records))
     if as_json:
         entries = [{**dataclasses.asdict(r), "healthy": ok} for r, ok in zip(records, healthy, strict=True)]
         typer.echo(json.dumps(entries, indent=2))
@@ -191,8 +192,10 @@ def _stack_records(registry: Registry, stack: Stack) -> list[ServiceRecord]:
     return [r for r in registry.records() if r.extra.get("stack_file") == str(stack.file)]
 
 
-async def _probe_all(records: list[ServiceRecord]) -> list[bool]:
-    return list(await asyncio.gather(*(answers_health(r.url + r.health_path) for r in records)))
+async def _probe_all(registry: Registry, records: list[ServiceRecord]) -> list[bool]:
+    """Each one's health, asked with its key when it demands one (a persistent engine)."""
+    probes = (answers_health(r.url + r.health_path, registry.key(r.id)) for r in records)
+    return list(await asyncio.gather(*probes))
 
 
 def _print_event(name: str, message: str) -> None:
