@@ -112,3 +112,32 @@ async def test_terminate_group_escalates_to_sigkill(tmp_path: Path) -> None:
     assert deaf.pid is not None
     assert await terminate_group(deaf.pid, 0.5) == "killed"
     await deaf.stop()
+
+
+def test_an_engine_gets_the_allowlist_its_env_and_its_key_and_a_stack_service_everything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    outside = {"MP_KEY": "sk-secret", "VLLM_API_KEY": "sk-other", "HOST": "0.0.0.0", "HF_TOKEN": "hf-x",
+               "CUDA_VISIBLE_DEVICES": "1", "LC_ALL": "C.UTF-8", "VLLM_CPU_KVCACHE_SPACE": "2"}  # fmt: skip
+    for name, value in outside.items():
+        monkeypatch.setenv(name, value)
+    engine = ProcessSpec(name="e", argv=("x",), port=1, env={"FLAG": "on"}, pass_env=("HF_TOKEN",),
+                         api_key="k" * 43, api_key_env="API_KEY", library_path=("/opt/lib",))  # fmt: skip
+    environment = engine.environment()
+    assert {"MP_KEY", "VLLM_API_KEY", "HOST"}.isdisjoint(environment)
+    assert {k: environment[k] for k in ("CUDA_VISIBLE_DEVICES", "LC_ALL", "VLLM_CPU_KVCACHE_SPACE", "HF_TOKEN")} == {
+        "CUDA_VISIBLE_DEVICES": "1", "LC_ALL": "C.UTF-8", "VLLM_CPU_KVCACHE_SPACE": "2", "HF_TOKEN": "hf-x",
+    }  # fmt: skip
+    assert environment["FLAG"] == "on" and environment["API_KEY"] == "k" * 43
+    assert environment["PATH"] == os.environ["PATH"]
+    assert environment["LD_LIBRARY_PATH"].split(os.pathsep)[0] == "/opt/lib"
+    assert "k" * 43 not in repr(engine) and "FLAG" not in repr(engine)  # specs get logged; keys must not
+    service = ProcessSpec(name="s", argv=("x",), port=1, inherit_env=True)
+    assert service.environment()["MP_KEY"] == "sk-secret"  # the operator's own command (a modelpool reads its keys)
+
+
+async def test_an_engine_that_cannot_be_run_says_so_through_the_parent_death_wrapper(tmp_path: Path) -> None:
+    missing = ProcessSpec(name="missing", argv=(str(tmp_path / "no-such-engine"),), port=free_port(),
+                          start_timeout_s=30, die_with_parent=True)  # fmt: skip
+    with pytest.raises(ProcessFailed, match=r"cannot run .*no-such-engine: No such file or directory"):
+        await ManagedProcess(missing).start()
