@@ -18,6 +18,7 @@ Nothing maps errors by matching message text.
     ├── ResponseNotFound                404  invalid_request_error / previous_response_not_found (or another key's)
     ├── ModelNotLoaded                  409  invalid_request_error / model_not_loaded  (autoload off)
     ├── HostNotAllowed                  421  invalid_request_error / host_not_allowed (DNS rebinding)
+    ├── RequestTimeout                  408  invalid_request_error / request_timeout (a body that stopped coming)
     ├── RequestTooLarge                 413  invalid_request_error / request_too_large
     │   └── StoreFull                   413  invalid_request_error / store_full (a transcript store bound)
     │   └── AudioTooLong                413  invalid_request_error / request_too_large (server.max_audio_seconds)
@@ -155,6 +156,14 @@ class HostNotAllowed(ModelpoolError):
     status_code = 421
     type = "invalid_request_error"
     code = "host_not_allowed"
+
+
+class RequestTimeout(ModelpoolError):
+    """The client stopped sending a request body it had begun (`server.body_timeout_s`)."""
+
+    status_code = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
 
 
 class RequestTooLarge(ModelpoolError):

@@ -93,7 +93,10 @@ def create_app(
     if config.server.ui:
         mount_ui(app)
     app.add_middleware(
-        BodyLimit, max_bytes=config.server.max_body_bytes, max_upload_bytes=config.server.max_upload_bytes
+        BodyLimit,
+        max_bytes=config.server.max_body_bytes,
+        max_upload_bytes=config.server.max_upload_bytes,
+        body_timeout_s=config.server.body_timeout_s,
     )
     add_rate_limits(app, config.auth, pool.metrics)  # inside RequireKeys, which names the key
     app.add_middleware(RequireKeys, keys=keys or KeyRing.from_config(config.auth))

@@ -46,12 +46,36 @@ class ServerConfig(_Strict):
     max_upload_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
     """Largest audio upload (/v1/audio/transcriptions and /translations), checked the same way."""
 
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    """A connection must finish sending a request's headers within this long of opening (or
+    of its previous response), or it is closed: a client trickling headers cannot hold a
+    socket for ever (nginx's client_header_timeout)."""
+
+    body_timeout_s: float = Field(default=60.0, gt=0)
+    """Longest wait for the next piece of a request body that is still coming; past it the
+    request gets 408 (nginx's client_body_timeout)."""
+
+    max_connections: int | None = Field(default=None, ge=1)
+    """Most open client connections; more are closed as they arrive. Default: three quarters
+    of the process's open-file limit, so the server never runs out of file descriptors."""
+
+    forwarded_allow_ips: list[str] = Field(default_factory=list)
+    """Addresses of reverse proxies in front of this server whose `X-Forwarded-For` and
+    `X-Forwarded-Proto` are believed (the client address per-address rate limits and the
+    access log see). Empty: those headers are ignored, since any client could send them."""
+
     max_audio_seconds: float = Field(default=7200.0, gt=0)
     """Longest audio transcribed from one upload, MCP `transcribe` call or live session (all
     it sends); longer gets 413 `request_too_large`. Checked while decoding, before the
     samples are kept: a few MB of compressed silence can hold hours. The default, 2 hours,
     holds any 25 MiB upload of speech at 32 kbit/s or more (a 16 kHz WAV is 14 minutes, a
     64 kbit/s mp3 55); decoded, 2 hours at Whisper's 16 kHz take 460 MB."""
+
+    audio_budget_seconds: float = Field(default=4 * 3600.0, gt=0)
+    """Decoded audio all transcriptions together may hold at once (an upload holds its
+    samples until its transcript ends): 4 hours, 920 MB at Whisper's 16 kHz. A transcription
+    that finds the budget spent waits up to `model_wait_s` for others to finish, then gets
+    429 `overloaded`. At least `max_audio_seconds`."""
 
     log_format: LogFormat = LogFormat.TEXT
     """`text` for people, `json` for one JSON object a line (log shippers)."""
@@ -498,6 +522,12 @@ class Config(_Strict):
         for name in self.enabled_models or []:
             if name not in owner:
                 raise ValueError(f"enabled_models: unknown model '{name}' (known: {', '.join(sorted(owner))})")
+        return self
+
+    @model_validator(mode="after")
+    def _one_upload_fits_the_audio_budget(self) -> Config:
+        if self.server.audio_budget_seconds < self.server.max_audio_seconds:
+            raise ValueError("server.audio_budget_seconds must be at least server.max_audio_seconds")
         return self
 
     @model_validator(mode="after")
