@@ -145,6 +145,7 @@ async def test_unload_without_drain_is_quick_with_stalled_readers() -> None:
             async with httpx.AsyncClient(base_url=url, timeout=60) as client:
                 unloaded = await client.post(f"/v1/admin/models/{CHAT_MODEL}/unload", json={"drain": False})
             elapsed = time.monotonic() - started
+            print(f"unload with drain: false, {STREAMS} stalled readers: {elapsed:.2f} s")
             assert unloaded.status_code == 200, unloaded.text
-            assert elapsed < 5, f"unload with drain: false took {elapsed:.2f} s with stalled readers (0.3 s before)"
+            assert elapsed < 10, f"unload with drain: false took {elapsed:.2f} s with stalled readers (0.3 s before)"
             assert slot.state.value == "unloaded"

@@ -40,7 +40,7 @@ from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
 B = TypeVar("B", bound=Backend)
-FORCED_UNLOAD_GRACE_S = 1.0
+FORCED_UNLOAD_GRACE_S = 0.25
 """How long an unload with `drain: false` waits for the requests it revoked to stop."""
 _ALL_STATES = [s.value for s in SlotState]
 
