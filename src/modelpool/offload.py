@@ -25,13 +25,18 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import multiprocessing
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+U = TypeVar("U")
+
+CHILD_NICENESS = 10
+"""Added to the nice value of the child processes: they run when the server does not."""
 
 
 class BoundedExecutor:
@@ -117,7 +122,10 @@ class BoundedProcesses:
         with self._lock:
             if self._executor is None:
                 spawn = multiprocessing.get_context("spawn")
-                self._executor = ProcessPoolExecutor(self.workers, mp_context=spawn)
+                # Niced: on a machine with few cores the children yield the CPU to the server,
+                # so a flood of checks slows other checks, not the routing.
+                self._executor = ProcessPoolExecutor(self.workers, mp_context=spawn, initializer=os.nice,
+                                                     initargs=(CHILD_NICENESS,))  # fmt: skip
             return self._executor
 
     def _replace(self) -> None:
@@ -149,3 +157,23 @@ pixels being decoded at once are at most twice `server.max_image_pixels`."""
 
 AUDIO_DECODES = BoundedExecutor("audio-decodes", workers=2)
 """PyAV decodes of uploaded audio (the counting pass and the fill pass of each upload)."""
+
+
+async def all_or_none(items: Sequence[T], job: Callable[[T], Awaitable[U]]) -> list[U]:
+    """`job(item)` for every item at once, results in order. The first failure cancels the
+    others (TaskGroup semantics, which Python 3.10 lacks) and is raised as itself; nothing
+    started here outlives the call, whether it returns, raises or is cancelled."""
+    if not items:
+        return []
+    tasks = [asyncio.ensure_future(job(item)) for item in items]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in tasks:
+            error = None if not task.done() or task.cancelled() else task.exception()
+            if error is not None:
+                raise error
+        return [task.result() for task in tasks]
+    finally:
+        for task in tasks:
+            task.cancel()  # a no-op for those done
+        await asyncio.gather(*tasks, return_exceptions=True)

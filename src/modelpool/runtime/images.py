@@ -12,20 +12,15 @@ fails cancels the others (fetches stop, queued decodes never start).
 
 from __future__ import annotations
 
-import asyncio
 import base64
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TypeVar
 
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.errors import InvalidRequest, ModalityUnsupported, RequestTooLarge
 from modelpool.inference import ChatMessage, ChatRequest, ContentPart, ImageInput
 from modelpool.media.images import ImagePolicy, decode, image_bytes, pixels
-from modelpool.offload import IMAGE_DECODES
-
-T = TypeVar("T")
-U = TypeVar("U")
+from modelpool.offload import IMAGE_DECODES, all_or_none
 
 
 async def with_loaded_images(
@@ -82,26 +77,6 @@ async def _decoded(image: ImageInput, data: bytes, policy: ImagePolicy) -> Image
         return replace(image, image=decoded, data_uri=uri)
 
     return await IMAGE_DECODES.run(work)
-
-
-async def all_or_none(items: Sequence[T], job: Callable[[T], Awaitable[U]]) -> list[U]:
-    """`job(item)` for every item at once, results in order. The first failure cancels the
-    others (TaskGroup semantics, which Python 3.10 lacks) and is raised as itself; nothing
-    started here outlives the call, whether it returns, raises or is cancelled."""
-    if not items:
-        return []
-    tasks = [asyncio.ensure_future(job(item)) for item in items]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in tasks:
-            error = None if not task.done() or task.cancelled() else task.exception()
-            if error is not None:
-                raise error
-        return [task.result() for task in tasks]
-    finally:
-        for task in tasks:
-            task.cancel()  # a no-op for those done
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _with_parts(message: ChatMessage, loaded: dict[int, ImageInput]) -> ChatMessage:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import Request
 
 from modelpool.config.schema import ServerConfig
-from modelpool.errors import RequestTooLarge
-from modelpool.offload import REQUEST_CHECKS
+from modelpool.errors import InvalidRequest, RequestTooLarge
+from modelpool.offload import REQUEST_CHECKS, all_or_none
+from modelpool.tools.metaschema import problem_of
 
 T = TypeVar("T")
 _DEFAULTS = ServerConfig()
@@ -81,21 +82,40 @@ class SizeBudget:
                                   param=param)  # fmt: skip
 
 
-_LIMITS: contextvars.ContextVar[BodyLimits | None] = contextvars.ContextVar("body_limits", default=None)
-_SCHEMA_BUDGET: contextvars.ContextVar[SizeBudget | None] = contextvars.ContextVar("schema_budget", default=None)
+@dataclass
+class _Translation:
+    """One body's translation: its caps, what is left of its schema allowance, and the
+    metaschema checks left for `translated` to await."""
+
+    limits: BodyLimits
+    budget: SizeBudget
+    deferred: list[tuple[str, str]] = field(default_factory=list)
+    """(schema as JSON text, the field that holds it)."""
+
+
+_TRANSLATION: contextvars.ContextVar[_Translation | None] = contextvars.ContextVar("translation", default=None)
 
 
 def current_limits() -> BodyLimits:
     """The caps of the request being translated (the defaults outside `translated`)."""
-    limits = _LIMITS.get()
-    return limits if limits is not None else BodyLimits()
+    translation = _TRANSLATION.get()
+    return translation.limits if translation is not None else BodyLimits()
 
 
 def schema_budget() -> SizeBudget:
     """The schema allowance of the request being translated: shared by all its schemas
     inside `translated`, a fresh one per schema outside it."""
-    budget = _SCHEMA_BUDGET.get()
-    return budget if budget is not None else new_schema_budget(current_limits())
+    translation = _TRANSLATION.get()
+    return translation.budget if translation is not None else new_schema_budget(BodyLimits())
+
+
+def defer_metaschema_check(text: str, param: str) -> bool:
+    """Leave a schema's metaschema check to `translated` (False outside it: check it now)."""
+    translation = _TRANSLATION.get()
+    if translation is None:
+        return False
+    translation.deferred.append((text, param))
+    return True
 
 
 def new_schema_budget(limits: BodyLimits) -> SizeBudget:
@@ -111,15 +131,24 @@ def charge_template_kwargs(kwargs: dict[str, Any], param: str) -> None:
 
 
 async def translated(limits: BodyLimits, build: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """`build(*args, **kwargs)` — a body's `to_request` — off the event loop, on the bounded
-    request-check threads, under `limits`: its schemas are measured against one shared
-    allowance, then checked against their metaschema there, never on the loop."""
-    return await REQUEST_CHECKS.run(_under_limits, limits, lambda: build(*args, **kwargs))
+    """`build(*args, **kwargs)` — a body's `to_request` — off the event loop, under `limits`:
+    on the bounded request-check threads, where its schemas are measured against one shared
+    allowance; then their metaschema checks, awaited here while child processes run them
+    (no thread waits on them, so a body without schemas never queues behind one with). The
+    first schema found wrong cancels the checks of the others."""
+    translation = _Translation(limits, new_schema_budget(limits))
+
+    def job() -> T:
+        _TRANSLATION.set(translation)  # the executor runs each job in a copy of the context
+        return build(*args, **kwargs)
+
+    result = await REQUEST_CHECKS.run(job)
+    await all_or_none(translation.deferred, _metaschema_checked)
+    return result
 
 
-def _under_limits(limits: BodyLimits, build: Callable[[], T]) -> T:
-    # The executor runs each job in a copy of the caller's context, so these settings stay
-    # inside this one translation.
-    _LIMITS.set(limits)
-    _SCHEMA_BUDGET.set(new_schema_budget(limits))
-    return build()
+async def _metaschema_checked(deferred: tuple[str, str]) -> None:
+    text, param = deferred
+    problem = await problem_of(text)
+    if problem is not None:
+        raise InvalidRequest(problem, param=param)

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import Field
 
 from modelpool.api.schemas.common import Text, WireModel
-from modelpool.api.schemas.sizes import current_limits, schema_budget
+from modelpool.api.schemas.sizes import current_limits, defer_metaschema_check, schema_budget
 from modelpool.errors import InvalidRequest, RequestTooLarge
 from modelpool.inference import ChatMessage, OutputFormat, Tool, ToolCall, ToolCallDelta, ToolChoice
-from modelpool.offload import SCHEMA_CHECKS
-from modelpool.tools.metaschema import metaschema_problem
+from modelpool.tools.metaschema import problem_now
 
 FUNCTION_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 
@@ -89,17 +87,15 @@ ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaFormat
 def check_schema(schema: Mapping[str, Any], param: str) -> None:
     """A JSON schema must be one (the metaschema of its draft, 2020-12 when unsaid), and fit
     what is left of the request's schema allowance (measured first: a schema over it costs
-    no metaschema check)."""
+    no metaschema check). Inside `sizes.translated` the metaschema check is left to it, to
+    await off the loop; elsewhere it is done here."""
     schema_budget().charge(schema, param)
-    problem = _metaschema_problem(json.dumps(schema, sort_keys=True))
+    text = json.dumps(schema, sort_keys=True)
+    if defer_metaschema_check(text, param):
+        return
+    problem = problem_now(text)
     if problem is not None:
         raise InvalidRequest(problem, param=param)
-
-
-@lru_cache(maxsize=64)
-def _metaschema_problem(text: str) -> str | None:
-    """Cached by the schema's text: agents send the same tools with every turn."""
-    return SCHEMA_CHECKS.call(metaschema_problem, text)
 
 
 def to_tools(functions: Sequence[FunctionDefinition], where_of: Callable[[int], str]) -> tuple[Tool, ...]:
