@@ -20,7 +20,13 @@ import httpx
 import pytest
 import yaml
 
+from modelpool.backends import constraint
+from modelpool.backends.constraint import GrammarCompiler
+from modelpool.backends.llama_cpp.model import GgufModel, grammar_tokenizer
 from modelpool.config.schema import ServerConfig
+from modelpool.inference import OutputFormat
+from modelpool.tools.grammar import output_grammar
+from tests.e2e.conftest import smollm2_gguf
 from tests.polling import until
 from tests.processes import Server, modelpool_serve
 
@@ -202,3 +208,51 @@ async def test_a_schema_cap_is_the_servers_config(tmp_path: Path) -> None:
                 response = await client.post(route, json=body)
                 assert response.status_code == 413, (route, response.text)
                 assert param in response.text, (route, response.text)
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The starter chat model on llama.cpp: its grammars compile and its template renders."""
+    folder = tmp_path_factory.mktemp("event-loop-llama")
+    model = {"backend": "llama_cpp", "source": str(smollm2_gguf()), "tasks": ["chat"], "preload": True}
+    (folder / "config.yaml").write_text(yaml.safe_dump({"starter_models": False, "models": {"chat": model}}))
+    with modelpool_serve(folder / "server.log", "-c", str(folder / "config.yaml")) as running:
+        yield running
+
+
+async def test_healthz_answers_while_a_real_model_compiles_a_big_grammar(llama_server: Server) -> None:
+    """The whole path of a large schema on a real engine: the metaschema check, the tool plan
+    and chat template, the llguidance compile against the model's vocabulary, a token."""
+
+    def body(tag: str) -> bytes:
+        schema = {"type": "object", "properties": {f"{tag}{i}": {"type": "integer"} for i in range(1500)}}
+        return encoded({**chat(schema), "model": "chat", "max_tokens": 1})
+
+    async with httpx.AsyncClient(base_url=llama_server.url, timeout=300) as client:
+        bound = await healthz_bound(client)
+        bodies = [body(f"g{i}_") for i in range(2)]
+        stop, latencies = asyncio.Event(), []
+        probe = asyncio.create_task(healthz_latencies(client, stop, latencies))
+        for each in bodies:
+            response = await post(client, each)
+            assert response.status_code == 200, response.text
+        stop.set()
+        await probe
+    assert len(latencies) >= 20, latencies
+    assert p99(latencies) < bound, f"healthz p99 {p99(latencies):.3f}s over {bound:.3f}s (max {max(latencies):.3f}s)"
+
+
+def test_compiled_grammars_kept_are_bounded_by_their_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that sends new big schemas again and again cannot grow a model's grammar cache
+    past its text budget."""
+    model = GgufModel(str(smollm2_gguf()), model_id="smollm2", vocab_only=True)
+    try:
+        compiler = GrammarCompiler(grammar_tokenizer(model), model.n_vocab, [2], 2)
+        grammars = [output_grammar(OutputFormat("json_schema", empty_properties(50, f"k{i}_"))) for i in range(6)]
+        monkeypatch.setattr(constraint, "CACHE_TEXT_BYTES", 3 * len(grammars[0]))
+        for grammar in grammars:
+            compiler.start(grammar, "response_format")
+        kept, text_bytes = compiler.cached
+        assert kept == 3 and text_bytes <= 3 * len(grammars[0])
+    finally:
+        model.close()

@@ -27,6 +27,13 @@ if TYPE_CHECKING:
 
 CACHE_SIZE = 128
 """Compiled grammars kept per model (least recently used go first)."""
+CACHE_TEXT_BYTES = 16 * 1024 * 1024
+"""...and at most this much grammar text among them: a compiled grammar grows with its
+text, and a client picks the text (a schema at `server.max_schema_bytes` is ~256 KB)."""
+MAX_LEXER_STATES = 50_000
+"""llguidance's lexer builds states lazily as it computes masks, ~1-2 kB each: this caps a
+hostile grammar's lexer at ~100 MB (llguidance's own default, 250,000, allows ~500 MB).
+A grammar that needs more fails its request (400), not the server."""
 
 
 class TokenConstraint:
@@ -69,7 +76,14 @@ class GrammarCompiler:
         self._end_ids = np.array(sorted(set(end_ids) | {eos}), dtype=np.intp)
         self._eos = eos
         self._cache: OrderedDict[str, LLMatcher] = OrderedDict()
+        self._cached_bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def cached(self) -> tuple[int, int]:
+        """(compiled grammars kept, bytes of their text)."""
+        with self._lock:
+            return len(self._cache), self._cached_bytes
 
     def start(self, grammar: str, param: str) -> TokenConstraint:
         """A fresh constraint for one sequence. An invalid grammar (a schema llguidance
@@ -82,14 +96,17 @@ class GrammarCompiler:
             if cached is not None:
                 self._cache.move_to_end(grammar)
                 return cached
-        from llguidance import LLMatcher
+        from llguidance import LLMatcher, LLParserLimits
 
-        matcher = LLMatcher(self._tokenizer, LLMatcher.grammar_from_lark(grammar), log_level=0)
+        limits = LLParserLimits(max_lexer_states=MAX_LEXER_STATES)
+        matcher = LLMatcher(self._tokenizer, LLMatcher.grammar_from_lark(grammar), log_level=0, limits=limits)
         if matcher.is_error():
             raise InvalidRequest(f"the schema cannot be enforced: {matcher.get_error()}", param=param)
         with self._lock:
-            self._cache[grammar] = matcher
-            while len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
+            if grammar not in self._cache:
+                self._cache[grammar] = matcher
+                self._cached_bytes += len(grammar)
+            while len(self._cache) > CACHE_SIZE or self._cached_bytes > CACHE_TEXT_BYTES:
+                evicted, _ = self._cache.popitem(last=False)
+                self._cached_bytes -= len(evicted)
         return matcher
-
