@@ -27,6 +27,7 @@ import contextvars
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -37,6 +38,8 @@ U = TypeVar("U")
 
 CHILD_NICENESS = 10
 """Added to the nice value of the child processes: they run when the server does not."""
+PARENT_POLL_S = 1.0
+"""How often a child process looks whether its parent is still there."""
 
 
 class BoundedExecutor:
@@ -96,13 +99,17 @@ class BoundedExecutor:
 
 
 class BoundedProcesses:
-    """At most `workers` jobs at once in child processes of this one. Children are spawned,
-    not forked, so no lock or thread of the server is copied half-held; they exit with it.
-    `fn` and its arguments and result cross by pickle: keep them small (text, not objects)."""
+    """At most `workers` jobs at once in child processes of this one. On Linux the children
+    fork from a fork server that imports only `preload` (not the server, and not its
+    `__main__`: a child costs ~30 MB, not a second modelpool); elsewhere they are spawned.
+    Either way no lock or thread of the server is copied half-held, and they exit when the
+    server does, however it ends. `fn` and its arguments and result cross by pickle: keep
+    them small (text, not objects)."""
 
-    def __init__(self, name: str, workers: int) -> None:
+    def __init__(self, name: str, workers: int, preload: tuple[str, ...]) -> None:
         self.name = name
         self.workers = workers
+        self._preload = preload
         self._executor: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -116,17 +123,27 @@ class BoundedProcesses:
             return self._pool().submit(fn, *args).result()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.wrap_future(self._pool().submit(fn, *args))
+        """`fn(*args)` in a child, awaited (on the loop). Cancelling drops a job not started."""
+        try:
+            return await asyncio.wrap_future(self._pool().submit(fn, *args))
+        except BrokenProcessPool:
+            self._replace()
+            return await asyncio.wrap_future(self._pool().submit(fn, *args))
 
     def _pool(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._executor is None:
-                spawn = multiprocessing.get_context("spawn")
-                # Niced: on a machine with few cores the children yield the CPU to the server,
-                # so a flood of checks slows other checks, not the routing.
-                self._executor = ProcessPoolExecutor(self.workers, mp_context=spawn, initializer=os.nice,
-                                                     initargs=(CHILD_NICENESS,))  # fmt: skip
+                self._executor = ProcessPoolExecutor(
+                    self.workers, mp_context=self._context(), initializer=_child_started, initargs=(os.getpid(),)
+                )
             return self._executor
+
+    def _context(self) -> multiprocessing.context.BaseContext:
+        if "forkserver" not in multiprocessing.get_all_start_methods():
+            return multiprocessing.get_context("spawn")
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(list(self._preload))
+        return context
 
     def _replace(self) -> None:
         with self._lock:
@@ -135,11 +152,36 @@ class BoundedProcesses:
             broken.shutdown(wait=False, cancel_futures=True)
 
 
+def _child_started(server_pid: int) -> None:
+    """In each child: niced, so that on a machine with few cores a flood of checks slows other
+    checks, not the routing; and gone soon after the server is, however it ended (a server
+    killed with SIGKILL tells nobody, and a fork server's children keep the fork server
+    alive, so a thread watches the server's pid itself)."""
+    os.nice(CHILD_NICENESS)
+
+    def watch() -> None:
+        while _alive(server_pid):
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="server-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # there, but another user's: the pid was reused
+        return False
+    return True
+
+
 REQUEST_CHECKS = BoundedExecutor("request-checks", workers=2)
 """Turning a request body into a pool request: the size walks of its schemas, and waiting
 for their metaschema checks (`SCHEMA_CHECKS`)."""
 
-SCHEMA_CHECKS = BoundedProcesses("schema-checks", workers=2)
+SCHEMA_CHECKS = BoundedProcesses("schema-checks", workers=2, preload=("modelpool.tools.metaschema",))
 """JSON-schema metaschema checks of `tools` and `response_format` (pure Python, ~0.1 ms of
 CPU per subschema, so up to about a second for a schema at `server.max_schema_nodes`), in
 two child processes, so that the loop keeps the interpreter lock to itself."""
