@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 import yaml
 
@@ -256,3 +257,19 @@ def test_compiled_grammars_kept_are_bounded_by_their_text(monkeypatch: pytest.Mo
         assert kept == 3 and text_bytes <= 3 * len(grammars[0])
     finally:
         model.close()
+
+
+async def test_the_schema_checkers_do_not_outlive_a_killed_server(tmp_path: Path) -> None:
+    """The child processes that check schemas go when the server goes, even by SIGKILL."""
+    config = {"starter_models": False, "models": {"echo": {"backend": "tests.fakes:EchoBackend", "preload": False}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    with modelpool_serve(tmp_path / "server.log", "-c", str(tmp_path / "config.yaml")) as running:
+        async with httpx.AsyncClient(base_url=running.url, timeout=60) as client:
+            response = await post(client, encoded(chat(empty_properties(5, "kill"))))
+        assert response.status_code == 400 and "structured output" in response.text, response.text
+        children = psutil.Process(running.process.pid).children(recursive=True)
+        assert children, "no schema-checking process was started"
+        running.process.kill()
+        running.process.wait()
+        _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, [" ".join(p.cmdline())[:120] for p in alive]
