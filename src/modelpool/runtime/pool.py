@@ -57,7 +57,7 @@ from modelpool.inference import (
     Voice,
 )
 from modelpool.media.images import ImagePolicy
-from modelpool.offload import AUDIO_DECODES
+from modelpool.offload import AUDIO_DECODES, all_or_none
 from modelpool.runtime.audio_budget import AudioBudget
 from modelpool.runtime.call import CallOptions, check_keep_alive
 from modelpool.runtime.capacity import Capacity
@@ -78,7 +78,6 @@ from modelpool.runtime.scoring import Loglikelihood, loglikelihood
 from modelpool.runtime.slot import ModelSlot
 from modelpool.runtime.status import BudgetStatus, EngineLogs, ModelMemory, ModelStatus, PoolMemory
 from modelpool.runtime.timing import RequestTiming
-from modelpool.runtime.together import all_or_none
 from modelpool.runtime.tokenization import Detokenized, Tokenized, TokenizeJob, tokenize_on, tokenizer_slot
 from modelpool.tasks import Task
 
@@ -459,7 +458,7 @@ class ModelPool:
                     return await collect(_observed(chunks, timer, lease))
 
             try:
-                return await all_or_none(one(r) for r in requests)
+                return await all_or_none(requests, one)
             finally:
                 self.observe.finished(lease.model_id)(lease.timing)
 
