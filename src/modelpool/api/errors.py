@@ -113,7 +113,9 @@ def param_from_loc(loc: Sequence[Any]) -> str | None:
 def validation_message(errors: Sequence[Any]) -> tuple[str, str | None]:
     # A value that fits no member of a union yields one error per member; the deepest one
     # (["ok", "\ud800"] → input[1], not "input is not a string") says what is wrong.
-    first = max(errors, key=lambda e: len(e.get("loc", ())))
+    # A list over its cap says so, whatever the union's other members said about it.
+    too_long = [e for e in errors if e.get("type") == "too_long"]
+    first = too_long[0] if too_long else max(errors, key=lambda e: len(e.get("loc", ())))
     if first.get("type") == "json_invalid":
         return f"The request body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}", None
     param = param_from_loc(first.get("loc", ()))

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from modelpool.api.schemas.common import GenerationFields, TemplateKwargs, Text, WireModel
+from modelpool.api.schemas.common import (
+    MAX_CONTENT_PARTS,
+    MAX_MESSAGES,
+    GenerationFields,
+    TemplateKwargs,
+    Text,
+    WireModel,
+)
 from modelpool.api.schemas.content import ChatPart, to_content
 from modelpool.api.schemas.sizes import charge_template_kwargs
 from modelpool.api.schemas.tools import (
@@ -28,7 +35,7 @@ from modelpool.inference import ChatMessage, ChatRequest, ContentPart
 
 class Message(WireModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Text | list[ChatPart] | None = None
+    content: Text | Annotated[list[ChatPart], Field(max_length=MAX_CONTENT_PARTS)] | None = None
     name: Text | None = None
     tool_calls: list[MessageToolCall] | None = None
     """An assistant message's calls."""
@@ -37,7 +44,7 @@ class Message(WireModel):
 
 
 class ChatCompletionBody(GenerationFields):
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False

@@ -15,6 +15,12 @@ from modelpool.inference import SamplingParams
 from modelpool.runtime.call import CallOptions
 
 MAX_STOP_SEQUENCES = 16
+MAX_MESSAGES = 10_000
+"""Most messages (input items, turns) one request may carry. pydantic checks a list's
+length before its items, so a body of 300,000 tiny messages is refused in microseconds
+instead of holding the event loop a second while each is validated."""
+MAX_CONTENT_PARTS = 1_000
+"""Most content parts (text, images, audio) one message may carry."""
 MAX_KEEP_ALIVE_S = 366 * 86400.0
 """The longest finite `keep_alive` a request may ask (a year); -1 keeps the model for ever."""
 SEED_RANGE = (-(2**63), 2**63 - 1)

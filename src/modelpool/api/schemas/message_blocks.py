@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from modelpool.api.schemas.common import Text, WireModel
+from modelpool.api.schemas.common import MAX_CONTENT_PARTS, Text, WireModel
 from modelpool.errors import InvalidRequest
 from modelpool.inference import ChatMessage, ContentPart, ImageInput, TextPart, ToolCall
 
@@ -90,7 +90,7 @@ Block = Annotated[
 
 class MessageParam(WireModel):
     role: Literal["user", "assistant"]
-    content: Text | list[Block]
+    content: Text | Annotated[list[Block], Field(max_length=MAX_CONTENT_PARTS)]
 
 
 def to_chat_messages(system: str, messages: list[MessageParam]) -> tuple[ChatMessage, ...]:

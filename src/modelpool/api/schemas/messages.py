@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from modelpool.api.schemas.common import MAX_STOP_SEQUENCES, PoolFields, Text, WireModel, first_given
+from modelpool.api.schemas.common import MAX_MESSAGES, MAX_STOP_SEQUENCES, PoolFields, Text, WireModel, first_given
 from modelpool.api.schemas.message_blocks import Ignored, MessageParam, TextBlock, to_chat_messages
 from modelpool.api.schemas.tools import (
     FUNCTION_NAME,
@@ -91,7 +91,7 @@ class ConversationBody(PoolFields):
     """What count_tokens takes: the prompt, without sampling."""
 
     model: str = Field(min_length=1)
-    messages: list[MessageParam] = Field(min_length=1)
+    messages: list[MessageParam] = Field(min_length=1, max_length=MAX_MESSAGES)
     system: Text | list[TextBlock] | None = None
     tools: list[ToolParam] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoiceParam | None = None

@@ -8,7 +8,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from modelpool.api.schemas.common import PoolFields, Text, WireModel, check_min_tokens, first_given
+from modelpool.api.schemas.common import (
+    MAX_CONTENT_PARTS,
+    MAX_MESSAGES,
+    PoolFields,
+    Text,
+    WireModel,
+    check_min_tokens,
+    first_given,
+)
 from modelpool.api.schemas.content import AnyPart, ResponsesPart, to_content
 from modelpool.api.schemas.tools import (
     FUNCTION_NAME,
@@ -28,7 +36,7 @@ from modelpool.inference import ChatMessage, OutputFormat, SamplingParams, ToolC
 class InputMessage(WireModel):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: Text | list[ResponsesPart]
+    content: Text | Annotated[list[ResponsesPart], Field(max_length=MAX_CONTENT_PARTS)]
     id: str | None = None
     status: str | None = None
 
@@ -96,7 +104,7 @@ class JsonSchemaText(WireModel):
 
 class PoolMessage(WireModel):
     role: Literal["user", "assistant", "system", "developer"]
-    content: Text | list[AnyPart]
+    content: Text | Annotated[list[AnyPart], Field(max_length=MAX_CONTENT_PARTS)]
 
 
 class Decoding(WireModel):
@@ -132,8 +140,8 @@ class TextFormat(WireModel):
 
 class ResponsesBody(PoolFields):
     model: str = Field(min_length=1)
-    input: Text | list[InputItem] | None = None
-    messages: list[PoolMessage] | None = None
+    input: Text | Annotated[list[InputItem], Field(max_length=MAX_MESSAGES)] | None = None
+    messages: list[PoolMessage] | None = Field(default=None, max_length=MAX_MESSAGES)
     instructions: Text | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Field, Tag, field_validator
 
 from modelpool.api.schemas.chat import ChatCompletionBody, Message
-from modelpool.api.schemas.common import PoolFields, TemplateKwargs, Text
+from modelpool.api.schemas.common import MAX_MESSAGES, PoolFields, TemplateKwargs, Text
 from modelpool.api.schemas.tools import ChatTool
 from modelpool.config.schema import SamplingDefaults
 from modelpool.runtime.tokenization import TokenizeJob
@@ -38,7 +38,7 @@ class VllmTokenizeText(TokenizeFields):
 
 
 class VllmTokenizeChat(TokenizeFields):
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     add_special_tokens: bool = False
