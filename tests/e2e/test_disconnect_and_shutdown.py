@@ -120,7 +120,7 @@ def test_sigterm_lets_the_running_stream_finish_then_exits_zero(server) -> None:
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         payload = json.dumps(body).encode()
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {len(payload)}\r\n\r\n".encode()
             + payload
         )

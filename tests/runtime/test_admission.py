@@ -88,16 +88,13 @@ async def test_a_batch_bigger_than_the_model_takes_every_turn_and_waits_in_order
     after.done()
 
 
-async def test_a_waiting_batch_holds_places_as_its_size() -> None:
-    admission = Admission(turns=3, queue=4, model_id="m")
+async def test_a_waiting_batch_holds_one_place_and_all_its_turns_once_in() -> None:
+    admission = Admission(turns=3, queue=2, model_id="m")
     running = admission.admit(size=3)
-    admission.admit(size=3)  # waits, holding 3 of the 4 places
+    batch = admission.admit(size=3)  # waits: every turn is taken
     admission.admit()
     with pytest.raises(Overloaded):
-        admission.admit()  # one request's worth of queue is not five
+        admission.admit()  # two requests in line fill a queue of two, whatever their sizes
     running.done()
-    huge = Admission(turns=8, queue=4, model_id="m")
-    huge.admit(size=8)
-    assert huge.admit(size=100).turns == 0  # a batch bigger than the queue may still wait alone
-    with pytest.raises(Overloaded):
-        huge.admit()
+    await batch.wait_turn()
+    assert (batch.turns, admission.running) == (3, 3)

@@ -6,8 +6,10 @@ no request waits behind a slow one while another replica is free.
 
 A turn is one sequence the engine runs at a time. A request that runs several at once (a
 `/generate` batch, a list of embedding inputs) takes as many turns as it runs — at most
-all of them, so any batch can be served — and as many places while it waits (as many as
-the turns it will take, at most the whole queue): a batch cannot slip many requests' worth of work past the limits as one.
+all of them, so any batch can be served: a batch cannot slip many requests' worth of work
+past the concurrency limit as one. While it waits it holds one place, as any request does:
+`max_queue` bounds the requests in line (what they hold is bounded by the body limits), so
+sixteen clients each embedding a list still queue as sixteen requests.
 Turns go out strictly in arrival order, so a big batch at the head is never starved by
 small requests behind it.
 """
@@ -26,8 +28,6 @@ class _Place:
     turn: asyncio.Future[None]
     size: int
     """Sequences the request runs at once, as asked (capped by the turns when it is let in)."""
-    places: int
-    """Queue places it holds while it waits."""
     turns: int = 0
     """Turns it holds once let in."""
 
@@ -70,18 +70,14 @@ class Admission:
         """Requests in line."""
         return len(self._waiting)
 
-    @property
-    def queued_places(self) -> int:
-        return sum(place.places for place in self._waiting)
-
     def admit(self, retry_after_s: float = 1.0, *, size: int = 1) -> Ticket:
         """A ticket for a request that runs `size` sequences at once, or Overloaded at once
         when the queue has no room for it (before any work is done)."""
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        place = _Place(turn, max(1, size), max(1, min(size, self.turns, self.queue)))
+        place = _Place(turn, max(1, size))
         if not self._waiting and self.running + self._turns_for(place) <= self.turns:
             self._let_in(place)
-        elif self.queue == 0 or self.queued_places + place.places > self.queue:
+        elif len(self._waiting) >= self.queue:
             raise Overloaded(
                 f"model '{self.model_id}' is busy: {self.running} turns running and {len(self._waiting)} "
                 f"requests waiting (max_queue); retry shortly",
