@@ -94,14 +94,17 @@ async def test_transformers_a_row_whose_logprobs_fail_fails_alone(
 ) -> None:
     slot = app.state.pool.slot(HF_MODEL)
     await slot.ensure_ready(None, explicit=True)
-    backend = backend_of(app, HF_MODEL)
-    caplog.set_level(logging.ERROR, logger="modelpool.backends")
-    results = await run_together(
-        {
-            "good-1": lambda: backend.complete(CompletionRequest("Once upon a time", GOOD)),
-            "bad-logprobs": lambda: backend.complete(CompletionRequest("Once upon a time", TOO_MANY_LOGPROBS)),
-            "good-2": lambda: backend.complete(CompletionRequest("The weather today", GOOD)),
-        }
-    )
+    try:
+        backend = backend_of(app, HF_MODEL)
+        caplog.set_level(logging.ERROR, logger="modelpool.backends")
+        results = await run_together(
+            {
+                "good-1": lambda: backend.complete(CompletionRequest("Once upon a time", GOOD)),
+                "bad-logprobs": lambda: backend.complete(CompletionRequest("Once upon a time", TOO_MANY_LOGPROBS)),
+                "good-2": lambda: backend.complete(CompletionRequest("The weather today", GOOD)),
+            }
+        )
+    finally:  # the session's app serves it on demand: leave it as the other tests expect it
+        await app.state.pool.unload(HF_MODEL)
     assert_good(results, ["good-1", "good-2"])
     assert_failed_alone(results["bad-logprobs"], "bad-logprobs", caplog, "out of range")

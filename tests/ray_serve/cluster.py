@@ -144,6 +144,7 @@ def two_node_cluster(port: int) -> Iterator[tuple[Cluster, Any]]:
     """The head node and node_b (with their custom resources) and Serve's proxy on
     127.0.0.1:`port`; everything it started is stopped on exit, and its session folder
     removed (only its own: another Ray cluster may be running on the machine)."""
+    before = {child.pid for child in _live_children()}  # the test process's own helpers are not Ray's
     cluster = Cluster(
         initialize_head=True,
         connect=True,
@@ -168,9 +169,9 @@ def two_node_cluster(port: int) -> Iterator[tuple[Cluster, Any]]:
         finally:
             ray.shutdown()
             cluster.shutdown()
-        psutil.wait_procs(_ray_children(), timeout=30)  # returns as soon as they have all exited
+        psutil.wait_procs(_ray_children(before), timeout=30)  # returns as soon as they have all exited
         shutil.rmtree(session, ignore_errors=True)
-    left = [f"{p.pid} {p.name()}" for p in _ray_children()]
+    left = [f"{p.pid} {p.name()}" for p in _ray_children(before)]
     assert not left, f"Ray processes outlived the cluster: {left}"
 
 
@@ -198,8 +199,15 @@ def ingress_actors() -> dict[str, str]:
     }
 
 
-def _ray_children() -> list[psutil.Process]:
-    """Processes the cluster started that are still running (zombies are gone already)."""
+def _ray_children(before: set[int]) -> list[psutil.Process]:
+    """Processes the cluster started that are still running: children of this process that
+    were not there before it (a schema-check worker or test server the other tests started
+    is not Ray's)."""
+    return [child for child in _live_children() if child.pid not in before]
+
+
+def _live_children() -> list[psutil.Process]:
+    """Children of this process that still run (zombies are gone already)."""
     alive = []
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.NoSuchProcess):

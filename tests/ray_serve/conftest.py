@@ -17,7 +17,7 @@ HERE = Path(__file__).parent
 NODE_LOSS = HERE / "test_node_loss.py"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # torn down when this folder's tests are done
 def ray_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayModelpool]:
     yield from start(Path(tmp_path_factory.mktemp("ray")))
 
