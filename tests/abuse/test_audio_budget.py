@@ -32,6 +32,17 @@ async def test_a_share_waits_for_room_and_is_refused_after_the_wait() -> None:
     assert budget.held_s == 0.0
 
 
+async def test_one_release_never_lets_two_waiters_share_the_same_room() -> None:
+    budget = AudioBudget(total_s=4.0)
+    first = await budget.take(4.0, wait_s=1.0)
+    waiters = [asyncio.create_task(budget.take(2.5, wait_s=0.5)) for _ in range(2)]
+    await asyncio.sleep(0)  # both parked on the budget
+    first()
+    outcomes = await asyncio.gather(*waiters, return_exceptions=True)
+    assert sum(isinstance(outcome, Overloaded) for outcome in outcomes) == 1
+    assert budget.held_s == 2.5
+
+
 async def test_transcriptions_holding_the_budget_refuse_the_next_upload_until_they_close() -> None:
     cli = {
         "enabled_models": [STT_MODEL],

@@ -3,6 +3,9 @@ that has not finished sending a request's headers within `header_timeout_s` is c
 (uvicorn waits for ever, so a client sending one header byte a minute — or nothing at all
 after connecting — holds a socket and a file descriptor for good), and connections beyond
 `max_connections` are closed as they arrive, before the process runs out of descriptors.
+A response the app ended without completing it (a stream cut because its client stopped
+reading) drops the connection at once: a plain close would wait for the unread bytes to
+drain, which a client that never reads never lets happen, so its socket would stay open.
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+from collections.abc import Callable
+from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 log = logging.getLogger("modelpool.api")
 
@@ -23,6 +28,26 @@ def default_max_connections() -> int:
     return max(16, soft * 3 // 4) if soft != resource.RLIM_INFINITY else 65536
 
 
+class _DropsStuckResponses:
+    """The connection's transport, but `close()` during an unfinished response with unsent
+    bytes aborts (drops them) instead of waiting for a reader who stopped reading."""
+
+    def __init__(self, transport: asyncio.Transport, cycle: Callable[[], RequestResponseCycle | None]) -> None:
+        self._transport = transport
+        self._cycle = cycle
+
+    def close(self) -> None:
+        cycle = self._cycle()
+        unfinished = cycle is not None and not cycle.response_complete
+        if unfinished and self._transport.get_write_buffer_size() > 0:
+            self._transport.abort()
+        else:
+            self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 def bounded_protocol(header_timeout_s: float, max_connections: int) -> type[HttpToolsProtocol]:
     """The protocol class uvicorn instantiates per connection (`uvicorn.Config(http=...)`)."""
 
@@ -30,7 +55,8 @@ def bounded_protocol(header_timeout_s: float, max_connections: int) -> type[Http
         _header_deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            guarded = _DropsStuckResponses(transport, lambda: self.cycle)
+            super().connection_made(guarded)  # type: ignore[arg-type]
             if len(self.connections) > max_connections:
                 log.warning("connection refused: %d open connections is the limit", max_connections)
                 transport.close()

@@ -96,7 +96,7 @@ def _cut_when_stalled(send: Send, timeout_s: float) -> Send:
     async def send_or_cut(message: Message) -> None:
         try:
             await asyncio.wait_for(send(message), timeout_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not the builtin TimeoutError on Python 3.10
             raise StalledReader(f"no data taken for {timeout_s} s") from None
 
     return send_or_cut

@@ -208,7 +208,7 @@ async def fetch(url: str, policy: ImagePolicy, param: str) -> bytes:
 
     try:  # one deadline for the whole fetch, redirects included (aiohttp's is per request)
         return await asyncio.wait_for(follow(), policy.fetch_timeout_s)
-    except TimeoutError:
+    except asyncio.TimeoutError:
         raise InvalidRequest(f"fetching the image took longer than {policy.fetch_timeout_s:g} s",
                              param=param) from None  # fmt: skip
     except (aiohttp.ClientError, OSError) as exc:

@@ -12,6 +12,7 @@ refused with 429 `overloaded`, never queued without end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 from modelpool.errors import Overloaded
@@ -28,13 +29,19 @@ class AudioBudget:
         back); returns the release, which may be called any number of times."""
         if seconds > self.total_s:  # the config keeps max_audio_seconds within the budget
             raise Overloaded(f"{seconds:.0f} s of audio exceed the server's decode budget", retry_after_s=wait_s)
-        try:
-            await asyncio.wait_for(self._until_room(seconds), wait_s)
-        except asyncio.TimeoutError:
-            raise Overloaded(
-                "the server holds as much decoded audio as it may (server.audio_budget_seconds); retry shortly",
-                retry_after_s=max(1.0, wait_s),
-            ) from None
+        deadline = asyncio.get_running_loop().time() + wait_s
+        # The check and the taking happen in this task with no await between them: two
+        # waiters woken by one release cannot both see the same room.
+        while self.held_s + seconds > self.total_s:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise Overloaded(
+                    "the server holds as much decoded audio as it may (server.audio_budget_seconds); retry shortly",
+                    retry_after_s=max(1.0, wait_s),
+                )
+            self._changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
         self.held_s += seconds
         released = False
 
@@ -46,8 +53,3 @@ class AudioBudget:
                 self._changed.set()
 
         return release
-
-    async def _until_room(self, seconds: float) -> None:
-        while self.held_s + seconds > self.total_s:
-            self._changed.clear()
-            await self._changed.wait()

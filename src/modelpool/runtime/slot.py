@@ -243,7 +243,7 @@ class ModelSlot:
         assert load is not None, "a slot in LOADING always has its load task"
         try:
             await asyncio.wait_for(asyncio.shield(load), timeout=wait_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not the builtin on Python 3.10
             raise ModelNotReady(f"model '{self.id}' is still loading; retry shortly") from None
 
     def forgive_crashes(self) -> None:
@@ -391,7 +391,7 @@ class ModelSlot:
             self.replicas.revoke_all()
             # Streams being read stop at their next item; one whose client stopped reading
             # notices only when its send returns (cut after the send timeout): not waited for.
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):  # not the builtin TimeoutError on 3.10
                 await asyncio.wait_for(self.replicas.wait_idle(), FORCED_UNLOAD_GRACE_S)
         await self._stop_replicas()
         self.expires_at = None

@@ -254,7 +254,7 @@ class ManagedProcess:
         self._signal(process.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(process.wait(), self.spec.stop_grace_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             log.warning("process ignored SIGTERM; killing it", extra={"service": self.spec.name})
             self._signal(process.pid, signal.SIGKILL)
             await process.wait()
