@@ -202,7 +202,8 @@ class ModelSlot:
         if self._work.closing:
             raise ShuttingDown("the server is shutting down")
         with tracing.span("modelpool.queue", {tracing.MODEL: self.id}) as queued:
-            ticket = self.admission.admit(size=size)
+            # A batch runs on one replica: it takes at most that replica's turns.
+            ticket = self.admission.admit(size=min(size, self._turns_per_replica()))
             asked = self._clock.monotonic()
             try:
                 await self.ensure_ready(wait_s)
@@ -442,12 +443,15 @@ class ModelSlot:
         return decision
 
     def _turns(self) -> int:
+        replicas = len(self.replicas.routable()) if len(self.replicas) else self.config.replicas
+        return self._turns_per_replica() * max(1, replicas)
+
+    def _turns_per_replica(self) -> int:
         engine = self.capabilities.declared.engine_concurrency
         per_replica = min(self.config.max_concurrency or engine, engine)  # an engine's limit wins over the config
         if self.tasks & {Task.EMBEDDING, Task.RERANK}:  # batched: many requests share one engine call
             per_replica = max(per_replica, self.config.batch.max_batch_size)
-        replicas = len(self.replicas.routable()) if len(self.replicas) else self.config.replicas
-        return per_replica * max(1, replicas)
+        return per_replica
 
     def _queue_size(self) -> int:
         return self.config.max_queue * max(1, self.config.replicas)
