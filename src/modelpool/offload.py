@@ -116,18 +116,20 @@ class BoundedProcesses:
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in a child, waiting for it here (call it from a worker thread, never on
         the loop). A child that died (killed for memory) is replaced and the job tried once more."""
+        pool = self._pool()
         try:
-            return self._pool().submit(fn, *args).result()
+            return pool.submit(fn, *args).result()
         except BrokenProcessPool:
-            self._replace()
+            self._replace(pool)
             return self._pool().submit(fn, *args).result()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in a child, awaited (on the loop). Cancelling drops a job not started."""
+        pool = self._pool()
         try:
-            return await asyncio.wrap_future(self._pool().submit(fn, *args))
+            return await asyncio.wrap_future(pool.submit(fn, *args))
         except BrokenProcessPool:
-            self._replace()
+            self._replace(pool)
             return await asyncio.wrap_future(self._pool().submit(fn, *args))
 
     def _pool(self) -> ProcessPoolExecutor:
@@ -145,11 +147,14 @@ class BoundedProcesses:
         context.set_forkserver_preload(list(self._preload))
         return context
 
-    def _replace(self) -> None:
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        """Drop `broken`, if it is still the pool: two jobs that both saw it break must not
+        have the second shut down the new pool the first made (cancelling its retry)."""
         with self._lock:
-            broken, self._executor = self._executor, None
-        if broken is not None:
-            broken.shutdown(wait=False, cancel_futures=True)
+            if self._executor is not broken:
+                return
+            self._executor = None
+        broken.shutdown(wait=False, cancel_futures=True)
 
 
 def _child_started(server_pid: int) -> None:

@@ -32,13 +32,18 @@ ENGINE_VARIABLES = frozenset({
     "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_ENDPOINT", "HF_HUB_ENABLE_HF_TRANSFER",
     "HF_HUB_DISABLE_TELEMETRY", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE", "TORCH_HOME", "TRITON_CACHE_DIR",
     "GPU_DEVICE_ORDINAL", "ONEAPI_DEVICE_SELECTOR",
+    # Reaching the hub from behind a corporate proxy, with its CA (vLLM downloads by repo id).
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
 })  # fmt: skip
 """Variables of modelpool's environment an engine process gets: locale, paths, caches and
-offline switches. Not PYTHONPATH: an engine runs in its own interpreter's environment (vLLM's
+offline switches, proxies and CA bundles. Secrets such as HF_TOKEN only when named in
+`options.pass_env`. Not PYTHONPATH: an engine runs in its own interpreter's environment (vLLM's
 venv), where modelpool's packages would only get in the way; `options.env` can set one."""
 
 ENGINE_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "ROCM_", "HSA_", "ZE_", "GGML_",
-                   "OMP_", "KMP_", "MKL_", "OPENBLAS_", "NCCL_", "VLLM_")  # fmt: skip
+                   "OMP_", "KMP_", "MKL_", "OPENBLAS_", "NCCL_", "VLLM_", "TORCHINDUCTOR_")  # fmt: skip
 """Prefixes of the same: device selection (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ...),
 thread pools (OMP_NUM_THREADS, ...), and the engines' own settings (GGML_*, VLLM_*; a key
 modelpool gives an engine is set after these, over whatever came)."""
