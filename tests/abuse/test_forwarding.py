@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from modelpool.backends.remote.client import RetryPolicy, UpstreamClient
+from modelpool.backends.remote.client import ENGINE_KEEPALIVE_S, RetryPolicy, UpstreamClient
 from modelpool.errors import UpstreamUnavailable
 from tests.conftest import serving
 from tests.e2e.test_managed_engines import ENGINE, engine_config
@@ -101,8 +101,9 @@ async def scripted(behaviour: Behaviour) -> AsyncIterator[Server]:
 
 @asynccontextmanager
 async def engine_client(url: str) -> AsyncIterator[UpstreamClient]:
-    """The client as a managed engine's: no retries of its own (RetryPolicy(retries=0))."""
-    client = UpstreamClient("engine", url, retry=RetryPolicy(retries=0))
+    """The client as a managed engine's: no retries of its own (RetryPolicy(retries=0)), the
+    short keep-alive (the managed backends pass ENGINE_KEEPALIVE_S)."""
+    client = UpstreamClient("engine", url, retry=RetryPolicy(retries=0), keepalive_s=ENGINE_KEEPALIVE_S)
     await client.open()
     try:
         yield client
@@ -159,6 +160,49 @@ async def test_an_answer_cut_after_its_first_bytes_is_not_sent_again() -> None:
             async for _ in events:
                 pass
     assert server.requests == [0, 1]  # the cut answer was not asked for again
+
+
+async def test_a_request_taken_by_the_server_on_a_reused_connection_is_not_sent_again() -> None:
+    """The engine read the whole request on a kept-alive connection, worked on it, and died
+    without an answer: sending it again would run the generation twice."""
+    worked = asyncio.Event()
+
+    async def dies_while_working(connection: Connection, number: int) -> bool:
+        if number == 0:
+            await answer(connection)
+            return True
+        await asyncio.sleep(0.5)  # the generation
+        worked.set()
+        return False
+
+    async with scripted(dies_while_working) as server, engine_client(server.url) as client:
+        assert await client.post_json("chat/completions", {"n": 1}) == {"ok": True}
+        with pytest.raises(UpstreamUnavailable, match="ServerDisconnectedError"):
+            await client.post_json("chat/completions", {"n": 2})
+        assert worked.is_set()
+    assert server.requests == [0, 1]  # asked once: no fresh connection took it again
+
+
+async def test_a_remote_upstreams_idle_connection_outlives_an_engines_keep_alive() -> None:
+    """A remote upstream (a hosted API over TLS) keeps aiohttp's 15 s: a 1.5 s idle gap
+    costs no new connection (and handshake)."""
+
+    async def keeps_alive(connection: Connection, number: int) -> bool:
+        await answer(connection)
+        return True
+
+    async with scripted(keeps_alive) as server:
+        client = UpstreamClient("remote", server.url, retry=RetryPolicy(retries=0))
+        await client.open()
+        try:
+            await client.post_json("models", {})
+            idle_until = time.monotonic() + 3 * ENGINE_KEEPALIVE_S  # past the engine client's close
+            await until(lambda: time.monotonic() > idle_until, "the idle gap", timeout_s=10)
+            assert server.closed_by_client == []
+            await client.post_json("models", {})
+        finally:
+            await client.close()
+    assert server.requests == [0, 1]  # the second request went on the same connection
 
 
 async def test_an_idle_connection_is_closed_before_the_engines_keep_alive_runs_out() -> None:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
-from modelpool.backends.remote.client import RetryPolicy, UpstreamClient, UpstreamTimeouts
+from modelpool.backends.remote.client import ENGINE_KEEPALIVE_S, RetryPolicy, UpstreamClient, UpstreamTimeouts
 from modelpool.backends.remote.forwarding import ForwardingBackend
 from modelpool.capabilities import Capabilities, Locality
 from modelpool.config.schema import ModelConfig
@@ -293,6 +293,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             api_key=spec.api_key,
             retry=RetryPolicy(retries=0),
             timeouts=UpstreamTimeouts(connect_s=5.0, read_s=self.options.request_timeout_s),
+            keepalive_s=ENGINE_KEEPALIVE_S,  # idle connections dropped before the engine drops them
         )
 
     async def _connect(self, spec: ProcessSpec) -> None:

@@ -4,9 +4,10 @@ begun), and the upstream's errors turned into ours.
 
 A pooled keep-alive connection can be closed by the server just as a request goes out on
 it (its idle timeout ran out). That is no failure of the request: one sent on a reused
-connection that broke before a single byte of the answer came is sent once more, at once,
-on a fresh connection, whatever the retry policy (an engine's has none). Idle connections
-are dropped sooner than servers drop theirs (`KEEPALIVE_S`), so that window is rare.
+connection that broke at once (`STALE_WINDOW_S`, see `_send`) is sent once more, at once, on
+a fresh connection, whatever the retry policy (an engine's has none). A managed engine's
+client drops idle connections sooner than the engine drops its own (`ENGINE_KEEPALIVE_S`),
+so that window is rare.
 
 aiohttp rather than httpx: on this kind of hardware it costs ~0.15 ms a pooled request
 against httpx's ~0.55 ms, and that overhead is added to every forwarded request.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -32,11 +34,17 @@ T = TypeVar("T")
 Payload = Callable[[], dict[str, Any]]
 """The keyword arguments of a request's body, made anew for each try (a FormData is consumed)."""
 
-KEEPALIVE_S = 1.5
-"""How long an idle pooled connection is kept. Below the 5 s after which uvicorn (llama_cpp.server,
-vLLM, a modelpool upstream) and cpp-httplib (llama-server) close theirs, with room for
-aiohttp's cleanup, which closes an idle connection between 1 and 2 times this late (and
+ENGINE_KEEPALIVE_S = 1.5
+"""How long a managed engine's client keeps an idle pooled connection. Below the 5 s after
+which uvicorn (llama_cpp.server, vLLM) and cpp-httplib (llama-server) close theirs, with room
+for aiohttp's cleanup, which closes an idle connection between 1 and 2 times this late (and
 never hands out one idle for longer). aiohttp's default, 15 s, outlived the engines' own."""
+REMOTE_KEEPALIVE_S = 15.0
+"""aiohttp's default, for a remote upstream (a TLS handshake to a hosted API is worth keeping)."""
+
+STALE_WINDOW_S = 0.05
+"""How soon after a request went out on a reused connection its hang-up still proves the
+connection stale (see `_send`)."""
 
 _STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 """What a request meets on a connection the server has closed: it hangs up before the
@@ -76,6 +84,7 @@ class UpstreamClient:
         retry: RetryPolicy = RetryPolicy(),
         timeouts: UpstreamTimeouts = UpstreamTimeouts(),
         max_connections: int = 64,
+        keepalive_s: float = REMOTE_KEEPALIVE_S,
     ) -> None:
         self.name = name
         self.base_url = base_url.rstrip("/")
@@ -83,6 +92,7 @@ class UpstreamClient:
         self._retry = retry
         self._timeouts = timeouts
         self._max_connections = max_connections
+        self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None
         """For the second try of a request that met a stale pooled connection: a connection
@@ -98,7 +108,8 @@ class UpstreamClient:
             )
             reuse = aiohttp.TraceConfig()
             reuse.on_connection_reuseconn.append(_note_reuse)
-            connector = aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=KEEPALIVE_S)
+            reuse.on_request_headers_sent.append(_note_sent)
+            connector = aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=self._keepalive_s)
             self._session = aiohttp.ClientSession(
                 timeout=timeout, connector=connector, headers=self._headers, raise_for_status=False,
                 trace_configs=[reuse],
@@ -165,17 +176,28 @@ class UpstreamClient:
         return f"{self.base_url}/{path.lstrip('/')}"
 
     async def _send(self, method: str, path: str, payload: Payload) -> aiohttp.ClientResponse:
-        """The response, once its head has come. A request that broke on a reused connection
-        before any byte of an answer is sent once more on a fresh connection (see the module
-        docstring); a new connection that broke is the server's answer, and is not."""
-        attempt = SimpleNamespace(reused=False)
+        """The response, once its head has come. A request whose reused connection proved
+        stale is sent once more on a fresh connection (see the module docstring); a new
+        connection that broke is the server's answer, and is not.
+
+        `session.request` returns only once the answer's head came, which for a non-streamed
+        generation is after the whole generation: a hang-up seen there may be a server that
+        took the request, worked, and died. Sending it again would run that work twice. So
+        the hang-up proves the connection stale only if it came within `STALE_WINDOW_S` of
+        the request going out (aiohttp's `on_request_headers_sent`, just before it writes
+        the head and body in one go), or before that. A server closing an idle connection
+        closed it before our request reached it, so its FIN comes back within one round
+        trip of our write (well under a millisecond to an engine on loopback); one that read
+        the request and began work dies later. A failed write of a long upload may also come
+        later: it is not sent again (the safe side: an error, never work done twice)."""
+        attempt = SimpleNamespace(reused=False, sent_at=None)
         url = self._url(path)
         try:
             return await self.session.request(method, url, trace_request_ctx=attempt, **payload())
         except _NOT_STALE:
             raise
         except _STALE as exc:
-            if not attempt.reused:
+            if not attempt.reused or not _within_stale_window(attempt.sent_at):
                 raise
             log.info(
                 "pooled connection closed by the upstream; sending again on a fresh one",
@@ -294,6 +316,20 @@ async def _note_reuse(
     attempt = context.trace_request_ctx
     if isinstance(attempt, SimpleNamespace):
         attempt.reused = True
+
+
+async def _note_sent(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestHeadersSentParams
+) -> None:
+    """The request is about to be written (its head and body follow without a wait)."""
+    attempt = context.trace_request_ctx
+    if isinstance(attempt, SimpleNamespace):
+        attempt.sent_at = time.monotonic()
+
+
+def _within_stale_window(sent_at: float | None) -> bool:
+    """Broke before the request went out, or so soon after that the server cannot have taken it."""
+    return sent_at is None or time.monotonic() - sent_at < STALE_WINDOW_S
 
 
 def _describe(exc: BaseException) -> str:
