@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import sysconfig
 
 UNPINNED = {"modelpool", "torch"}
 HEADER = """\
@@ -29,7 +30,10 @@ def canonical(name: str) -> str:
 def pins() -> dict[str, str]:
     """Installed distribution → its version, by canonical name (torch and modelpool left out)."""
     found: dict[str, str] = {}
-    for dist in importlib.metadata.distributions():
+    # Only what pip installed into this environment: Ray puts its vendored packages
+    # (ray/thirdparty_files) on sys.path once imported, and they are not ours to pin.
+    site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    for dist in importlib.metadata.distributions(path=site):
         name = canonical(dist.metadata["Name"])
         if name not in UNPINNED:
             found[name] = dist.version
