@@ -12,9 +12,9 @@ import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
 from modelpool.config import Config, load_config
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
 
 CHAT_MODEL = "smollm2-135m-instruct"
 EMBED_MODEL = "all-minilm-l6-v2"

@@ -30,9 +30,9 @@ from mcp.shared.exceptions import MCPError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from modelpool.api.app import create_app
 from modelpool.config import load_config
 from modelpool.config.schema import ServerConfig
+from modelpool.server.app import create_app
 from tests.audio_files import silent_flac, wav_bytes
 from tests.conftest import STT_MODEL, TTS_MODEL
 from tests.e2e.mcp_helpers import call, mcp_client, mcp_config

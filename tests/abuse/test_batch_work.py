@@ -14,8 +14,8 @@ import time
 import httpx
 from fastapi import FastAPI
 
-from modelpool.api.auth import KeyRing
 from modelpool.config.schema import AuthConfig
+from modelpool.server.auth import KeyRing
 from tests.conftest import CHAT_MODEL, serving
 from tests.polling import until
 

@@ -15,10 +15,10 @@ import httpx
 import openai
 import pytest
 
-from modelpool.api.app import create_app
-from modelpool.api.host_guard import BrowserRule
 from modelpool.config import load_config
 from modelpool.config.schema import ServerConfig
+from modelpool.server.app import create_app
+from modelpool.server.host_guard import BrowserRule
 from tests.audio_files import wav_bytes
 from tests.live_server import live_server
 

@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import uvicorn
 
-from modelpool.api.app import create_app
 from modelpool.cli.serving import uvicorn_config
 from modelpool.config import load_config
+from modelpool.server.app import create_app
 from tests.polling import until
 
 GENEROUS_S = 5.0

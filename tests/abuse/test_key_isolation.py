@@ -18,9 +18,9 @@ import httpx
 import openai
 import pytest
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
 from modelpool.config.schema import AuthConfig
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
 from tests.conftest import CHAT_MODEL, STT_MODEL, TTS_MODEL, sdk, serving
 from tests.e2e.mcp_helpers import call, mcp_client, mcp_config
 from tests.live_server import live_server

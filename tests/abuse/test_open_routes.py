@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 from asgi_lifespan import LifespanManager
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
 from modelpool.config import load_config
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
 from tests.fakes import FakeBackend, fake_slot, pool_of
 
 SECRET = "engine log: listening on http://10.0.0.7:8080/v1 with token hf_abc123"

@@ -16,9 +16,9 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from modelpool.api.app import create_app
-from modelpool.api.http_protocol import bounded_protocol
 from modelpool.config import load_config
+from modelpool.server.app import create_app
+from modelpool.server.http_protocol import bounded_protocol
 from tests.conftest import CHAT_MODEL
 from tests.polling import until
 

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from modelpool.api.app import create_app
 from modelpool.errors import InvalidRequest, StoreFull
 from modelpool.mcp_server import identity, source_index
 from modelpool.mcp_server.identity import JOURNAL, SIDECAR, SourceKey
 from modelpool.mcp_server.source_index import SourceIndex
 from modelpool.mcp_server.transcripts import TranscriptLimits, TranscriptStore
+from modelpool.server.app import create_app
 from tests.e2e.mcp_helpers import call, mcp_client, mcp_config
 from tests.live_server import live_server
 
@@ -195,7 +195,7 @@ WRITER = textwrap.dedent("""
     from pathlib import Path
     from modelpool.mcp_server import source_index
     from modelpool.mcp_server.transcripts import TranscriptStore
-    from modelpool.runtime.owner import Owner
+    from modelpool.owner import Owner
 
     source_index.FOLD_AT_LEAST = 4  # the sidecar rewritten whole often, by both
     store = TranscriptStore(Path(sys.argv[1]))  # both load the same (empty) view first

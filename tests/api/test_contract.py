@@ -10,7 +10,6 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
-from modelpool.api.app import create_app
 from modelpool.backends.base import contract_problem
 from modelpool.backends.registry import backend_class, model_capabilities
 from modelpool.capabilities import Locality
@@ -18,6 +17,7 @@ from modelpool.config import load_config
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import ConfigError
 from modelpool.runtime.build import build_pool
+from modelpool.server.app import create_app
 from modelpool.tasks import Task
 from tests.audio_files import wav_bytes
 from tests.fakes import EchoBackend

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelpool.api.auth import KeyRing
 from modelpool.config.schema import AuthConfig
+from modelpool.server.auth import KeyRing
 from tests.conftest import serving
 
 SECRETS = {"APP": "sk-app", "OPS": "sk-ops"}

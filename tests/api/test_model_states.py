@@ -10,10 +10,10 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
-from modelpool.api.app import create_app
 from modelpool.config import load_config
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.pool import ModelPool
+from modelpool.server.app import create_app
 from tests.fakes import FakeBackend, fake_slot, pool_of
 
 CHAT = {"messages": [{"role": "user", "content": "hello there"}]}

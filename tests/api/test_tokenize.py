@@ -13,14 +13,14 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
 from modelpool.backends.base import contract_problem
 from modelpool.backends.decoding import check_token_ids
 from modelpool.capabilities import Capabilities, Locality
 from modelpool.config import load_config
 from modelpool.config.schema import ModelConfig
 from modelpool.inference import ChatRequest, TokenPiece
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
 from modelpool.tasks import Task
 from tests.fakes import EchoBackend
 

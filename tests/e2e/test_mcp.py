@@ -18,10 +18,10 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.types import AudioContent
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
 from modelpool.config.schema import AuthConfig
 from modelpool.mcp_server.source_index import SourceIndex
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
 from tests.e2e.mcp_helpers import POOL_MODELS, call, mcp_client, mcp_config
 from tests.e2e.test_audio import SENTENCES

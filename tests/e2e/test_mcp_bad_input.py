@@ -14,7 +14,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
 
-from modelpool.api.app import create_app
+from modelpool.server.app import create_app
 from tests.audio_files import wav_bytes
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
 from tests.e2e.mcp_helpers import mcp_client, mcp_config

@@ -196,8 +196,8 @@ async def test_count_tokens_is_the_input_tokens_of_a_real_call(claude: anthropic
 
 
 async def test_api_keys_as_x_api_key_or_bearer() -> None:
-    from modelpool.api.auth import KeyRing
     from modelpool.config.schema import AuthConfig
+    from modelpool.server.auth import KeyRing
 
     auth = AuthConfig.model_validate({"keys": [{"name": "app", "scopes": ["inference"], "key_env": "APP_KEY"}]})
     keys = KeyRing.from_config(auth, {"APP_KEY": "sk-app"})

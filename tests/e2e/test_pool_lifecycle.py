@@ -201,7 +201,7 @@ async def test_api_keys_and_scopes() -> None:
             ]
         }
     )
-    from modelpool.api.auth import KeyRing
+    from modelpool.server.auth import KeyRing
 
     keys = KeyRing.from_config(auth, {"APP_KEY": "sk-app", "OPS_KEY": "sk-ops"})
     async with serving(on_demand(), keys=keys) as (_, client):

@@ -18,11 +18,11 @@ from fastapi import FastAPI
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
 from modelpool.config import load_config
 from modelpool.config.schema import AuthConfig
 from modelpool.runtime.ratelimit import duration_text
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
 from tests.conftest import BASE_URL, CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL, sdk, serving
 from tests.e2e.mcp_helpers import call, mcp_client
 from tests.fakes import ManualClock

@@ -17,14 +17,14 @@ from fastapi import FastAPI
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
 from modelpool.api.realtime_wire import MAX_APPEND_CHARS, MAX_EVENT_CHARS
 from modelpool.client import make_stt, sync
 from modelpool.client.config import parse_models_config
 from modelpool.client.errors import AuthenticationError
 from modelpool.client.live import LiveDelta, LiveResult, LiveUtterance
 from modelpool.config import load_config
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
 from tests.conftest import STT_MODEL, TTS_MODEL
 from tests.e2e.realtime_audio import CHUNK_S, chunks_of, silence, speech_at
 from tests.live_server import live_server

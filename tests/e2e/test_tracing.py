@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from modelpool.api.app import create_app
 from modelpool.config import load_config
+from modelpool.server.app import create_app
 from tests.conftest import BASE_URL, CHAT_MODEL, EMBED_MODEL, sdk
 from tests.live_server import live_server
 from tests.polling import until

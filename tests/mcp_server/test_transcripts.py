@@ -14,7 +14,7 @@ from modelpool.inference import Segment
 from modelpool.mcp_server.identity import JOURNAL, SIDECAR, file_stem
 from modelpool.mcp_server.source_index import SourceIndex
 from modelpool.mcp_server.transcripts import TranscriptStore
-from modelpool.runtime.owner import Owner
+from modelpool.owner import Owner
 
 COLLIDING = ["room/1", "room:1", "room 1", "Room_1", "room_1"]
 

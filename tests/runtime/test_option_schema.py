@@ -10,13 +10,13 @@ import httpx
 from asgi_lifespan import LifespanManager
 from pydantic import BaseModel, ConfigDict
 
-from modelpool.api.app import create_app
 from modelpool.backends.faster_whisper import FasterWhisperBackend
 from modelpool.backends.managed.vllm_serve import VllmServeBackend
 from modelpool.backends.piper import PiperBackend
 from modelpool.config import load_config
 from modelpool.config.schema import ModelConfig
 from modelpool.runtime.option_schema import option_schemas, override_options
+from modelpool.server.app import create_app
 
 
 class Precision(str, Enum):

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from modelpool.inference import ChatMessage, ImageInput, TextPart, ToolCall
-from modelpool.runtime.owner import ANONYMOUS, Owner
+from modelpool.owner import ANONYMOUS, Owner
 from modelpool.runtime.response_store import ResponseStore, StoredResponse, conversation_bytes
 
 ALICE, BOB, ADMIN = Owner("alice"), Owner("bob"), Owner("ops", admin=True)

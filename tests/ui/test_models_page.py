@@ -12,10 +12,10 @@ import httpx
 import pytest
 from playwright.async_api import Page, expect
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
 from modelpool.config import load_config
 from modelpool.config.schema import AuthConfig
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
 from tests.e2e.conftest import smollm2_gguf
 from tests.live_server import live_server
 from tests.polling import until

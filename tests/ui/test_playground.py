@@ -20,8 +20,8 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from modelpool.api.app import create_app
 from modelpool.config import load_config
+from modelpool.server.app import create_app
 from tests.conftest import CHAT_MODEL, CT2_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
 from tests.e2e.test_reasoning import FEW_SHOT, PATTERN
 from tests.live_server import live_server

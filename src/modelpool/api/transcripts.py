@@ -4,19 +4,28 @@ they are stored when the request names a `transcript_source`."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from modelpool.inference import Segment
-from modelpool.mcp_server.transcripts import TranscriptStore
-from modelpool.runtime.owner import Owner
+from modelpool.owner import Owner
+
+
+class TranscriptSink(Protocol):
+    """What the audio routes need of the transcript store. The store is the MCP server's
+    (`mcp_server/transcripts.py`); the app root hands it in as `app.state.transcripts`, so
+    the routes and the MCP server never import each other."""
+
+    def add_segments(self, source_id: str, segments: Iterable[Segment], offset: float, caller: Owner) -> object:
+        """Add a transcription's segments to the caller's source, their times shifted by `offset`."""
 
 
 @dataclass(frozen=True)
 class StoreTarget:
     """Where a transcription's segments go in the transcript store (`transcript_source`)."""
 
-    store: TranscriptStore
+    store: TranscriptSink
     source_id: str
     start: float
     """Added to the segments' times: the source's clock at the audio's start."""

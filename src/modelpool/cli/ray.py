@@ -12,10 +12,10 @@ from typing import Annotated
 import typer
 import yaml
 
-from modelpool.api.auth import KeyRing
 from modelpool.cli.output import echo_err
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError
+from modelpool.server.auth import KeyRing
 
 app = typer.Typer(help="modelpool on a Ray cluster (Ray Serve).", no_args_is_help=True)
 AddressOpt = Annotated[

@@ -11,15 +11,15 @@ import typer
 import uvicorn
 from fastapi import FastAPI
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
-from modelpool.api.http_protocol import bounded_protocol, default_max_connections
 from modelpool.api.realtime_wire import MAX_EVENT_CHARS
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError, ModelpoolError
 from modelpool.logs import configure_logging
 from modelpool.runtime.build import build_pool
 from modelpool.runtime.pool import ModelPool
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
+from modelpool.server.http_protocol import bounded_protocol, default_max_connections
 
 log = logging.getLogger("modelpool")
 

@@ -12,9 +12,8 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel, Field
 
-from modelpool.api.auth import owner_of
 from modelpool.mcp_server.transcripts import MAX_LIMIT, SourceStats, StoreStats, TranscriptEntry, TranscriptStore
-from modelpool.runtime.owner import Owner
+from modelpool.owner import Owner, owner_of
 
 SourceId = Annotated[str, Field(min_length=1, max_length=256, description="Any string: a participant, a room, ...")]
 Seconds = Annotated[float, Field(description="Seconds on the source's clock (Unix time for live sources)")]

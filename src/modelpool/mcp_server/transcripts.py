@@ -11,7 +11,7 @@ stream, offsets into a recording); the store only compares them.
 
 A source belongs to the API key that added to it: the same source id under two keys is
 two sources, and a key reads only its own (the admin scope reads all; see
-`runtime/owner.py`). The store is bounded (`TranscriptLimits`: sources, entries per
+`owner.py`). The store is bounded (`TranscriptLimits`: sources, entries per
 source, bytes, speaker length); past a bound a write is refused whole (413 `store_full`).
 
 Several processes may share a directory (see `source_index.py`): no one loses another's
@@ -38,7 +38,7 @@ from modelpool.errors import InvalidRequest, StoreFull, StoreUnavailable
 from modelpool.inference import Segment
 from modelpool.mcp_server.identity import SourceKey
 from modelpool.mcp_server.source_index import SourceIndex
-from modelpool.runtime.owner import ANONYMOUS, Owner
+from modelpool.owner import ANONYMOUS, Owner
 
 log = logging.getLogger("modelpool.transcripts")
 MAX_LIMIT = 10_000

@@ -17,7 +17,6 @@ from ray.serve import Application
 from ray.serve.deployment import Deployment
 
 from modelpool import __version__
-from modelpool.api.app import create_app
 from modelpool.config.loader import load_config
 from modelpool.config.schema import Config, ModelConfig
 from modelpool.errors import ConfigError
@@ -26,6 +25,7 @@ from modelpool.ray_serve import naming
 from modelpool.ray_serve.options import deployment_options, ingress_options
 from modelpool.ray_serve.remote_pool import RemotePool
 from modelpool.ray_serve.replica import ModelReplica, Resident, load_resident
+from modelpool.server.app import create_app
 
 log = logging.getLogger("modelpool.ray")
 

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from modelpool.inference import ChatMessage, ImageInput, TextPart
-from modelpool.runtime.owner import Owner
+from modelpool.owner import Owner
 
 _OBJECT_BYTES = 200
 """What one message, part or call costs beyond its strings (the objects, the tuple slot)."""

@@ -10,8 +10,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of
-from modelpool.api.ratelimit import usage_json
 from modelpool.api.schemas.admin import LoadBody, UnloadBody
+from modelpool.api.usage import usage_json
 from modelpool.runtime.status import ModelStatus
 
 router = APIRouter(prefix="/v1/admin")

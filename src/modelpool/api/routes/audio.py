@@ -11,7 +11,6 @@ import numpy.typing as npt
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from modelpool.api.auth import owner_of
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.schemas.speech import SpeechBody
 from modelpool.api.sse import ClosingStreamingResponse, EventStreamResponse, sse
@@ -19,6 +18,7 @@ from modelpool.api.transcripts import StoreTarget, subtitles, transcript_text, v
 from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
 from modelpool.errors import InvalidRequest
 from modelpool.inference import Segment, TranscriptionRequest
+from modelpool.owner import owner_of
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.lease import ResultStream
 

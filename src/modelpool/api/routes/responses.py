@@ -11,7 +11,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from modelpool.api.auth import owner_of
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.responses_wire import CallItem, ResponseDraft, status_of
 from modelpool.api.schemas.responses import ResponsesBody
@@ -20,9 +19,9 @@ from modelpool.api.schemas.tools import check_tool_results
 from modelpool.api.sse import EventStreamResponse
 from modelpool.errors import ResponseNotFound
 from modelpool.inference import ChatMessage, ChatRequest, GenerationChunk, Usage
+from modelpool.owner import Owner, owner_of
 from modelpool.runtime.generation import collect
 from modelpool.runtime.lease import ResultStream
-from modelpool.runtime.owner import Owner
 from modelpool.runtime.response_store import ResponseStore, StoredResponse
 
 router = APIRouter()

@@ -7,11 +7,11 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from modelpool.api.auth import caller_is_admin
 from modelpool.config.durations import parse_duration
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
 from modelpool.inference import SamplingParams
+from modelpool.owner import caller_is_admin
 from modelpool.runtime.call import CallOptions
 
 MAX_STOP_SEQUENCES = 16

@@ -22,22 +22,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from fastapi import FastAPI
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from modelpool.api.auth import needed_scope
 from modelpool.api.errors import error_payload, shaped_error
-from modelpool.api.middleware import TEMPLATED_ROUTES, send_json
 from modelpool.config.schema import AuthConfig
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import RateLimited
 from modelpool.runtime.metrics import Metrics
-from modelpool.runtime.ratelimit import Caller, KeyReport, LimitState, RateLimiter, duration_text
+from modelpool.runtime.ratelimit import Caller, LimitState, RateLimiter, duration_text
 from modelpool.runtime.usage import RequestUsage, UsageLedger, current_usage
+from modelpool.server.asgi import TEMPLATED_ROUTES, send_json
+from modelpool.server.auth import needed_scope
 
 _STARTS = ("http.response.start", "websocket.accept")
 REFUSED_LIMIT = "rate_limited"
@@ -176,13 +175,3 @@ def _limited(scope: Scope) -> bool:
 def _address(scope: Scope) -> str | None:
     client = scope.get("client")
     return str(client[0]) if client else None
-
-
-def usage_json(report: KeyReport) -> dict[str, Any]:
-    """One key's row of /v1/admin/usage. `remaining`: per limit, null where unlimited; null
-    as a whole for anonymous use, whose budgets are per client address."""
-    remaining = None
-    if report.remaining is not None:
-        left = {state.kind: state.remaining for state in report.remaining}
-        remaining = {"requests": left.get("requests"), "tokens": left.get("tokens")}
-    return {"key": report.key, **asdict(report.usage), "limits": asdict(report.limits), "remaining": remaining}

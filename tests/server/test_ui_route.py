@@ -14,8 +14,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from modelpool.api.app import create_app
 from modelpool.config import load_config
+from modelpool.server.app import create_app
 from modelpool.ui import STATIC_DIR
 
 TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}

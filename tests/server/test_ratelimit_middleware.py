@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from modelpool.api.ratelimit import EnforceRateLimits
 from modelpool.errors import RateLimited
 from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.ratelimit import Limits, RateLimiter
 from modelpool.runtime.usage import UsageLedger, add_tokens
+from modelpool.server.ratelimit import EnforceRateLimits
 from tests.fakes import ManualClock
 from tests.polling import until
 

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable
 
-from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from modelpool.api.errors import error_body, error_payload, internal_error_body, shaped_error
 from modelpool.errors import RequestTimeout, ShuttingDown
 from modelpool.logs import current_request_id
 from modelpool.runtime.metrics import Metrics
+from modelpool.server.asgi import header, route_template, send_json
 
 access_log = logging.getLogger("modelpool.access")
 log = logging.getLogger("modelpool.api")
@@ -110,7 +108,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.max_upload_bytes if scope["path"].startswith(_UPLOAD_PATHS) else self.max_bytes
-        declared = _header(scope, b"content-length")
+        declared = header(scope, b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await self._reject(send, limit, scope["path"])
             return
@@ -187,35 +185,8 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replay
 
 
-async def send_json(send: Send, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> None:
-    body = json.dumps(payload).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-TEMPLATED_ROUTES = (Route, WebSocketRoute, Mount)
-"""The kinds of route that have a path template (a Host route has none)."""
-
-
-def route_template(scope: Scope) -> str | None:
-    """The path template of the route the request matched (`/v1/models/{model_id:path}`),
-    once routing set it (or the rate limiter, for a request it refused before routing)."""
-    route = scope.get("route")
-    return route.path if isinstance(route, TEMPLATED_ROUTES) else None
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", [])
-    for key, value in headers:
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
-
-
 def _incoming_request_id(scope: Scope) -> str | None:
-    value = _header(scope, b"x-request-id")
+    value = header(scope, b"x-request-id")
     if value and len(value) <= _REQUEST_ID_MAX and value.isprintable():
         return value
     return None

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 Stop = Callable[[], Awaitable[None]]
 
 
-async def _nothing_to_stop() -> None:
+async def nothing_to_stop() -> None:
     return None
 
 
@@ -28,9 +28,9 @@ def install_tracing(app: FastAPI, server: ServerConfig, provider: TracerProvider
     what the lifespan awaits at its end: the shutdown (a last flush) of a provider modelpool
     made; a provider handed in belongs to its caller, who shuts it down."""
     if provider is None and server.otel_endpoint is None:
-        return _nothing_to_stop
+        return nothing_to_stop
     try:
-        from modelpool.api import otel
+        from modelpool.server import otel
     except ImportError as exc:
         raise ConfigError(
             f"server.otel_endpoint is set, but OpenTelemetry is not installed ({exc.name} is missing): "
@@ -38,7 +38,7 @@ def install_tracing(app: FastAPI, server: ServerConfig, provider: TracerProvider
         ) from None
     if provider is not None:
         app.add_middleware(otel.TraceRequests, provider=provider)
-        return _nothing_to_stop
+        return nothing_to_stop
     assert server.otel_endpoint is not None  # checked above
     owned = otel.otlp_provider(server.otel_endpoint, server.otel_service_name)
     app.add_middleware(otel.TraceRequests, provider=owned)

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
 from modelpool.config import load_config
 from modelpool.errors import ConfigError
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
 
 APP = "https://app.example.com"
 KEY = "s3cret-key"

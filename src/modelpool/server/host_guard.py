@@ -27,11 +27,10 @@ from urllib.parse import SplitResult, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from modelpool.api.auth import refuse_websocket
 from modelpool.api.errors import error_payload, shaped_error
-from modelpool.api.middleware import send_json
 from modelpool.config.schema import ServerConfig
 from modelpool.errors import HostNotAllowed, ModelpoolError, OriginNotAllowed
+from modelpool.server.asgi import refuse_websocket, send_json
 
 log = logging.getLogger("modelpool.api")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

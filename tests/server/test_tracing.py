@@ -22,10 +22,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from modelpool.api.app import create_app
-from modelpool.api.auth import KeyRing
 from modelpool.config import load_config
 from modelpool.errors import ConfigError
+from modelpool.server.app import create_app
+from modelpool.server.auth import KeyRing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # imported" is about what tracing adds: the SDK, the exporter, and modelpool's otel module.
 LOADED_BY_TRACING = """
 import json, sys
-from modelpool.api.app import create_app
+from modelpool.server.app import create_app
 from modelpool.config import load_config
 create_app(load_config(None, cli=json.loads(sys.argv[1]), environ={}))
-prefixes = ("opentelemetry.sdk", "opentelemetry.exporter", "modelpool.api.otel")
+prefixes = ("opentelemetry.sdk", "opentelemetry.exporter", "modelpool.server.otel")
 print(json.dumps(sorted(name for name in sys.modules if name.startswith(prefixes))))
 """
 
@@ -69,7 +69,7 @@ def test_with_tracing_off_create_app_loads_no_opentelemetry_sdk() -> None:
 
 def test_with_an_endpoint_create_app_loads_the_sdk_and_exporter() -> None:
     loaded = loaded_by_tracing({"otel_endpoint": "http://127.0.0.1:4318/v1/traces"})  # not contacted
-    assert {"opentelemetry.sdk.trace", "modelpool.api.otel"} <= set(loaded)
+    assert {"opentelemetry.sdk.trace", "modelpool.server.otel"} <= set(loaded)
     assert "opentelemetry.exporter.otlp.proto.http.trace_exporter" in loaded
 
 

@@ -7,27 +7,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from modelpool.api.errors import error_payload, shaped_error
-from modelpool.api.middleware import send_json
 from modelpool.config.environment import secret
 from modelpool.config.schema import AuthConfig
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import AuthenticationFailed, ConfigError, ModelpoolError, PermissionDenied
-from modelpool.runtime.owner import ANONYMOUS, Owner
-
-_OWNER = "owner"
-"""The scope state's entry naming the caller's `Owner` (set by `RequireKeys`)."""
-_CALLER: ContextVar[Owner | None] = ContextVar("modelpool_caller", default=None)
-"""The caller of the request being served (set by `RequireKeys` around it), for code that
-sees a request's body but not the request (`PoolFields.call_options`)."""
+from modelpool.owner import ANONYMOUS, Owner, acting_for
+from modelpool.server.asgi import refuse_websocket, send_json
 
 
 @dataclass(frozen=True)
@@ -123,48 +114,8 @@ class RequireKeys:
         elif self.keys.enabled:  # an open route (/readyz): a valid key still says who asks, a bad one is no key
             known = self.keys.identify(_credential(headers))
             owner = None if known is None else Owner(known.name, admin=KeyScope.ADMIN in known.scopes)
-        if owner is not None:
-            scope.setdefault("state", {})[_OWNER] = owner
-        token = _CALLER.set(owner)
-        try:
+        with acting_for(scope, owner):
             await self.app(scope, receive, send)
-        finally:
-            _CALLER.reset(token)
-
-
-def caller_is_admin() -> bool:
-    """Whether the request being served holds the admin scope (any caller of a server
-    without keys does; outside a request checked by `RequireKeys`, nobody does). For what
-    a request body asks that only an admin may: a `keep_alive` that unloads sooner."""
-    owner = _CALLER.get()
-    return owner is not None and owner.admin
-
-
-def is_keyless_caller(scope: Mapping[str, Any]) -> bool:
-    """Keys are configured and this request brought none that is valid: open routes tell
-    such a caller states, never details (engine output, upstream URLs, model lists)."""
-    return not isinstance(scope.get("state", {}).get(_OWNER), Owner)
-
-
-def owner_of(scope: Mapping[str, Any]) -> Owner:
-    """Whose key made this request (what it stores is theirs; it reads only what it may).
-    A path `RequireKeys` did not check while keys are on has no owner: refused."""
-    owner = scope.get("state", {}).get(_OWNER)
-    if not isinstance(owner, Owner):
-        raise PermissionDenied("This route does not identify its caller.")
-    return owner
-
-
-async def refuse_websocket(scope: Scope, send: Send, exc: ModelpoolError) -> None:
-    """Refused before accept: the handshake gets the error's status and envelope where the
-    server can answer it with an HTTP response (uvicorn can), else a close (then HTTP 403)."""
-    if "websocket.http.response" not in scope.get("extensions", {}):
-        await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
-        return
-    body = json.dumps(error_payload(exc)).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "websocket.http.response.start", "status": exc.status_code, "headers": headers})
-    await send({"type": "websocket.http.response.body", "body": body})
 
 
 def _credential(headers: Mapping[str, str]) -> str | None:

@@ -1,7 +1,7 @@
 """OpenTelemetry for the API: one SERVER span per HTTP request, the runtime's `Tracer` on
 an OpenTelemetry tracer, and the OTLP/HTTP exporter `server.otel_endpoint` names.
 
-Imported only when tracing is on (`api.tracing.install_tracing`), so a server without it
+Imported only when tracing is on (`server.tracing.install_tracing`), so a server without it
 never loads OpenTelemetry. The provider is passed in, never set globally: two apps in one
 process (tests) each keep their own spans.
 """
@@ -22,8 +22,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from modelpool import __version__, tracing
-from modelpool.api.middleware import route_template
-from modelpool.api.ratelimit import REFUSED_LIMIT
+from modelpool.server.asgi import route_template
+from modelpool.server.ratelimit import REFUSED_LIMIT
 
 REQUEST_ID = "modelpool.request_id"
 RATE_LIMITED = "modelpool.rate_limited"

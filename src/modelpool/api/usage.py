@@ -1,0 +1,19 @@
+"""The rows of `/v1/admin/usage`: each key's usage since start, its rate limits and what
+is left of them (the limiter itself is middleware, `server/ratelimit.py`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from modelpool.runtime.ratelimit import KeyReport
+
+
+def usage_json(report: KeyReport) -> dict[str, Any]:
+    """One key's row of /v1/admin/usage. `remaining`: per limit, null where unlimited; null
+    as a whole for anonymous use, whose budgets are per client address."""
+    remaining = None
+    if report.remaining is not None:
+        left = {state.kind: state.remaining for state in report.remaining}
+        remaining = {"requests": left.get("requests"), "tokens": left.get("tokens")}
+    return {"key": report.key, **asdict(report.usage), "limits": asdict(report.limits), "remaining": remaining}

@@ -1,0 +1,79 @@
+"""Who a stored thing belongs to: the API key that wrote it (stored responses, transcript
+sources). Keys see only what they wrote; a key with the admin scope sees everything.
+
+And who is calling: the key middleware (`server/auth.py`) names the caller of each request
+(`acting_for`); the HTTP routes, the MCP tools and the wire schemas read it here, so none
+of them has to know the others or the middleware.
+
+With no keys configured nothing is checked anywhere (the admin routes are open too), so
+every caller is the one anonymous owner and sees everything, whichever key wrote it while
+keys were configured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from modelpool.errors import PermissionDenied
+
+
+@dataclass(frozen=True)
+class Owner:
+    name: str
+    """The key's `name` in the config ("" without keys)."""
+    admin: bool = False
+    """The key holds the admin scope: it sees what every key wrote."""
+
+    def sees(self, owner: str) -> bool:
+        """Whether this caller may read what `owner` wrote."""
+        return self.admin or owner == self.name
+
+
+ANONYMOUS = Owner("", admin=True)
+"""Every caller of a server without keys."""
+
+_OWNER = "owner"
+"""The scope state's entry naming the caller's `Owner` (set by `acting_for`)."""
+_CALLER: ContextVar[Owner | None] = ContextVar("modelpool_caller", default=None)
+"""The caller of the request being served (set around it by `acting_for`), for code that
+sees a request's body but not the request (`PoolFields.call_options`)."""
+
+
+@contextmanager
+def acting_for(scope: MutableMapping[str, Any], owner: Owner | None) -> Iterator[None]:
+    """Serve one request as `owner` (None: a caller keys are on for and who brought no valid
+    key): its scope names them, and so does `caller_is_admin` while it runs."""
+    if owner is not None:
+        scope.setdefault("state", {})[_OWNER] = owner
+    token = _CALLER.set(owner)
+    try:
+        yield
+    finally:
+        _CALLER.reset(token)
+
+
+def caller_is_admin() -> bool:
+    """Whether the request being served holds the admin scope (any caller of a server
+    without keys does; outside a request checked by `RequireKeys`, nobody does). For what
+    a request body asks that only an admin may: a `keep_alive` that unloads sooner."""
+    owner = _CALLER.get()
+    return owner is not None and owner.admin
+
+
+def is_keyless_caller(scope: Mapping[str, Any]) -> bool:
+    """Keys are configured and this request brought none that is valid: open routes tell
+    such a caller states, never details (engine output, upstream URLs, model lists)."""
+    return not isinstance(scope.get("state", {}).get(_OWNER), Owner)
+
+
+def owner_of(scope: Mapping[str, Any]) -> Owner:
+    """Whose key made this request (what it stores is theirs; it reads only what it may).
+    A path `RequireKeys` did not check while keys are on has no owner: refused."""
+    owner = scope.get("state", {}).get(_OWNER)
+    if not isinstance(owner, Owner):
+        raise PermissionDenied("This route does not identify its caller.")
+    return owner

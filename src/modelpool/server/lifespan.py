@@ -1,0 +1,50 @@
+"""What runs for as long as the app serves, in order: orphaned engines reaped, the pool
+started (it preloads in the background), the metrics history sampled, the MCP session
+manager's task group open; at the end the same undone in reverse, and the last traces sent."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import FastAPI
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from modelpool.mcp_server.server import running
+from modelpool.runtime.metrics_history import MetricsHistory
+from modelpool.runtime.pool_api import PoolApi
+from modelpool.server.tracing import Stop, nothing_to_stop
+from modelpool.services.reaper import reap_orphaned_engines
+
+log = logging.getLogger("modelpool")
+
+
+@dataclass
+class Lifetime:
+    """The app's lifespan. `mcp` and `stop_tracing` are filled in as the app is assembled,
+    after FastAPI was handed this object (the MCP mount and the tracing middleware need the app)."""
+
+    state_dir: Path | None
+    """Where the engines of a modelpool that died are recorded (None: the default)."""
+    pool: PoolApi
+    history: MetricsHistory
+    mcp: StreamableHTTPSessionManager | None = None
+    """The MCP session manager (None: MCP is off)."""
+    stop_tracing: Stop = nothing_to_stop
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, _: FastAPI) -> AsyncIterator[None]:
+        await reap_orphaned_engines(self.state_dir)  # before preloading: they hold memory and ports
+        self.pool.start()
+        self.history.start()
+        try:
+            async with running(self.mcp):  # the MCP session manager's task group
+                yield
+        finally:
+            await self.history.stop()
+            await self.pool.close()
+            log.info("models unloaded")
+            await self.stop_tracing()
