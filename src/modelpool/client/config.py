@@ -25,9 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from modelpool.client.errors import ConfigError
 from modelpool.client.presets import Capabilities, Preset, Role, Thinking, find_preset
-from modelpool.config.loader import validation_problems
-from modelpool.services.control import AmbiguousService, resolve
-from modelpool.services.registry import Registry
+from modelpool.client.services import AmbiguousService, resolve, running_services
 
 
 class CapabilitiesSpec(BaseModel):
@@ -140,7 +138,7 @@ class ModelsConfig:
         if endpoint.base_url is not None:
             return endpoint.base_url
         assert endpoint.service is not None
-        return _service_url(endpoint.service, Registry(self.state_dir), role)
+        return _service_url(endpoint.service, self.state_dir, role)
 
 
 def load_models_config(
@@ -184,7 +182,7 @@ def _endpoint(role: str, raw: Any, environ: Mapping[str, str], source: str) -> E
     try:
         spec = EndpointSpec.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: role {role!r}: {validation_problems(exc)}") from None
+        raise ConfigError(f"{source}: role {role!r}: {_problems(exc)}") from None
     preset = find_preset(spec.kind)
     caps = {k: v for k, v in spec.capabilities.model_dump().items() if v is not None}
     return Endpoint(
@@ -208,6 +206,16 @@ def _endpoint(role: str, raw: Any, environ: Mapping[str, str], source: str) -> E
     )
 
 
+def _problems(exc: ValidationError) -> str:
+    """Each problem as `dotted.path: message`, joined: what a user can act on (the server's
+    config loader words its problems the same way)."""
+    return "; ".join(f"{_dotted(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors())
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(top level)"
+
+
 def _read_key(name: str | None, environ: Mapping[str, str], role: str, source: str) -> str | None:
     if name is None:
         return None
@@ -223,11 +231,11 @@ def _root(url: str) -> str:
     return url.removesuffix("/v1")
 
 
-def _service_url(name: str, registry: Registry, role: str) -> str:
+def _service_url(name: str, state_dir: Path | None, role: str) -> str:
     """The URL of the one running service that `name` names — its id, its name or
     `stack/name`, as `modelpool logs/down` take them; never a guess between several."""
     try:
-        record = resolve(registry, name)
+        record = resolve(running_services(state_dir), name)
     except AmbiguousService as exc:
         raise ConfigError(f"role {role!r}: {exc.message}") from None
     if record is None:
