@@ -27,7 +27,7 @@ KOKORO_MODEL = "kokoro-82m"
 STARTER_IDS = {CHAT_MODEL, EMBED_MODEL, HF_MODEL, CT2_MODEL, STT_MODEL, MULTILINGUAL_STT_MODEL, TTS_MODEL, KOKORO_MODEL}
 BASE_URL = "http://127.0.0.1"
 """Where the in-process apps are reached: a loopback name, as a local SDK client reaches the
-server (a loopback bind refuses other Host names: api/host_guard.py)."""
+server (a loopback bind refuses other Host names: server/host_guard.py)."""
 TEST_HOSTS = {"allowed_hosts": ["modelpool.test"]}
 """The starter apps here also answer to `modelpool.test`, the name tests used before."""
 

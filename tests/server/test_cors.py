@@ -51,7 +51,7 @@ async def test_cors_is_off_by_default() -> None:
         answered = await client.options("/v1/chat/completions", headers=preflight())
         posted = await client.post("/v1/chat/completions", json=CHAT, headers={"Origin": APP})
     assert "access-control-allow-origin" not in answered.headers
-    # A page of an origin not listed may not post at all (api/host_guard.py), CORS or not.
+    # A page of an origin not listed may not post at all (server/host_guard.py), CORS or not.
     assert posted.status_code == 403 and posted.json()["error"]["code"] == "origin_not_allowed"
     assert "access-control-allow-origin" not in posted.headers
 

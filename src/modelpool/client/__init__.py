@@ -1,5 +1,5 @@
-"""The client SDK: speaks HTTP to modelpool (or any OpenAI-compatible server); never
-imports the runtime or the backends.
+"""The client SDK: speaks HTTP to modelpool (or any OpenAI-compatible server); imports
+nothing of modelpool outside `modelpool.client`, so it could ship as its own package.
 
     config = load_models_config("models.yaml")
     async with make_llm(config, "agent_llm") as llm:

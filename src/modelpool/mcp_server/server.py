@@ -94,7 +94,7 @@ def mount_mcp(app: FastAPI, config: Config) -> StreamableHTTPSessionManager:
         json_response=True,
         max_request_body_size=config.server.max_body_bytes,
         # The server's own guard checks Host and Origin for every route, /mcp included
-        # (api/host_guard.py); the SDK's copy of the rule is off, so there is one rule.
+        # (server/host_guard.py); the SDK's copy of the rule is off, so there is one rule.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     manager = server.session_manager

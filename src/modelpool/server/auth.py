@@ -1,7 +1,7 @@
 """API keys and scopes. `/v1/admin/*` needs the `admin` scope, the other `/v1/*` routes
 (and the MCP server at `/mcp`) `inference`; health, readiness and metrics are open. With
 no keys configured nothing is checked (and the CLI refuses to bind beyond loopback unless
-told to)."""
+told to). The caller `RequireKeys` names is read by everyone else from `modelpool/owner.py`."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ async def realtime(websocket: WebSocket, intent: str | None = None) -> None:
     if intent not in (None, "transcription"):
         await websocket.close(code=1008, reason="this server serves only intent=transcription sessions")
         return
-    # A foreign web page was refused before this (api/host_guard.py): browsers apply no CORS to WebSockets.
+    # A foreign web page was refused before this (server/host_guard.py): browsers apply no CORS to WebSockets.
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
     app = websocket.app
