@@ -14,7 +14,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from modelpool.backends.base import contract_problem
-from modelpool.backends.decoding import check_token_ids
+from modelpool.backends.textgen.decoding import check_token_ids
 from modelpool.capabilities import Capabilities, Locality
 from modelpool.config import load_config
 from modelpool.config.schema import ModelConfig

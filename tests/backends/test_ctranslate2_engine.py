@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.ctranslate2.engine import BatchEngine, BatchPolicy, gather_wait
 from modelpool.backends.ctranslate2.rows import Row
-from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
+from modelpool.backends.textgen.channel import Channel, chunk_stream
+from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
 from modelpool.errors import GenerationFailed, InvalidRequest, ModelUnloaded
 from modelpool.inference import GenerationChunk, SamplingParams
 from tests.backends.test_ctranslate2_rows import END, PIECES, Pieces

@@ -8,9 +8,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.ctranslate2.rows import Row
-from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
+from modelpool.backends.textgen.channel import Channel, chunk_stream
+from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
 from modelpool.inference import GenerationChunk, SamplingParams
 
 PIECES = ["<end>", "Hello", " wor", "ld", "!", " How", " are", " you", "?"]

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from modelpool.backends.transformers.convert import hf_folder_for
+from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.config.sources import HubLocation
 from tests.conftest import CHAT_MODEL, CT2_MODEL, EMBED_MODEL, HF_MODEL, STT_MODEL, TTS_MODEL, serving
 from tests.e2e.conftest import smollm2_gguf

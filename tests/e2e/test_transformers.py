@@ -14,7 +14,7 @@ import numpy as np
 import openai
 import pytest
 
-from modelpool.backends.transformers.convert import hf_folder_for
+from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.config.sources import HubLocation
 from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
 from modelpool.runtime.generation import collect

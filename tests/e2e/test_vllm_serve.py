@@ -20,7 +20,7 @@ import openai
 import psutil
 import pytest
 
-from modelpool.backends.transformers.convert import hf_folder_for
+from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.config.sources import HubLocation
 from modelpool.services.pids import is_alive
 from tests.conftest import sdk, serving

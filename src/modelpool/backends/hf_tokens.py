@@ -8,7 +8,7 @@ import re
 from functools import cache
 from typing import Any
 
-from modelpool.backends.decoding import check_token_ids
+from modelpool.backends.textgen.decoding import check_token_ids
 from modelpool.inference import TokenPiece
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")

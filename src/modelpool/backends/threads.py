@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from modelpool.backends.channel import Channel
+from modelpool.backends.textgen.channel import Channel
 
 T = TypeVar("T")
 

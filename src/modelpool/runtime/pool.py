@@ -73,7 +73,6 @@ from modelpool.runtime.metrics import Metrics
 from modelpool.runtime.observers import RequestObservers
 from modelpool.runtime.option_schema import check_override
 from modelpool.runtime.pairs import cosine_on, cross_encode_on
-from modelpool.runtime.reasoning import split_reasoning
 from modelpool.runtime.scoring import Loglikelihood, loglikelihood
 from modelpool.runtime.slot import ModelSlot
 from modelpool.runtime.status import BudgetStatus, EngineLogs, ModelMemory, ModelStatus, PoolMemory
@@ -285,11 +284,9 @@ class ModelPool:
         _check_chat_features(slot, request)
         request = await with_loaded_images(request, slot.id, slot.capabilities.declared, self.images)
         lease = await slot.lease(ChatBackend, self.model_wait_s, options.keep_alive)
-        parser = slot.config.reasoning_parser
 
         def run(backend: ChatBackend) -> AsyncGenerator[GenerationChunk, None]:
-            chunks = backend.chat(request)
-            return split_reasoning(chunks, parser) if parser else chunks
+            return backend.chat(request)  # reasoning is split inside the backend (textgen.pipeline)
 
         observe = self.observe.chunks(lease.model_id, lease.timing)
         return await open_stream(lease, run, observe=observe, on_close=self.observe.finished(slot.id))

@@ -27,17 +27,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends import hf_tokens
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
-from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.context import BackendContext
 from modelpool.backends.ctranslate2.convert import ct2_folder_for, read_facts
 from modelpool.backends.ctranslate2.engine import BatchEngine, BatchPolicy
 from modelpool.backends.ctranslate2.rows import Row
 from modelpool.backends.ctranslate2.scoring import score_tokens
-from modelpool.backends.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
 from modelpool.backends.requirements import require_engine
+from modelpool.backends.textgen.channel import Channel, chunk_stream
+from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
+from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
+from modelpool.backends.textgen.hf_text import chat_prompt_ids, encode_text
+from modelpool.backends.textgen.pipeline import chat_output
 from modelpool.backends.threads import EngineThread, drain
-from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
-from modelpool.backends.transformers.vision import chat_prompt_ids, encode_text
 from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate, resolve_source
@@ -167,7 +168,8 @@ class CTranslate2Backend(DeclaredBackend):
         if request.output is not None:
             raise InvalidRequest(f"model '{self.model.id}' does not support structured output", param="response_format")
         prompt = await self._thread.call(self._render_chat, plan, request.template_kwargs)
-        async for chunk in self._generate(prompt, request.sampling, param="messages"):
+        chunks = self._generate(prompt, request.sampling, param="messages")
+        async for chunk in chat_output(chunks, reasoning=self.model.reasoning_parser, tools=None):  # no tools in CT2
             yield chunk
 
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
-from modelpool.backends.transformers.convert import hf_folder_for
 from modelpool.errors import ModelLoadFailed
 
 log = logging.getLogger("modelpool.backends")

@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from modelpool.backends.ctranslate2.batching import BatchKey, take_batch
 from modelpool.backends.ctranslate2.rows import Row
-from modelpool.backends.step_failure import generation_failed, sequence_failed
+from modelpool.backends.textgen.step_failure import generation_failed, sequence_failed
 from modelpool.errors import InvalidRequest, ModelUnloaded
 
 log = logging.getLogger("modelpool.backends")

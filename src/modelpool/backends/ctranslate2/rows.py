@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelpool.backends.channel import Channel
 from modelpool.backends.ctranslate2.batching import BatchKey, batch_key
-from modelpool.backends.decoding import StopMatcher
-from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
+from modelpool.backends.textgen.channel import Channel
+from modelpool.backends.textgen.decoding import StopMatcher
+from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
 from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
 from modelpool.logs import current_request_id
 

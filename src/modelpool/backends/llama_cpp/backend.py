@@ -13,16 +13,17 @@ from functools import cached_property
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
-from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.context import BackendContext
-from modelpool.backends.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.llama_cpp.model import GgufModel, grammar_tokenizer
 from modelpool.backends.llama_cpp.sequence import Job, ScoringJob
 from modelpool.backends.llama_cpp.vision import ImageProjector, ImagePrompt, with_markers
 from modelpool.backends.requirements import require_engine
+from modelpool.backends.textgen.channel import Channel, chunk_stream
+from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
+from modelpool.backends.textgen.pipeline import chat_output
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
@@ -41,7 +42,6 @@ from modelpool.tasks import Task
 from modelpool.tools.grammar import grammar_param, output_grammar
 from modelpool.tools.parsers import make_parser
 from modelpool.tools.prompt import ChatPlan, plan_chat
-from modelpool.tools.stream import with_tool_calls
 
 # Rough: small models need ~25 KiB of f16 KV cache per token, 7B ones ~500 KiB. A
 # measurement after loading replaces the estimate; set `memory_bytes` to be exact.
@@ -179,7 +179,8 @@ class LlamaCppBackend(DeclaredBackend):
         else:
             prompt = await self._tokenize(prompt_text, add_bos=add_bos)
             chunks = self._generate(prompt, request.sampling, "messages", constraint)
-        async for chunk in with_tool_calls(chunks, make_parser(plan.parser, live=plan.live)) if plan.parser else chunks:
+        tools = make_parser(plan.parser, live=plan.live) if plan.parser else None
+        async for chunk in chat_output(chunks, reasoning=self.model.reasoning_parser, tools=tools):
             yield chunk
 
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from modelpool.backends.llama_cpp.model import GgufModel
 from modelpool.backends.llama_cpp.sequence import Job, ScoringJob, log_softmax, scored_token
-from modelpool.backends.step_failure import generation_failed, sequence_failed
+from modelpool.backends.textgen.step_failure import generation_failed, sequence_failed
 from modelpool.errors import GenerationFailed, InvalidRequest, ModelLoadFailed, ModelUnloaded
 from modelpool.inference import GenerationChunk
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from modelpool.backends.channel import Channel
 from modelpool.backends.constraint import TokenConstraint
-from modelpool.backends.decoding import StopMatcher, Utf8Stream, may_end, tokens_to_generate
 from modelpool.backends.llama_cpp.model import GgufModel
+from modelpool.backends.textgen.channel import Channel
+from modelpool.backends.textgen.decoding import StopMatcher, Utf8Stream, may_end, tokens_to_generate
 from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
 from modelpool.logs import current_request_id
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelpool.backends.decoding import check_token_ids
 from modelpool.backends.remote import wire
 from modelpool.backends.remote.client import UpstreamClient
+from modelpool.backends.textgen.decoding import check_token_ids
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import UpstreamError, UpstreamUnavailable
 from modelpool.inference import ChatRequest, TokenPiece

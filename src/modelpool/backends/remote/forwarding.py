@@ -15,6 +15,8 @@ import numpy.typing as npt
 
 from modelpool.backends.remote import wire
 from modelpool.backends.remote.client import UpstreamClient
+from modelpool.backends.textgen.reasoning import split_reasoning
+from modelpool.config.schema import ModelConfig
 from modelpool.errors import UpstreamUnavailable
 from modelpool.inference import (
     ChatRequest,
@@ -42,6 +44,7 @@ class ForwardingBackend:
     """Chat, completions, embeddings and audio through `self.upstream`. Subclasses open the
     client in `start()` and say which model name the upstream knows the model by."""
 
+    model: ModelConfig
     upstream: UpstreamClient | None = None
     upstream_model: str = ""
     speech_sample_rate: int = 24_000
@@ -55,8 +58,11 @@ class ForwardingBackend:
     def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
         body = wire.chat_body(request, self.upstream_model)
         if request.streamed:
-            return self._forward("chat/completions", body, wire.chat_chunks)
-        return self._whole("chat/completions", body, wire.chat_whole)
+            chunks = self._forward("chat/completions", body, wire.chat_chunks)
+        else:
+            chunks = self._whole("chat/completions", body, wire.chat_whole)
+        parser = self.model.reasoning_parser  # the kit's reasoning stage, as the in-process engines apply it
+        return split_reasoning(chunks, parser) if parser else chunks
 
     def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
         body = wire.completion_body(request, self.upstream_model)

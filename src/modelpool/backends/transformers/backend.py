@@ -13,20 +13,22 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends import hf_tokens
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
-from modelpool.backends.channel import Channel, chunk_stream
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.context import BackendContext
-from modelpool.backends.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
 from modelpool.backends.requirements import require_engine
+from modelpool.backends.textgen.channel import Channel, chunk_stream
+from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
+from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
+from modelpool.backends.textgen.hf_convert import hf_folder_for
+from modelpool.backends.textgen.hf_text import chat_prompt_ids, encode_text
+from modelpool.backends.textgen.pipeline import chat_output
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.torch_device import estimate_on, pick_device
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
-from modelpool.backends.transformers.convert import hf_folder_for
-from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
 from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher, Sequence
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
-from modelpool.backends.transformers.vision import chat_prompt_ids, encode_text, load_vision_model, render_with_images
+from modelpool.backends.transformers.vision import load_vision_model, render_with_images
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
@@ -45,7 +47,6 @@ from modelpool.tasks import Task
 from modelpool.tools.grammar import grammar_param, output_grammar
 from modelpool.tools.parsers import make_parser
 from modelpool.tools.prompt import ChatPlan, plan_chat
-from modelpool.tools.stream import with_tool_calls
 
 
 class TransformersOptions(BaseModel):
@@ -157,7 +158,8 @@ class TransformersBackend(DeclaredBackend):
             prompt = await self._tokenizer_thread.call(self._render_chat, plan, request.template_kwargs)
         constraint = await self._constraint(plan.grammar, grammar_param(request))
         chunks = self._generate(prompt, request.sampling, param="messages", constraint=constraint, vision=vision)
-        async for chunk in with_tool_calls(chunks, make_parser(plan.parser, live=plan.live)) if plan.parser else chunks:
+        tools = make_parser(plan.parser, live=plan.live) if plan.parser else None
+        async for chunk in chat_output(chunks, reasoning=self.model.reasoning_parser, tools=tools):
             yield chunk
 
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:

@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from modelpool.backends.constraint import TokenConstraint
-from modelpool.backends.decoding import StopMatcher, may_end
-from modelpool.backends.step_failure import generation_failed, sequence_failed
-from modelpool.backends.transformers.detokenize import IncrementalDetokenizer
+from modelpool.backends.textgen.decoding import StopMatcher, may_end
+from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
+from modelpool.backends.textgen.step_failure import generation_failed, sequence_failed
 from modelpool.backends.transformers.sampling import choose_token
 from modelpool.errors import InvalidRequest, ModelUnloaded
 from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage

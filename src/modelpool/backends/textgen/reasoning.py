@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import replace
+from typing import Literal
 
 from modelpool.inference import GenerationChunk
 
 OPEN, CLOSE = "<think>", "</think>"
+ReasoningMode = Literal["think", "think_open"]
 
 
 class ReasoningSplitter:
@@ -41,8 +43,9 @@ class ReasoningSplitter:
 
 
 async def split_reasoning(
-    chunks: AsyncGenerator[GenerationChunk, None], mode: str
+    chunks: AsyncGenerator[GenerationChunk, None], mode: ReasoningMode
 ) -> AsyncGenerator[GenerationChunk, None]:
+    """Each chunk's text as (reasoning, content); the finishing chunk also gets what was held back."""
     splitter = ReasoningSplitter(starts_inside=mode == "think_open")
     async for chunk in chunks:
         reasoning, content = splitter.feed(chunk.text)

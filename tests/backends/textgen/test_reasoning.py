@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelpool.runtime.reasoning import ReasoningSplitter
+from modelpool.backends.textgen.reasoning import ReasoningSplitter
 
 
 def split(pieces: list[str], *, starts_inside: bool) -> tuple[str, str]:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelpool.backends.decoding import StopMatcher, Utf8Stream, may_end
+from modelpool.backends.textgen.decoding import StopMatcher, Utf8Stream, may_end
 from modelpool.inference import SamplingParams
 
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from modelpool.backends.channel import Channel, chunk_stream, merge_chunks
+from modelpool.backends.textgen.channel import Channel, chunk_stream, merge_chunks
 from modelpool.inference import GenerationChunk, TokenLogprob, ToolCallDelta, Usage
 
 
