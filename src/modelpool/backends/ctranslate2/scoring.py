@@ -12,25 +12,21 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelpool.backends.ctranslate2.rows import log_softmax
-from modelpool.inference import TokenLogprob, TopLogprob
+from modelpool.backends.textgen.logprobs import best, decoded, entry, log_softmax
+from modelpool.inference import TokenLogprob
 
 
 def score_tokens(generator: Any, tokenizer: Any, tokens: list[int], top_n: int) -> list[TokenLogprob]:
-    scored = [_entry(tokenizer, tokens[0], None, ())]
+    spell = decoded(tokenizer)
+    scored = [entry(tokens[0], None, spell(tokens[0]))]
     if len(tokens) == 1:
         return scored
     logits = _logits(generator, tokens[:-1])
     for position, token in enumerate(tokens[1:]):
         row = logits[position]
         logprobs = log_softmax(row)
-        top: tuple[TopLogprob, ...] = ()
-        if top_n:
-            best = np.argpartition(-logprobs, top_n)[:top_n]
-            best = best[np.argsort(-logprobs[best])]
-            top = tuple(_top(tokenizer, int(t), float(logprobs[t])) for t in best)
         greedy = int(np.argmax(row)) == token
-        scored.append(_entry(tokenizer, token, float(logprobs[token]), top, greedy))
+        scored.append(entry(token, float(logprobs[token]), spell(token), best(logprobs, top_n), spell, greedy=greedy))
     return scored
 
 
@@ -45,15 +41,3 @@ def _logits(generator: Any, tokens: list[int]) -> npt.NDArray[np.float32]:
         view = view.to(ctranslate2.DataType.float32)
     logits: npt.NDArray[np.float32] = np.asarray(view)[0]
     return logits
-
-
-def _entry(
-    tokenizer: Any, token: int, logprob: float | None, top: tuple[TopLogprob, ...], greedy: bool = True
-) -> TokenLogprob:
-    text = str(tokenizer.decode([token]))
-    return TokenLogprob(text, logprob, tuple(text.encode()), top, greedy=greedy, token_id=token)
-
-
-def _top(tokenizer: Any, token: int, logprob: float) -> TopLogprob:
-    text = str(tokenizer.decode([token]))
-    return TopLogprob(text, logprob, tuple(text.encode()))

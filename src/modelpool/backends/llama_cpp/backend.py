@@ -259,8 +259,8 @@ class LlamaCppBackend(DeclaredBackend):
                 return
         channel: Channel[GenerationChunk] = Channel(asyncio.get_running_loop())
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
-        job = Job(prompt, sampling=sampling, max_new=max_new, channel=channel, constraint=constraint,
-                  images=images, seed=seed)  # fmt: skip
+        job = Job(prompt, model=engine.model, sampling=sampling, max_new=max_new, channel=channel,
+                  constraint=constraint, images=images, seed=seed)  # fmt: skip
         engine.submit(job)
         async for chunk in chunk_stream(channel):
             yield chunk

@@ -16,8 +16,6 @@ own sampler chain and seed, grammar, stop strings and logprobs; scoring requests
 from __future__ import annotations
 
 import ctypes
-import logging
-import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -26,15 +24,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from modelpool.backends.llama_cpp.model import GgufModel
-from modelpool.backends.llama_cpp.sequence import Job, ScoringJob, log_softmax, scored_token
-from modelpool.backends.textgen.step_failure import generation_failed, sequence_failed
-from modelpool.errors import GenerationFailed, InvalidRequest, ModelLoadFailed, ModelUnloaded
+from modelpool.backends.llama_cpp.sequence import Job, ScoringJob, scored_token
+from modelpool.backends.textgen.engine_loop import EngineLoop
+from modelpool.backends.textgen.logprobs import log_softmax
+from modelpool.backends.textgen.step_failure import sequence_failed
+from modelpool.errors import GenerationFailed, InvalidRequest, ModelLoadFailed
 from modelpool.inference import GenerationChunk
 
 if TYPE_CHECKING:
     from modelpool.backends.llama_cpp.vision import ImageProjector
 
-log = logging.getLogger("modelpool.backends")
 _SPLIT_KV_FROM = 224
 """A lone row from this position on may span 512 KV cells (its stream holds positions
 0..pos, padded to 256 cells); a margin below 256 in case cells are not perfectly packed."""
@@ -49,7 +48,9 @@ class _Slot:
         self.cached: list[int] = []
 
 
-class LlamaEngine:
+class LlamaEngine(EngineLoop[Job | ScoringJob]):
+    engine_name = "a llama.cpp"
+
     def __init__(
         self,
         model: GgufModel,
@@ -65,6 +66,7 @@ class LlamaEngine:
     ) -> None:
         import llama_cpp
 
+        super().__init__(f"llama-{model_id}")
         self._llama = llama_cpp
         self.model = model
         self.n_ctx = n_ctx
@@ -101,36 +103,15 @@ class LlamaEngine:
         """Most prompts (or pieces of prompts) one step has prefilled together."""
         self.reused_tokens = 0
         """Prompt tokens taken from the KV cells of an earlier request (reuse_prompt_cache)."""
-        self._cond = threading.Condition()
-        self._incoming: deque[Job | ScoringJob] = deque()
-        self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=f"llama-{model_id}", daemon=True)
-        self._thread.start()
+        self._waiting: deque[Job | ScoringJob] = deque()
+        """Taken in by the engine thread, waiting for a free sequence id (engine thread only)."""
+        self.start_thread()
 
     # ----- from other threads --------------------------------------------------------
 
-    def submit(self, job: Job | ScoringJob) -> None:
-        with self._cond:
-            if self._stopping:
-                raise ModelUnloaded("the model was unloaded")
-            self._incoming.append(job)
-            self._cond.notify()
-
-    def call(self, fn: Callable[[], Any]) -> Future[Any]:
-        """Run `fn` on the engine thread between two steps."""
-        future: Future[Any] = Future()
-        with self._cond:
-            self._calls.append((fn, future))
-            self._cond.notify()
-        return future
-
     def close(self) -> None:
         """Stop the engine thread (failing what still runs), then free the context."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        self._thread.join()
+        self.stop_thread()
         if self.projector is not None:
             self.projector.close()
         self._llama.llama_batch_free(self._batch)
@@ -139,7 +120,7 @@ class LlamaEngine:
 
     @property
     def in_flight(self) -> int:
-        return len(self._incoming) + sum(slot.job is not None for slot in self._slots)
+        return self.submitted + len(self._waiting) + sum(slot.job is not None for slot in self._slots)
 
     def cells_in_use(self) -> Future[int]:
         """KV cells that hold some sequence's tokens (asked on the engine thread)."""
@@ -154,31 +135,18 @@ class LlamaEngine:
 
     # ----- the engine thread ---------------------------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not (self._stopping or self._incoming or self._calls or self._busy()):
-                    self._cond.wait()
-                if self._stopping:
-                    break
-                calls = list(self._calls)
-                self._calls.clear()
-            for fn, future in calls:
-                _run_call(fn, future)
-            try:
-                self._step()
-            except Exception as exc:  # the decode itself: which sequence caused it cannot be told
-                self._fail_step(exc)
-        self._fail_all(lambda _: ModelUnloaded("the model was unloaded while this request ran"))
-        for job in self._incoming:
-            job.fail(ModelUnloaded("the model was unloaded"))
-        for _, future in self._calls:
-            future.set_exception(ModelUnloaded("the model was unloaded"))
+    def intake(self, arrived: list[Job | ScoringJob]) -> None:
+        self._waiting.extend(arrived)
 
-    def _busy(self) -> bool:
-        return any(slot.job is not None for slot in self._slots)
+    def taken_in(self) -> list[Job | ScoringJob]:
+        waiting = list(self._waiting)
+        self._waiting.clear()
+        return waiting
 
-    def _step(self) -> None:
+    def busy(self) -> bool:
+        return bool(self._waiting) or any(slot.job is not None for slot in self._slots)
+
+    def step(self) -> None:
         self._drop_cancelled()
         self._admit()
         outputs = self._fill_batch()
@@ -204,13 +172,12 @@ class LlamaEngine:
     # ----- admission -----------------------------------------------------------------
 
     def _admit(self) -> None:
-        while self._incoming:
-            slot = self._free_slot(self._incoming[0])
+        while self._waiting:
+            slot = self._free_slot(self._waiting[0])
             if slot is None:
                 return
-            with self._cond:
-                job = self._incoming.popleft()
-            if job.abandoned:
+            job = self._waiting.popleft()
+            if job.cancelled:
                 continue
             slot.job = job
             job.seq_id = slot.seq_id
@@ -242,9 +209,12 @@ class LlamaEngine:
         job.position = job.evaluated = keep
         job.history = job.prompt[:keep]
         self.reused_tokens += keep
-        job.start(self.model, self._llama)
-        if isinstance(job, Job) and job.images is not None:
-            self._prefill_images(job)
+        if isinstance(job, ScoringJob):
+            job.start(self.model)
+        else:
+            job.start(self._llama)
+            if job.images is not None:
+                self._prefill_images(job)
 
     def _check_tokens(self, job: Job | ScoringJob) -> None:
         """A token id outside the vocabulary would fail the whole batch's decode (llama.cpp
@@ -268,7 +238,7 @@ class LlamaEngine:
             chunks.close()
         # The images' cells hold no token: -1 there, so that no later prompt can match them.
         job.history = [-1] * chunks.n_tokens
-        job.channel_put(GenerationChunk(prompt_tokens=job.prompt_tokens))
+        job.output.put(GenerationChunk(prompt_tokens=job.prompt_tokens))
         if job.max_new == 0:
             job.finish("length", hit_stop=False)
         else:
@@ -342,7 +312,9 @@ class LlamaEngine:
         return np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
 
     def _sample(self, job: Job, index: int) -> None:
-        job.accept(self._choose(job, index, self._logits(index)))
+        token = self._choose(job, index, self._logits(index))
+        if not job.accept(token):
+            job.next_token = token
 
     def _choose(self, job: Job, index: int, logits: np.ndarray) -> int:
         """The sequence's sampler chain picks from logits that its rules were applied to in
@@ -380,17 +352,13 @@ class LlamaEngine:
 
     def _drop_cancelled(self) -> None:
         for slot in self._slots:
-            if slot.job is not None and slot.job.abandoned:
+            if slot.job is not None and slot.job.cancelled:
                 slot.job.done = True
                 self._free(slot)
 
-    def _fail_step(self, error: Exception) -> None:
-        """A step failed as a whole: every sequence in the context fails, each client told
-        only its request id (the log gets the detail, once)."""
-        log.error("a llama.cpp step failed: %r", error, exc_info=error)
-        self._fail_all(lambda job: generation_failed(job.request_id))
-
-    def _fail_all(self, error_for: Callable[[Job | ScoringJob], Exception]) -> None:
+    def fail_all(self, error_for: Callable[[Job | ScoringJob], BaseException]) -> None:
+        """Every running sequence fails (a failed step: each client told only its request
+        id); those waiting for a sequence id stay and run later."""
         for slot in self._slots:
             if slot.job is not None:
                 slot.job.fail(error_for(slot.job))
@@ -407,10 +375,3 @@ def _common_prefix(cached: list[int], prompt: list[int]) -> int:
             break
         n += 1
     return n
-
-
-def _run_call(fn: Callable[[], Any], future: Future[Any]) -> None:
-    try:
-        future.set_result(fn())
-    except BaseException as exc:
-        future.set_exception(exc)

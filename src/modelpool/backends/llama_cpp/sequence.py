@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,9 +14,12 @@ import numpy.typing as npt
 
 from modelpool.backends.constraint import TokenConstraint
 from modelpool.backends.llama_cpp.model import GgufModel
+from modelpool.backends.textgen import logprobs as logprobs_kit
 from modelpool.backends.textgen.channel import Channel
-from modelpool.backends.textgen.decoding import StopMatcher, Utf8Stream, may_end, tokens_to_generate
-from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
+from modelpool.backends.textgen.decoding import Utf8Stream, tokens_to_generate
+from modelpool.backends.textgen.logprobs import PieceOf, best, log_softmax
+from modelpool.backends.textgen.sequence import TextSequence
+from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob
 from modelpool.logs import current_request_id
 
 if TYPE_CHECKING:
@@ -28,131 +30,87 @@ PENALTY_WINDOW = 64
 """Tokens the repetition, presence and frequency penalties look back over (llama.cpp's default)."""
 
 
-@dataclass(eq=False)
 class _InEngine:
     """Where a sequence stands in the context."""
 
-    prompt: list[int]
-    order: int = field(default_factory=lambda: next(_arrival), init=False)
-    seq_id: int = field(default=-1, init=False)
-    position: int = field(default=0, init=False)
-    """The position of the next token to evaluate."""
-    evaluated: int = field(default=0, init=False)
-    """Prompt tokens already in the KV cache."""
-    history: list[int] = field(default_factory=list, init=False)
-    """Every token in this sequence's KV cells (-1 where an image is)."""
-    done: bool = field(default=False, init=False)
-    request_id: str = field(default_factory=current_request_id.get, init=False)
-    """The request this sequence serves (made in its context), for the log and its errors."""
+    def __init__(self, prompt: list[int]) -> None:
+        self.prompt = prompt
+        self.order = next(_arrival)
+        self.seq_id = -1
+        self.position = 0
+        """The position of the next token to evaluate."""
+        self.evaluated = 0
+        """Prompt tokens already in the KV cache."""
+        self.history: list[int] = []
+        """Every token in this sequence's KV cells (-1 where an image is)."""
+        self.done = False
+        self.request_id = current_request_id.get()
+        """The request this sequence serves (made in its context), for the log and its errors."""
 
 
-@dataclass(eq=False)
-class Job(_InEngine):
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_new: int = 0
-    channel: Channel[GenerationChunk] | None = None
-    constraint: TokenConstraint | None = None
-    """The grammar this sequence's output must follow (its own: free and constrained
-    sequences share the batch)."""
-    images: ImagePrompt | None = None
-    """A prompt with images: evaluated by libmtmd at admission instead of `prompt`."""
-    seed: int = 0
-    prompt_tokens: int = field(default=0, init=False)
-    next_token: int | None = field(default=None, init=False)
-    """Sampled, not yet in the KV cache: the next step evaluates it."""
-    sampler: Any = field(default=None, init=False)
-    generated: int = field(default=0, init=False)
-    _reported: int = field(default=0, init=False)
-    """Of `generated`, those a chunk has counted (`GenerationChunk.token_count`)."""
-    _model: GgufModel | None = field(default=None, init=False)
-    _logprobs: npt.NDArray[np.float64] | None = field(default=None, init=False)
-    _pending: list[TokenLogprob] = field(default_factory=list, init=False)
-    _utf8: Utf8Stream = field(default_factory=Utf8Stream, init=False)
-    _stops: StopMatcher = field(init=False)
+class GgufDetokenizer:
+    """A GGUF model's pieces as text, a character split across tokens held back."""
 
-    def __post_init__(self) -> None:
-        self._stops = StopMatcher(self.sampling.stop)
-        self.prompt_tokens = len(self.prompt)
+    def __init__(self, model: GgufModel) -> None:
+        self._piece = model.piece
+        self._utf8 = Utf8Stream()
 
-    @property
-    def abandoned(self) -> bool:
-        return self._channel.cancelled.is_set()
+    def add(self, token: int) -> str:
+        return self._utf8.feed(self._piece(token))
 
-    @property
-    def _channel(self) -> Channel[GenerationChunk]:
-        assert self.channel is not None
-        return self.channel
+    def flush(self) -> str:
+        return self._utf8.flush()
 
-    def channel_put(self, chunk: GenerationChunk) -> None:
-        self._channel.put(chunk)
 
-    def start(self, model: GgufModel, llama: Any) -> None:
+class Job(_InEngine, TextSequence):
+    """A generation: the kit's sequence, placed in the context, with its sampler chain."""
+
+    def __init__(
+        self,
+        prompt: list[int],
+        *,
+        model: GgufModel,
+        sampling: SamplingParams,
+        max_new: int,
+        channel: Channel[GenerationChunk],
+        constraint: TokenConstraint | None = None,
+        images: ImagePrompt | None = None,
+        seed: int = 0,
+    ) -> None:
+        _InEngine.__init__(self, prompt)
+        TextSequence.__init__(self, sampling=sampling, max_new=max_new, output=channel, detok=GgufDetokenizer(model),
+                              end_ids=model.eog_set, prompt_tokens=len(prompt), constraint=constraint)  # fmt: skip
+        self.images = images
+        """A prompt with images: evaluated by libmtmd at admission instead of `prompt`."""
+        self.seed = seed
+        self.next_token: int | None = None
+        """Sampled, not yet in the KV cache: the next step evaluates it."""
+        self.sampler: Any = None
+        self._model = model
+        self._logprobs: npt.NDArray[np.float64] | None = None
+
+    def start(self, llama: Any) -> None:
         """Admitted: a sampler chain of its own. A text prompt's first (empty) chunk says the
         request is running; a prompt with images sends it once its images fit."""
-        self._model = model
-        self.sampler = make_sampler(llama, self.sampling, model.n_vocab, self.seed)
+        self.sampler = make_sampler(llama, self.sampling, self._model.n_vocab, self.seed)
         if _penalised(self.sampling):
             # As llama-server does: the prompt's last tokens count for the penalties too.
             for token in self.prompt[-PENALTY_WINDOW:]:
                 llama.llama_sampler_accept(self.sampler, token)
         if self.images is None:
-            self._channel.put(GenerationChunk(prompt_tokens=self.prompt_tokens))
+            self.output.put(GenerationChunk(prompt_tokens=self.prompt_tokens))
 
     def room(self, n_ctx: int) -> int:
         return tokens_to_generate(self.prompt_tokens, self.sampling.max_tokens, n_ctx, "messages")
-
-    def may_end(self) -> bool:
-        return may_end(self.sampling, self.generated)
 
     def remember_logprobs(self, logits: npt.NDArray[np.float32]) -> None:
         """The model's own distribution, before this request's rules and sampling settings."""
         if self.sampling.logprobs is not None:
             self._logprobs = log_softmax(logits)
 
-    def accept(self, token: int) -> None:
-        model = self._model
-        assert model is not None
-        if token in model.eog_set:
-            self.finish("stop", hit_stop=False)
-            return
-        if self.constraint is not None:
-            self.constraint.advance(token)
-        self.generated += 1
-        piece = model.piece(token)
-        if self.sampling.logprobs is not None and self._logprobs is not None:
-            self._pending.append(token_logprob(model, token, piece, self._logprobs, self.sampling.logprobs))
-        text, hit_stop = self._stops.feed(self._utf8.feed(piece), armed=self.generated >= self.sampling.min_tokens)
-        if text or hit_stop:
-            self._channel.put(GenerationChunk(text, tuple(self._pending), token_count=self._unreported()))
-            self._pending = []
-        if hit_stop or (self.constraint is not None and self.constraint.complete):
-            self.finish("stop", hit_stop=hit_stop)
-        elif self.generated >= self.max_new:
-            self.finish("length", hit_stop=False)
-        else:
-            self.next_token = token
-
-    def finish(self, reason: str, *, hit_stop: bool) -> None:
-        tail = ""
-        if not hit_stop:  # release what was held back for a stop sequence that never came
-            tail, hit_stop = self._stops.feed(self._utf8.flush())
-            tail += "" if hit_stop else self._stops.flush()
-        usage = Usage(self.prompt_tokens, self.generated)
-        stop = self._stops.matched
-        self._channel.put(GenerationChunk(tail, tuple(self._pending), reason, usage, stop_sequence=stop,
-                                          token_count=self._unreported()))  # fmt: skip
-        self._channel.end()
-        self.done = True
-
-    def _unreported(self) -> int:
-        """The generated tokens no chunk has counted yet (the next chunk counts them)."""
-        count, self._reported = self.generated - self._reported, self.generated
-        return count
-
-    def fail(self, error: Exception) -> None:
-        if not self.done:
-            self._channel.end(error)
-        self.done = True
+    def logprob(self, token: int) -> TokenLogprob:
+        assert self._logprobs is not None
+        return token_logprob(self._model, token, self._model.piece(token), self._logprobs, self.sampling.logprobs or 0)
 
     def close(self, llama: Any) -> None:
         if self.sampler is not None:
@@ -160,19 +118,20 @@ class Job(_InEngine):
             self.sampler = None
 
 
-@dataclass(eq=False)
 class ScoringJob(_InEngine):
     """Log-probabilities of every prompt token given the ones before it."""
 
-    top_n: int = 0
-    future: Future[list[TokenLogprob]] = field(default_factory=Future)
-    scored: list[TokenLogprob] = field(default_factory=list)
+    def __init__(self, prompt: list[int], *, top_n: int = 0) -> None:
+        super().__init__(prompt)
+        self.top_n = top_n
+        self.future: Future[list[TokenLogprob]] = Future()
+        self.scored: list[TokenLogprob] = []
 
     @property
-    def abandoned(self) -> bool:
+    def cancelled(self) -> bool:
         return self.future.cancelled()
 
-    def start(self, model: GgufModel, llama: Any) -> None:
+    def start(self, model: GgufModel) -> None:
         self.scored = [first_token(model, self.prompt[0])]
 
     def finish(self) -> None:
@@ -180,7 +139,7 @@ class ScoringJob(_InEngine):
             self.future.set_result(self.scored)
         self.done = True
 
-    def fail(self, error: Exception) -> None:
+    def fail(self, error: BaseException) -> None:
         with contextlib.suppress(InvalidStateError):
             self.future.set_exception(error)
         self.done = True
@@ -218,21 +177,11 @@ def _penalised(sampling: SamplingParams) -> bool:
     return sampling.repetition_penalty != 1.0 or sampling.presence_penalty != 0.0 or sampling.frequency_penalty != 0.0
 
 
-def log_softmax(logits: npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.float64]:
-    shifted = logits.astype(np.float64) - float(np.max(logits))
-    result: npt.NDArray[np.float64] = shifted - np.log(np.exp(shifted).sum())
-    return result
-
-
 def token_logprob(
     model: GgufModel, token: int, piece: bytes, logprobs: npt.NDArray[np.float64], top_n: int, *, greedy: bool = True
 ) -> TokenLogprob:
-    top: tuple[TopLogprob, ...] = ()
-    if top_n:
-        best = np.argpartition(-logprobs, top_n)[:top_n]
-        best = best[np.argsort(-logprobs[best])]
-        top = tuple(_top(model, int(t), float(logprobs[t])) for t in best)
-    return TokenLogprob(_text(piece), float(logprobs[token]), tuple(piece), top, greedy=greedy, token_id=token)
+    top = best(logprobs, top_n)
+    return logprobs_kit.entry(token, float(logprobs[token]), piece, top, _special(model), greedy=greedy)
 
 
 def scored_token(model: GgufModel, token: int, logprobs: npt.NDArray[np.float64], top_n: int) -> TokenLogprob:
@@ -243,14 +192,9 @@ def scored_token(model: GgufModel, token: int, logprobs: npt.NDArray[np.float64]
 
 
 def first_token(model: GgufModel, token: int) -> TokenLogprob:
-    piece = model.piece(token, special=True)
-    return TokenLogprob(_text(piece), None, tuple(piece), token_id=token)
+    return logprobs_kit.entry(token, None, model.piece(token, special=True))
 
 
-def _top(model: GgufModel, token: int, logprob: float) -> TopLogprob:
-    piece = model.piece(token, special=True)  # show <|im_end|>, not ""
-    return TopLogprob(_text(piece), logprob, tuple(piece))
-
-
-def _text(piece: bytes) -> str:
-    return piece.decode("utf-8", errors="replace")
+def _special(model: GgufModel) -> PieceOf:
+    """Alternatives show control tokens (<|im_end|>), not ""."""
+    return lambda token: model.piece(token, special=True)

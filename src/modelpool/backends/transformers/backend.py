@@ -234,6 +234,8 @@ class TransformersBackend(DeclaredBackend):
             out=channel,
             generator=make_generator(sampling.seed, engine.device),
             detok=IncrementalDetokenizer(self._tokenizer, prompt),
+            tokenizer=self._tokenizer,
+            eos_ids=engine.eos_ids,
             constraint=constraint,
             vision=vision,
         )

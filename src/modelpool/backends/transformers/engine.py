@@ -14,91 +14,83 @@ is a prompt with images, in one piece (its image tokens must meet their pixels).
 from __future__ import annotations
 
 import inspect
-import logging
-import threading
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from modelpool.backends.constraint import TokenConstraint
-from modelpool.backends.textgen.decoding import StopMatcher, may_end
-from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
-from modelpool.backends.textgen.step_failure import generation_failed, sequence_failed
+from modelpool.backends.textgen.engine_loop import EngineLoop
+from modelpool.backends.textgen.logprobs import decoded, entry
+from modelpool.backends.textgen.sequence import Detokenizer, Output, TextSequence
+from modelpool.backends.textgen.step_failure import sequence_failed
 from modelpool.backends.transformers.sampling import choose_token
-from modelpool.errors import InvalidRequest, ModelUnloaded
-from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, TopLogprob, Usage
-from modelpool.logs import current_request_id
+from modelpool.errors import InvalidRequest
+from modelpool.inference import SamplingParams, TokenLogprob
 
-log = logging.getLogger("modelpool.backends")
 WORTH_SHARING = 64
 """Prompt tokens a shared prefix must save (its length times the other rows) to be run
 once in a forward of its own rather than in every row."""
 
 
-class Output(Protocol):
-    """Where a sequence's chunks go (a `Channel`), written on the engine thread."""
+class Sequence(TextSequence):
+    """The kit's sequence, with what the batch keeps of it: its token ids (penalties, the
+    next step's input), its random generator, its prefill state and its image inputs."""
 
-    @property
-    def cancelled(self) -> threading.Event:
-        """Set when the consumer has left: the sequence leaves the batch at the next step."""
-        ...
-
-    def put(self, item: GenerationChunk) -> None: ...
-
-    def end(self, error: BaseException | None = None) -> None: ...
-
-
-@dataclass(eq=False)
-class Sequence:
-    prompt: list[int]
-    params: SamplingParams
-    max_new: int
-    out: Output
-    """Gets each GenerationChunk, then `end()` (or `end(error)`)."""
-    generator: torch.Generator
-    detok: IncrementalDetokenizer
-    constraint: TokenConstraint | None = None
-    """The grammar this sequence's output must follow (its own, so free and constrained
-    sequences share the batch)."""
-    vision: dict[str, Any] | None = None
-    """A vision model's image inputs (pixel_values, ...) for the prompt: it is prefilled in
-    one piece with them, then decodes in the batch like any other sequence."""
-    position_offset: int = 0
-    """Added to the positions of this sequence's generated tokens. Qwen2-VL gives an image
-    fewer rotary positions than tokens (M-RoPE); the model reports the difference when it
-    prefills the prompt, and decoding must go on from there."""
-    generated: list[int] = field(default_factory=list)
-    prefilled: int = 0
-    cache: Any = None
-    done: bool = False
-    stops: StopMatcher = field(init=False)
-    pending: list[TokenLogprob] = field(default_factory=list)
-    reported: int = 0
-    """Generated tokens already accounted for by a chunk (`GenerationChunk.token_count`)."""
-    request_id: str = field(default_factory=current_request_id.get)
-    """The request this sequence serves (made in its context), for the log and its errors."""
-
-    def __post_init__(self) -> None:
-        self.stops = StopMatcher(self.params.stop)
-
-    def unreported(self) -> int:
-        """The generated tokens no chunk has counted yet (the next chunk counts them)."""
-        count, self.reported = len(self.generated) - self.reported, len(self.generated)
-        return count
+    def __init__(
+        self,
+        *,
+        prompt: list[int],
+        params: SamplingParams,
+        max_new: int,
+        out: Output,
+        generator: torch.Generator,
+        detok: Detokenizer,
+        tokenizer: Any,
+        eos_ids: set[int],
+        constraint: TokenConstraint | None = None,
+        vision: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(sampling=params, max_new=max_new, output=out, detok=detok, end_ids=eos_ids,
+                         prompt_tokens=len(prompt), constraint=constraint)  # fmt: skip
+        self.prompt = prompt
+        self.generator = generator
+        self.tokenizer = tokenizer
+        self.vision = vision
+        """A vision model's image inputs (pixel_values, ...) for the prompt: it is prefilled
+        in one piece with them, then decodes in the batch like any other sequence."""
+        self.position_offset = 0
+        """Added to the positions of this sequence's generated tokens. Qwen2-VL gives an
+        image fewer rotary positions than tokens (M-RoPE); the model reports the difference
+        when it prefills the prompt, and decoding must go on from there."""
+        self.tokens: list[int] = []
+        """The generated token ids."""
+        self.prefilled = 0
+        self.cache: Any = None
+        self.logits: torch.Tensor | None = None
+        """The row of logits the token being accepted was chosen from (for its logprob)."""
 
     @property
     def length(self) -> int:
-        return len(self.prompt) + len(self.generated)
+        return len(self.prompt) + len(self.tokens)
 
-    @property
-    def cancelled(self) -> bool:
-        return self.out.cancelled.is_set()
+    def accept(self, token: int) -> bool:
+        if token not in self.end_ids:
+            self.tokens.append(token)
+        return super().accept(token)
+
+    def logprob(self, token: int) -> TokenLogprob:
+        assert self.logits is not None
+        logprobs = torch.log_softmax(self.logits.float(), dim=-1)
+        top: list[tuple[int, float]] = []
+        if top_n := self.sampling.logprobs or 0:
+            values, indices = torch.topk(logprobs, top_n)
+            top = [(int(i), float(v)) for v, i in zip(values, indices, strict=True)]
+        spell = decoded(self.tokenizer)
+        return entry(token, float(logprobs[token]), spell(token), top, spell)
 
 
 @dataclass(frozen=True)
@@ -117,8 +109,11 @@ def cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-class ContinuousBatcher:
+class ContinuousBatcher(EngineLoop[Sequence]):
+    engine_name = "a transformers"
+
     def __init__(self, model: Any, tokenizer: Any, eos_ids: set[int], limits: BatchLimits, name: str) -> None:
+        super().__init__(f"batcher-{name}")
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
@@ -132,74 +127,39 @@ class ContinuousBatcher:
         """Forward passes over prompts (a group, a shared prefix, a chunk of a long prompt)."""
         self.largest_prefill = 0
         """Most prompts whose last tokens went through one forward together."""
-        self._cond = threading.Condition()
-        self._incoming: deque[Sequence] = deque()
-        self._jobs: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
-        self._stopping = False
         self._prefilling: list[Sequence] = []
         self._active: list[Sequence] = []
         self._cache: Any = None
         self._mask: torch.Tensor | None = None
         self._next_pos: torch.Tensor | None = None
-        self._thread = threading.Thread(target=self._run, name=f"batcher-{name}", daemon=True)
-        self._thread.start()
+        self.start_thread()
 
     # ----- from other threads --------------------------------------------------------
 
     @property
     def in_flight(self) -> int:
         """Sequences in the batch or waiting for their prefill (a snapshot)."""
-        return len(self._active) + len(self._prefilling) + len(self._incoming)
-
-    def submit(self, sequence: Sequence) -> None:
-        with self._cond:
-            self._incoming.append(sequence)
-            self._cond.notify()
-
-    def call(self, fn: Callable[[], Any]) -> Future[Any]:
-        """Run `fn` on the engine thread between two steps (scoring, warmup)."""
-        future: Future[Any] = Future()
-        with self._cond:
-            self._jobs.append((fn, future))
-            self._cond.notify()
-        return future
+        return len(self._active) + len(self._prefilling) + self.submitted
 
     def close(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        self._thread.join()
+        self.stop_thread()
 
     # ----- the engine thread ---------------------------------------------------------
 
-    def _run(self) -> None:
-        with torch.inference_mode():
-            while True:
-                with self._cond:
-                    while not (self._stopping or self._incoming or self._jobs or self._active or self._prefilling):
-                        self._cond.wait()
-                    if self._stopping:
-                        break
-                    self._prefilling.extend(self._incoming)
-                    self._incoming.clear()
-                    jobs = list(self._jobs)
-                    self._jobs.clear()
-                for fn, future in jobs:
-                    _run_job(fn, future)
-                self._step()
-        self._fail_all(lambda _: ModelUnloaded("the model was unloaded while this request ran"))
-        for _, future in self._jobs:
-            future.set_exception(ModelUnloaded("the model was unloaded"))
+    def thread_context(self) -> Any:
+        return torch.inference_mode()
 
-    def _step(self) -> None:
-        try:
-            self._drop_cancelled()
-            self._drop_bad_prompts()
-            self._prefill()
-            self._decode()
-        except Exception as exc:  # the batch's forward: which sequence caused it cannot be told
-            log.error("a transformers step failed: %r", exc, exc_info=exc)
-            self._fail_all(lambda seq: generation_failed(seq.request_id))
+    def intake(self, arrived: list[Sequence]) -> None:
+        self._prefilling.extend(arrived)
+
+    def busy(self) -> bool:
+        return bool(self._active or self._prefilling)
+
+    def step(self) -> None:
+        self._drop_cancelled()
+        self._drop_bad_prompts()
+        self._prefill()
+        self._decode()
 
     def _prefill(self) -> None:
         """Up to `prefill_chunk` prompt tokens between two decode steps: the waiting prompts
@@ -282,8 +242,7 @@ class ContinuousBatcher:
             return self._prefill_piece(seq, budget)
         except ValueError as exc:  # this prompt's own problem (image tokens that do not fit its pixels)
             self._prefilling.remove(seq)
-            seq.done = True
-            seq.out.end(InvalidRequest(f"the model refused this prompt: {exc}", param="messages"))
+            seq.fail(InvalidRequest(f"the model refused this prompt: {exc}", param="messages"))
             return 0
         except Exception as exc:
             if seq not in self._prefilling:
@@ -334,7 +293,7 @@ class ContinuousBatcher:
             return
         assert self._mask is not None and self._next_pos is not None
         rows = len(self._active)
-        ids = torch.tensor([[s.generated[-1]] for s in self._active], device=self.device)
+        ids = torch.tensor([[s.tokens[-1]] for s in self._active], device=self.device)
         mask = torch.cat([self._mask, torch.ones(rows, 1, dtype=torch.long, device=self.device)], dim=1)
         out = self.model(
             input_ids=ids,
@@ -407,9 +366,8 @@ class ContinuousBatcher:
             bad = next((t for t in seq.prompt if not 0 <= t < vocabulary), None)
             if bad is not None:
                 self._prefilling.remove(seq)
-                seq.done = True
-                seq.out.end(InvalidRequest(f"token id {bad} is outside the vocabulary (0..{vocabulary - 1})",
-                                           param="prompt"))  # fmt: skip
+                seq.fail(InvalidRequest(f"token id {bad} is outside the vocabulary (0..{vocabulary - 1})",
+                                        param="prompt"))  # fmt: skip
 
     @cached_property
     def _vocabulary_size(self) -> int:
@@ -419,14 +377,12 @@ class ContinuousBatcher:
         """Prompts whose own prefill failed (before they joined the batch) fail alone."""
         for seq in seqs:
             self._prefilling.remove(seq)
-            seq.done = True
-            seq.out.end(sequence_failed(seq.request_id, error, what="a transformers prefill"))
+            seq.fail(sequence_failed(seq.request_id, error, what="a transformers prefill"))
 
-    def _fail_all(self, error_for: Callable[[Sequence], Exception]) -> None:
+    def fail_all(self, error_for: Callable[[Sequence], BaseException]) -> None:
         for seq in [*self._active, *self._prefilling]:
             if not seq.done:
-                seq.done = True
-                seq.out.end(error_for(seq))
+                seq.fail(error_for(seq))
         self._active, self._prefilling = [], []
         self._cache, self._mask, self._next_pos = None, None, None
 
@@ -438,70 +394,23 @@ class ContinuousBatcher:
         try:
             self._accept_token(seq, logits)
         except Exception as exc:
-            seq.done = True
-            seq.out.end(sequence_failed(seq.request_id, exc, what="a transformers sequence's step"))
+            seq.fail(sequence_failed(seq.request_id, exc, what="a transformers sequence's step"))
 
     def _accept_token(self, seq: Sequence, logits: torch.Tensor) -> None:
         if seq.cancelled:
             seq.done = True
             return
-        seen = torch.tensor(seq.prompt + seq.generated, device=self.device)
-        generated = torch.tensor(seq.generated, dtype=torch.long, device=self.device)
+        seen = torch.tensor(seq.prompt + seq.tokens, device=self.device)
+        generated = torch.tensor(seq.tokens, dtype=torch.long, device=self.device)
         allowed, banned = None, None
         if seq.constraint is not None:  # the grammar decides when the output may end
             allowed = torch.from_numpy(seq.constraint.allowed()).to(self.device)
-        elif not may_end(seq.params, len(seq.generated)):
+        elif not seq.may_end():
             banned = self._eos_tensor
-        token = choose_token(logits, seq.params, seen, generated, seq.generator, banned=banned, allowed=allowed)
-        if token in self.eos_ids:
-            self._finish(seq, "stop", hit_stop=False)
-            return
-        if seq.constraint is not None:
-            seq.constraint.advance(token)
-        seq.generated.append(token)
-        if seq.params.logprobs is not None:
-            seq.pending.append(self._logprob(logits, token, seq.params.logprobs))
-        text, hit_stop = seq.stops.feed(seq.detok.add(token), armed=len(seq.generated) >= seq.params.min_tokens)
-        if text or hit_stop:
-            seq.out.put(GenerationChunk(text, tuple(seq.pending), token_count=seq.unreported()))
-            seq.pending = []
-        if hit_stop:
-            self._finish(seq, "stop", hit_stop=True)
-        elif seq.constraint is not None and seq.constraint.complete:
-            self._finish(seq, "stop", hit_stop=False)
-        elif len(seq.generated) >= seq.max_new:
-            self._finish(seq, "length", hit_stop=False)
-
-    def _finish(self, seq: Sequence, reason: str, *, hit_stop: bool) -> None:
-        tail = ""
-        if not hit_stop:
-            tail, hit = seq.stops.feed(seq.detok.flush())
-            tail += "" if hit else seq.stops.flush()
-        usage = Usage(len(seq.prompt), len(seq.generated))
-        seq.out.put(GenerationChunk(tail, tuple(seq.pending), reason, usage, stop_sequence=seq.stops.matched,
-                                    token_count=seq.unreported()))  # fmt: skip
-        seq.out.end()
-        seq.done = True
-
-    def _logprob(self, logits: torch.Tensor, token: int, top_n: int) -> TokenLogprob:
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        top: tuple[TopLogprob, ...] = ()
-        if top_n:
-            values, indices = torch.topk(logprobs, top_n)
-            top = tuple(self._top(int(i), float(v)) for v, i in zip(values, indices, strict=True))
-        text = self.tokenizer.decode([token])
-        return TokenLogprob(text, float(logprobs[token]), tuple(text.encode()), top, token_id=token)
-
-    def _top(self, token: int, logprob: float) -> TopLogprob:
-        text = self.tokenizer.decode([token])
-        return TopLogprob(text, logprob, tuple(text.encode()))
-
-
-def _run_job(fn: Callable[[], Any], future: Future[Any]) -> None:
-    try:
-        future.set_result(fn())
-    except BaseException as exc:
-        future.set_exception(exc)
+        token = choose_token(logits, seq.sampling, seen, generated, seq.generator, banned=banned, allowed=allowed)
+        seq.logits = logits
+        seq.accept(token)
+        seq.logits = None
 
 
 def _shared_prefix(prompts: list[list[int]]) -> int:

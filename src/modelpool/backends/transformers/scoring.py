@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from modelpool.inference import TokenLogprob, TopLogprob
+from modelpool.backends.textgen.logprobs import decoded, entry
+from modelpool.inference import TokenLogprob
 
 
 def score_tokens(model: Any, tokenizer: Any, tokens: list[int], top_n: int) -> list[TokenLogprob]:
@@ -14,26 +15,15 @@ def score_tokens(model: Any, tokenizer: Any, tokens: list[int], top_n: int) -> l
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([tokens], device=device)).logits[0].float()
     logprobs = torch.log_softmax(logits, dim=-1)
-    scored = [_entry(tokenizer, tokens[0], None, ())]
+    spell = decoded(tokenizer)
+    scored = [entry(tokens[0], None, spell(tokens[0]))]
     for position in range(1, len(tokens)):
         row = logprobs[position - 1]
         token = tokens[position]
-        top: tuple[TopLogprob, ...] = ()
+        top: list[tuple[int, float]] = []
         if top_n:
             values, indices = torch.topk(row, top_n)
-            top = tuple(_top(tokenizer, int(i), float(v)) for v, i in zip(values, indices, strict=True))
+            top = [(int(i), float(v)) for v, i in zip(values, indices, strict=True)]
         greedy = int(torch.argmax(logits[position - 1])) == token
-        scored.append(_entry(tokenizer, token, float(row[token]), top, greedy))
+        scored.append(entry(token, float(row[token]), spell(token), top, spell, greedy=greedy))
     return scored
-
-
-def _entry(
-    tokenizer: Any, token: int, logprob: float | None, top: tuple[TopLogprob, ...], greedy: bool = True
-) -> TokenLogprob:
-    text = tokenizer.decode([token])
-    return TokenLogprob(text, logprob, tuple(text.encode()), top, greedy=greedy, token_id=token)
-
-
-def _top(tokenizer: Any, token: int, logprob: float) -> TopLogprob:
-    text = tokenizer.decode([token])
-    return TopLogprob(text, logprob, tuple(text.encode()))
