@@ -25,9 +25,10 @@ from modelpool.backends.textgen.pipeline import chat_output
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.torch_device import estimate_on, pick_device
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
-from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher, Sequence
+from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
+from modelpool.backends.transformers.sequence import Sequence
 from modelpool.backends.transformers.vision import load_vision_model, render_with_images
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig

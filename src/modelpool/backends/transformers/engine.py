@@ -22,75 +22,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from modelpool.backends.constraint import TokenConstraint
 from modelpool.backends.textgen.engine_loop import EngineLoop
-from modelpool.backends.textgen.logprobs import decoded, entry
-from modelpool.backends.textgen.sequence import Detokenizer, Output, TextSequence
 from modelpool.backends.textgen.step_failure import sequence_failed
 from modelpool.backends.transformers.sampling import choose_token
+from modelpool.backends.transformers.sequence import Sequence
 from modelpool.errors import InvalidRequest
-from modelpool.inference import SamplingParams, TokenLogprob
 
 WORTH_SHARING = 64
 """Prompt tokens a shared prefix must save (its length times the other rows) to be run
 once in a forward of its own rather than in every row."""
-
-
-class Sequence(TextSequence):
-    """The kit's sequence, with what the batch keeps of it: its token ids (penalties, the
-    next step's input), its random generator, its prefill state and its image inputs."""
-
-    def __init__(
-        self,
-        *,
-        prompt: list[int],
-        params: SamplingParams,
-        max_new: int,
-        out: Output,
-        generator: torch.Generator,
-        detok: Detokenizer,
-        tokenizer: Any,
-        eos_ids: set[int],
-        constraint: TokenConstraint | None = None,
-        vision: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(sampling=params, max_new=max_new, output=out, detok=detok, end_ids=eos_ids,
-                         prompt_tokens=len(prompt), constraint=constraint)  # fmt: skip
-        self.prompt = prompt
-        self.generator = generator
-        self.tokenizer = tokenizer
-        self.vision = vision
-        """A vision model's image inputs (pixel_values, ...) for the prompt: it is prefilled
-        in one piece with them, then decodes in the batch like any other sequence."""
-        self.position_offset = 0
-        """Added to the positions of this sequence's generated tokens. Qwen2-VL gives an
-        image fewer rotary positions than tokens (M-RoPE); the model reports the difference
-        when it prefills the prompt, and decoding must go on from there."""
-        self.tokens: list[int] = []
-        """The generated token ids."""
-        self.prefilled = 0
-        self.cache: Any = None
-        self.logits: torch.Tensor | None = None
-        """The row of logits the token being accepted was chosen from (for its logprob)."""
-
-    @property
-    def length(self) -> int:
-        return len(self.prompt) + len(self.tokens)
-
-    def accept(self, token: int) -> bool:
-        if token not in self.end_ids:
-            self.tokens.append(token)
-        return super().accept(token)
-
-    def logprob(self, token: int) -> TokenLogprob:
-        assert self.logits is not None
-        logprobs = torch.log_softmax(self.logits.float(), dim=-1)
-        top: list[tuple[int, float]] = []
-        if top_n := self.sampling.logprobs or 0:
-            values, indices = torch.topk(logprobs, top_n)
-            top = [(int(i), float(v)) for v, i in zip(values, indices, strict=True)]
-        spell = decoded(self.tokenizer)
-        return entry(token, float(logprobs[token]), spell(token), top, spell)
 
 
 @dataclass(frozen=True)
