@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from modelpool.backends.textgen.logprobs import decoded, entry
+from modelpool.backends.transformers.sequence import best_of
 from modelpool.inference import TokenLogprob
 
 
@@ -20,10 +21,6 @@ def score_tokens(model: Any, tokenizer: Any, tokens: list[int], top_n: int) -> l
     for position in range(1, len(tokens)):
         row = logprobs[position - 1]
         token = tokens[position]
-        top: list[tuple[int, float]] = []
-        if top_n:
-            values, indices = torch.topk(row, top_n)
-            top = [(int(i), float(v)) for v, i in zip(values, indices, strict=True)]
         greedy = int(torch.argmax(logits[position - 1])) == token
-        scored.append(entry(token, float(row[token]), spell(token), top, spell, greedy=greedy))
+        scored.append(entry(token, float(row[token]), spell(token), best_of(row, top_n), spell, greedy=greedy))
     return scored

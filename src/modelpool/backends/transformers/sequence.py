@@ -63,9 +63,13 @@ class Sequence(TextSequence):
     def logprob(self, token: int) -> TokenLogprob:
         assert self.logits is not None
         logprobs = torch.log_softmax(self.logits.float(), dim=-1)
-        top: list[tuple[int, float]] = []
-        if top_n := self.sampling.logprobs or 0:
-            values, indices = torch.topk(logprobs, top_n)
-            top = [(int(i), float(v)) for v, i in zip(values, indices, strict=True)]
         spell = decoded(self.tokenizer)
-        return entry(token, float(logprobs[token]), spell(token), top, spell)
+        return entry(token, float(logprobs[token]), spell(token), best_of(logprobs, self.sampling.logprobs or 0), spell)
+
+
+def best_of(logprobs: torch.Tensor, top_n: int) -> list[tuple[int, float]]:
+    """The `top_n` most likely (token id, log-probability) of a row, best first (torch's top-k)."""
+    if not top_n:
+        return []
+    values, indices = torch.topk(logprobs, top_n)
+    return [(int(i), float(v)) for v, i in zip(values, indices, strict=True)]
