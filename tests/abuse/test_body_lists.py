@@ -13,9 +13,9 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
-from modelpool.api.schemas.common import MAX_CONTENT_PARTS, MAX_MESSAGES
 from modelpool.config import load_config
 from modelpool.server.app import create_app
+from modelpool.wire.common import MAX_CONTENT_PARTS, MAX_MESSAGES
 
 TOO_MANY = 300_000
 LOOP_HELD_AT_MOST_S = 0.6

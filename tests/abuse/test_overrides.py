@@ -15,11 +15,11 @@ import openai
 import psutil
 import pytest
 
-from modelpool.api.schemas.common import RESERVED_TEMPLATE_KWARGS
 from modelpool.backends.managed.engine_flags import LLAMA_CPP_PYTHON, LLAMA_SERVER, VLLM, FlagPolicy
 from modelpool.backends.managed.llama_server import LlamaServerOptions
 from modelpool.config import load_config
 from modelpool.server.auth import KeyRing
+from modelpool.wire.common import RESERVED_TEMPLATE_KWARGS
 from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
 from tests.polling import until

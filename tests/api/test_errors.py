@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from modelpool.api.errors import param_from_loc, render_error, validation_message
+from modelpool.api.errors import render_error
 from modelpool.errors import ContextLengthExceeded, ModelLoadFailed, ModelNotFound, ModelNotReady
+from modelpool.wire.openai.errors import param_from_loc, validation_message
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 from starlette.types import Message
 
-from modelpool.api.sse import DEFAULT_SEND_TIMEOUT_S, EventStreamResponse, send_timeout, sse
+from modelpool.api.sse import DEFAULT_SEND_TIMEOUT_S, EventStreamResponse, send_timeout
+from modelpool.wire.sse import sse
 
 
 def scope_with(timeout_s: float | None) -> dict[str, object]:

@@ -17,7 +17,6 @@ from fastapi import FastAPI
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from modelpool.api.realtime_wire import MAX_APPEND_CHARS, MAX_EVENT_CHARS
 from modelpool.client import make_stt, sync
 from modelpool.client.config import parse_models_config
 from modelpool.client.errors import AuthenticationError
@@ -25,6 +24,7 @@ from modelpool.client.live import LiveDelta, LiveResult, LiveUtterance
 from modelpool.config import load_config
 from modelpool.server.app import create_app
 from modelpool.server.auth import KeyRing
+from modelpool.wire.openai.realtime import MAX_APPEND_CHARS, MAX_EVENT_CHARS
 from tests.conftest import STT_MODEL, TTS_MODEL
 from tests.e2e.realtime_audio import CHUNK_S, chunks_of, silence, speech_at
 from tests.live_server import live_server

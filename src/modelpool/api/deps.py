@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -36,19 +34,6 @@ def metrics_field(request: Request, asked: bool, timing: RequestTiming) -> dict[
 def note_model(request: Request, model: str) -> None:
     """Label this request's metrics and access-log line with the model it asked for."""
     request.state.model_id = model
-
-
-@dataclass(frozen=True)
-class ResponseMeta:
-    """id/created/model of one response, shared by all its stream chunks."""
-
-    id: str
-    model: str
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    @classmethod
-    def new(cls, prefix: str, model: str) -> ResponseMeta:
-        return cls(id=f"{prefix}-{secrets.token_hex(12)}", model=model)
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:

@@ -1,12 +1,12 @@
-"""Server-sent events: encoding, the error-then-[DONE] rule, and a response that always
-gives its model turn back, even when the client leaves before the first byte or stops
-reading: a send the client does not take within `server.stream_send_timeout_s` cuts the
-stream (the connection closes), so a reader that stalls cannot hold a turn."""
+"""Server-sent event streams: the error-then-[DONE] rule (the events themselves are
+`wire.sse`'s), and a response that always gives its model turn back, even when the client
+leaves before the first byte or stops reading: a send the client does not take within
+`server.stream_send_timeout_s` cuts the stream (the connection closes), so a reader that
+stalls cannot hold a turn."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -14,24 +14,13 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from modelpool.api.errors import error_payload, internal_error_body
 from modelpool.errors import ModelpoolError
 from modelpool.logs import current_request_id
+from modelpool.wire.openai.errors import error_payload, internal_error_body
+from modelpool.wire.sse import chat_error_events
 
 log = logging.getLogger("modelpool.api")
-DONE = b"data: [DONE]\n\n"
-
-
-def sse(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-
-
 ErrorEvents = Callable[[dict[str, Any]], list[bytes]]
-
-
-def chat_error_events(payload: dict[str, Any]) -> list[bytes]:
-    """Chat and completions streams: the error envelope as an event, then [DONE]."""
-    return [sse(payload), DONE]
 
 
 async def with_error_event(events: AsyncIterator[bytes], on_error: ErrorEvents) -> AsyncIterator[bytes]:

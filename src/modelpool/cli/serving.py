@@ -11,7 +11,6 @@ import typer
 import uvicorn
 from fastapi import FastAPI
 
-from modelpool.api.realtime_wire import MAX_EVENT_CHARS
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError, ModelpoolError
 from modelpool.logs import configure_logging
@@ -20,6 +19,7 @@ from modelpool.runtime.pool import ModelPool
 from modelpool.server.app import create_app
 from modelpool.server.auth import KeyRing
 from modelpool.server.http_protocol import bounded_protocol, default_max_connections
+from modelpool.wire.openai.realtime import MAX_EVENT_CHARS
 
 log = logging.getLogger("modelpool")
 

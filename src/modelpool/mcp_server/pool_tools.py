@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import AudioContent, CallToolResult
 from pydantic import BaseModel, Field
 
-from modelpool.api.routes.models import model_json
-from modelpool.api.schemas.chat import ChatCompletionBody
-from modelpool.api.schemas.embeddings import EmbeddingsBody
-from modelpool.api.schemas.rerank import RerankBody
-from modelpool.api.schemas.speech import AudioFormat, SpeechBody
 from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
 from modelpool.config.schema import ServerConfig
 from modelpool.errors import InvalidRequest, RequestTooLarge
@@ -31,6 +27,11 @@ from modelpool.runtime.call import CallOptions
 from modelpool.runtime.generation import collect
 from modelpool.runtime.pool import SpeechAudio
 from modelpool.runtime.pool_api import PoolApi
+from modelpool.wire.openai.chat import ChatCompletionBody
+from modelpool.wire.openai.embeddings import EmbeddingsBody
+from modelpool.wire.openai.models import model_json
+from modelpool.wire.openai.rerank import RerankBody
+from modelpool.wire.openai.speech import AudioFormat, SpeechBody
 
 Model = Annotated[str, Field(description="A model id or alias (see list_models)")]
 AllowRemote = Annotated[bool, Field(description="Accept a remote upstream serving this model")]
@@ -104,10 +105,22 @@ class ModelList(BaseModel):
 
 
 def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore, config: ServerConfig) -> None:
+    # The tools take no keep_alive, so their callers have nothing to shorten: call_options().
+    tools = (_list_models_tool(pool), _chat_tool(pool), _embed_tool(pool), _rerank_tool(pool),
+             _transcribe_tool(pool, store, config), _speak_tool(pool))  # fmt: skip
+    for tool in tools:
+        server.add_tool(tool)
+
+
+def _list_models_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
     async def list_models() -> ModelList:
         """Every model this server serves, with its state, tasks and capabilities."""
         return ModelList(models=[model_json(status) for status in pool.statuses()])
 
+    return list_models
+
+
+def _chat_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
     async def chat(
         model: Model,
         messages: Annotated[list[ChatTurn], Field(min_length=1)],
@@ -132,6 +145,10 @@ def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore
         return ChatReply(model=stream.model_id, text=generation.text, reasoning=generation.reasoning,
                          finish_reason=generation.finish_reason, usage=usage)  # fmt: skip
 
+    return chat
+
+
+def _embed_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
     async def embed(
         model: Model, input: Annotated[list[str], Field(min_length=1)], allow_remote: AllowRemote = False
     ) -> Embeddings:
@@ -142,6 +159,10 @@ def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore
         return Embeddings(model=pool.model_id(model), dimensions=result.vectors.shape[1], embeddings=vectors,
                           prompt_tokens=result.prompt_tokens)  # fmt: skip
 
+    return embed
+
+
+def _rerank_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
     async def rerank(
         model: Model,
         query: str,
@@ -158,6 +179,10 @@ def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore
         results = [Ranked(index=i, relevance_score=scores.scores[i], document=documents[i]) for i in ranked]
         return Reranking(model=pool.model_id(model), results=results[:top_n] if top_n else results)
 
+    return rerank
+
+
+def _transcribe_tool(pool: PoolApi, store: TranscriptStore, config: ServerConfig) -> Callable[..., Awaitable[Any]]:
     async def transcribe(
         model: Model,
         ctx: Context[Any, Any],
@@ -191,6 +216,10 @@ def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore
             stored_under=transcript_source,
         )
 
+    return transcribe
+
+
+def _speak_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
     async def speak(
         model: Model,
         text: Annotated[str, Field(min_length=1, pattern=r"\S")],
@@ -213,8 +242,7 @@ def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore
         content = AudioContent(data=base64.b64encode(data).decode("ascii"), mime_type=MEDIA_TYPES[format])
         return CallToolResult(content=[content], structured_content=about)
 
-    for tool in (list_models, chat, embed, rerank, transcribe, speak):
-        server.add_tool(tool)
+    return speak
 
 
 async def _encoded(audio: SpeechAudio, response_format: str) -> tuple[bytes, int]:

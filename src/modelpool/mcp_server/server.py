@@ -29,11 +29,12 @@ from pydantic import ValidationError
 from starlette.routing import Route
 
 from modelpool import __version__
-from modelpool.api.errors import MCP_PATH, validation_message
 from modelpool.config.schema import Config
 from modelpool.errors import ModelpoolError
 from modelpool.mcp_server.pool_tools import add_pool_tools
 from modelpool.mcp_server.transcript_tools import add_transcript_tools
+from modelpool.wire.errors import MCP_PATH
+from modelpool.wire.openai.errors import validation_message
 
 _CALLER_ERRORS = frozenset({400, 403, 404, 413})
 """Statuses that mean the request was wrong (as opposed to: the server could not do it now)."""

@@ -10,8 +10,8 @@ from typing import Any
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.types import Scope, Send
 
-from modelpool.api.errors import error_payload
 from modelpool.errors import ModelpoolError
+from modelpool.wire.openai.errors import error_payload
 
 
 async def send_json(send: Send, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> None:

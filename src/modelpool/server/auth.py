@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from modelpool.api.errors import error_payload, shaped_error
 from modelpool.config.environment import secret
 from modelpool.config.schema import AuthConfig
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import AuthenticationFailed, ConfigError, ModelpoolError, PermissionDenied
 from modelpool.owner import ANONYMOUS, Owner, acting_for
 from modelpool.server.asgi import refuse_websocket, send_json
+from modelpool.wire.errors import shaped_error
+from modelpool.wire.openai.errors import error_payload
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ from urllib.parse import SplitResult, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from modelpool.api.errors import error_payload, shaped_error
 from modelpool.config.schema import ServerConfig
 from modelpool.errors import HostNotAllowed, ModelpoolError, OriginNotAllowed
 from modelpool.server.asgi import refuse_websocket, send_json
+from modelpool.wire.errors import shaped_error
+from modelpool.wire.openai.errors import error_payload
 
 log = logging.getLogger("modelpool.api")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

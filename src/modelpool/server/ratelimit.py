@@ -28,7 +28,6 @@ from fastapi import FastAPI
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from modelpool.api.errors import error_payload, shaped_error
 from modelpool.config.schema import AuthConfig
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import RateLimited
@@ -37,6 +36,8 @@ from modelpool.runtime.ratelimit import Caller, LimitState, RateLimiter, duratio
 from modelpool.runtime.usage import RequestUsage, UsageLedger, current_usage
 from modelpool.server.asgi import TEMPLATED_ROUTES, send_json
 from modelpool.server.auth import needed_scope
+from modelpool.wire.errors import shaped_error
+from modelpool.wire.openai.errors import error_payload
 
 _STARTS = ("http.response.start", "websocket.accept")
 REFUSED_LIMIT = "rate_limited"

@@ -4,15 +4,13 @@ Every view is a runtime status snapshot, rendered here."""
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of
-from modelpool.api.schemas.admin import LoadBody, UnloadBody
 from modelpool.api.usage import usage_json
-from modelpool.runtime.status import ModelStatus
+from modelpool.wire.admin import LoadBody, UnloadBody, admin_model_json
 
 router = APIRouter(prefix="/v1/admin")
 
@@ -71,14 +69,3 @@ async def gpu_memory(request: Request) -> JSONResponse:
     """The GPU part of /memory, under the name llm-pool's clients use."""
     gpus = [asdict(gpu) for gpu in pool_of(request).memory().gpus]
     return JSONResponse({"object": "list", "gpus": gpus, "available": bool(gpus)})
-
-
-def admin_model_json(status: ModelStatus) -> dict[str, Any]:
-    capabilities = status.capabilities
-    view = {key: value for key, value in asdict(status).items() if key not in ("capabilities", "created")}
-    return {
-        **view,
-        "tasks": sorted(task.value for task in capabilities.tasks),
-        "remote": capabilities.remote,
-        "capabilities": capabilities.as_json(),
-    }

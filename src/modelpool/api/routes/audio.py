@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
-import numpy as np
-import numpy.typing as npt
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
-from modelpool.api.schemas.speech import SpeechBody
-from modelpool.api.sse import ClosingStreamingResponse, EventStreamResponse, sse
+from modelpool.api.sse import ClosingStreamingResponse, EventStreamResponse
 from modelpool.api.transcripts import StoreTarget, subtitles, transcript_text, verbose_json
 from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
 from modelpool.errors import InvalidRequest
@@ -21,6 +16,7 @@ from modelpool.inference import Segment, TranscriptionRequest
 from modelpool.owner import owner_of
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.lease import ResultStream
+from modelpool.wire.openai.speech import SpeechBody, encoded_speech, speech_events, transcript_events
 
 router = APIRouter()
 ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
@@ -90,7 +86,8 @@ async def _transcribe(
     transcription = await unless_disconnected(request, pool.transcribe(model, await file.read(), job, options))
     segments = transcription.segments
     if stream:
-        return EventStreamResponse(_transcript_events(segments, store), on_close=segments.aclose)
+        events = transcript_events(segments, None if store is None else store.append)
+        return EventStreamResponse(events, on_close=segments.aclose)
     async with segments:
         collected = await unless_disconnected(request, _collect(segments))
     if store is not None:
@@ -111,16 +108,6 @@ async def _collect(segments: ResultStream[Segment]) -> list[Segment]:
     return [segment async for segment in segments]
 
 
-async def _transcript_events(segments: ResultStream[Segment], store: StoreTarget | None) -> AsyncIterator[bytes]:
-    done: list[Segment] = []
-    async for segment in segments:
-        done.append(segment)
-        yield sse({"type": "transcript.text.delta", "delta": segment.text})
-    if store is not None:
-        await store.append(done)  # before `done`: a client that saw it can query the store
-    yield sse({"type": "transcript.text.done", "text": "".join(segment.text for segment in done).strip()})
-
-
 @router.post("/v1/audio/speech", response_model=None)
 async def speech(body: SpeechBody, request: Request) -> Response:
     note_model(request, body.model)
@@ -129,23 +116,8 @@ async def speech(body: SpeechBody, request: Request) -> Response:
     encoder = AudioEncoder(body.response_format, audio.sample_rate)
     chunks = audio.chunks
     if body.stream_format == "sse":
-        return EventStreamResponse(_speech_events(chunks, encoder), on_close=chunks.aclose)
-    return ClosingStreamingResponse(_encoded(chunks, encoder), MEDIA_TYPES[body.response_format], chunks.aclose)
-
-
-async def _encoded(audio: ResultStream[npt.NDArray[np.int16]], encoder: AudioEncoder) -> AsyncIterator[bytes]:
-    async for pcm in audio:
-        data = encoder.encode(pcm)
-        if data:
-            yield data  # a sentence is on its way while the next one is synthesised
-    yield encoder.finish()
-
-
-async def _speech_events(audio: ResultStream[npt.NDArray[np.int16]], encoder: AudioEncoder) -> AsyncIterator[bytes]:
-    async for data in _encoded(audio, encoder):
-        if data:
-            yield sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
-    yield sse({"type": "speech.audio.done", "usage": None})
+        return EventStreamResponse(speech_events(chunks, encoder), on_close=chunks.aclose)
+    return ClosingStreamingResponse(encoded_speech(chunks, encoder), MEDIA_TYPES[body.response_format], chunks.aclose)
 
 
 @router.get("/v1/audio/voices")

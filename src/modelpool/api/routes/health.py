@@ -10,10 +10,10 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from modelpool.api.deps import pool_of
-from modelpool.api.errors import error_payload
 from modelpool.errors import InvalidRequest, ModelNotFound, ModelpoolError
 from modelpool.owner import is_keyless_caller
 from modelpool.runtime.metrics_history import MetricsHistory
+from modelpool.wire.openai.errors import error_payload
 
 router = APIRouter()
 

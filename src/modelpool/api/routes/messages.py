@@ -1,11 +1,10 @@
 """POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API on every
 chat model of the pool, so Anthropic's SDKs and the agents built on them (pointed here by
 ANTHROPIC_BASE_URL) work unchanged. Errors on these paths are in Anthropic's shape
-(`api.errors.shaped_error`)."""
+(`wire.errors.shaped_error`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -13,26 +12,19 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
-from modelpool.api.messages_wire import (
-    PING,
-    BlockStream,
-    MessageMeta,
-    message_end,
-    message_json,
-    message_start,
-    with_error_events,
-)
-from modelpool.api.schemas.messages import ConversationBody, MessagesBody
-from modelpool.api.schemas.sizes import limits_of, translated
+from modelpool.api.limits import limits_of
 from modelpool.api.sse import EventStreamResponse
 from modelpool.errors import ContextLengthExceeded, InvalidRequest
-from modelpool.inference import ChatRequest, GenerationChunk, SamplingParams, Usage
+from modelpool.inference import ChatRequest, GenerationChunk, SamplingParams
 from modelpool.runtime.call import CallOptions
 from modelpool.runtime.generation import collect
 from modelpool.runtime.lease import ResultStream
 from modelpool.runtime.pool_api import PoolApi
 from modelpool.runtime.tokenization import TokenizeJob
 from modelpool.tasks import Task
+from modelpool.wire.anthropic.events import MessageMeta, message_chunks, message_json, with_error_events
+from modelpool.wire.anthropic.messages import ConversationBody, MessagesBody
+from modelpool.wire.sizes import translated
 
 router = APIRouter()
 
@@ -45,19 +37,21 @@ async def create_message(body: MessagesBody, request: Request) -> Response:
     chat = await translated(limits_of(request), body.to_request, sampling, streamed=body.stream)
     stream, capped = await unless_disconnected(request, _open(pool, body.model, chat, body.call_options()))
     meta = MessageMeta(stream.model_id)
-
-    def metrics() -> dict[str, Any]:
-        return metrics_field(request, body.return_metrics, stream.timing)
-
     if body.stream:
-        events = _events(stream, meta, body.shows_thinking(), capped, metrics)
+
+        async def end() -> dict[str, Any]:
+            await stream.aclose()  # the turn goes back before the last event, so its timing is final
+            return metrics_field(request, body.return_metrics, stream.timing)
+
+        events = message_chunks(stream, meta, body.shows_thinking(), capped, end)
         # Errors are Anthropic `error` events already, so the OpenAI fallback never runs.
         return EventStreamResponse(with_error_events(events), on_close=stream.aclose)
     async with stream:
         generation = await unless_disconnected(request, collect(stream))
     if capped and generation.finish_reason == "length":
         generation = replace(generation, finish_reason="context_full")
-    return JSONResponse(message_json(meta, generation, body.shows_thinking(), **metrics()))
+    extra = metrics_field(request, body.return_metrics, stream.timing)
+    return JSONResponse(message_json(meta, generation, body.shows_thinking(), **extra))
 
 
 @router.post("/v1/messages/count_tokens")
@@ -100,41 +94,3 @@ async def _open(
             raise  # the prompt itself does not fit
     uncapped = replace(chat, sampling=replace(chat.sampling, max_tokens=None))
     return await pool.chat(model, uncapped, options), True
-
-
-async def _events(
-    stream: ResultStream[GenerationChunk],
-    meta: MessageMeta,
-    show_thinking: bool,
-    capped: bool,
-    metrics_of: Callable[[], dict[str, Any]],
-) -> AsyncIterator[bytes]:
-    blocks = BlockStream(show_thinking)
-    usage, finish_reason, stop = Usage(0, 0), None, None
-    started = False
-    async for chunk in stream:
-        if not started:  # the engine's first chunk comes at admission, with the prompt's count
-            started = True
-            yield message_start(meta, chunk.prompt_tokens or 0)
-            yield PING
-        if chunk.reasoning:
-            for item in blocks.thinking(chunk.reasoning):
-                yield item
-        if chunk.text:
-            for item in blocks.text(chunk.text):
-                yield item
-        for piece in chunk.tool_calls:
-            for item in blocks.call_piece(piece):
-                yield item
-        usage, finish_reason = chunk.usage or usage, chunk.finish_reason or finish_reason
-        stop = chunk.stop_sequence or stop
-    await stream.aclose()  # the turn goes back before the last event, so its timing is final
-    if not started:
-        yield message_start(meta, usage.prompt_tokens)
-        yield PING
-    for item in blocks.close():
-        yield item
-    if capped and finish_reason == "length":
-        finish_reason = "context_full"
-    for item in message_end(finish_reason, stop, usage, **metrics_of()):
-        yield item

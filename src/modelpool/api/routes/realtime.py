@@ -23,7 +23,13 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketState
 
-from modelpool.api.realtime_wire import (
+from modelpool.audio.pcm import Pcm16Resampler, pcm16_from_base64
+from modelpool.audio.vad import VAD_RATE
+from modelpool.config.schema import ServerConfig
+from modelpool.errors import AudioTooLong, GenerationFailed, InvalidRequest, ModelpoolError, RequestTooLarge
+from modelpool.runtime.live import LiveEvent, LiveTranscriber
+from modelpool.runtime.pool_api import PoolApi
+from modelpool.wire.openai.realtime import (
     MAX_EVENT_CHARS,
     SessionState,
     audio_field,
@@ -32,12 +38,6 @@ from modelpool.api.realtime_wire import (
     render,
     server_event,
 )
-from modelpool.audio.pcm import Pcm16Resampler, pcm16_from_base64
-from modelpool.audio.vad import VAD_RATE
-from modelpool.config.schema import ServerConfig
-from modelpool.errors import AudioTooLong, GenerationFailed, InvalidRequest, ModelpoolError, RequestTooLarge
-from modelpool.runtime.live import LiveEvent, LiveTranscriber
-from modelpool.runtime.pool_api import PoolApi
 
 router = APIRouter()
 IDLE_CLOSE_CODE = 1000

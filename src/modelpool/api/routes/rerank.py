@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from modelpool.api.deps import ResponseMeta, metrics_field, note_model, pool_of, unless_disconnected
-from modelpool.api.schemas.rerank import RerankBody, ScoreBody
+from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.inference import PairScores
 from modelpool.runtime.timing import RequestTiming
+from modelpool.wire.openai.rerank import RerankBody, ScoreBody, rerank_json, score_json
 
 router = APIRouter()
 
@@ -21,17 +19,7 @@ router = APIRouter()
 @router.post("/rerank")
 async def rerank(body: RerankBody, request: Request) -> JSONResponse:
     scored, timing = await _scores(body, request)
-    ranked = sorted(range(len(scored.scores)), key=lambda i: -scored.scores[i])  # stable: ties keep input order
-    ranked = ranked[: body.top_n] if body.top_n else ranked
-    results = []
-    for index in ranked:
-        result: dict[str, Any] = {"index": index, "relevance_score": scored.scores[index]}
-        if body.return_documents:
-            result["document"] = body.document(index)
-        results.append(result)
-    meta = ResponseMeta.new("rerank", pool_of(request).model_id(body.model))
-    usage = {"prompt_tokens": scored.prompt_tokens, "total_tokens": scored.prompt_tokens}
-    payload = {"id": meta.id, "model": meta.model, "results": results, "usage": usage}
+    payload = rerank_json(body, scored, pool_of(request).model_id(body.model))
     return JSONResponse({**payload, **metrics_field(request, body.return_metrics, timing)})
 
 
@@ -39,11 +27,7 @@ async def rerank(body: RerankBody, request: Request) -> JSONResponse:
 @router.post("/score")
 async def score(body: ScoreBody, request: Request) -> JSONResponse:
     scored, timing = await _scores(body, request)
-    meta = ResponseMeta.new("score", pool_of(request).model_id(body.model))
-    data = [{"index": i, "object": "score", "score": value} for i, value in enumerate(scored.scores)]
-    usage = {"prompt_tokens": scored.prompt_tokens, "total_tokens": scored.prompt_tokens, "completion_tokens": 0}
-    payload = {"id": meta.id, "object": "list", "created": meta.created, "model": meta.model, "data": data,
-               "usage": usage}  # fmt: skip
+    payload = score_json(scored, pool_of(request).model_id(body.model))
     return JSONResponse({**payload, **metrics_field(request, body.return_metrics, timing)})
 
 

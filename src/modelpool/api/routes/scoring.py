@@ -6,8 +6,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
-from modelpool.api.schemas.scoring import GenerateBody, LoglikelihoodBody
-from modelpool.api.schemas.sizes import limits_of, translated
+from modelpool.api.limits import limits_of
+from modelpool.wire.openai.scoring import GenerateBody, LoglikelihoodBody, generate_json, loglikelihood_json
+from modelpool.wire.sizes import translated
 
 router = APIRouter()
 
@@ -18,15 +19,7 @@ async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONRespon
     pool = pool_of(request)
     pairs = list(zip(body.prompts, body.continuations, strict=True))
     results = await unless_disconnected(request, pool.loglikelihood(body.model, pairs, body.call_options()))
-    scored = sum(r.scored_tokens for r in results)
-    return JSONResponse(
-        {
-            "model": pool.model_id(body.model),
-            "ll": [r.logprob for r in results],
-            "is_greedy": [r.is_greedy for r in results],
-            "usage": {"prompt_tokens": scored, "total_tokens": scored},
-        }
-    )
+    return JSONResponse(loglikelihood_json(pool.model_id(body.model), results))
 
 
 @router.post("/generate")
@@ -35,17 +28,4 @@ async def generate(body: GenerateBody, request: Request) -> JSONResponse:
     pool = pool_of(request)
     requests = await translated(limits_of(request), body.to_requests, pool.sampling_defaults(body.model))
     results = await unless_disconnected(request, pool.generate_all(body.model, requests, body.call_options()))
-    prompt_tokens = sum(r.usage.prompt_tokens for r in results)
-    completion_tokens = sum(r.usage.completion_tokens for r in results)
-    return JSONResponse(
-        {
-            "model": pool.model_id(body.model),
-            "completions": [r.text for r in results],
-            "finish_reasons": [r.finish_reason for r in results],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-    )
+    return JSONResponse(generate_json(pool.model_id(body.model), results))

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelpool.backends.remote import wire
 from modelpool.backends.remote.client import UpstreamClient
 from modelpool.backends.textgen.decoding import check_token_ids
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import UpstreamError, UpstreamUnavailable
 from modelpool.inference import ChatRequest, TokenPiece
+from modelpool.wire.openai import upstream as openai_wire
 
 
 class EngineTokenizer:
@@ -54,7 +54,7 @@ class LlamaServerTokenizer(EngineTokenizer):
         return self._ids(await self._post("tokenize", body), "tokenize")
 
     async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
-        body = {**wire.chat_body(request, self.upstream_model), "add_generation_prompt": add_generation_prompt}
+        body = {**openai_wire.chat_body(request, self.upstream_model), "add_generation_prompt": add_generation_prompt}
         prompt = (await self._post("apply-template", body)).get("prompt")
         if not isinstance(prompt, str):
             raise UpstreamError(502, f"model '{self.model.id}': the engine's /apply-template gave no prompt")
@@ -90,7 +90,7 @@ class VllmTokenizer(EngineTokenizer):
         return await self._tokenize(body)
 
     async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
-        chat = wire.chat_body(request, self.upstream_model)
+        chat = openai_wire.chat_body(request, self.upstream_model)
         body: dict[str, Any] = {key: chat[key] for key in ("model", "messages", "tools", "chat_template_kwargs")
                                 if key in chat}  # fmt: skip
         return await self._tokenize({**body, "add_generation_prompt": add_generation_prompt})

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelpool.backends.remote import wire
 from modelpool.backends.remote.client import UpstreamClient
 from modelpool.backends.textgen.reasoning import split_reasoning
 from modelpool.config.schema import ModelConfig
@@ -30,6 +29,7 @@ from modelpool.inference import (
     Voice,
     Word,
 )
+from modelpool.wire.openai import upstream as openai_wire
 
 SEGMENT_SCORES = ("avg_logprob", "no_speech_prob", "compression_ratio", "temperature")
 Translate = Callable[[AsyncGenerator[dict[str, Any], None]], AsyncGenerator[GenerationChunk, None]]
@@ -56,24 +56,25 @@ class ForwardingBackend:
         return self.upstream
 
     def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        body = wire.chat_body(request, self.upstream_model)
+        body = openai_wire.chat_body(request, self.upstream_model)
         if request.streamed:
-            chunks = self._forward("chat/completions", body, wire.chat_chunks)
+            chunks = self._forward("chat/completions", body, openai_wire.chat_chunks)
         else:
-            chunks = self._whole("chat/completions", body, wire.chat_whole)
+            chunks = self._whole("chat/completions", body, openai_wire.chat_whole)
         parser = self.model.reasoning_parser  # the kit's reasoning stage, as the in-process engines apply it
         return split_reasoning(chunks, parser) if parser else chunks
 
     def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
-        body = wire.completion_body(request, self.upstream_model)
+        body = openai_wire.completion_body(request, self.upstream_model)
         if request.streamed:
-            return self._forward("completions", body, wire.completion_chunks)
-        return self._whole("completions", body, wire.completion_whole)
+            return self._forward("completions", body, openai_wire.completion_chunks)
+        return self._whole("completions", body, openai_wire.completion_whole)
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
-        payload = await self.client().post_json("embeddings", wire.embeddings_body(request.inputs, self.upstream_model))
-        vectors = wire.embedding_vectors(payload, len(request.inputs))
-        usage = wire.usage_of(payload)
+        body = openai_wire.embeddings_body(request.inputs, self.upstream_model)
+        payload = await self.client().post_json("embeddings", body)
+        vectors = openai_wire.embedding_vectors(payload, len(request.inputs))
+        usage = openai_wire.usage_of(payload)
         return EmbeddingResult(vectors, usage.prompt_tokens if usage else 0)
 
     async def _forward(

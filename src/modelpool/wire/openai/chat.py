@@ -6,7 +6,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from modelpool.api.schemas.common import (
+from modelpool.config.schema import SamplingDefaults
+from modelpool.errors import InvalidRequest
+from modelpool.inference import ChatMessage, ChatRequest, ContentPart
+from modelpool.wire.common import (
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
     GenerationFields,
@@ -14,9 +17,9 @@ from modelpool.api.schemas.common import (
     Text,
     WireModel,
 )
-from modelpool.api.schemas.content import ChatPart, to_content
-from modelpool.api.schemas.sizes import charge_template_kwargs
-from modelpool.api.schemas.tools import (
+from modelpool.wire.openai.content import ChatPart, to_content
+from modelpool.wire.sizes import charge_template_kwargs
+from modelpool.wire.tools import (
     ChatTool,
     ChoiceMode,
     MessageToolCall,
@@ -28,9 +31,6 @@ from modelpool.api.schemas.tools import (
     to_tool_choice,
     to_tools,
 )
-from modelpool.config.schema import SamplingDefaults
-from modelpool.errors import InvalidRequest
-from modelpool.inference import ChatMessage, ChatRequest, ContentPart
 
 
 class Message(WireModel):

@@ -8,7 +8,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from modelpool.api.schemas.common import (
+from modelpool.config.schema import SamplingDefaults
+from modelpool.errors import InvalidRequest
+from modelpool.inference import ChatMessage, OutputFormat, SamplingParams, ToolCall
+from modelpool.wire.common import (
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
     PoolFields,
@@ -17,8 +20,8 @@ from modelpool.api.schemas.common import (
     check_min_tokens,
     first_given,
 )
-from modelpool.api.schemas.content import AnyPart, ResponsesPart, to_content
-from modelpool.api.schemas.tools import (
+from modelpool.wire.openai.content import AnyPart, ResponsesPart, to_content
+from modelpool.wire.tools import (
     FUNCTION_NAME,
     ChoiceMode,
     FunctionDefinition,
@@ -27,10 +30,7 @@ from modelpool.api.schemas.tools import (
     to_tool_choice,
     to_tools,
 )
-from modelpool.api.schemas.tools import TextFormat as TextOnly
-from modelpool.config.schema import SamplingDefaults
-from modelpool.errors import InvalidRequest
-from modelpool.inference import ChatMessage, OutputFormat, SamplingParams, ToolCall
+from modelpool.wire.tools import TextFormat as TextOnly
 
 
 class InputMessage(WireModel):

@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from modelpool.api.schemas.common import MAX_CONTENT_PARTS, Text, WireModel
 from modelpool.errors import InvalidRequest
 from modelpool.inference import ChatMessage, ContentPart, ImageInput, TextPart, ToolCall
+from modelpool.wire.common import MAX_CONTENT_PARTS, Text, WireModel
 
 Ignored = dict[str, Any] | None
 """A field Anthropic defines that means nothing to a local model (prompt caching)."""

@@ -1,4 +1,4 @@
-"""Bodies of POST /tokenize and /detokenize, in vLLM's shapes and llama-server's.
+"""POST /tokenize and /detokenize, in vLLM's shapes and llama-server's: their bodies and replies.
 
 /tokenize tells the shapes apart by the field that holds the input: `prompt` (vLLM's text),
 `messages` (vLLM's chat) or `content` (llama-server's text). /detokenize bodies look alike
@@ -13,11 +13,12 @@ from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag, field_validator
 
-from modelpool.api.schemas.chat import ChatCompletionBody, Message
-from modelpool.api.schemas.common import MAX_MESSAGES, PoolFields, TemplateKwargs, Text
-from modelpool.api.schemas.tools import ChatTool
 from modelpool.config.schema import SamplingDefaults
-from modelpool.runtime.tokenization import TokenizeJob
+from modelpool.inference import TokenPiece
+from modelpool.runtime.tokenization import Tokenized, TokenizeJob
+from modelpool.wire.common import MAX_MESSAGES, PoolFields, TemplateKwargs, Text
+from modelpool.wire.openai.chat import ChatCompletionBody, Message
+from modelpool.wire.tools import ChatTool
 
 _INPUTS = ("prompt", "messages", "content")
 
@@ -117,3 +118,22 @@ MAX_DETOKENIZE = 1_000_000
 
 class DetokenizeBody(TokenizeFields):
     tokens: list[int] = Field(max_length=MAX_DETOKENIZE)
+
+
+def vllm_tokens(result: Tokenized) -> dict[str, Any]:
+    strs = None if result.pieces is None else [piece.spelling for piece in result.pieces]
+    return {"count": len(result.ids), "max_model_len": result.max_model_len, "tokens": result.ids, "token_strs": strs}
+
+
+def llama_server_tokens(result: Tokenized) -> dict[str, Any]:
+    if result.pieces is None:
+        return {"tokens": result.ids}
+    return {"tokens": [{"id": piece.id, "piece": _piece(piece)} for piece in result.pieces]}
+
+
+def _piece(piece: TokenPiece) -> str | list[int]:
+    """llama-server's rule: the piece as a string when it is valid UTF-8, else its bytes."""
+    try:
+        return piece.data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(piece.data)

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from modelpool.api.errors import error_body, error_shape_for, shaped_error
-from modelpool.api.messages_wire import BlockStream, stop_reason, tool_input, with_error_events
 from modelpool.errors import ModelUnloaded, Overloaded
 from modelpool.inference import ToolCallDelta
+from modelpool.wire.anthropic.events import BlockStream, stop_reason, tool_input, with_error_events
+from modelpool.wire.errors import error_shape_for, shaped_error
+from modelpool.wire.openai.errors import error_body
 
 
 def decoded(events: list[bytes]) -> list[dict[str, Any]]:

@@ -12,9 +12,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from modelpool.api.schemas.common import MAX_MESSAGES, MAX_STOP_SEQUENCES, PoolFields, Text, WireModel, first_given
-from modelpool.api.schemas.message_blocks import Ignored, MessageParam, TextBlock, to_chat_messages
-from modelpool.api.schemas.tools import (
+from modelpool.config.schema import SamplingDefaults
+from modelpool.errors import InvalidRequest
+from modelpool.inference import ChatRequest, OutputFormat, SamplingParams, Tool, ToolChoice
+from modelpool.wire.anthropic.blocks import Ignored, MessageParam, TextBlock, to_chat_messages
+from modelpool.wire.common import MAX_MESSAGES, MAX_STOP_SEQUENCES, PoolFields, Text, WireModel, first_given
+from modelpool.wire.tools import (
     FUNCTION_NAME,
     ChoiceMode,
     FunctionDefinition,
@@ -22,9 +25,6 @@ from modelpool.api.schemas.tools import (
     to_tool_choice,
     to_tools,
 )
-from modelpool.config.schema import SamplingDefaults
-from modelpool.errors import InvalidRequest
-from modelpool.inference import ChatRequest, OutputFormat, SamplingParams, Tool, ToolChoice
 
 
 class ToolParam(WireModel):

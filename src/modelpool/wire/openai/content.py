@@ -8,10 +8,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from modelpool.api.schemas.common import Text, WireModel
 from modelpool.errors import InvalidRequest, ModalityUnsupported
 from modelpool.inference import ContentPart, ImageInput
 from modelpool.inference import TextPart as TextContent
+from modelpool.wire.common import Text, WireModel
 
 Detail = Literal["auto", "low", "high"]
 

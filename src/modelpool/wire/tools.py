@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from modelpool.api.schemas.common import Text, WireModel
-from modelpool.api.schemas.sizes import current_limits, defer_metaschema_check, schema_budget
 from modelpool.errors import InvalidRequest, RequestTooLarge
 from modelpool.inference import ChatMessage, OutputFormat, Tool, ToolCall, ToolCallDelta, ToolChoice
 from modelpool.tools.metaschema import problem_now
+from modelpool.wire.common import Text, WireModel
+from modelpool.wire.sizes import current_limits, defer_metaschema_check, schema_budget
 
 FUNCTION_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 

@@ -1,5 +1,5 @@
 """Request bodies of rerank (Cohere's and Jina's shape: a query and its documents) and score
-(vLLM's: text_1 against text_2, 1:1, 1:N or N:N)."""
+(vLLM's: text_1 against text_2, 1:1, 1:N or N:N), and their replies."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from modelpool.api.schemas.common import PoolFields, Text
-from modelpool.inference import PairScoreRequest
+from modelpool.inference import PairScoreRequest, PairScores
+from modelpool.wire.common import PoolFields, Text
+from modelpool.wire.openai.render import ResponseMeta
 
 MAX_DOCUMENTS = 1000
 
@@ -84,3 +85,27 @@ def _listed(value: str | list[str]) -> list[str]:
 def _field(name: str, value: str | list[str], index: int) -> str:
     """`text_1` for a single text, `text_1[i]` for one of a list."""
     return name if isinstance(value, str) else f"{name}[{index}]"
+
+
+def rerank_json(body: RerankBody, scored: PairScores, model_id: str) -> dict[str, Any]:
+    """The documents best first (the top_n of them), each with its score and, if asked, itself."""
+    ranked = sorted(range(len(scored.scores)), key=lambda i: -scored.scores[i])  # stable: ties keep input order
+    ranked = ranked[: body.top_n] if body.top_n else ranked
+    results = []
+    for index in ranked:
+        result: dict[str, Any] = {"index": index, "relevance_score": scored.scores[index]}
+        if body.return_documents:
+            result["document"] = body.document(index)
+        results.append(result)
+    meta = ResponseMeta.new("rerank", model_id)
+    usage = {"prompt_tokens": scored.prompt_tokens, "total_tokens": scored.prompt_tokens}
+    return {"id": meta.id, "model": meta.model, "results": results, "usage": usage}
+
+
+def score_json(scored: PairScores, model_id: str) -> dict[str, Any]:
+    """vLLM's list of scores, one per pair in order."""
+    meta = ResponseMeta.new("score", model_id)
+    data = [{"index": i, "object": "score", "score": value} for i, value in enumerate(scored.scores)]
+    usage = {"prompt_tokens": scored.prompt_tokens, "total_tokens": scored.prompt_tokens, "completion_tokens": 0}
+    return {"id": meta.id, "object": "list", "created": meta.created, "model": meta.model, "data": data,
+            "usage": usage}  # fmt: skip

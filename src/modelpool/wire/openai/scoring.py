@@ -1,4 +1,5 @@
-"""Bodies of the scoring routes: /loglikelihood and /generate."""
+"""The scoring routes the evaluation harnesses want, /loglikelihood and /generate: their
+bodies and their replies."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from modelpool.api.schemas.common import GenerationFields, PoolFields, Text
-from modelpool.api.schemas.tools import to_output
 from modelpool.config.schema import SamplingDefaults
 from modelpool.inference import CompletionRequest
+from modelpool.runtime.generation import Generation
+from modelpool.runtime.scoring import Loglikelihood
+from modelpool.wire.common import GenerationFields, PoolFields, Text
+from modelpool.wire.tools import to_output
 
 MAX_ITEMS = 1024
 
@@ -53,3 +56,28 @@ class GenerateBody(GenerationFields):
         sampling = self.sampling(defaults, max_tokens=self.max_tokens, logprobs=None)
         output = None if self.json_schema is None else to_output("json_schema", self.json_schema, "json_schema")
         return [CompletionRequest(p if isinstance(p, str) else tuple(p), sampling, output=output) for p in self.prompts]
+
+
+def loglikelihood_json(model_id: str, results: list[Loglikelihood]) -> dict[str, Any]:
+    scored = sum(r.scored_tokens for r in results)
+    return {
+        "model": model_id,
+        "ll": [r.logprob for r in results],
+        "is_greedy": [r.is_greedy for r in results],
+        "usage": {"prompt_tokens": scored, "total_tokens": scored},
+    }
+
+
+def generate_json(model_id: str, results: list[Generation]) -> dict[str, Any]:
+    prompt_tokens = sum(r.usage.prompt_tokens for r in results)
+    completion_tokens = sum(r.usage.completion_tokens for r in results)
+    return {
+        "model": model_id,
+        "completions": [r.text for r in results],
+        "finish_reasons": [r.finish_reason for r in results],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }

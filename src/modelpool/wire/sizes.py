@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from fastapi import Request
-
 from modelpool.config.schema import ServerConfig
 from modelpool.errors import InvalidRequest, RequestTooLarge
 from modelpool.offload import REQUEST_CHECKS, all_or_none
@@ -38,11 +36,6 @@ class BodyLimits:
     def of(cls, server: ServerConfig) -> BodyLimits:
         return cls(server.max_schema_bytes, server.max_schema_nodes, server.max_schema_depth, server.max_tools,
                    server.max_template_kwargs_bytes)  # fmt: skip
-
-
-def limits_of(request: Request) -> BodyLimits:
-    """The caps of the server that `request` reached."""
-    return BodyLimits.of(request.app.state.config.server)
 
 
 class SizeBudget:

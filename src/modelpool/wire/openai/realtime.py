@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from modelpool.api.errors import error_payload, param_from_loc
 from modelpool.audio.vad import VadSettings
 from modelpool.errors import InvalidRequest, ModelpoolError, RequestTooLarge
 from modelpool.runtime.live import (
@@ -24,6 +23,7 @@ from modelpool.runtime.live import (
     TranscriptDelta,
     TranscriptFailed,
 )
+from modelpool.wire.openai.errors import error_payload, param_from_loc
 
 CLIENT_EVENTS = ("transcription_session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
                  "input_audio_buffer.clear")  # fmt: skip

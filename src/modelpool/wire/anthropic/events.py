@@ -12,15 +12,18 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelpool.api.errors import ANTHROPIC_ROOT, anthropic_error, error_payload, shaped_error
 from modelpool.errors import ModelpoolError
-from modelpool.inference import ToolCall, ToolCallDelta, Usage
+from modelpool.inference import GenerationChunk, ToolCall, ToolCallDelta, Usage
 from modelpool.logs import current_request_id
 from modelpool.runtime.generation import Generation
+from modelpool.wire.anthropic.errors import anthropic_error
+from modelpool.wire.errors import ANTHROPIC_ROOT, shaped_error
+from modelpool.wire.openai.errors import error_payload
+from modelpool.wire.sse import named_event
 
 log = logging.getLogger("modelpool.api")
 
@@ -73,22 +76,18 @@ def message_start(meta: MessageMeta, input_tokens: int) -> bytes:
     over message_start's."""
     usage = usage_json(Usage(input_tokens, 0))
     message = {**_envelope(meta, []), "stop_reason": None, "stop_sequence": None, "usage": usage}
-    return event({"type": "message_start", "message": message})
+    return named_event({"type": "message_start", "message": message})
 
 
 def message_end(finish_reason: str | None, stop: str | None, usage: Usage, **extra: Any) -> list[bytes]:
     delta = {"stop_reason": stop_reason(finish_reason, stop), "stop_sequence": stop}
     return [
-        event({"type": "message_delta", "delta": delta, "usage": usage_json(usage), **extra}),
-        event({"type": "message_stop"}),
+        named_event({"type": "message_delta", "delta": delta, "usage": usage_json(usage), **extra}),
+        named_event({"type": "message_stop"}),
     ]
 
 
-def event(payload: dict[str, Any]) -> bytes:
-    return f"event: {payload['type']}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
-
-
-PING = event({"type": "ping"})
+PING = named_event({"type": "ping"})
 
 
 class BlockStream:
@@ -124,6 +123,15 @@ class BlockStream:
             events.append(_block_event("content_block_delta", self._call_blocks[piece.index], delta=delta))
         return events
 
+    def chunk(self, chunk: GenerationChunk) -> list[bytes]:
+        """The events of one chunk: its reasoning, its text, its tool-call pieces."""
+        events = self.thinking(chunk.reasoning) if chunk.reasoning else []
+        if chunk.text:
+            events += self.text(chunk.text)
+        for piece in chunk.tool_calls:
+            events += self.call_piece(piece)
+        return events
+
     def close(self) -> list[bytes]:
         if self._open is None:
             return []
@@ -147,11 +155,45 @@ async def with_error_events(events: AsyncIterator[bytes]) -> AsyncIterator[bytes
         async for item in events:
             yield item
     except ModelpoolError as exc:
-        yield event(shaped_error(ANTHROPIC_ROOT, exc.status_code, error_payload(exc)))
+        yield named_event(shaped_error(ANTHROPIC_ROOT, exc.status_code, error_payload(exc)))
     except Exception:
         log.exception("error while streaming")
         message = f"The server had an error while processing your request (request id {current_request_id.get()})."
-        yield event(anthropic_error(500, message))
+        yield named_event(anthropic_error(500, message))
+
+
+async def message_chunks(
+    chunks: AsyncIterator[GenerationChunk],
+    meta: MessageMeta,
+    show_thinking: bool,
+    capped: bool,
+    end: Callable[[], Awaitable[dict[str, Any]]],
+) -> AsyncIterator[bytes]:
+    """A streamed message's events. `capped`: max_tokens was lowered to the room the context
+    had left, so running out of it is `model_context_window_exceeded`. `end` runs after the
+    last chunk (it gives the model's turn back) and returns message_delta's extra fields."""
+    blocks = BlockStream(show_thinking)
+    usage, finish_reason, stop = Usage(0, 0), None, None
+    started = False
+    async for chunk in chunks:
+        if not started:  # the engine's first chunk comes at admission, with the prompt's count
+            started = True
+            yield message_start(meta, chunk.prompt_tokens or 0)
+            yield PING
+        for item in blocks.chunk(chunk):
+            yield item
+        usage, finish_reason = chunk.usage or usage, chunk.finish_reason or finish_reason
+        stop = chunk.stop_sequence or stop
+    extra = await end()
+    if not started:
+        yield message_start(meta, usage.prompt_tokens)
+        yield PING
+    for item in blocks.close():
+        yield item
+    if capped and finish_reason == "length":
+        finish_reason = "context_full"
+    for item in message_end(finish_reason, stop, usage, **extra):
+        yield item
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
@@ -177,4 +219,4 @@ def _tool_use_block(call: ToolCall) -> dict[str, Any]:
 
 
 def _block_event(kind: str, index: int, **fields: Any) -> bytes:
-    return event({"type": kind, "index": index, **fields})
+    return named_event({"type": kind, "index": index, **fields})

@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import secrets
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from modelpool.api.deps import ResponseMeta
 from modelpool.inference import TokenLogprob, Usage
+
+
+@dataclass(frozen=True)
+class ResponseMeta:
+    """id/created/model of one response, shared by all its stream chunks."""
+
+    id: str
+    model: str
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @classmethod
+    def new(cls, prefix: str, model: str) -> ResponseMeta:
+        return cls(id=f"{prefix}-{secrets.token_hex(12)}", model=model)
 
 
 def envelope(meta: ResponseMeta, obj: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from modelpool.backends.remote import wire
 from modelpool.errors import UpstreamError
 from modelpool.inference import (
     ChatMessage,
@@ -26,6 +25,7 @@ from modelpool.inference import (
     ToolChoice,
     Usage,
 )
+from modelpool.wire.openai import upstream as wire
 
 
 def test_chat_body_sends_what_is_set_and_engine_extras_only_when_used() -> None:

@@ -6,9 +6,9 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelpool.api.schemas.responses import FunctionTool, ResponsesBody
-from modelpool.backends.remote.wire import response_format_json
 from modelpool.inference import ChatRequest, ToolCall, Usage
+from modelpool.wire.openai.responses import FunctionTool, ResponsesBody
+from modelpool.wire.openai.upstream import response_format_json
 
 
 @dataclass

@@ -1,1 +1,0 @@
-"""Wire schemas: what clients send, validated strictly (unknown fields are rejected)."""

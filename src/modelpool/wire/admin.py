@@ -1,0 +1,34 @@
+"""The admin API's request bodies, and a model as its status views show it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from pydantic import Field
+
+from modelpool.runtime.status import ModelStatus
+from modelpool.wire.common import WireModel
+
+
+class LoadBody(WireModel):
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    """Backend options for this load only (those the backend declares overridable)."""
+    replicas: int | None = Field(default=None, ge=1)
+    """Scale to this many replicas (at most the model's replica_max)."""
+
+
+class UnloadBody(WireModel):
+    drain: bool = True
+    """Wait for running requests to finish; false cuts them off with 503 model_unloaded."""
+
+
+def admin_model_json(status: ModelStatus) -> dict[str, Any]:
+    capabilities = status.capabilities
+    view = {key: value for key, value in asdict(status).items() if key not in ("capabilities", "created")}
+    return {
+        **view,
+        "tasks": sorted(task.value for task in capabilities.tasks),
+        "remote": capabilities.remote,
+        "capabilities": capabilities.as_json(),
+    }
