@@ -13,7 +13,7 @@ from modelpool.api.deps import metrics_field, note_model, pool_of, unless_discon
 from modelpool.api.limits import limits_of
 from modelpool.api.sse import EventStreamResponse
 from modelpool.errors import ResponseNotFound
-from modelpool.inference import ChatMessage, ChatRequest, Usage
+from modelpool.inference import ChatMessage, Usage
 from modelpool.owner import Owner, owner_of
 from modelpool.runtime.generation import collect
 from modelpool.runtime.response_store import ResponseStore, StoredResponse
@@ -33,10 +33,9 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
     history = _history(store, body, owner)
     said = [*history, *body.new_messages()]
     check_tool_results(said, lambda index: f"input[{index - len(history)}].call_id")
-    system = [ChatMessage("system", body.instructions)] if body.instructions else []
     sampling = body.sampling(pool.sampling_defaults(body.model))
     tool_fields = await translated(limits_of(request), body.tool_fields)
-    chat = ChatRequest(tuple(system + said), sampling, body.template_kwargs(), streamed=body.stream, **tool_fields)
+    chat = body.to_request(said, sampling, tool_fields)
     stream = await unless_disconnected(request, pool.chat(body.model, chat, body.call_options()))
     draft = ResponseDraft(body, chat, stream.model_id, int(time.time()))
 
@@ -52,9 +51,7 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
         return EventStreamResponse(events, on_close=stream.aclose, on_error=error_events)
     async with stream:
         generation = await unless_disconnected(request, collect(stream))
-    draft.text, draft.reasoning = generation.text, generation.reasoning
-    for call in generation.tool_calls:
-        draft.add_call(call.id, call.name).arguments = call.arguments
+    draft.take(generation)
     return JSONResponse(finish(generation.usage, generation.finish_reason))
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelpool.inference import ChatRequest, ToolCall, Usage
+from modelpool.runtime.generation import Generation
 from modelpool.wire.openai.responses import FunctionTool, ResponsesBody
 from modelpool.wire.openai.upstream import response_format_json
 
@@ -52,6 +53,12 @@ class ResponseDraft:
     def has_message(self) -> bool:
         """A reply that only calls has no message item; any other reply has one."""
         return bool(self.text) or not self.calls
+
+    def take(self, generation: Generation) -> None:
+        """A whole answer's text, reasoning and calls (the non-streamed reply)."""
+        self.text, self.reasoning = generation.text, generation.reasoning
+        for call in generation.tool_calls:
+            self.add_call(call.id, call.name).arguments = call.arguments
 
     def message(self, status: str) -> dict[str, Any]:
         content = [] if status == "in_progress" else [self.part()]

@@ -10,7 +10,7 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
-from modelpool.inference import ChatMessage, OutputFormat, SamplingParams, ToolCall
+from modelpool.inference import ChatMessage, ChatRequest, OutputFormat, SamplingParams, ToolCall
 from modelpool.wire.common import (
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
@@ -227,6 +227,12 @@ class ResponsesBody(PoolFields):
             min_tokens=decoding.min_tokens,
             **{k: v for k, v in chosen.items() if v is not None},
         )
+
+    def to_request(self, said: list[ChatMessage], sampling: SamplingParams, tool_fields: dict[str, Any]) -> ChatRequest:
+        """The chat request: the instructions as a system message, then `said` (the earlier
+        responses' conversation and this request's turns)."""
+        system = [ChatMessage("system", self.instructions)] if self.instructions else []
+        return ChatRequest(tuple(system + said), sampling, self.template_kwargs(), streamed=self.stream, **tool_fields)
 
     def template_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}
