@@ -120,7 +120,10 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
 
     @property
     def in_flight(self) -> int:
-        return self.submitted + len(self._waiting) + sum(slot.job is not None for slot in self._slots)
+        """Requests submitted, waiting or running, not finished (a snapshot; a finished one
+        counts no more once its end is published, before its slot is released)."""
+        running = sum(1 for slot in self._slots if (job := slot.job) is not None and not job.done)
+        return self.submitted + len(self._waiting) + running
 
     def cells_in_use(self) -> Future[int]:
         """KV cells that hold some sequence's tokens (asked on the engine thread)."""

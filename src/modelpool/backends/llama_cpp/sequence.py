@@ -135,14 +135,14 @@ class ScoringJob(_InEngine):
         self.scored = [first_token(model, self.prompt[0])]
 
     def finish(self) -> None:
+        self.done = True  # before the result: whoever has it never counts this job in flight
         with contextlib.suppress(InvalidStateError):  # the caller gave up (cancelled) meanwhile
             self.future.set_result(self.scored)
-        self.done = True
 
     def fail(self, error: BaseException) -> None:
+        self.done = True
         with contextlib.suppress(InvalidStateError):
             self.future.set_exception(error)
-        self.done = True
 
     def close(self, llama: Any) -> None:
         return

@@ -113,15 +113,16 @@ class TextSequence:
             tail, hit_stop = self._stops.feed(self.detok.flush())
             tail += "" if hit_stop else self._stops.flush()
         usage = Usage(self.prompt_tokens, self.generated)
+        # Done before the end crosses: whoever sees the end never counts this sequence in flight.
+        self.done = True
         self.output.put(GenerationChunk(tail, tuple(self._pending), reason, usage, stop_sequence=self._stops.matched,
                                         token_count=self._unreported()))  # fmt: skip
         self.output.end()
-        self.done = True
 
     def fail(self, error: BaseException) -> None:
         if not self.done:
+            self.done = True
             self.output.end(error)
-        self.done = True
 
     def _unreported(self) -> int:
         """The generated tokens no chunk has counted yet (the next chunk counts them)."""

@@ -79,7 +79,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
     @property
     def in_flight(self) -> int:
         """Sequences in the batch or waiting for their prefill (a snapshot)."""
-        return len(self._active) + len(self._prefilling) + self.submitted
+        return sum(not s.done for s in self._active) + len(self._prefilling) + self.submitted
 
     def close(self) -> None:
         self.stop_thread()
