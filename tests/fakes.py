@@ -29,9 +29,10 @@ from modelpool.inference import (
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.eviction import Budget
-from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.pool import ModelPool
-from modelpool.runtime.slot import CapacityGate, ModelSlot
+from modelpool.runtime.slot import ModelSlot
+from modelpool.runtime.slot_work import CapacityGate
 from modelpool.tasks import Task
 
 

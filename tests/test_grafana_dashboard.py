@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.metrics.prometheus import Metrics
 
 DASHBOARD = json.loads((Path(__file__).resolve().parents[1] / "docs" / "grafana-dashboard.json").read_text())
 DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}

@@ -18,12 +18,13 @@ import yaml
 from modelpool.config.loader import load_config
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError, ModelNotFound, RateLimited, UpstreamError
+from modelpool.pool_api.call import CallOptions
+from modelpool.pool_api.results import Outcome
+from modelpool.pool_api.timing import RequestTiming
+from modelpool.pool_api.usage import RequestUsage
 from modelpool.ray_serve import naming
 from modelpool.ray_serve.options import HEAD_NODE_RESOURCE, deployment_options, ingress_options, replica_bounds
 from modelpool.ray_serve.wire import Call, Done, Failed, Item, Started, uncounted
-from modelpool.runtime.call import CallOptions
-from modelpool.runtime.timing import RequestTiming
-from modelpool.runtime.usage import RequestUsage
 
 
 def config_of(tmp_path: Path, data: dict[str, Any]) -> Config:
@@ -130,7 +131,7 @@ def test_what_crosses_to_and_from_replicas_survives_pickling() -> None:
     timing = RequestTiming(queue_wait_s=0.5, prompt_tokens=7, output_tokens=3, counted_prompt_tokens=7)
     pieces = [
         Call("embed", "m", ("x", np.arange(3, dtype=np.float32)), CallOptions(keep_alive=5), "rid"),
-        Done((1, timing), RequestUsage(input_tokens=7)),
+        Done(Outcome(1, timing, RequestUsage(input_tokens=7))),
         Started(timing, audio_seconds=1.5),
         Item(np.zeros(4, dtype=np.int16)),
         Failed(ModelNotFound("m", ["a"])),
@@ -254,7 +255,7 @@ async def test_idempotent_work_whose_replica_died_goes_once_more_to_another() ->
     def call(method: str) -> Call:
         return Call(method, "m", (), CallOptions(), None)
 
-    done = Done([0.5], RequestUsage(input_tokens=2))
+    done = Done(Outcome([0.5], RequestTiming(), RequestUsage(input_tokens=2)))
     counted: list[str] = []
     for method in ("embed", "score_pairs", "tokenize", "detokenize"):
         handle = FakeHandle(ActorDiedError(), done)

@@ -13,7 +13,7 @@ import pytest
 from modelpool import tracing
 from modelpool.errors import Overloaded
 from modelpool.inference import ChatMessage, ChatRequest, EmbeddingRequest, GenerationChunk
-from modelpool.runtime.generation import collect
+from modelpool.pool_api.generation import collect
 from modelpool.tasks import Task
 from tests.fakes import FakeBackend, fake_slot, pool_of
 
@@ -86,7 +86,7 @@ async def test_embeddings_count_their_input_tokens_on_the_backend_span() -> None
     recorder = Recorder()
     pool = pool_of(fake_slot(FakeBackend(), "e1", tasks=frozenset({Task.EMBEDDING})))
     with tracing.traced_by(recorder):
-        result, _ = await pool.embed("e1", EmbeddingRequest(("a", "bb", "ccc")))
+        result = (await pool.embed("e1", EmbeddingRequest(("a", "bb", "ccc")))).value
     [backend] = recorder.named("modelpool.backend")
     assert backend.attributes[tracing.INPUT_TOKENS] == result.prompt_tokens == 3
     assert backend.attributes[tracing.OUTPUT_TOKENS] == 0 and backend.ends == 1

@@ -40,12 +40,19 @@ Nothing maps errors by matching message text.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the pool's interface imports this module
+    from modelpool.pool_api.usage import RequestUsage
 
 
 class ModelpoolError(Exception):
     status_code: int = 500
     type: str = "server_error"
     code: str = "internal_error"
+    usage: RequestUsage | None = None
+    """What a failed pool request used before it failed (set by the pool, which returns usage
+    with its results: on a failure, with the error), for the caller to charge."""
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)

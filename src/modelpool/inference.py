@@ -13,6 +13,9 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+DEFAULTED = frozenset({"max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty"})
+"""Sampling fields a model's config may give defaults for (`models: <id>: sampling:`)."""
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -35,6 +38,9 @@ class SamplingParams:
     min_tokens: int = 0
     """Neither end-of-sequence nor a stop sequence ends the generation before this many
     tokens (vLLM's name)."""
+    unset: frozenset[str] = frozenset()
+    """Fields the client left out (among `DEFAULTED`): the pool fills them with the model's
+    configured sampling defaults when it receives the request; engines never see any."""
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import pytest
 
 from modelpool.errors import Overloaded
 from modelpool.inference import TranscriptionRequest
-from modelpool.runtime.audio_budget import AudioBudget
 from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.tasks.audio_budget import AudioBudget
 from tests.audio_files import silent_flac
 from tests.conftest import STT_MODEL, serving
 

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from modelpool.errors import GenerationFailed, InvalidRequest
 from modelpool.inference import CompletionRequest, GenerationChunk, SamplingParams
 from modelpool.logs import current_request_id
-from modelpool.runtime.generation import Generation, collect
+from modelpool.pool_api.generation import Generation, collect
 from tests.conftest import CHAT_MODEL, HF_MODEL
 
 GOOD = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)

@@ -31,8 +31,8 @@ from modelpool.errors import InvalidRequest, RequestTooLarge
 from modelpool.inference import ChatMessage, ChatRequest, ImageInput, TextPart
 from modelpool.media.images import ImagePolicy
 from modelpool.offload import IMAGE_DECODES
-from modelpool.runtime import images as runtime_images
-from modelpool.runtime.images import with_loaded_images
+from modelpool.runtime.tasks import images as runtime_images
+from modelpool.runtime.tasks.images import with_loaded_images
 from tests.conftest import serving
 from tests.polling import until
 from tests.web_servers import web_server

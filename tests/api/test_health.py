@@ -12,7 +12,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from modelpool.config import load_config
-from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.slot import ModelSlot
 from modelpool.server.app import create_app

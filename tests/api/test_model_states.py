@@ -11,7 +11,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from modelpool.config import load_config
-from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.pool import ModelPool
 from modelpool.server.app import create_app
 from tests.fakes import FakeBackend, fake_slot, pool_of

@@ -18,7 +18,7 @@ import pytest
 from modelpool.backends.ctranslate2.convert import ct2_folder_for
 from modelpool.config.sources import HubLocation
 from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
-from modelpool.runtime.generation import collect
+from modelpool.pool_api.generation import collect
 from tests.conftest import CT2_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
 from tests.e2e.stop_checks import assert_stop_across_tokens_never_leaks

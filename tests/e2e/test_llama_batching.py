@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
-from modelpool.runtime.generation import collect
+from modelpool.pool_api.generation import collect
 from tests.conftest import CHAT_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
 from tests.polling import until, until_answered

@@ -11,7 +11,7 @@ import pytest
 
 from modelpool.errors import ModelUnloaded
 from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
-from modelpool.runtime.generation import collect
+from modelpool.pool_api.generation import collect
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STARTER_IDS, sdk, serving
 from tests.polling import until
 

@@ -20,7 +20,7 @@ from websockets.exceptions import InvalidStatus
 
 from modelpool.config import load_config
 from modelpool.config.schema import AuthConfig
-from modelpool.runtime.ratelimit import duration_text
+from modelpool.runtime.ratelimit.limiter import duration_text
 from modelpool.server.app import create_app
 from modelpool.server.auth import KeyRing
 from tests.conftest import BASE_URL, CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL, sdk, serving

@@ -17,7 +17,7 @@ import pytest
 from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.config.sources import HubLocation
 from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
-from modelpool.runtime.generation import collect
+from modelpool.pool_api.generation import collect
 from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
 from tests.e2e.stop_checks import assert_stop_across_tokens_never_leaks

@@ -15,9 +15,9 @@ from modelpool.errors import (
     UnsupportedTask,
 )
 from modelpool.inference import ChatMessage, ChatRequest, EmbeddingRequest
-from modelpool.runtime.generation import collect
+from modelpool.pool_api.generation import collect
 from modelpool.runtime.lifecycle import SlotState
-from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.tasks import Task
 from tests.fakes import FakeBackend, FakePool, ManualClock, fake_slot, pool_of
 
@@ -144,9 +144,10 @@ async def test_embeddings_go_through_the_batcher_and_the_cache() -> None:
     backend = FakeBackend()
     slot = fake_slot(backend, tasks=frozenset({Task.EMBEDDING}), embedding_cache_size=10)
     pool = pool_of(slot)
-    first, timing = await pool.embed("fake", EmbeddingRequest(("ab", "abcd")))
+    done = await pool.embed("fake", EmbeddingRequest(("ab", "abcd")))
+    first, timing = done.value, done.timing
     np.testing.assert_array_equal(first.vectors[:, 0], [2, 4])
-    again, _ = await pool.embed("fake", EmbeddingRequest(("abcd", "xyz")))
+    again = (await pool.embed("fake", EmbeddingRequest(("abcd", "xyz")))).value
     np.testing.assert_array_equal(again.vectors[:, 0], [4, 3])
     assert backend.embed_calls == [2, 1]  # "abcd" came from the cache
     assert again.prompt_tokens == 2 and timing.backend_s >= 0

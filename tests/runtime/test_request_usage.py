@@ -1,4 +1,4 @@
-"""What a request used is counted as it goes, in the request's own context: a generation cut
+"""What a request used is counted as it goes and returned with its results: a generation cut
 off midway (a client that hung up on a stream, a cancelled whole reply) is charged its
 prompt and the output it produced, and the pool's long-lived tasks (a batcher's worker, a
 load started by a request) never carry the request that happened to start them."""
@@ -22,9 +22,11 @@ from modelpool.inference import (
     GenerationChunk,
     Usage,
 )
-from modelpool.runtime.generation import collect
-from modelpool.runtime.metrics import Metrics
-from modelpool.runtime.usage import RequestUsage, current_usage
+from modelpool.logs import current_request_id
+from modelpool.pool_api.generation import collect
+from modelpool.pool_api.results import charge
+from modelpool.pool_api.usage import RequestUsage, UsageMeter
+from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.tasks import Task
 from tests.fakes import FakeBackend, fake_slot, pool_of
 from tests.polling import until
@@ -56,14 +58,29 @@ class Stalling(FakeBackend):
         yield GenerationChunk(" c", token_count=1, finish_reason="length", usage=Usage(PROMPT_TOKENS, 3))
 
 
-def as_caller(usage: RequestUsage, work: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
-    """`work` in a task of its own whose request usage is `usage` (as the API's middleware sets it)."""
+class Caller:
+    """A caller that charges what each of its pool calls returns to its meter, as the API's
+    routes do; `usage` is the meter's total so far."""
 
-    async def run() -> T:
-        current_usage.set(usage)  # the task's own copy of the context
-        return await work()
+    def __init__(self) -> None:
+        self.meter = UsageMeter()
 
-    return asyncio.create_task(run())
+    async def call(self, work: Awaitable[T]) -> T:
+        return charged(self.meter, await work)
+
+    @property
+    def usage(self) -> RequestUsage:
+        return self.meter.total()
+
+
+def charged(meter: UsageMeter, result: T) -> T:
+    charge(meter, result)
+    return result
+
+
+def as_caller(caller: Caller, work: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+    """`work` in a task of its own."""
+    return asyncio.create_task(work())
 
 
 def counted(metrics: Metrics, model: str = "fake") -> tuple[float, float]:
@@ -79,18 +96,19 @@ def counted(metrics: Metrics, model: str = "fake") -> tuple[float, float]:
 async def test_a_cancelled_whole_reply_counts_its_prompt_and_the_output_so_far() -> None:
     backend, metrics = Stalling(), Metrics()
     pool = pool_of(fake_slot(backend, metrics=metrics))
-    usage = RequestUsage()
+    caller = Caller()
 
     async def whole_reply() -> object:
-        stream = await pool.chat("fake", REQUEST)
+        stream = await caller.call(pool.chat("fake", REQUEST))
         async with stream:
             return await collect(stream)
 
-    task = as_caller(usage, whole_reply)
+    task = as_caller(caller, whole_reply)
     await until(backend.stalled.is_set, "the generation to stall")
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    usage = caller.usage
     assert (usage.input_tokens, usage.output_tokens) == (PROMPT_TOKENS, 6)
     assert counted(metrics) == (PROMPT_TOKENS, 6)
 
@@ -98,19 +116,20 @@ async def test_a_cancelled_whole_reply_counts_its_prompt_and_the_output_so_far()
 async def test_a_stream_closed_early_counts_its_prompt_and_the_output_so_far() -> None:
     backend, metrics = Stalling(), Metrics()
     pool = pool_of(fake_slot(backend, metrics=metrics))
-    usage = RequestUsage()
+    caller = Caller()
     seen: list[tuple[int, int]] = []
 
     async def read_two_then_leave() -> None:
-        stream = await pool.chat("fake", REQUEST)
-        seen.append((usage.input_tokens, usage.output_tokens))  # admitted: the prompt is known
+        stream = await caller.call(pool.chat("fake", REQUEST))
+        seen.append((caller.usage.input_tokens, caller.usage.output_tokens))  # admitted: the prompt is known
         await anext(stream)
         await anext(stream)
-        seen.append((usage.input_tokens, usage.output_tokens))  # as the chunks pass
+        seen.append((caller.usage.input_tokens, caller.usage.output_tokens))  # as the chunks pass
         await stream.aclose()
         seen.append((stream.timing.prompt_tokens, stream.timing.output_tokens))
 
-    await as_caller(usage, read_two_then_leave)
+    await as_caller(caller, read_two_then_leave)
+    usage = caller.usage
     assert seen == [(PROMPT_TOKENS, 0), (PROMPT_TOKENS, 2), (PROMPT_TOKENS, 2)]
     assert (usage.input_tokens, usage.output_tokens) == (PROMPT_TOKENS, 2)
     assert counted(metrics) == (PROMPT_TOKENS, 2)
@@ -119,16 +138,19 @@ async def test_a_stream_closed_early_counts_its_prompt_and_the_output_so_far() -
 async def test_finished_generations_count_their_usage_once() -> None:
     metrics = Metrics()
     pool = pool_of(fake_slot(Stalling(), metrics=metrics, tasks=frozenset({Task.COMPLETION})))
-    usage = RequestUsage()
+    caller = Caller()
 
     async def two_ways() -> None:
-        stream = await pool.complete("fake", [CompletionRequest("x"), CompletionRequest("y")])
+        stream = await caller.call(pool.complete("fake", [CompletionRequest("x"), CompletionRequest("y")]))
         async with stream:
             assert [chunk async for _, chunk in stream][-1].usage == Usage(PROMPT_TOKENS, 3)
         assert (stream.timing.prompt_tokens, stream.timing.output_tokens) == (2 * PROMPT_TOKENS, 6)
-        await pool.generate_all("fake", [CompletionRequest("x"), CompletionRequest("y"), CompletionRequest("z")])
+        await caller.call(
+            pool.generate_all("fake", [CompletionRequest("x"), CompletionRequest("y"), CompletionRequest("z")])
+        )
 
-    await as_caller(usage, two_ways)
+    await as_caller(caller, two_ways)
+    usage = caller.usage
     assert (usage.input_tokens, usage.output_tokens) == (5 * PROMPT_TOKENS, 15)
     assert counted(metrics) == (5 * PROMPT_TOKENS, 15)
 
@@ -156,8 +178,8 @@ class ContextSpy(FakeBackend):
 
     def __init__(self) -> None:
         super().__init__()
-        self.seen_at_start: list[tuple[RequestUsage | None, bool]] = []
-        self.seen_in_batches: list[tuple[RequestUsage | None, bool]] = []
+        self.seen_at_start: list[tuple[str | None, bool]] = []
+        self.seen_in_batches: list[tuple[str | None, bool]] = []
 
     async def start(self) -> None:
         self.seen_at_start.append(_context())
@@ -168,16 +190,19 @@ class ContextSpy(FakeBackend):
         return await super().embed_tokens(ids)
 
 
-def _context() -> tuple[RequestUsage | None, bool]:
-    return current_usage.get(), tracing.start_span("probe", {}) is not tracing.NO_SPAN
+def _context() -> tuple[str | None, bool]:
+    """The request (its id) and the tracer a piece of work runs in (None: no request)."""
+    request = current_request_id.get()
+    return (None if request == "-" else request), tracing.start_span("probe", {}) is not tracing.NO_SPAN
 
 
-def traced_as_caller(usage: RequestUsage, work: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+def traced_as_caller(caller: Caller, work: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
     async def traced() -> T:
+        current_request_id.set(f"request-{id(caller)}")  # the task's own copy of the context
         with tracing.traced_by(Recorder()):
-            return await work()
+            return await caller.call(work())
 
-    return as_caller(usage, traced)
+    return as_caller(caller, traced)
 
 
 async def test_a_batched_embedding_is_charged_to_each_caller_not_the_first() -> None:
@@ -185,7 +210,7 @@ async def test_a_batched_embedding_is_charged_to_each_caller_not_the_first() -> 
     slot = fake_slot(backend, tasks=frozenset({Task.EMBEDDING}), batch={"window_ms": 50})
     pool = pool_of(slot)
     await slot.ensure_ready(None)
-    first, second = RequestUsage(), RequestUsage()
+    first, second = Caller(), Caller()
     inputs = {"first": ("a", "bb", "ccc"), "second": ("dddd",)}
     tasks = [
         traced_as_caller(first, lambda: pool.embed("fake", EmbeddingRequest(inputs["first"]))),
@@ -194,7 +219,7 @@ async def test_a_batched_embedding_is_charged_to_each_caller_not_the_first() -> 
     await asyncio.gather(*tasks)
     assert backend.embed_calls == [4], "both requests in one engine call"
     assert backend.seen_in_batches == [(None, False)], "the batcher's worker runs outside any request"
-    assert (first.input_tokens, second.input_tokens) == (3, 1)  # each caller its own inputs' tokens
+    assert (first.usage.input_tokens, second.usage.input_tokens) == (3, 1)  # each caller its own inputs' tokens
     await pool.close()
 
 
@@ -202,8 +227,9 @@ async def test_a_load_a_request_starts_runs_outside_that_request() -> None:
     backend = ContextSpy()
     slot = fake_slot(backend, tasks=frozenset({Task.EMBEDDING}))
     pool = pool_of(slot)
-    usage = RequestUsage()
-    await traced_as_caller(usage, lambda: pool.embed("fake", EmbeddingRequest(("abc",))))
+    caller = Caller()
+    await traced_as_caller(caller, lambda: pool.embed("fake", EmbeddingRequest(("abc",))))
+    usage = caller.usage
     assert backend.seen_at_start == [(None, False)], "the load task does not carry the request that started it"
     assert usage.input_tokens == 1
     await pool.close()

@@ -9,7 +9,7 @@ import pytest
 from modelpool.backends.base import ChatBackend
 from modelpool.errors import ModelLoadFailed, ModelNotLoaded, ModelNotReady, ModelUnloaded
 from modelpool.runtime.lifecycle import SlotState
-from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.metrics.prometheus import Metrics
 from tests.fakes import FakeBackend, ManualClock, fake_slot
 
 

@@ -11,12 +11,15 @@ import pytest
 from starlette.types import Message, Receive, Scope, Send
 
 from modelpool.errors import RateLimited
-from modelpool.runtime.metrics import Metrics
-from modelpool.runtime.ratelimit import Limits, RateLimiter
-from modelpool.runtime.usage import UsageLedger, add_tokens
+from modelpool.pool_api.results import charge
+from modelpool.pool_api.usage import USAGE_METER, Limits, RequestUsage
+from modelpool.runtime.metrics.prometheus import Metrics
+from modelpool.runtime.ratelimit.limiter import RateLimiter
+from modelpool.runtime.ratelimit.usage import UsageLedger
 from modelpool.server.ratelimit import EnforceRateLimits
 from tests.fakes import ManualClock
 from tests.polling import until
+from tests.runtime.ratelimit.test_limiter import outcome
 
 
 class HeldOpen:
@@ -30,13 +33,13 @@ class HeldOpen:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             await send({"type": "http.response.start", "status": 200, "headers": []})
-            add_tokens(5, 15)
+            charge(scope["state"][USAGE_METER], outcome(RequestUsage(5, 15)))
             await send({"type": "http.response.body", "body": b"first piece", "more_body": True})
             await self._hold()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
             await send({"type": "websocket.accept"})
-            add_tokens(0, 20)
+            charge(scope["state"][USAGE_METER], outcome(RequestUsage(0, 20)))
             await send({"type": "websocket.send", "text": "first result"})
             await self._hold()
             await send({"type": "websocket.close", "code": 1000})

@@ -10,8 +10,11 @@ from typing import Any, TypeVar
 from fastapi import Request
 
 from modelpool.errors import ClientDisconnected
-from modelpool.runtime.pool_api import PoolApi
-from modelpool.runtime.timing import RequestTiming
+from modelpool.pool_api import PoolApi
+from modelpool.pool_api.results import charge
+from modelpool.pool_api.results import charged as charged_to
+from modelpool.pool_api.timing import RequestTiming
+from modelpool.pool_api.usage import USAGE_METER, UsageMeter
 
 T = TypeVar("T")
 
@@ -36,9 +39,22 @@ def note_model(request: Request, model: str) -> None:
     request.state.model_id = model
 
 
+def meter_of(request: Request) -> UsageMeter | None:
+    """The request's usage meter, set by the rate-limit layer (None on routes it does not limit)."""
+    meter: UsageMeter | None = request.scope.get("state", {}).get(USAGE_METER)
+    return meter
+
+
+def charged(request: Request, result: T) -> T:
+    """`result` of a pool call, its usage charged to the request's caller."""
+    charge(meter_of(request), result)
+    return result
+
+
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Run `work`, cancelling it if the client goes away first: a request still in the
-    queue leaves it, a running generation stops at its next token and frees the model."""
+    """Run `work` (a pool call), cancelling it if the client goes away first: a request still
+    in the queue leaves it, a running generation stops at its next token and frees the
+    model. What it used is charged to the caller (its result's usage, or its error's)."""
     task = asyncio.ensure_future(work)
     gone = asyncio.Event()
 
@@ -52,7 +68,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
     watcher = asyncio.create_task(watch())
     try:
-        return await task
+        return await charged_to(meter_of(request), task)
     except asyncio.CancelledError:
         if gone.is_set():
             raise ClientDisconnected("the client closed the connection before the response") from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from modelpool.runtime.ratelimit import KeyReport
+from modelpool.pool_api.usage import KeyReport
 
 
 def usage_json(report: KeyReport) -> dict[str, Any]:

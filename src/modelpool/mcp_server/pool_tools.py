@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import AudioContent, CallToolResult
@@ -23,10 +23,12 @@ from modelpool.inference import TranscriptionRequest
 from modelpool.mcp_server.audio_input import read_audio
 from modelpool.mcp_server.transcript_tools import caller_of
 from modelpool.mcp_server.transcripts import TranscriptStore
-from modelpool.runtime.call import CallOptions
-from modelpool.runtime.generation import collect
-from modelpool.runtime.pool import SpeechAudio
-from modelpool.runtime.pool_api import PoolApi
+from modelpool.pool_api import PoolApi
+from modelpool.pool_api.call import CallOptions
+from modelpool.pool_api.generation import collect
+from modelpool.pool_api.results import SpeechAudio, charge
+from modelpool.pool_api.results import charged as charged_to
+from modelpool.pool_api.usage import USAGE_METER, UsageMeter
 from modelpool.wire.openai.chat import ChatCompletionBody
 from modelpool.wire.openai.embeddings import EmbeddingsBody
 from modelpool.wire.openai.models import model_json
@@ -104,6 +106,28 @@ class ModelList(BaseModel):
     """As GET /v1/models lists them: id, state, tasks, aliases, capabilities, ..."""
 
 
+T = TypeVar("T")
+
+
+def meter_of(ctx: Context[Any, Any]) -> UsageMeter | None:
+    """The usage meter of the HTTP request that carried the MCP call (set by the rate-limit layer)."""
+    request = ctx.request_context.request
+    meter: UsageMeter | None = None if request is None else request.scope.get("state", {}).get(USAGE_METER)
+    return meter
+
+
+def charged(ctx: Context[Any, Any], result: T) -> T:
+    """`result` of a pool call (a stream), its usage charged to the caller of the MCP call."""
+    charge(meter_of(ctx), result)
+    return result
+
+
+async def charged_call(ctx: Context[Any, Any], work: Awaitable[T]) -> T:
+    """The result of a whole pool call, what it used (or used before failing) charged to the
+    caller of the MCP call."""
+    return await charged_to(meter_of(ctx), work)
+
+
 def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore, config: ServerConfig) -> None:
     # The tools take no keep_alive, so their callers have nothing to shorten: call_options().
     tools = (_list_models_tool(pool), _chat_tool(pool), _embed_tool(pool), _rerank_tool(pool),
@@ -123,6 +147,7 @@ def _list_models_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
 def _chat_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
     async def chat(
         model: Model,
+        ctx: Context[Any, Any],
         messages: Annotated[list[ChatTurn], Field(min_length=1)],
         max_tokens: Annotated[int | None, Field(ge=1)] = None,
         temperature: Annotated[float | None, Field(ge=0, le=2)] = None,
@@ -136,8 +161,8 @@ def _chat_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
             "model": model, "messages": [turn.model_dump() for turn in messages], "allow_remote": allow_remote,
             **{name: value for name, value in fields.items() if value is not None},
         })  # fmt: skip
-        request = body.to_request(pool.sampling_defaults(model))
-        stream = await pool.chat(model, request, body.call_options())
+        request = body.to_request()
+        stream = charged(ctx, await pool.chat(model, request, body.call_options()))
         async with stream:
             generation = await collect(stream)
         usage = Usage(prompt_tokens=generation.usage.prompt_tokens,
@@ -150,11 +175,14 @@ def _chat_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
 
 def _embed_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
     async def embed(
-        model: Model, input: Annotated[list[str], Field(min_length=1)], allow_remote: AllowRemote = False
+        model: Model,
+        input: Annotated[list[str], Field(min_length=1)],
+        ctx: Context[Any, Any],
+        allow_remote: AllowRemote = False,
     ) -> Embeddings:
         """One embedding vector per input text, in order."""
         body = EmbeddingsBody.model_validate({"model": model, "input": input, "allow_remote": allow_remote})
-        result, _ = await pool.embed(model, body.to_request(), body.call_options())
+        result = (await charged_call(ctx, pool.embed(model, body.to_request(), body.call_options()))).value
         vectors: list[list[float]] = result.vectors.tolist()
         return Embeddings(model=pool.model_id(model), dimensions=result.vectors.shape[1], embeddings=vectors,
                           prompt_tokens=result.prompt_tokens)  # fmt: skip
@@ -167,6 +195,7 @@ def _rerank_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
         model: Model,
         query: str,
         documents: Annotated[list[str], Field(min_length=1)],
+        ctx: Context[Any, Any],
         top_n: Annotated[int | None, Field(ge=1, description="Keep the best this many (default: all)")] = None,
         allow_remote: AllowRemote = False,
     ) -> Reranking:
@@ -174,7 +203,7 @@ def _rerank_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
         model's cosine similarity)."""
         body = RerankBody.model_validate({"model": model, "query": query, "documents": documents,
                                           "top_n": top_n, "allow_remote": allow_remote})  # fmt: skip
-        scores, _ = await pool.score_pairs(model, body.to_request(), body.call_options())
+        scores = (await charged_call(ctx, pool.score_pairs(model, body.to_request(), body.call_options()))).value
         ranked = sorted(range(len(documents)), key=lambda i: scores.scores[i], reverse=True)
         results = [Ranked(index=i, relevance_score=scores.scores[i], document=documents[i]) for i in ranked]
         return Reranking(model=pool.model_id(model), results=results[:top_n] if top_n else results)
@@ -198,7 +227,8 @@ def _transcribe_tool(pool: PoolApi, store: TranscriptStore, config: ServerConfig
         upload = await read_audio(audio_base64, path, config)
         job = TranscriptionRequest(language=language, prompt=prompt)
         try:
-            transcription = await pool.transcribe(model, upload, job, CallOptions(allow_remote=allow_remote))
+            options = CallOptions(allow_remote=allow_remote)
+            transcription = charged(ctx, await pool.transcribe(model, upload, job, options))
         except (InvalidRequest, RequestTooLarge) as exc:  # bad audio, or audio too long
             if exc.param == "file":  # the HTTP route's name for the audio: name this tool's
                 exc.param = "path" if path is not None else "audio_base64"
@@ -223,6 +253,7 @@ def _speak_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
     async def speak(
         model: Model,
         text: Annotated[str, Field(min_length=1, pattern=r"\S")],
+        ctx: Context[Any, Any],
         voice: str | None = None,
         format: AudioFormat = "wav",
         speed: Annotated[float, Field(ge=0.25, le=4.0)] = 1.0,
@@ -234,7 +265,7 @@ def _speak_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
         body = SpeechBody.model_validate({"model": model, "input": text, "voice": voice, "response_format": format,
                                           "speed": speed, "deterministic": deterministic,
                                           "allow_remote": allow_remote})  # fmt: skip
-        audio = await pool.speak(model, body.to_request(), body.call_options())
+        audio = charged(ctx, await pool.speak(model, body.to_request(), body.call_options()))
         data, samples = await _encoded(audio, format)
         about = {"model": audio.chunks.model_id, "format": format, "media_type": MEDIA_TYPES[format],
                  "sample_rate": audio.sample_rate, "duration_s": round(samples / audio.sample_rate, 3),

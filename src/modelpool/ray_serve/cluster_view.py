@@ -16,7 +16,7 @@ from ray.serve.handle import DeploymentHandle
 
 from modelpool.ray_serve.remote import ControlThread
 from modelpool.ray_serve.wire import ReplicaReport
-from modelpool.runtime.status import ModelStatus, ReplicaStatus
+from modelpool.status import ModelStatus, ReplicaStatus
 
 log = logging.getLogger("modelpool.ray")
 _STARTING = ("STARTING", "UPDATING", "RECOVERING")

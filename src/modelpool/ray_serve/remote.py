@@ -17,8 +17,9 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentRes
 
 from modelpool.errors import GenerationFailed, ModelNotReady, ModelpoolError, Overloaded, ReplicaUnavailable
 from modelpool.logs import current_request_id
+from modelpool.pool_api.timing import RequestTiming
+from modelpool.pool_api.usage import RequestUsage
 from modelpool.ray_serve.wire import Call, Done, Ended, Failed, Item, Started
-from modelpool.runtime.timing import RequestTiming
 
 log = logging.getLogger("modelpool.ray")
 T = TypeVar("T")
@@ -191,9 +192,12 @@ class RemoteStream(Generic[T]):
         *,
         observe: Callable[[T], None] | None = None,
         on_close: Callable[[RequestTiming], None] | None = None,
+        usage: RequestUsage | None = None,
     ) -> None:
         self.model_id = model_id
         self.timing = timing
+        self.usage = usage or RequestUsage()
+        """What the request used so far, as the ingress counts what passes."""
         self._pieces = pieces
         self._observe = observe
         self._on_close = on_close

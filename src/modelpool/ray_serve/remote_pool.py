@@ -21,7 +21,7 @@ from prometheus_client import Counter
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from modelpool.config.schema import Config, ModelConfig, SamplingDefaults
+from modelpool.config.schema import Config
 from modelpool.errors import InvalidRequest, ModelLoadFailed, ModelNotReady, ModelpoolError, ShuttingDown
 from modelpool.inference import (
     ChatRequest,
@@ -35,6 +35,21 @@ from modelpool.inference import (
     SpeechRequest,
     TranscriptionRequest,
 )
+from modelpool.pool_api.call import DEFAULT_CALL, CallOptions
+from modelpool.pool_api.generation import ChoiceChunk, Generation
+from modelpool.pool_api.results import (
+    Detokenized,
+    Loglikelihood,
+    ModelVoice,
+    Outcome,
+    SpeechAudio,
+    Tokenized,
+    TokenizeJob,
+    Transcription,
+)
+from modelpool.pool_api.streams import ResultStream
+from modelpool.pool_api.timing import RequestTiming
+from modelpool.pool_api.usage import RequestUsage
 from modelpool.ray_serve import naming
 from modelpool.ray_serve.cluster_view import ClusterView
 from modelpool.ray_serve.options import replica_bounds
@@ -48,20 +63,16 @@ from modelpool.ray_serve.remote import (
     open_remote,
     request_id,
 )
+from modelpool.ray_serve.remote_status import memory_of, model_readiness_problem, pool_readiness_problem, readiness_of
 from modelpool.ray_serve.wire import Call, Started, uncounted
 from modelpool.runtime.build import build_pool
-from modelpool.runtime.call import CallOptions
 from modelpool.runtime.clock import Clock, SystemClock
-from modelpool.runtime.generation import ChoiceChunk, Generation
-from modelpool.runtime.lease import ResultStream
-from modelpool.runtime.memory import system_memory
-from modelpool.runtime.metrics import Metrics
-from modelpool.runtime.observers import RequestObservers
-from modelpool.runtime.pool import DEFAULT_CALL, ModelPool, ModelVoice, SpeechAudio, Transcription
-from modelpool.runtime.scoring import Loglikelihood
-from modelpool.runtime.status import BudgetStatus, EngineLogs, ModelMemory, ModelStatus, PoolMemory
-from modelpool.runtime.timing import RequestTiming
-from modelpool.runtime.tokenization import Detokenized, Tokenized, TokenizeJob, tokenizer_slot
+from modelpool.runtime.metrics.observers import RequestObservers
+from modelpool.runtime.metrics.prometheus import Metrics
+from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.served import ServedPool
+from modelpool.runtime.tasks.tokenization import tokenizer_slot
+from modelpool.status import EngineLogs, ModelStatus, PoolMemory
 
 DEPLOY_WAIT_S = 300.0
 """How long an admin change waits for its redeploy when `server.model_wait_s` is unset."""
@@ -120,9 +131,6 @@ class RemotePool:
     def model_id(self, name: str) -> str:
         return self.catalog.model_id(name)
 
-    def sampling_defaults(self, name: str) -> SamplingDefaults:
-        return self.catalog.sampling_defaults(name)
-
     def metrics_label(self, name: str) -> str:
         return self.catalog.metrics_label(name)
 
@@ -141,48 +149,35 @@ class RemotePool:
         self.control.close()
 
     def readiness(self) -> tuple[bool, dict[str, str]]:
-        statuses = self.statuses()
-        states = {status.id: status.state for status in statuses}
-        preloaded = {model.id for model in self.config.served_models() if _starts_loaded(model)}
-        ready = not self._closing and all(states[model] == "ready" for model in preloaded)
-        return ready, states
+        return readiness_of(self.config, self.statuses(), closing=self._closing)
 
     def readiness_problem(self, name: str | None = None) -> ModelpoolError | None:
         if self._closing:
             return ShuttingDown("the server is shutting down")
-        if name is not None:  # as a slot answers: None when ready or loading on demand
-            status = self.status(name)
-            if status.state == "failed":
-                return ModelLoadFailed(f"model '{status.id}' failed to load: {status.last_error}")
-            if status.state == "loading":
-                return ModelNotReady(f"model '{status.id}' is loading")
-            if status.state != "ready" and not status.autoload:
-                return ModelNotReady(f"model '{status.id}' is not loaded and has autoload off")
-            return None
-        ready, states = self.readiness()
-        if ready:
-            return None
-        waiting = ", ".join(f"'{model}' ({state})" for model, state in states.items() if state != "ready")
-        return ModelNotReady(f"waiting for preloaded models: {waiting}")
+        if name is not None:
+            return model_readiness_problem(self.status(name))
+        return pool_readiness_problem(*self.readiness())
 
     # ----- requests ------------------------------------------------------------------
 
-    async def _unary(self, method: str, name: str, args: tuple[Any, ...], options: CallOptions) -> tuple[Any, str]:
+    async def _unary(self, method: str, name: str, args: tuple[Any, ...], options: CallOptions) -> Outcome[Any]:
+        """A whole result from a replica: its pool's `Outcome`, whose tokens the ingress counts
+        again into its own metrics and the usage it returns."""
         model_id = self.catalog.model_id(name)
-        started = self.clock.monotonic()
         call = Call(method, model_id, args, options, request_id())
         handle = await self._model_handle(model_id)
         retried = self.retries.labels(model=model_id).inc
-        done = await call_unary(handle, call, model_id, assignment_wait(self.wait_s), retried)
-        if isinstance(done.value, tuple) and len(done.value) == 2 and isinstance(done.value[1], RequestTiming):
-            timing = uncounted(done.value[1])
-            done = replace(done, value=(done.value[0], timing))
-        else:
-            usage = done.usage
-            timing = RequestTiming(prompt_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
-            timing.backend_s = self.clock.monotonic() - started
-        self.metrics.observe_timing(model_id, timing)
-        return done.value, model_id
+        try:
+            done = await call_unary(handle, call, model_id, assignment_wait(self.wait_s), retried)
+        except ModelpoolError as exc:
+            if exc.usage is not None:  # what it used before failing: the ingress counts it, as it bills it
+                self.metrics.count_tokens(
+                    model_id, input_tokens=exc.usage.input_tokens, output_tokens=exc.usage.output_tokens
+                )
+            raise
+        timing, usage = uncounted(done.outcome.timing), RequestUsage()
+        self.observe.ended(model_id, timing, usage)
+        return Outcome(done.outcome.value, timing, usage)
 
     async def _open(
         self, method: str, name: str, args: tuple[Any, ...], options: CallOptions
@@ -201,31 +196,33 @@ class RemotePool:
         self, name: str, request: ChatRequest, options: CallOptions = DEFAULT_CALL
     ) -> ResultStream[GenerationChunk]:
         model_id, _, pieces, timing = await self._open("chat", name, (request,), options)
-        timer = self.observe.chunks(model_id, timing)
-        return RemoteStream(model_id, pieces, timing, observe=timer, on_close=self.observe.finished(model_id))
+        usage = RequestUsage()
+        timer = self.observe.chunks(model_id, timing, usage)
+        on_close = self.observe.finished(model_id, usage)
+        return RemoteStream(model_id, pieces, timing, observe=timer, on_close=on_close, usage=usage)
 
     async def complete(
         self, name: str, requests: list[CompletionRequest], options: CallOptions = DEFAULT_CALL
     ) -> ResultStream[ChoiceChunk]:
         model_id, _, pieces, timing = await self._open("complete", name, (requests,), options)
-        timer = self.observe.chunks(model_id, timing)
+        usage = RequestUsage()
+        timer = self.observe.chunks(model_id, timing, usage)
 
         def observe(piece: ChoiceChunk) -> None:
             timer(piece[1])
 
-        return RemoteStream(model_id, pieces, timing, observe=observe, on_close=self.observe.finished(model_id))
+        on_close = self.observe.finished(model_id, usage)
+        return RemoteStream(model_id, pieces, timing, observe=observe, on_close=on_close, usage=usage)
 
     async def embed(
         self, name: str, request: EmbeddingRequest, options: CallOptions = DEFAULT_CALL
-    ) -> tuple[EmbeddingResult, RequestTiming]:
-        value, _ = await self._unary("embed", name, (request,), options)
-        return value  # type: ignore[no-any-return]
+    ) -> Outcome[EmbeddingResult]:
+        return await self._unary("embed", name, (request,), options)
 
     async def score_pairs(
         self, name: str, request: PairScoreRequest, options: CallOptions = DEFAULT_CALL
-    ) -> tuple[PairScores, RequestTiming]:
-        value, _ = await self._unary("score_pairs", name, (request,), options)
-        return value  # type: ignore[no-any-return]
+    ) -> Outcome[PairScores]:
+        return await self._unary("score_pairs", name, (request,), options)
 
     async def transcribe(
         self, name: str, upload: bytes, request: TranscriptionRequest, options: CallOptions = DEFAULT_CALL
@@ -243,8 +240,9 @@ class RemotePool:
     ) -> Transcription:
         model_id, first, pieces, timing = await self._open(method, name, args, options)
         audio_s = first.audio_seconds or 0.0
-        on_close = self.observe.audio(model_id, "transcription", lambda: audio_s)
-        segments: RemoteStream[Segment] = RemoteStream(model_id, pieces, timing, on_close=on_close)
+        usage = RequestUsage()
+        on_close = self.observe.audio(model_id, "transcription", lambda: audio_s, usage)
+        segments: RemoteStream[Segment] = RemoteStream(model_id, pieces, timing, on_close=on_close, usage=usage)
         return Transcription(segments, audio_s)
 
     async def speak(self, name: str, request: SpeechRequest, options: CallOptions = DEFAULT_CALL) -> SpeechAudio:
@@ -255,9 +253,10 @@ class RemotePool:
         def count(pcm: npt.NDArray[np.int16]) -> None:
             produced[0] += len(pcm)
 
-        on_close = self.observe.audio(model_id, "speech", lambda: produced[0] / rate)
+        usage = RequestUsage()
+        on_close = self.observe.audio(model_id, "speech", lambda: produced[0] / rate, usage)
         chunks: RemoteStream[npt.NDArray[np.int16]] = RemoteStream(
-            model_id, pieces, timing, observe=count, on_close=on_close
+            model_id, pieces, timing, observe=count, on_close=on_close, usage=usage
         )
         return SpeechAudio(chunks, rate)
 
@@ -266,23 +265,23 @@ class RemotePool:
 
     async def loglikelihood(
         self, name: str, pairs: list[tuple[str, str]], options: CallOptions = DEFAULT_CALL
-    ) -> list[Loglikelihood]:
-        value, _ = await self._unary("loglikelihood", name, (pairs,), options)
-        return value  # type: ignore[no-any-return]
+    ) -> Outcome[list[Loglikelihood]]:
+        return await self._unary("loglikelihood", name, (pairs,), options)
 
     async def generate_all(
         self, name: str, requests: list[CompletionRequest], options: CallOptions = DEFAULT_CALL
-    ) -> list[Generation]:
-        value, _ = await self._unary("generate_all", name, (requests,), options)
-        return value  # type: ignore[no-any-return]
+    ) -> Outcome[list[Generation]]:
+        return await self._unary("generate_all", name, (requests,), options)
 
-    async def tokenize(self, name: str | None, job: TokenizeJob, options: CallOptions = DEFAULT_CALL) -> Tokenized:
-        value, _ = await self._unary("tokenize", self._tokenizer_model(name), (job,), options)
-        return value  # type: ignore[no-any-return]
+    async def tokenize(
+        self, name: str | None, job: TokenizeJob, options: CallOptions = DEFAULT_CALL
+    ) -> Outcome[Tokenized]:
+        return await self._unary("tokenize", self._tokenizer_model(name), (job,), options)
 
-    async def detokenize(self, name: str | None, ids: list[int], options: CallOptions = DEFAULT_CALL) -> Detokenized:
-        value, _ = await self._unary("detokenize", self._tokenizer_model(name), (ids,), options)
-        return value  # type: ignore[no-any-return]
+    async def detokenize(
+        self, name: str | None, ids: list[int], options: CallOptions = DEFAULT_CALL
+    ) -> Outcome[Detokenized]:
+        return await self._unary("detokenize", self._tokenizer_model(name), (ids,), options)
 
     def _tokenizer_model(self, name: str | None) -> str:
         return tokenizer_slot(self.catalog.slots(), None if name is None else self.catalog.slot(name)).id
@@ -365,19 +364,7 @@ class RemotePool:
         return EngineLogs(model_id, self.status(model_id).state, processes)
 
     def memory(self) -> PoolMemory:
-        budget = self.catalog.budget
-        models = {
-            status.id: ModelMemory(
-                status.state, sum(r.memory_bytes for r in status.replicas), status.memory.measured_bytes
-            )
-            for status in self.statuses()
-        }
-        return PoolMemory(
-            system=system_memory(),
-            gpus=[],
-            budget=BudgetStatus(budget.max_models, budget.memory_bytes, budget.gpu_bytes),
-            models=models,
-        )
+        return memory_of(self.statuses(), self.catalog.budget)
 
 
 def _app_state(app: str) -> tuple[str, str]:
@@ -385,14 +372,5 @@ def _app_state(app: str) -> tuple[str, str]:
     return ("NOT_STARTED", "") if found is None else (str(found.status.value), found.message)
 
 
-def _starts_loaded(model: ModelConfig) -> bool:
-    """Readiness waits for models that load when their replicas start (not grouped ones,
-    which load on demand, nor ones that scale from zero)."""
-    if not model.preload:
-        return False
-    ray = model.ray
-    if ray is None:
-        return True
-    if ray.group is not None:
-        return False
-    return ray.autoscaling is None or ray.autoscaling.min_replicas > 0
+def _implements(pool: RemotePool) -> ServedPool:
+    return pool  # mypy checks here that RemotePool implements the whole interface, as ModelPool does

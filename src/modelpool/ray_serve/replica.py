@@ -16,6 +16,8 @@ from ray import serve
 from modelpool.config.schema import Config
 from modelpool.errors import InvalidRequest, ModelpoolError
 from modelpool.logs import configure_logging, current_request_id
+from modelpool.pool_api.results import Outcome, SpeechAudio, Transcription
+from modelpool.pool_api.streams import ResultStream
 from modelpool.ray_serve.wire import (
     Call,
     Done,
@@ -29,10 +31,8 @@ from modelpool.ray_serve.wire import (
     waits_only,
 )
 from modelpool.runtime.build import build_pool
-from modelpool.runtime.lease import ResultStream
-from modelpool.runtime.pool import ModelPool, SpeechAudio, Transcription
-from modelpool.runtime.status import EngineLogs
-from modelpool.runtime.usage import RequestUsage, current_usage
+from modelpool.runtime.pool import ModelPool
+from modelpool.status import EngineLogs
 
 log = logging.getLogger("modelpool.ray")
 
@@ -104,19 +104,16 @@ class ModelReplica:
         if call.method not in UNARY:
             return Failed(InvalidRequest(f"'{call.method}' is not a call a replica answers"))
         await self._start()  # a deployment made without user_config gets no reconfigure call
-        usage = RequestUsage()
-        token = current_usage.set(usage)
         request_token = current_request_id.set(call.request_id or "-")
         try:
             await self._resident(call.model)
-            method: Callable[..., Awaitable[Any]] = getattr(self.pool, call.method)
-            value = await method(call.model, *call.args, call.options)
+            method: Callable[..., Awaitable[Outcome[Any]]] = getattr(self.pool, call.method)
+            outcome = await method(call.model, *call.args, call.options)
         except ModelpoolError as error:
             return Failed(error)
         finally:
-            current_usage.reset(token)
             current_request_id.reset(request_token)
-        return Done(value, usage)
+        return Done(outcome)
 
     async def stream(self, call: Call) -> AsyncGenerator[Piece, None]:
         """The call's results as pieces (see `wire`). Ray Serve cancels this generator when

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from modelpool.errors import ModelpoolError
-from modelpool.runtime.call import CallOptions
-from modelpool.runtime.status import ModelStatus
-from modelpool.runtime.timing import RequestTiming
-from modelpool.runtime.usage import RequestUsage
+from modelpool.pool_api.call import CallOptions
+from modelpool.pool_api.results import Outcome
+from modelpool.pool_api.timing import RequestTiming
+from modelpool.status import ModelStatus
 
 T = TypeVar("T")
 
@@ -37,9 +37,9 @@ class Call:
 
 @dataclass(frozen=True)
 class Done(Generic[T]):
-    value: T
-    usage: RequestUsage
-    """What the call used, as the replica's metrics counted it (the ingress bills it)."""
+    outcome: Outcome[T]
+    """The replica pool's whole result: its timing's tokens are counted again by the ingress
+    (`uncounted`), which returns its own usage."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from modelpool.media.images import ImagePolicy
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock, SystemClock
 from modelpool.runtime.eviction import Budget
-from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.slot import ModelSlot
 

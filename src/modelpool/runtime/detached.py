@@ -1,11 +1,11 @@
 """Tasks for work that outlives the request that happened to start it.
 
 asyncio copies the creating task's context variables into every task it starts. For a
-request's own helpers that is what is wanted (its streamed body adds to its usage, its
-spans join its trace), but a batcher's worker or a model's load serves every request
-that comes after: started from the first one's context, it would keep that request's
-usage (charging it whatever the task counts), its tracer and server span (parenting its
-spans to a trace that ended long ago) and its request id, and keep them alive.
+request's own helpers that is what is wanted (their spans join its trace), but a
+batcher's worker or a model's load serves every request that comes after: started from
+the first one's context, it would keep that request's tracer and server span (parenting
+its spans to a trace that ended long ago), its caller and its request id, and keep them
+alive.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A lease (one admitted request's turn on one replica) and the one stream type that holds a
-lease until it is closed.
+"""A lease (one admitted request's turn on one replica) and the stream type that holds a
+lease until it is closed (the pool's `ResultStream` in one process).
 
 Whoever takes a turn gives it back by leaving `async with lease:` or by closing the
 `LeasedStream` the lease was handed to. Both are idempotent, so a turn is given back exactly
@@ -11,18 +11,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from modelpool import tracing
 from modelpool.backends.base import Backend
 from modelpool.errors import ModelUnloaded
+from modelpool.pool_api.timing import RequestTiming
+from modelpool.pool_api.usage import RequestUsage
 from modelpool.runtime.admission import Ticket
 from modelpool.runtime.replicas import Replica
-from modelpool.runtime.timing import RequestTiming
 
 B = TypeVar("B", bound=Backend, covariant=True)
 T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
 _NOTHING = object()
 
 
@@ -99,26 +99,6 @@ class Lease(Generic[B]):
         self._span.end()
 
 
-class ResultStream(Protocol[T_co]):
-    """What the API reads a streamed result through: a `LeasedStream` here, or a stream from
-    a model replica in Ray mode. Closing it (or leaving `async with`) stops the work."""
-
-    model_id: str
-    timing: RequestTiming
-
-    def __aiter__(self) -> ResultStream[T_co]: ...
-
-    async def __anext__(self) -> T_co: ...
-
-    async def aclose(self) -> None: ...
-
-    async def __aenter__(self) -> ResultStream[T_co]: ...
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None: ...
-
-
 class LeasedStream(Generic[T]):
     """Results of one request as they come, holding the model's turn until closed.
 
@@ -135,9 +115,12 @@ class LeasedStream(Generic[T]):
         *,
         observe: Callable[[T], None] | None = None,
         on_close: Callable[[RequestTiming], None] | None = None,
+        usage: RequestUsage | None = None,
     ) -> None:
         self.model_id = lease.model_id
         self.timing = lease.timing
+        self.usage = usage or RequestUsage()
+        """What the request used so far (its observers fill it in as items pass)."""
         self._items = items
         self._lease = lease
         self._observe = observe
@@ -195,6 +178,7 @@ async def open_stream(
     *,
     observe: Callable[[T], None] | None = None,
     on_close: Callable[[RequestTiming], None] | None = None,
+    usage: RequestUsage | None = None,
 ) -> LeasedStream[T]:
     """Hand `lease` to a stream of `start(backend)`'s items, prefetched; if starting fails,
     the turn goes back at once."""
@@ -203,6 +187,6 @@ async def open_stream(
     except BaseException:
         lease.release()
         raise
-    stream = LeasedStream(items, lease, observe=observe, on_close=on_close)
+    stream = LeasedStream(items, lease, observe=observe, on_close=on_close, usage=usage)
     await stream.prefetch()
     return stream

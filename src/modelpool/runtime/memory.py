@@ -8,10 +8,11 @@ import ctypes.util
 import gc
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 
 import psutil
+
+from modelpool.status import GpuMemory
 
 
 def process_rss() -> int:
@@ -35,13 +36,6 @@ def _malloc_trim() -> Callable[[int], int] | None:
     if name is None:
         return None
     return getattr(ctypes.CDLL(name), "malloc_trim", None)
-
-
-@dataclass(frozen=True)
-class GpuMemory:
-    device: str
-    total_bytes: int
-    free_bytes: int
 
 
 def gpu_memory() -> list[GpuMemory]:

@@ -15,7 +15,7 @@ from modelpool.backends.registry import backend_class, parse_options
 from modelpool.config.redact import redact
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import InvalidRequest
-from modelpool.runtime.status import OverrideOption
+from modelpool.status import OverrideOption
 
 
 def override_options(config: ModelConfig, names: frozenset[str]) -> list[OverrideOption]:

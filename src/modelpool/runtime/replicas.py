@@ -15,7 +15,7 @@ from modelpool.inference import EncodedPair
 from modelpool.runtime.batching import Batcher
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.memory import process_rss, release_freed_memory
-from modelpool.runtime.status import EngineOutput, ReplicaStatus
+from modelpool.status import EngineOutput, ReplicaStatus
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")

@@ -12,30 +12,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from modelpool import tracing
 from modelpool.backends.base import Backend, MemoryEstimate, SpeechBackend, contract_problem
 from modelpool.capabilities import ModelCapabilities
-from modelpool.config.redact import redact
 from modelpool.config.schema import ModelConfig
-from modelpool.errors import ModelLoadFailed, ModelNotLoaded, ModelNotReady, ModelpoolError, ShuttingDown
+from modelpool.errors import ModelLoadFailed, ModelNotReady, ModelpoolError, ShuttingDown
 from modelpool.inference import Voice
+from modelpool.pool_api.timing import RequestTiming
 from modelpool.runtime.admission import Admission
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.crashes import CrashRecord
 from modelpool.runtime.detached import detached_task
-from modelpool.runtime.embedding_cache import EmbeddingCache
 from modelpool.runtime.eviction import Need, Resident
 from modelpool.runtime.lease import Lease
-from modelpool.runtime.lifecycle import Action, Decision, Event, Facts, Policy, Refusal, SlotState, decide
-from modelpool.runtime.metrics import Metrics
-from modelpool.runtime.option_schema import override_options
+from modelpool.runtime.lifecycle import Action, Decision, Event, Facts, Policy, SlotState, decide
+from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.replicas import Replica, ReplicaSet
-from modelpool.runtime.status import EngineLogs, MemoryStatus, ModelStatus
-from modelpool.runtime.timing import RequestTiming
+from modelpool.runtime.slot_status import load_error_of, readiness_problem_of, refusal_of, status_of
+from modelpool.runtime.slot_work import CapacityGate, LoadRecord, NoLimits, SlotTasks
+from modelpool.runtime.tasks.embedding_cache import EmbeddingCache
+from modelpool.status import EngineLogs, ModelStatus
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
@@ -43,29 +42,6 @@ B = TypeVar("B", bound=Backend)
 FORCED_UNLOAD_GRACE_S = 0.25
 """How long an unload with `drain: false` waits for the requests it revoked to stop."""
 _ALL_STATES = [s.value for s in SlotState]
-
-
-class CapacityGate(Protocol):
-    async def make_room(self, slot: ModelSlot, need: Need) -> None:
-        """Unload what must go so that `need` fits, or raise InsufficientCapacity."""
-
-
-class NoLimits:
-    async def make_room(self, slot: ModelSlot, need: Need) -> None:
-        return None
-
-
-@dataclass
-class LoadRecord:
-    """What the last load and the last failure left behind."""
-
-    error: str | None = None
-    failed_at: float | None = None
-    loaded_at: float | None = None
-    """Wall-clock time the model became ready."""
-    load_seconds: float | None = None
-    estimate: MemoryEstimate | None = None
-    """Per replica, from the backend before loading (or from `memory_bytes`)."""
 
 
 class ModelSlot:
@@ -95,7 +71,7 @@ class ModelSlot:
         self._metrics = metrics
         self._clock = clock
         self._capacity = capacity or NoLimits()
-        self._work = _SlotTasks()
+        self._work = SlotTasks()
         self._set_state(SlotState.UNLOADED)
 
     @property
@@ -105,6 +81,10 @@ class ModelSlot:
     @property
     def tasks(self) -> frozenset[Task]:
         return self.capabilities.tasks
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     # ----- what the pool reads -------------------------------------------------------
 
@@ -120,14 +100,7 @@ class ModelSlot:
     def readiness_problem(self) -> ModelpoolError | None:
         """Why a request now would not be served without waiting for a load: None when the
         model is ready or would load on demand (unloaded, autoload on, not failed)."""
-        if self.state is SlotState.FAILED:
-            return ModelLoadFailed(f"model '{self.id}' failed to load: {self.record.error}",
-                                   retry_after_s=self.config.retry_cooldown_s)  # fmt: skip
-        if self.state is SlotState.LOADING:
-            return ModelNotReady(f"model '{self.id}' is loading")
-        if self.state is not SlotState.READY and not self.config.autoload:
-            return ModelNotReady(f"model '{self.id}' is not loaded and has autoload off (`modelpool load {self.id}`)")
-        return None
+        return readiness_problem_of(self)
 
     def memory_bytes(self) -> int:
         """RAM: measured use when loaded, else the configured or estimated need."""
@@ -156,29 +129,7 @@ class ModelSlot:
         return decide(self._facts(), Event.TICK).action is Action.UNLOAD
 
     def status(self) -> ModelStatus:
-        config, record = self.config, self.record
-        now = self._clock.monotonic()
-        return ModelStatus(
-            id=self.id, created=self.created, state=self.state.value, backend=config.backend,
-            capabilities=self.capabilities, aliases=list(config.aliases), description=config.description,
-            owned_by=config.owned_by, replicas=self.replicas.statuses(), replicas_wanted=config.replicas,
-            replica_max=config.replica_max, in_flight=self.admission.running, queued=self.admission.waiting,
-            max_concurrency=config.max_concurrency, max_queue=config.max_queue,
-            memory=MemoryStatus(
-                estimate_bytes=record.estimate.ram_bytes if record.estimate else None,
-                estimate_gpu_bytes=record.estimate.gpu_bytes if record.estimate else None,
-                measured_bytes=self.replicas.measured_bytes(),
-                counted_bytes=self.memory_bytes(),
-                counted_gpu_bytes=self.gpu_bytes(),
-            ),
-            keep_alive_s=config.keep_alive,
-            expires_in_s=None if self.expires_at is None else round(max(0.0, self.expires_at - now), 3),
-            pinned=config.pinned, autoload=config.autoload, loaded_at=record.loaded_at,
-            load_seconds=record.load_seconds, last_error=record.error, crashes_in_a_row=self.crashes.in_a_row,
-            allow_remote=config.allow_remote, options=redact(config.options),
-            overridable=sorted(self.capabilities.overridable),
-            override_options=override_options(config, self.capabilities.overridable),
-        )  # fmt: skip
+        return status_of(self)
 
     async def voices(self) -> list[Voice]:
         """The model's voices, from its files, by a backend that is never started."""
@@ -339,31 +290,10 @@ class ModelSlot:
         log.error("model failed to load", extra={"model": self.id, "error": self.record.error})
 
     def _as_load_error(self, exc: BaseException) -> BaseException:
-        if isinstance(exc, ModelpoolError):
-            return exc
-        if isinstance(exc, Exception):
-            return ModelLoadFailed(
-                f"model '{self.id}' failed to load: {self.record.error}", retry_after_s=self.config.retry_cooldown_s
-            )
-        return exc  # cancellation and friends pass through untouched
+        return load_error_of(self, exc)
 
     def _refusal(self, decision: Decision) -> ModelpoolError:
-        if decision.refusal is Refusal.NOT_LOADED:
-            return ModelNotLoaded(
-                f"model '{self.id}' is not loaded and has autoload off; an admin must load it first "
-                f"(`modelpool load {self.id}`)",
-                param="model",
-            )
-        if decision.refusal is Refusal.GAVE_UP:
-            return ModelLoadFailed(
-                f"model '{self.id}' crashed {self.crashes.in_a_row} times in a row, so modelpool stopped "
-                f"restarting it (`modelpool load {self.id}` tries again). Last crash: {self.record.error}",
-                retry_after_s=decision.retry_after_s,
-            )
-        return ModelLoadFailed(
-            f"model '{self.id}' failed to load: {self.record.error} (next try in {decision.retry_after_s:.0f}s)",
-            retry_after_s=decision.retry_after_s,
-        )
+        return refusal_of(self, decision)
 
     # ----- unloading and scaling -----------------------------------------------------
 
@@ -459,26 +389,3 @@ class ModelSlot:
     def _set_state(self, state: SlotState) -> None:
         self.state = state
         self._metrics.set_model_state(self.id, state.value, _ALL_STATES)
-
-
-class _SlotTasks:
-    """The slot's background work: the load and unload in flight, a crash cleanup, and
-    fire-and-forget tasks (the loop keeps only weak references to tasks)."""
-
-    def __init__(self) -> None:
-        self.load: asyncio.Task[None] | None = None
-        self.unload: asyncio.Task[None] | None = None
-        self.cleanup: asyncio.Task[None] | None = None
-        self.closing = False
-        """The server is shutting down: no new requests; persistent engines are detached."""
-        self._background: set[asyncio.Task[None]] = set()
-
-    def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
-        task = detached_task(work, name=name)  # outside the request that may have started it
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def finish_cleanup(self) -> None:
-        if self.cleanup is not None:
-            await asyncio.gather(self.cleanup, return_exceptions=True)
-            self.cleanup = None

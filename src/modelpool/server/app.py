@@ -31,9 +31,10 @@ from modelpool.mcp_server import transcript_dir
 from modelpool.mcp_server.server import mount_mcp
 from modelpool.mcp_server.transcripts import TranscriptLimits, TranscriptStore
 from modelpool.runtime.build import build_pool
-from modelpool.runtime.metrics_history import MetricsHistory
-from modelpool.runtime.pool_api import PoolApi
-from modelpool.runtime.response_store import ResponseStore
+from modelpool.runtime.live.transcriber import LiveTranscriber
+from modelpool.runtime.metrics.history import MetricsHistory
+from modelpool.runtime.responses.store import ResponseStore
+from modelpool.runtime.served import ServedPool
 from modelpool.server.auth import KeyRing, RequireKeys
 from modelpool.server.cors import add_cors
 from modelpool.server.host_guard import BrowserRule, HostGuard
@@ -52,7 +53,7 @@ _ROUTERS = (chat, completions, responses, messages, embeddings, rerank, tokenize
 
 def create_app(
     config: Config,
-    pool: PoolApi | None = None,
+    pool: ServedPool | None = None,
     keys: KeyRing | None = None,
     *,
     tracer_provider: TracerProvider | None = None,
@@ -78,7 +79,7 @@ def create_app(
     return app
 
 
-def _add_state(app: FastAPI, config: Config, pool: PoolApi, history: MetricsHistory) -> None:
+def _add_state(app: FastAPI, config: Config, pool: ServedPool, history: MetricsHistory) -> None:
     """What routes and MCP tools find on `app.state`: the pool (`api/deps.py`), the config,
     the stores they share."""
     server = config.server
@@ -87,11 +88,12 @@ def _add_state(app: FastAPI, config: Config, pool: PoolApi, history: MetricsHist
     app.state.metrics_history = history
     app.state.responses = ResponseStore(server.response_store_size, server.response_store_bytes)
     app.state.realtime = realtime.RealtimeStats(server.realtime_queue_events)
+    app.state.live_sessions = LiveTranscriber  # a `LiveSessions`: the realtime route opens its sessions with it
     app.state.transcripts = TranscriptStore(transcript_dir(config), TranscriptLimits.of(server))
 
 
 def _add_middlewares(
-    app: FastAPI, config: Config, pool: PoolApi, keys: KeyRing | None, tracer_provider: TracerProvider | None
+    app: FastAPI, config: Config, pool: ServedPool, keys: KeyRing | None, tracer_provider: TracerProvider | None
 ) -> Stop:
     """Innermost first: each `add_middleware` wraps what was added before it. Returns what
     the lifespan awaits at its end to stop tracing."""

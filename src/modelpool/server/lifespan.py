@@ -14,8 +14,8 @@ from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from modelpool.mcp_server.server import running
-from modelpool.runtime.metrics_history import MetricsHistory
-from modelpool.runtime.pool_api import PoolApi
+from modelpool.runtime.metrics.history import MetricsHistory
+from modelpool.runtime.served import ServedPool
 from modelpool.server.tracing import Stop, nothing_to_stop
 from modelpool.services.reaper import reap_orphaned_engines
 
@@ -29,7 +29,7 @@ class Lifetime:
 
     state_dir: Path | None
     """Where the engines of a modelpool that died are recorded (None: the default)."""
-    pool: PoolApi
+    pool: ServedPool
     history: MetricsHistory
     mcp: StreamableHTTPSessionManager | None = None
     """The MCP session manager (None: MCP is off)."""

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from modelpool.errors import RequestTimeout, ShuttingDown
 from modelpool.logs import current_request_id
-from modelpool.runtime.metrics import Metrics
+from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.server.asgi import header, route_template, send_json
 from modelpool.wire.errors import shaped_error
 from modelpool.wire.openai.errors import error_body, error_payload, internal_error_body

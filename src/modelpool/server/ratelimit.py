@@ -4,12 +4,12 @@ Runs inside `RequireKeys`, which names the key (`scope["state"]["key_name"]`; no
 keys are configured: the caller is then `anonymous`, limited per client address). Before
 any work a request takes one from its caller's requests budget, or gets 429
 `rate_limit_exceeded` in its protocol's error shape with Retry-After (the refused limit
-and the route it asked for go on the request's scope, for its trace). While it runs, the
-runtime adds its tokens and audio to a `RequestUsage` set here in a context variable as
-they are counted (a prompt at admission, output as it is generated); what was counted is
-charged to the caller's tokens budget on every message the response sends (so requests
-let in meanwhile see what responses in flight have used) and when it ends, and its usage
-goes to the ledger.
+and the route it asked for go on the request's scope, for its trace). The request's
+`UsageMeter` goes on its scope (`USAGE_METER`): its route charges every result the pool
+returns to it (an `Outcome`'s usage, a stream's as it grows: a prompt at admission, output
+as it is generated). What the meter holds is charged to the caller's tokens budget on
+every message the response sends (so requests let in meanwhile see what responses in
+flight have used) and when it ends, and its usage goes to the ledger.
 
 Every response of a limited caller carries OpenAI's `x-ratelimit-{limit,remaining,reset}-
 {requests,tokens}` for the limits that are set (a streamed reply's remaining-tokens counts
@@ -31,9 +31,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from modelpool.config.schema import AuthConfig
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import RateLimited
-from modelpool.runtime.metrics import Metrics
-from modelpool.runtime.ratelimit import Caller, LimitState, RateLimiter, duration_text
-from modelpool.runtime.usage import RequestUsage, UsageLedger, current_usage
+from modelpool.pool_api.usage import USAGE_METER, LimitState, UsageMeter
+from modelpool.runtime.metrics.prometheus import Metrics
+from modelpool.runtime.ratelimit.limiter import Caller, RateLimiter, duration_text
+from modelpool.runtime.ratelimit.usage import UsageLedger
 from modelpool.server.asgi import TEMPLATED_ROUTES, send_json
 from modelpool.server.auth import needed_scope
 from modelpool.wire.errors import shaped_error
@@ -55,9 +56,9 @@ def add_rate_limits(app: FastAPI, auth: AuthConfig, metrics: Metrics) -> None:
 @dataclass
 class _Bill:
     caller: Caller
-    usage: RequestUsage
+    meter: UsageMeter
     charged: int = 0
-    """Tokens of `usage` charged to the caller's budget so far."""
+    """Tokens of the meter's total charged to the caller's budget so far."""
 
 
 class EnforceRateLimits:
@@ -83,14 +84,13 @@ class EnforceRateLimits:
                 self._note_refusal(scope, exc)
                 await self._refuse(scope, send, exc, caller)
                 return
-        bill = _Bill(caller, RequestUsage())
-        token = current_usage.set(bill.usage)
+        bill = _Bill(caller, UsageMeter())
+        scope.setdefault("state", {})[USAGE_METER] = bill.meter
         try:
             await self.app(scope, receive, self._with_headers(send, bill) if caller.limits.any else send)
         finally:
-            current_usage.reset(token)
             self._settle(bill)
-            self.ledger.record(caller.account, bill.usage)
+            self.ledger.record(caller.account, bill.meter.total())
 
     def _with_headers(self, send: Send, bill: _Bill) -> Send:
         async def send_with_headers(message: Message) -> None:
@@ -105,9 +105,10 @@ class EnforceRateLimits:
 
     def _settle(self, bill: _Bill) -> None:
         """Charge the tokens counted since the last settling."""
-        if bill.usage.total_tokens != bill.charged:
-            self.limiter.charge(bill.caller, bill.usage.total_tokens - bill.charged)
-            bill.charged = bill.usage.total_tokens
+        total = bill.meter.total().total_tokens
+        if total != bill.charged:
+            self.limiter.charge(bill.caller, total - bill.charged)
+            bill.charged = total
 
     def _note_refusal(self, scope: Scope, exc: RateLimited) -> None:
         """For the request's trace and metrics: the limit that refused it, and the route it

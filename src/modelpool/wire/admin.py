@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from modelpool.runtime.status import ModelStatus
+from modelpool.status import ModelStatus
 from modelpool.wire.common import WireModel
 
 

@@ -8,11 +8,10 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from modelpool.config.durations import parse_duration
-from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
-from modelpool.inference import SamplingParams
+from modelpool.inference import DEFAULTED, SamplingParams
 from modelpool.owner import caller_is_admin
-from modelpool.runtime.call import CallOptions
+from modelpool.pool_api.call import CallOptions
 
 MAX_STOP_SEQUENCES = 16
 MAX_MESSAGES = 10_000
@@ -152,15 +151,16 @@ class GenerationFields(PoolFields):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
-    def sampling(self, defaults: SamplingDefaults, *, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-        """The request's sampling; a field it leaves out takes the model's default, then OpenAI's."""
+    def sampling(self, *, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        """The request's sampling; a field it leaves out is marked `unset`: the pool fills it
+        with the model's default, else OpenAI's."""
         stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
         given: dict[str, Any] = {
-            "temperature": first_given(self.temperature, defaults.temperature),
-            "top_p": first_given(self.top_p, defaults.top_p),
-            "top_k": first_given(self.top_k, defaults.top_k),
-            "min_p": first_given(self.min_p, defaults.min_p),
-            "repetition_penalty": first_given(self.repetition_penalty, defaults.repetition_penalty),
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "repetition_penalty": self.repetition_penalty,
             "presence_penalty": self.presence_penalty,
             "frequency_penalty": self.frequency_penalty,
         }
@@ -172,13 +172,21 @@ class GenerationFields(PoolFields):
             logprobs=logprobs,
             ignore_eos=self.ignore_eos,
             min_tokens=self.min_tokens,
+            unset=left_out({**given, "max_tokens": max_tokens}),
             **{k: v for k, v in given.items() if v is not None},
         )
 
 
+def left_out(fields: dict[str, Any]) -> frozenset[str]:
+    """The sampling fields a request left out (None) that a model's config may give defaults
+    for: the pool fills them as it receives the request (`SamplingParams.unset`)."""
+    return frozenset(name for name, value in fields.items() if value is None and name in DEFAULTED)
+
+
 def check_min_tokens(min_tokens: int, max_tokens: int | None, *, param: str) -> None:
     """A floor above the cap cannot be met: say so rather than quietly stop at the cap.
-    Checked against the cap in effect (the request's, else the model's default)."""
+    Checked here against the request's own cap; the pool checks it against the model's
+    default cap when it fills that in."""
     if max_tokens is not None and min_tokens > max_tokens:
         raise InvalidRequest(f"min_tokens ({min_tokens}) must not exceed max_tokens ({max_tokens})", param=param)
 

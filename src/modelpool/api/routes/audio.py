@@ -14,8 +14,8 @@ from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
 from modelpool.errors import InvalidRequest
 from modelpool.inference import Segment, TranscriptionRequest
 from modelpool.owner import owner_of
-from modelpool.runtime.call import CallOptions
-from modelpool.runtime.lease import ResultStream
+from modelpool.pool_api.call import CallOptions
+from modelpool.pool_api.streams import ResultStream
 from modelpool.wire.openai.speech import SpeechBody, encoded_speech, speech_events, transcript_events
 
 router = APIRouter()

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.limits import limits_of
 from modelpool.api.sse import EventStreamResponse
-from modelpool.runtime.generation import collect
+from modelpool.pool_api.generation import collect
 from modelpool.wire.openai.chat import ChatCompletionBody
 from modelpool.wire.openai.chat_reply import chat_chunks, chat_completion_json
 from modelpool.wire.openai.render import ResponseMeta
@@ -23,7 +23,7 @@ router = APIRouter()
 async def create_chat_completion(body: ChatCompletionBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
-    chat_request = await translated(limits_of(request), body.to_request, pool.sampling_defaults(body.model))
+    chat_request = await translated(limits_of(request), body.to_request)
     stream = await unless_disconnected(request, pool.chat(body.model, chat_request, body.call_options()))
     meta = ResponseMeta.new("chatcmpl", stream.model_id)
     if body.stream:

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.sse import EventStreamResponse
-from modelpool.runtime.generation import collect_choices
+from modelpool.pool_api.generation import collect_choices
 from modelpool.wire.openai.completions import CompletionBody, completion_chunks, completion_json
 from modelpool.wire.openai.render import ResponseMeta
 
@@ -21,7 +21,7 @@ router = APIRouter()
 async def create_completion(body: CompletionBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
-    requests = body.to_requests(pool.sampling_defaults(body.model))
+    requests = body.to_requests()
     stream = await unless_disconnected(request, pool.complete(body.model, requests, body.call_options()))
     meta = ResponseMeta.new("cmpl", stream.model_id)
     want_logprobs = body.logprobs is not None

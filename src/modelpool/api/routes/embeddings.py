@@ -16,6 +16,7 @@ async def create_embeddings(body: EmbeddingsBody, request: Request) -> JSONRespo
     note_model(request, body.model)
     pool = pool_of(request)
     model_id = pool.model_id(body.model)
-    result, timing = await unless_disconnected(request, pool.embed(body.model, body.to_request(), body.call_options()))
+    outcome = await unless_disconnected(request, pool.embed(body.model, body.to_request(), body.call_options()))
+    result, timing = outcome.value, outcome.timing
     body_json = embeddings_json(body, result, model_id)
     return JSONResponse({**body_json, **metrics_field(request, body.return_metrics, timing)})

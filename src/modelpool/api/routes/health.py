@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from modelpool.api.deps import pool_of
 from modelpool.errors import InvalidRequest, ModelNotFound, ModelpoolError
 from modelpool.owner import is_keyless_caller
-from modelpool.runtime.metrics_history import MetricsHistory
+from modelpool.status import MetricsHistoryView
 from modelpool.wire.openai.errors import error_payload
 
 router = APIRouter()
@@ -71,5 +71,5 @@ async def metrics_history(request: Request, since: float | None = None) -> JSONR
     (`nan` compares false with every point and `inf` after all of them: neither is a time)."""
     if since is not None and not math.isfinite(since):
         raise InvalidRequest(f"since must be a finite number of seconds since the epoch, not {since}", param="since")
-    history: MetricsHistory = request.app.state.metrics_history
+    history: MetricsHistoryView = request.app.state.metrics_history
     return JSONResponse(history.as_json(since))

@@ -11,16 +11,17 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
+from modelpool.api.deps import charged, meter_of, metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.limits import limits_of
 from modelpool.api.sse import EventStreamResponse
 from modelpool.errors import ContextLengthExceeded, InvalidRequest
 from modelpool.inference import ChatRequest, GenerationChunk, SamplingParams
-from modelpool.runtime.call import CallOptions
-from modelpool.runtime.generation import collect
-from modelpool.runtime.lease import ResultStream
-from modelpool.runtime.pool_api import PoolApi
-from modelpool.runtime.tokenization import TokenizeJob
+from modelpool.pool_api import PoolApi
+from modelpool.pool_api.call import CallOptions
+from modelpool.pool_api.generation import collect
+from modelpool.pool_api.results import TokenizeJob, charge
+from modelpool.pool_api.streams import ResultStream
+from modelpool.pool_api.usage import UsageMeter
 from modelpool.tasks import Task
 from modelpool.wire.anthropic.events import MessageMeta, message_chunks, message_json, with_error_events
 from modelpool.wire.anthropic.messages import ConversationBody, MessagesBody
@@ -33,9 +34,10 @@ router = APIRouter()
 async def create_message(body: MessagesBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
-    sampling = body.sampling(pool.sampling_defaults(body.model))
+    sampling = body.sampling()
     chat = await translated(limits_of(request), body.to_request, sampling, streamed=body.stream)
     stream, capped = await unless_disconnected(request, _open(pool, body.model, chat, body.call_options()))
+    charged(request, stream)
     meta = MessageMeta(stream.model_id)
     if body.stream:
 
@@ -59,11 +61,14 @@ async def count_tokens(body: ConversationBody, request: Request) -> dict[str, in
     note_model(request, body.model)
     sampling = SamplingParams(max_tokens=1, temperature=0.0)
     chat = await translated(limits_of(request), body.to_request, sampling, streamed=False)
-    count = await unless_disconnected(request, _prompt_tokens(pool_of(request), body.model, chat, body.call_options()))
+    counting = _prompt_tokens(pool_of(request), body.model, chat, body.call_options(), meter_of(request))
+    count = await unless_disconnected(request, counting)
     return {"input_tokens": count}
 
 
-async def _prompt_tokens(pool: PoolApi, model: str, chat: ChatRequest, options: CallOptions) -> int:
+async def _prompt_tokens(
+    pool: PoolApi, model: str, chat: ChatRequest, options: CallOptions, meter: UsageMeter | None
+) -> int:
     """The tokens of the prompt a real call would feed the model (its `usage.input_tokens`).
     By the model's tokenizer, which renders the chat template with the tools and template
     variables as generation does, when it has one; else (images, whose tokens the projector
@@ -72,8 +77,11 @@ async def _prompt_tokens(pool: PoolApi, model: str, chat: ChatRequest, options: 
     capabilities = pool.status(model).capabilities
     text_only = not any(message.images for message in chat.messages)
     if Task.CHAT in capabilities.tasks and capabilities.declared.tokenizer and text_only:
-        return len((await pool.tokenize(model, TokenizeJob(chat=chat), options)).ids)
+        tokenized = await pool.tokenize(model, TokenizeJob(chat=chat), options)
+        charge(meter, tokenized)
+        return len(tokenized.value.ids)
     async with await pool.chat(model, chat, options) as stream:
+        charge(meter, stream)
         generation = await collect(stream)
     if generation.usage.prompt_tokens <= 0:  # an upstream that reports no usage
         raise InvalidRequest(f"model '{model}' does not report its prompt's token count", param="model")

@@ -27,8 +27,9 @@ from modelpool.audio.pcm import Pcm16Resampler, pcm16_from_base64
 from modelpool.audio.vad import VAD_RATE
 from modelpool.config.schema import ServerConfig
 from modelpool.errors import AudioTooLong, GenerationFailed, InvalidRequest, ModelpoolError, RequestTooLarge
-from modelpool.runtime.live import LiveEvent, LiveTranscriber
-from modelpool.runtime.pool_api import PoolApi
+from modelpool.pool_api import PoolApi
+from modelpool.pool_api.live import LiveEvent, LiveSessions
+from modelpool.pool_api.usage import USAGE_METER
 from modelpool.wire.openai.realtime import (
     MAX_EVENT_CHARS,
     SessionState,
@@ -64,17 +65,20 @@ async def realtime(websocket: WebSocket, intent: str | None = None) -> None:
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
     app = websocket.app
-    await Session(websocket, app.state.pool, app.state.realtime, app.state.config.server).run()
+    await Session(websocket, app.state.pool, app.state.realtime, app.state.config.server, app.state.live_sessions).run()
 
 
 class Session:
-    def __init__(self, websocket: WebSocket, pool: PoolApi, stats: RealtimeStats, server: ServerConfig) -> None:
+    def __init__(
+        self, websocket: WebSocket, pool: PoolApi, stats: RealtimeStats, server: ServerConfig, sessions: LiveSessions
+    ) -> None:
         self.websocket = websocket
         self.stats = stats
         self.idle_timeout_s = server.realtime_idle_timeout_s
         self.state = SessionState()
         self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=stats.queue_bound)
-        self.transcriber = LiveTranscriber(pool, self._emit, max_seconds=server.max_audio_seconds)
+        meter = websocket.scope.get("state", {}).get(USAGE_METER)
+        self.transcriber = sessions(pool, self._emit, max_seconds=server.max_audio_seconds, meter=meter)
         self.resampler = Pcm16Resampler(self.state.rate, VAD_RATE)
         self._sending = asyncio.Lock()
         self._busy = False

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.inference import PairScores
-from modelpool.runtime.timing import RequestTiming
+from modelpool.pool_api.timing import RequestTiming
 from modelpool.wire.openai.rerank import RerankBody, ScoreBody, rerank_json, score_json
 
 router = APIRouter()
@@ -34,4 +34,5 @@ async def score(body: ScoreBody, request: Request) -> JSONResponse:
 async def _scores(body: RerankBody | ScoreBody, request: Request) -> tuple[PairScores, RequestTiming]:
     note_model(request, body.model)
     work = pool_of(request).score_pairs(body.model, body.to_request(), body.call_options())
-    return await unless_disconnected(request, work)
+    outcome = await unless_disconnected(request, work)
+    return outcome.value, outcome.timing

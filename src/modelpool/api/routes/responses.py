@@ -15,8 +15,8 @@ from modelpool.api.sse import EventStreamResponse
 from modelpool.errors import ResponseNotFound
 from modelpool.inference import ChatMessage, Usage
 from modelpool.owner import Owner, owner_of
-from modelpool.runtime.generation import collect
-from modelpool.runtime.response_store import ResponseStore, StoredResponse
+from modelpool.pool_api.generation import collect
+from modelpool.pool_api.responses import ResponseStorage, StoredResponse
 from modelpool.wire.openai.response_draft import ResponseDraft, status_of
 from modelpool.wire.openai.response_events import error_events, response_events
 from modelpool.wire.openai.responses import ResponsesBody
@@ -33,7 +33,7 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
     history = _history(store, body, owner)
     said = [*history, *body.new_messages()]
     check_tool_results(said, lambda index: f"input[{index - len(history)}].call_id")
-    sampling = body.sampling(pool.sampling_defaults(body.model))
+    sampling = body.sampling()
     tool_fields = await translated(limits_of(request), body.tool_fields)
     chat = body.to_request(said, sampling, tool_fields)
     stream = await unless_disconnected(request, pool.chat(body.model, chat, body.call_options()))
@@ -55,7 +55,7 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
     return JSONResponse(finish(generation.usage, generation.finish_reason))
 
 
-def _history(store: ResponseStore, body: ResponsesBody, owner: Owner) -> list[ChatMessage]:
+def _history(store: ResponseStorage, body: ResponsesBody, owner: Owner) -> list[ChatMessage]:
     if body.previous_response_id is None:
         return []
     previous = store.get(body.previous_response_id, owner)
@@ -68,6 +68,6 @@ def _history(store: ResponseStore, body: ResponsesBody, owner: Owner) -> list[Ch
     return list(previous.conversation)
 
 
-def store_of(request: Request) -> ResponseStore:
-    store: ResponseStore = request.app.state.responses
+def store_of(request: Request) -> ResponseStorage:
+    store: ResponseStorage = request.app.state.responses
     return store

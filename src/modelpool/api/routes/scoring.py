@@ -18,7 +18,7 @@ async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONRespon
     note_model(request, body.model)
     pool = pool_of(request)
     pairs = list(zip(body.prompts, body.continuations, strict=True))
-    results = await unless_disconnected(request, pool.loglikelihood(body.model, pairs, body.call_options()))
+    results = (await unless_disconnected(request, pool.loglikelihood(body.model, pairs, body.call_options()))).value
     return JSONResponse(loglikelihood_json(pool.model_id(body.model), results))
 
 
@@ -26,6 +26,6 @@ async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONRespon
 async def generate(body: GenerateBody, request: Request) -> JSONResponse:
     note_model(request, body.model)
     pool = pool_of(request)
-    requests = await translated(limits_of(request), body.to_requests, pool.sampling_defaults(body.model))
-    results = await unless_disconnected(request, pool.generate_all(body.model, requests, body.call_options()))
+    requests = await translated(limits_of(request), body.to_requests)
+    results = (await unless_disconnected(request, pool.generate_all(body.model, requests, body.call_options()))).value
     return JSONResponse(generate_json(pool.model_id(body.model), results))

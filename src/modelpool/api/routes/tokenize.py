@@ -20,7 +20,7 @@ async def tokenize(body: TokenizeBody, request: Request) -> JSONResponse:
         note_model(request, body.model)
     pool = pool_of(request)
     job = await translated(limits_of(request), body.job)
-    result = await unless_disconnected(request, pool.tokenize(body.model, job, body.call_options()))
+    result = (await unless_disconnected(request, pool.tokenize(body.model, job, body.call_options()))).value
     return JSONResponse(llama_server_tokens(result) if isinstance(body, LlamaTokenize) else vllm_tokens(result))
 
 
@@ -29,6 +29,6 @@ async def detokenize(body: DetokenizeBody, request: Request) -> JSONResponse:
     if body.model is not None:
         note_model(request, body.model)
     pool = pool_of(request)
-    result = await unless_disconnected(request, pool.detokenize(body.model, body.tokens, body.call_options()))
+    result = (await unless_disconnected(request, pool.detokenize(body.model, body.tokens, body.call_options()))).value
     # vLLM's clients read `prompt`, llama-server's `content`; the bodies cannot tell them apart.
     return JSONResponse({"prompt": result.text, "content": result.text})

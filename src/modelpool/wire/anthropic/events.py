@@ -19,7 +19,7 @@ from typing import Any
 from modelpool.errors import ModelpoolError
 from modelpool.inference import GenerationChunk, ToolCall, ToolCallDelta, Usage
 from modelpool.logs import current_request_id
-from modelpool.runtime.generation import Generation
+from modelpool.pool_api.generation import Generation
 from modelpool.wire.anthropic.errors import anthropic_error
 from modelpool.wire.errors import ANTHROPIC_ROOT, shaped_error
 from modelpool.wire.openai.errors import error_payload

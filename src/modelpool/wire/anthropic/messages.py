@@ -12,11 +12,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
 from modelpool.inference import ChatRequest, OutputFormat, SamplingParams, Tool, ToolChoice
 from modelpool.wire.anthropic.blocks import Ignored, MessageParam, TextBlock, to_chat_messages
-from modelpool.wire.common import MAX_MESSAGES, MAX_STOP_SEQUENCES, PoolFields, Text, WireModel, first_given
+from modelpool.wire.common import MAX_MESSAGES, MAX_STOP_SEQUENCES, PoolFields, Text, WireModel, left_out
 from modelpool.wire.tools import (
     FUNCTION_NAME,
     ChoiceMode,
@@ -149,18 +148,19 @@ class MessagesBody(ConversationBody):
             raise ValueError("stop sequences must not be empty")
         return value
 
-    def sampling(self, defaults: SamplingDefaults) -> SamplingParams:
-        """The request's sampling; a field it leaves out takes the model's default."""
+    def sampling(self) -> SamplingParams:
+        """The request's sampling; a field it leaves out (and those Anthropic has not) is
+        marked `unset`: the pool fills it with the model's default."""
         chosen: dict[str, Any] = {
-            "temperature": first_given(self.temperature, defaults.temperature),
-            "top_p": first_given(self.top_p, defaults.top_p),
-            "top_k": first_given(self.top_k, defaults.top_k),
-            "min_p": defaults.min_p,
-            "repetition_penalty": defaults.repetition_penalty,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": None,
+            "repetition_penalty": None,
         }
         stops = tuple(self.stop_sequences or ())
         given = {k: v for k, v in chosen.items() if v is not None}
-        return SamplingParams(max_tokens=self.max_tokens, stop=stops, **given)
+        return SamplingParams(max_tokens=self.max_tokens, stop=stops, unset=left_out(chosen), **given)
 
 
 def _no_parallel(choice: ToolChoiceParam | None) -> bool:

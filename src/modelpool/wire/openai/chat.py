@@ -6,7 +6,6 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
 from modelpool.inference import ChatMessage, ChatRequest, ContentPart
 from modelpool.wire.common import (
@@ -62,15 +61,15 @@ class ChatCompletionBody(GenerationFields):
             raise ValueError("top_logprobs requires logprobs=true")
         return self
 
-    def to_request(self, defaults: SamplingDefaults) -> ChatRequest:
+    def to_request(self) -> ChatRequest:
         messages = tuple(_to_message(i, m) for i, m in enumerate(self.messages))
         if messages[-1].role == "assistant" and not messages[-1].content:
             raise InvalidRequest("the last message is an empty assistant message", param="messages")
         check_tool_results(messages)
         charge_template_kwargs(self.chat_template_kwargs or {}, "chat_template_kwargs")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        max_tokens = self.max_completion_tokens or self.max_tokens or defaults.max_tokens
-        sampling = self.sampling(defaults, max_tokens=max_tokens, logprobs=logprobs)
+        max_tokens = self.max_completion_tokens or self.max_tokens
+        sampling = self.sampling(max_tokens=max_tokens, logprobs=logprobs)
         tools = to_tools([t.function for t in self.tools or []], lambda i: f"tools[{i}].function")
         named = self.tool_choice.function.name if isinstance(self.tool_choice, NamedToolChoice) else None
         mode = None if isinstance(self.tool_choice, NamedToolChoice) else self.tool_choice

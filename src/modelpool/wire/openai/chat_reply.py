@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from modelpool.inference import GenerationChunk, Usage
-from modelpool.runtime.generation import Generation
+from modelpool.pool_api.generation import Generation
 from modelpool.wire.openai.render import ResponseMeta, chat_logprobs_json, envelope, usage_json
 from modelpool.wire.sse import DONE, sse
 from modelpool.wire.tools import tool_call_delta_json, tool_call_json

@@ -8,9 +8,8 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from modelpool.config.schema import SamplingDefaults
 from modelpool.inference import CompletionRequest, GenerationChunk, Usage
-from modelpool.runtime.generation import Generation
+from modelpool.pool_api.generation import Generation
 from modelpool.wire.common import GenerationFields, Text
 from modelpool.wire.openai.render import ResponseMeta, completion_logprobs_json, envelope, usage_json
 from modelpool.wire.sse import DONE, sse
@@ -66,8 +65,8 @@ class CompletionBody(GenerationFields):
             return [tuple(self.prompt)]
         return [p if isinstance(p, str) else tuple(p) for p in self.prompt]
 
-    def to_requests(self, defaults: SamplingDefaults) -> list[CompletionRequest]:
-        sampling = self.sampling(defaults, max_tokens=self.max_tokens, logprobs=self.logprobs)
+    def to_requests(self) -> list[CompletionRequest]:
+        sampling = self.sampling(max_tokens=self.max_tokens, logprobs=self.logprobs)
         return [CompletionRequest(prompt, sampling, self.echo, streamed=self.stream) for prompt in self.prompts()]
 
 

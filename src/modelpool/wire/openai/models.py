@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelpool.runtime.status import ModelStatus
+from modelpool.status import ModelStatus
 
 
 def model_json(status: ModelStatus) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from modelpool.audio.vad import VadSettings
 from modelpool.errors import InvalidRequest, ModelpoolError, RequestTooLarge
-from modelpool.runtime.live import (
+from modelpool.pool_api.live import (
     Cleared,
     Committed,
     LiveEvent,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelpool.inference import ChatRequest, ToolCall, Usage
-from modelpool.runtime.generation import Generation
+from modelpool.pool_api.generation import Generation
 from modelpool.wire.openai.responses import FunctionTool, ResponsesBody
 from modelpool.wire.openai.upstream import response_format_json
 

@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
 from modelpool.inference import ChatMessage, ChatRequest, OutputFormat, SamplingParams, ToolCall
 from modelpool.wire.common import (
@@ -19,6 +18,7 @@ from modelpool.wire.common import (
     WireModel,
     check_min_tokens,
     first_given,
+    left_out,
 )
 from modelpool.wire.openai.content import AnyPart, ResponsesPart, to_content
 from modelpool.wire.tools import (
@@ -208,23 +208,26 @@ class ResponsesBody(PoolFields):
             "output": self.text.output() if self.text is not None else None,
         }
 
-    def sampling(self, defaults: SamplingDefaults) -> SamplingParams:
+    def sampling(self) -> SamplingParams:
+        """The request's sampling; a field it leaves out is marked `unset`: the pool fills it
+        with the model's default."""
         decoding = self.decoding or Decoding()
         stop = [decoding.stop] if isinstance(decoding.stop, str) else decoding.stop or []
         chosen: dict[str, Any] = {
-            "temperature": first_given(decoding.temperature, self.temperature, defaults.temperature),
-            "top_p": first_given(decoding.top_p, self.top_p, defaults.top_p),
-            "top_k": first_given(decoding.top_k, defaults.top_k),
-            "min_p": defaults.min_p,
-            "repetition_penalty": first_given(decoding.repetition_penalty, defaults.repetition_penalty),
+            "temperature": first_given(decoding.temperature, self.temperature),
+            "top_p": first_given(decoding.top_p, self.top_p),
+            "top_k": decoding.top_k,
+            "min_p": None,
+            "repetition_penalty": decoding.repetition_penalty,
         }
-        max_tokens = first_given(decoding.max_tokens, self.max_output_tokens, defaults.max_tokens)
+        max_tokens = first_given(decoding.max_tokens, self.max_output_tokens)
         check_min_tokens(decoding.min_tokens, max_tokens, param="decoding.min_tokens")
         return SamplingParams(
             max_tokens=max_tokens,
             stop=tuple(stop),
             ignore_eos=decoding.ignore_eos,
             min_tokens=decoding.min_tokens,
+            unset=left_out({**chosen, "max_tokens": max_tokens}),
             **{k: v for k, v in chosen.items() if v is not None},
         )
 

@@ -7,10 +7,9 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from modelpool.config.schema import SamplingDefaults
 from modelpool.inference import CompletionRequest
-from modelpool.runtime.generation import Generation
-from modelpool.runtime.scoring import Loglikelihood
+from modelpool.pool_api.generation import Generation
+from modelpool.pool_api.results import Loglikelihood
 from modelpool.wire.common import GenerationFields, PoolFields, Text
 from modelpool.wire.tools import to_output
 
@@ -52,8 +51,8 @@ class GenerateBody(GenerationFields):
             raise ValueError("/generate does not stream; use /v1/completions with stream=true")
         return value
 
-    def to_requests(self, defaults: SamplingDefaults) -> list[CompletionRequest]:
-        sampling = self.sampling(defaults, max_tokens=self.max_tokens, logprobs=None)
+    def to_requests(self) -> list[CompletionRequest]:
+        sampling = self.sampling(max_tokens=self.max_tokens, logprobs=None)
         output = None if self.json_schema is None else to_output("json_schema", self.json_schema, "json_schema")
         return [CompletionRequest(p if isinstance(p, str) else tuple(p), sampling, output=output) for p in self.prompts]
 

@@ -13,9 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag, field_validator
 
-from modelpool.config.schema import SamplingDefaults
 from modelpool.inference import TokenPiece
-from modelpool.runtime.tokenization import Tokenized, TokenizeJob
+from modelpool.pool_api.results import Tokenized, TokenizeJob
 from modelpool.wire.common import MAX_MESSAGES, PoolFields, TemplateKwargs, Text
 from modelpool.wire.openai.chat import ChatCompletionBody, Message
 from modelpool.wire.tools import ChatTool
@@ -65,7 +64,7 @@ class VllmTokenizeChat(TokenizeFields):
         # The chat endpoint's own conversion, so a chat is tokenized exactly as it is served.
         body = ChatCompletionBody(model=self.model or "-", messages=self.messages, tools=self.tools,
                                   chat_template_kwargs=self.chat_template_kwargs)  # fmt: skip
-        chat = body.to_request(SamplingDefaults())
+        chat = body.to_request()
         pieces = "return_token_strs" if self.return_token_strs else None
         return TokenizeJob(chat=chat, add_generation_prompt=self.add_generation_prompt, pieces_param=pieces)
 

@@ -1,0 +1,60 @@
+"""Stored responses as the Responses API route sees them: what is stored, and the store
+(a Protocol: the runtime's bounded `ResponseStore` is one)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from modelpool.inference import ChatMessage, ImageInput, TextPart
+from modelpool.owner import Owner
+
+_OBJECT_BYTES = 200
+"""What one message, part or call costs beyond its strings (the objects, the tuple slot)."""
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    model: str
+    conversation: tuple[ChatMessage, ...]
+    """Everything said so far, this response's answer included."""
+    owner: str = ""
+    """The key that stored it (its config `name`; "" without keys)."""
+    size: int = field(init=False)
+    """Estimated bytes of memory the conversation holds."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", conversation_bytes(self.conversation))
+
+
+class ResponseStorage(Protocol):
+    size: int
+    """How many responses it keeps at most."""
+
+    def get(self, response_id: str, caller: Owner) -> StoredResponse | None:
+        """The response, if it is stored and `caller` may read it (None alike otherwise)."""
+
+    def put(self, response_id: str, stored: StoredResponse) -> bool:
+        """Keep `stored`; False when it is not kept."""
+
+
+def conversation_bytes(conversation: tuple[ChatMessage, ...]) -> int:
+    """An estimate of the memory a conversation holds: its strings as Python stores them
+    (`sys.getsizeof`, which counts wide characters wide) and a fixed cost per object. A
+    conversation that continues another shares its messages, so the sum over the store
+    overstates what it holds: the budget errs on the safe side."""
+    return sum(_message_bytes(message) for message in conversation)
+
+
+def _message_bytes(message: ChatMessage) -> int:
+    strings = [message.role, message.content, message.name or "", message.tool_call_id or ""]
+    for call in message.tool_calls:
+        strings += [call.id, call.name, call.arguments]
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            strings.append(part.text)
+        elif isinstance(part, ImageInput):
+            strings += [part.url, part.param, part.detail or "", part.data_uri or ""]
+    objects = 1 + len(message.tool_calls) + len(message.parts)
+    return sum(sys.getsizeof(text) for text in strings) + objects * _OBJECT_BYTES

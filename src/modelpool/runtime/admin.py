@@ -1,0 +1,89 @@
+"""Admin operations (load with overrides, rescale, unload) and the typed status snapshots the
+API renders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelpool.capabilities import Locality
+from modelpool.config.schema import ModelConfig
+from modelpool.errors import (
+    ConfigError,
+    InvalidRequest,
+)
+from modelpool.runtime.memory import gpu_memory, system_memory
+from modelpool.runtime.option_schema import check_override
+from modelpool.runtime.pool_base import PoolBase
+from modelpool.status import BudgetStatus, EngineLogs, ModelMemory, ModelStatus, PoolMemory
+
+
+class PoolAdmin(PoolBase):
+    # ----- admin ---------------------------------------------------------------------
+
+    async def load(self, name: str, *, overrides: dict[str, Any] | None = None, replicas: int | None = None) -> None:
+        """Load (or reload with live option overrides, or rescale) a model. Config files are
+        never rewritten: overrides last until the next unload-and-reload or restart."""
+        slot = self.slot(name)
+        if replicas is not None and not 1 <= replicas <= slot.config.replica_max:
+            raise InvalidRequest(
+                f"replicas must be between 1 and replica_max ({slot.config.replica_max})", param="replicas"
+            )
+        if overrides:
+            config = self.with_overrides(name, overrides)
+            await slot.reconfigure(config, self._resolve(config))
+        if replicas is not None and replicas != slot.config.replicas:
+            await slot.scale(replicas)
+        slot.forgive_crashes()
+        await slot.ensure_ready(None, explicit=True)
+
+    async def unload(self, name: str, *, drain: bool = True) -> None:
+        await self.slot(name).unload(drain=drain)
+
+    def with_overrides(self, name: str, overrides: dict[str, Any]) -> ModelConfig:
+        """The config of the model `name` names with live option `overrides`, checked as a
+        load would check them (InvalidRequest naming `overrides` if not)."""
+        slot = self.slot(name)
+        config, allowed = slot.config, slot.capabilities.overridable
+        unknown = sorted(set(overrides) - allowed)
+        if unknown:
+            raise InvalidRequest(
+                f"backend '{config.backend}' cannot override {', '.join(unknown)} at load time "
+                f"(it can: {', '.join(sorted(allowed))})",
+                param="overrides",
+            )
+        candidate = config.model_copy(update={"options": {**config.options, **overrides}})
+        try:
+            self._resolve(candidate)
+        except ConfigError as exc:
+            raise InvalidRequest(exc.message, param="overrides") from None
+        check_override(self._configured[slot.id], candidate)
+        return candidate
+
+    # ----- status --------------------------------------------------------------------
+
+    def statuses(self) -> list[ModelStatus]:
+        return [slot.status() for slot in self._slots.values()]
+
+    def status(self, name: str) -> ModelStatus:
+        return self.slot(name).status()
+
+    async def engine_logs(self, name: str, lines: int) -> EngineLogs:
+        """The last output of the model's engine processes; 400 for a model inside modelpool."""
+        slot = self.slot(name)
+        if slot.capabilities.declared.locality is not Locality.ENGINE_PROCESS:
+            raise InvalidRequest(
+                f"model '{slot.id}' runs inside modelpool (backend '{slot.config.backend}'); its output is "
+                "modelpool's own log",
+                param="model",
+            )
+        return slot.engine_logs(lines)
+
+    def memory(self) -> PoolMemory:
+        budget = self.budget
+        models = {s.id: ModelMemory(s.state.value, s.memory_bytes(), s.replicas.measured_bytes()) for s in self.slots()}
+        return PoolMemory(
+            system=system_memory(),
+            gpus=gpu_memory(),
+            budget=BudgetStatus(budget.max_models, budget.memory_bytes, budget.gpu_bytes),
+            models=models,
+        )

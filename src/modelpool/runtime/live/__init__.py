@@ -1,0 +1,1 @@
+"""Live transcription: a transcript that grows as audio streams in (the realtime API)."""

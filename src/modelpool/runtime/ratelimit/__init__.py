@@ -1,0 +1,1 @@
+"""Rate limits and usage per caller (API key or client address)."""

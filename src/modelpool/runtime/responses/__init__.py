@@ -1,0 +1,1 @@
+"""Stored responses (the Responses API's `store` and `previous_response_id`)."""

@@ -1,0 +1,139 @@
+"""Typed snapshots of the pool that the runtime builds and the API only renders: the API never
+reaches into slots, replicas or backends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from modelpool.capabilities import ModelCapabilities
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    device: str
+    total_bytes: int
+    free_bytes: int
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    index: int
+    running: int
+    served: int
+    memory_bytes: int
+    retiring: bool
+    pid: int | None = None
+    """Engine processes only."""
+    port: int | None = None
+    node_id: str | None = None
+    """Ray mode: the Ray node the replica runs on."""
+    node_ip: str | None = None
+    """Ray mode: that node's address."""
+    ray_replica: str | None = None
+    """Ray mode: the Ray Serve replica's id."""
+
+
+@dataclass(frozen=True)
+class MemoryStatus:
+    estimate_bytes: int | None
+    estimate_gpu_bytes: int | None
+    measured_bytes: int
+    counted_bytes: int
+    """What the pool's budget counts: measured when loaded, else configured or estimated."""
+    counted_gpu_bytes: int
+
+
+@dataclass(frozen=True)
+class OverrideOption:
+    """One option a load may override (`POST /v1/admin/models/{id}/load` `overrides`)."""
+
+    name: str
+    schema: dict[str, Any]
+    """The option's JSON schema, flattened: `type`, bounds (`minimum`, `maximum`,
+    `exclusiveMinimum`, `exclusiveMaximum`), `enum`, `default`, `description`, and
+    `nullable: true` for an Optional field. Empty when the backend does not declare the field."""
+    value: Any
+    """What the model uses now (its config with any overrides, defaults filled in)."""
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    id: str
+    created: int
+    state: str
+    backend: str
+    capabilities: ModelCapabilities
+    aliases: list[str]
+    description: str
+    owned_by: str
+    replicas: list[ReplicaStatus]
+    replicas_wanted: int
+    replica_max: int
+    in_flight: int
+    queued: int
+    max_concurrency: int | None
+    max_queue: int
+    memory: MemoryStatus
+    keep_alive_s: float
+    expires_in_s: float | None
+    pinned: bool
+    autoload: bool
+    loaded_at: float | None
+    load_seconds: float | None
+    last_error: str | None
+    crashes_in_a_row: int
+    allow_remote: bool
+    options: dict[str, Any]
+    """Backend options, secrets redacted."""
+    overridable: list[str]
+    override_options: list[OverrideOption] = field(default_factory=list)
+    """`overridable` with each option's schema and current value (for forms)."""
+    replicas_by_node: dict[str, int] = field(default_factory=dict)
+    """Ray mode: running replicas per Ray node id."""
+
+
+@dataclass(frozen=True)
+class EngineOutput:
+    replica: int
+    pid: int | None
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class EngineLogs:
+    model: str
+    state: str
+    processes: list[EngineOutput]
+    last_crash_error: str | None = None
+    last_crash_lines: list[str] = field(default_factory=list)
+    """The last output of the process that crashed last (empty: none crashed)."""
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    max_loaded_models: int | None
+    memory_bytes: int | None
+    gpu_memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class ModelMemory:
+    state: str
+    memory_bytes: int
+    measured_bytes: int
+
+
+@dataclass(frozen=True)
+class PoolMemory:
+    system: dict[str, int]
+    gpus: list[GpuMemory]
+    budget: BudgetStatus
+    models: dict[str, ModelMemory]
+
+
+class MetricsHistoryView(Protocol):
+    """The pool's recent metrics, one point per interval (the runtime's `MetricsHistory`),
+    as the charts read them."""
+
+    def as_json(self, since: float | None = None) -> dict[str, Any]: ...
