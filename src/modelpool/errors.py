@@ -42,8 +42,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the pool's interface imports this module
-    from modelpool.pool_api.usage import RequestUsage
+if TYPE_CHECKING:
+    from modelpool.inference import RequestUsage
 
 
 class ModelpoolError(Exception):

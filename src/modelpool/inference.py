@@ -333,3 +333,25 @@ class TokenPiece:
     part of a UTF-8 character."""
     spelling: str
     """The token as its vocabulary spells it (vLLM's `token_strs`): `Ġworld`, `▁world`, `<|im_end|>`."""
+
+
+@dataclass
+class RequestUsage:
+    """One request's consumption so far (mutable: a stream's grows as it runs)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    audio_seconds_in: float = 0.0
+    """Audio transcribed."""
+    audio_seconds_out: float = 0.0
+    """Audio synthesised."""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, other: RequestUsage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.audio_seconds_in += other.audio_seconds_in
+        self.audio_seconds_out += other.audio_seconds_out

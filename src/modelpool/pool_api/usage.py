@@ -11,31 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from modelpool.inference import RequestUsage as RequestUsage  # the interface names it; errors carry it too
+
 USAGE_METER = "usage_meter"
 """Where a server keeps a request's `UsageMeter`: the key in its ASGI scope's `state` (set by
 the rate-limit layer, which charges and books what it holds)."""
-
-
-@dataclass
-class RequestUsage:
-    """One request's consumption so far (mutable: a stream's grows as it runs)."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    audio_seconds_in: float = 0.0
-    """Audio transcribed."""
-    audio_seconds_out: float = 0.0
-    """Audio synthesised."""
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def add(self, other: RequestUsage) -> None:
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.audio_seconds_in += other.audio_seconds_in
-        self.audio_seconds_out += other.audio_seconds_out
 
 
 class Metered(Protocol):
