@@ -40,10 +40,8 @@ Nothing maps errors by matching message text.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from modelpool.inference import RequestUsage
+from modelpool.inference import RequestUsage
 
 
 class ModelpoolError(Exception):
@@ -300,3 +298,17 @@ class UpstreamError(ModelpoolError):
         self.status_code = status if 400 <= status < 500 else 502
         self.type = error_type or ("invalid_request_error" if self.status_code < 500 else "server_error")
         self.code = code or "upstream_error"
+
+
+def carry_usage(error: BaseException, usage: RequestUsage) -> None:
+    """Send what a request used before it stopped back with what stopped it, for its caller
+    to charge: a `ModelpoolError` in its field; a cancellation (the caller left) the same way,
+    since a caller who hangs up on a long whole request must not make its work free. asyncio
+    re-raises the cancelled task's own `CancelledError` to whoever awaits the task."""
+    vars(error)["usage"] = usage
+
+
+def usage_carried(error: BaseException) -> RequestUsage | None:
+    """What `carry_usage` put on `error` (None: nothing was counted)."""
+    carried = error.usage if isinstance(error, ModelpoolError) else vars(error).get("usage")
+    return carried if isinstance(carried, RequestUsage) else None

@@ -25,6 +25,7 @@ from modelpool.inference import (
 from modelpool.logs import current_request_id
 from modelpool.pool_api.generation import collect
 from modelpool.pool_api.results import charge
+from modelpool.pool_api.results import charged as charged_call
 from modelpool.pool_api.usage import RequestUsage, UsageMeter
 from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.tasks import Task
@@ -111,6 +112,37 @@ async def test_a_cancelled_whole_reply_counts_its_prompt_and_the_output_so_far()
     usage = caller.usage
     assert (usage.input_tokens, usage.output_tokens) == (PROMPT_TOKENS, 6)
     assert counted(metrics) == (PROMPT_TOKENS, 6)
+
+
+class StallingCompletions(FakeBackend):
+    """A completion that says its prompt, makes two tokens, then hangs until cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stalled = asyncio.Event()
+
+    async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
+        yield GenerationChunk(prompt_tokens=PROMPT_TOKENS)
+        yield GenerationChunk("a b", token_count=2)
+        self.stalled.set()
+        await asyncio.Event().wait()  # never set: only cancellation ends it
+        yield GenerationChunk(finish_reason="stop", usage=Usage(PROMPT_TOKENS, 2))
+
+
+async def test_a_cancelled_whole_batch_is_charged_what_it_used() -> None:
+    """A whole result (an `Outcome`) whose caller leaves midway: the cancellation carries what
+    the batch used back to the caller's meter, as a failure's error does."""
+    backend, metrics = StallingCompletions(), Metrics()
+    pool = pool_of(fake_slot(backend, metrics=metrics, tasks=frozenset({Task.COMPLETION})))
+    meter = UsageMeter()
+    task = asyncio.create_task(charged_call(meter, pool.generate_all("fake", [CompletionRequest("x")])))
+    await until(backend.stalled.is_set, "the generation to stall")
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    usage = meter.total()
+    assert (usage.input_tokens, usage.output_tokens) == (PROMPT_TOKENS, 2)
+    assert counted(metrics) == (PROMPT_TOKENS, 2)
 
 
 async def test_a_stream_closed_early_counts_its_prompt_and_the_output_so_far() -> None:

@@ -3,6 +3,7 @@ timing and its usage), and the typed values and stream headers the interface nam
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -10,7 +11,7 @@ from typing import Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from modelpool.errors import ModelpoolError
+from modelpool.errors import ModelpoolError, usage_carried
 from modelpool.inference import ChatRequest, Segment, TokenPiece, Voice
 from modelpool.pool_api.streams import ResultStream
 from modelpool.pool_api.timing import RequestTiming
@@ -95,9 +96,10 @@ async def charged(meter: UsageMeter | None, work: Awaitable[T]) -> T:
     usage, or, when it fails, what it used before failing (the error's `usage`)."""
     try:
         result = await work
-    except ModelpoolError as exc:
-        if meter is not None and exc.usage is not None:
-            meter.add(exc.usage)
+    except (ModelpoolError, asyncio.CancelledError) as exc:
+        used = usage_carried(exc)
+        if meter is not None and used is not None:
+            meter.add(used)
         raise
     charge(meter, result)
     return result

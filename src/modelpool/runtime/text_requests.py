@@ -6,6 +6,7 @@ the `LeasedStream` it returns, which gives it back when closed."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import replace
@@ -19,7 +20,7 @@ from modelpool.backends.base import (
     ScoringBackend,
     TokenizerBackend,
 )
-from modelpool.errors import InvalidRequest, ModelpoolError
+from modelpool.errors import InvalidRequest, ModelpoolError, carry_usage
 from modelpool.inference import (
     ChatRequest,
     CompletionRequest,
@@ -123,8 +124,8 @@ class TextRequests(PoolBase):
                     scored.append(await loglikelihood(lease.backend, prompt, cont, i))
                     lease.timing.prompt_tokens += scored[-1].scored_tokens  # before the turn's span ends with it
                     self.observe.count(lease.model_id, lease.timing, usage)
-            except ModelpoolError as exc:
-                exc.usage = usage  # what it used before failing goes back with the error
+            except (ModelpoolError, asyncio.CancelledError) as exc:
+                carry_usage(exc, usage)  # what it used before failing (or its caller leaving) goes back
                 raise
             finally:
                 self.observe.finished(lease.model_id, usage)(lease.timing)
@@ -149,8 +150,8 @@ class TextRequests(PoolBase):
 
             try:
                 return Outcome(await all_or_none(requests, one), lease.timing, usage)
-            except ModelpoolError as exc:
-                exc.usage = usage  # what the batch used before failing goes back with the error
+            except (ModelpoolError, asyncio.CancelledError) as exc:
+                carry_usage(exc, usage)  # what the batch used before failing (or its caller leaving)
                 raise
             finally:
                 self.observe.finished(lease.model_id, usage)(lease.timing)
