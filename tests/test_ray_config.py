@@ -163,7 +163,7 @@ def test_rays_failures_become_the_envelopes_a_client_expects() -> None:
 
     cases: list[tuple[BaseException, type[Exception], int]] = [
         (serve_errors.BackPressureError(num_queued_requests=3, max_queued_requests=2), Overloaded, 429),
-        (serve_errors.DeploymentUnavailableError("mp-x"), ModelNotReady, 503),
+        (serve_errors.DeploymentUnavailableError("mp-x"), ModelNotReady, 503),  # type: ignore[arg-type]  # Ray types it a DeploymentID; only its message reads it
         (ray_errors.ActorDiedError(), ReplicaGone, 502),
         (ray_errors.ActorUnavailableError("gone", None), ReplicaGone, 502),
         (ray_errors.NodeDiedError("n"), ReplicaGone, 502),

@@ -53,8 +53,10 @@ BUILDERS: dict[str, Family] = {
 }
 FIXED_SIZE = sorted(name for name, family in BUILDERS.items() if family.fixed_size)
 QUESTION = "What colour is this?"
-WITH_IMAGE = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
-TEXT_ONLY = [{"role": "user", "content": [{"type": "text", "text": QUESTION}]}]
+WITH_IMAGE: list[dict[str, Any]] = [
+    {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}
+]
+TEXT_ONLY: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": QUESTION}]}]
 
 
 def solid(colour: tuple[int, int, int], size: tuple[int, int] = (64, 64)) -> Image.Image:

@@ -33,20 +33,25 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from modelpool.config.sources import HubLocation
 from tests.e2e.conftest import smollm2_gguf
 
 if TYPE_CHECKING:
     from PIL.Image import Image
-    from transformers import LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
+    from transformers import GenerationMixin, LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 # Bump when a builder changes what it writes: old cached folders are then ignored.
 BUILD_VERSION = 1
 COMPLETE_MARKER = ".complete"
 
 IMAGE_TOKEN = "<image>"
+
+
+def token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
+    """One token's id (transformers types the lookup for a list of tokens as well)."""
+    return int(cast(int, tokenizer.convert_tokens_to_ids(token)))
 
 
 def _chat_template(image_text: str) -> str:
@@ -163,7 +168,8 @@ def direct_generate(
     inputs = processor(text=text, images=images or None, return_tensors="pt")
     prompt_tokens = int(inputs["input_ids"].shape[1])
     with torch.inference_mode():
-        output = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
+        # cast: an image-text-to-text model generates (GenerationMixin); PreTrainedModel no longer says so.
+        output = cast("GenerationMixin", model).generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
     return [int(token) for token in output[0, prompt_tokens:]], prompt_tokens
 
 
@@ -265,7 +271,7 @@ def _build_llava(folder: Path) -> None:
     config = LlavaConfig(
         vision_config=vision,
         text_config=_text_config(tokenizer),
-        image_token_index=int(tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)),
+        image_token_index=token_id(tokenizer, IMAGE_TOKEN),
         image_seq_length=LLAVA_IMAGE_TOKENS,
         vision_feature_select_strategy="default",
         vision_feature_layer=-1,
@@ -301,10 +307,10 @@ def _build_idefics3(folder: Path) -> None:
         image_size=IMAGE_SIZE,
         patch_size=PATCH_SIZE,
     )
-    config = Idefics3Config(
+    config = Idefics3Config(  # type: ignore[call-arg]  # transformers takes any PretrainedConfig field as a keyword; its signature lists the class's own
         vision_config=vision,
         text_config=_text_config(tokenizer),
-        image_token_id=int(tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)),
+        image_token_id=token_id(tokenizer, IMAGE_TOKEN),
         scale_factor=IDEFICS3_SCALE_FACTOR,
         pad_token_id=tokenizer.pad_token_id,
     )
@@ -341,7 +347,7 @@ def _build_qwen2_vl(folder: Path) -> None:
         }
     )
     tokenizer.chat_template = QWEN2_VL_CHAT_TEMPLATE
-    ids = {token: int(tokenizer.convert_tokens_to_ids(token)) for token in QWEN2_VL_SPECIAL_TOKENS}
+    ids = {token: token_id(tokenizer, token) for token in QWEN2_VL_SPECIAL_TOKENS}
     vision = {
         "depth": 2,
         "embed_dim": 64,

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -43,11 +44,11 @@ def environ_of(pid: int) -> dict[str, str]:
     return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
 
 
-def contained_config(tmp_path: Path) -> dict[str, object]:
+def contained_config(tmp_path: Path) -> dict[str, Any]:
     config = engine_config(tmp_path, options={"env": {"ENGINE_FLAG": "on"}})
     upstream = {"backend": "openai_remote", "preload": False,
                 "options": {"base_url": "http://127.0.0.1:9/v1", "api_key_env": "MP_UPSTREAM_KEY"}}  # fmt: skip
-    config["models"] = {**config["models"], "upstream": upstream}  # type: ignore[dict-item]
+    config["models"] = {**config["models"], "upstream": upstream}
     config["enabled_models"] = [ENGINE, "upstream"]
     config["auth"] = {"keys": [{"name": "admin", "scopes": ["admin", "inference"], "key_env": "MP_ADMIN_KEY"}]}
     return config

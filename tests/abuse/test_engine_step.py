@@ -53,6 +53,7 @@ def assert_failed_alone(result: object, request_id: str, caplog: pytest.LogCaptu
     assert request_id in result.message and detail not in result.message  # generic, with the id
     logged = [r for r in caplog.records if getattr(r, "request_id", None) == request_id and r.exc_info]
     assert logged, "the failure's detail is not in the log under its request id"
+    assert logged[0].exc_info is not None
     assert detail in repr(logged[0].exc_info[1])
 
 

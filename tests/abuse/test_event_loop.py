@@ -97,6 +97,7 @@ def p99(samples: list[float]) -> float:
 async def healthz_bound(client: httpx.AsyncClient) -> float:
     """The issue's 100 ms, plus slack for a shared machine, plus this machine's own noise
     now: the p99 of `/healthz` with nothing else to do (a few ms on an idle machine)."""
+    latencies: list[float]
     stop, latencies = asyncio.Event(), []
     probe = asyncio.create_task(healthz_latencies(client, stop, latencies))
     await until(lambda: len(latencies) >= 50, "50 idle healthz probes")
@@ -120,6 +121,7 @@ async def test_healthz_answers_while_the_worst_allowed_schema_is_checked(server:
                 response = await post(client, body)
                 assert response.status_code == first.status_code, response.text
 
+        latencies: list[float]
         stop, latencies = asyncio.Event(), []
         probe = asyncio.create_task(healthz_latencies(client, stop, latencies))
         senders = asyncio.gather(sender("a"), sender("b"))  # two at once: both schema checkers busy
@@ -143,9 +145,10 @@ async def test_the_issues_829_kb_schema_is_refused_at_once_naming_the_cap(server
     assert len(body) > 800_000  # the issue's request
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
         bound = await healthz_bound(client)
+        latencies: list[float]
         stop, latencies = asyncio.Event(), []
         probe = asyncio.create_task(healthz_latencies(client, stop, latencies))
-        timings = []
+        timings: list[float] = []
         while len(latencies) < 50 or len(timings) < 3:  # the refusals go on while healthz is probed
             started = time.perf_counter()
             response = await post(client, body)
@@ -232,6 +235,7 @@ async def test_healthz_answers_while_a_real_model_compiles_a_big_grammar(llama_s
     async with httpx.AsyncClient(base_url=llama_server.url, timeout=300) as client:
         bound = await healthz_bound(client)
         bodies = [body(f"g{i}_") for i in range(2)]
+        latencies: list[float]
         stop, latencies = asyncio.Event(), []
         probe = asyncio.create_task(healthz_latencies(client, stop, latencies))
         for each in bodies:

@@ -29,7 +29,7 @@ from modelpool.backends.transformers.backend import TransformersBackend
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.errors import InvalidRequest, RequestTooLarge
 from modelpool.inference import ChatMessage, ChatRequest, ImageInput, TextPart
-from modelpool.media.images import ImagePolicy
+from modelpool.media.images import ImagePolicy, decode
 from modelpool.offload import IMAGE_DECODES
 from modelpool.runtime.tasks import images as runtime_images
 from modelpool.runtime.tasks.images import with_loaded_images
@@ -51,7 +51,7 @@ def data_uri(data: bytes) -> str:
 
 
 def chat_with(urls: list[str]) -> ChatRequest:
-    parts = [
+    parts: list[TextPart | ImageInput] = [
         TextPart("what is this?"),
         *(ImageInput(url, f"messages[0].content[{i + 1}]") for i, url in enumerate(urls)),
     ]
@@ -97,7 +97,7 @@ async def test_the_pixels_of_all_images_together_are_capped_from_their_headers(m
     """Three 100x100 images under a 25,000-pixel request cap: 413 naming the image that passes
     it, and not one pixel decoded (the decoder is never called)."""
     decoded: list[str] = []
-    real = runtime_images.decode
+    real = decode
 
     def noted(data: bytes, max_pixels: int, param: str) -> Any:
         decoded.append(param)
@@ -111,7 +111,7 @@ async def test_the_pixels_of_all_images_together_are_capped_from_their_headers(m
     assert "server.max_request_image_pixels" in refused.value.message and decoded == []
     loaded = await with_loaded_images(chat_with([data_uri(png((100, 100)))] * 2), "eyes", VISION,
                                       ImagePolicy(max_request_pixels=25_000))  # fmt: skip
-    assert [image.image.size for image in loaded.messages[0].images] == [(100, 100), (100, 100)]  # type: ignore[union-attr]
+    assert [image.image.size for image in loaded.messages[0].images] == [(100, 100), (100, 100)]
 
 
 @dataclass
@@ -142,7 +142,7 @@ class GatedDecodes:
 async def test_decodes_share_one_budget_for_the_whole_server(monkeypatch: pytest.MonkeyPatch) -> None:
     """Six requests of one image each, at once: two decode, four wait their turn in the
     server-wide queue; all six finish when let through."""
-    gated = GatedDecodes(runtime_images.decode)
+    gated = GatedDecodes(decode)
     monkeypatch.setattr(runtime_images, "decode", gated)
     requests = [chat_with([data_uri(png(color=color))]) for color in ("red", "green", "blue", "white", "black", "gray")]
     tasks = [asyncio.create_task(with_loaded_images(r, "eyes", VISION, ImagePolicy())) for r in requests]

@@ -14,6 +14,7 @@ import httpx
 import openai
 import psutil
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from modelpool.backends.managed.engine_flags import LLAMA_CPP_PYTHON, LLAMA_SERVER, VLLM, FlagPolicy
 from modelpool.backends.managed.llama_server import LlamaServerOptions
@@ -148,7 +149,7 @@ async def test_an_allowed_override_loads_and_the_engine_stays_on_loopback(tmp_pa
 
 # ----- a request's own fields: chat_template_kwargs, seed, keep_alive ------------------
 
-HI = [{"role": "user", "content": "Hi"}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
 
 
 @pytest.mark.parametrize("key", ["chat_template", "messages", "tools", "add_generation_prompt", "tokenize",

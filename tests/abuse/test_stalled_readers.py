@@ -11,10 +11,12 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import cast
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from modelpool.config import load_config
 from modelpool.server.app import create_app
@@ -40,14 +42,15 @@ class SmallBuffers(bounded_protocol(header_timeout_s=10, max_connections=1000)):
     """The server's HTTP protocol with a small write buffer (64 KiB by default): its sends
     block after a few events a client has not taken, instead of a few dozen."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         transport.set_write_buffer_limits(high=SMALL_BUFFER)
 
 
 def blocked_sends(server: uvicorn.Server) -> int:
     """Connections whose next send waits for the client to read (their buffers are full)."""
-    return sum(connection.flow.write_paused for connection in server.server_state.connections)
+    # cast: this server's protocol is the bounded httptools one (uvicorn types it as any protocol).
+    return sum(cast(HttpToolsProtocol, c).flow.write_paused for c in server.server_state.connections)
 
 
 @contextlib.asynccontextmanager

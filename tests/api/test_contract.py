@@ -85,7 +85,7 @@ async def test_tools_and_formats_reach_only_backends_that_declare_them(client: h
     an answer that silently ignores them. `tool_choice: none` asks for no calls."""
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     hi = [{"role": "user", "content": "hi"}]
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"tools": [tool]}, "tools"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},

@@ -30,7 +30,7 @@ def test_param_from_loc(loc: tuple[object, ...], param: str | None) -> None:
 def test_envelope_shape_status_and_headers() -> None:
     response = render_error(ModelNotReady("model 'm' is still loading", retry_after_s=7))
     assert response.status_code == 503 and response.headers["retry-after"] == "7"
-    assert json.loads(response.body) == {
+    assert json.loads(bytes(response.body)) == {  # Starlette types a body as bytes or a memoryview
         "error": {
             "message": "model 'm' is still loading",
             "type": "server_error",
@@ -38,11 +38,11 @@ def test_envelope_shape_status_and_headers() -> None:
             "code": "model_not_ready",
         }
     }
-    missing = json.loads(render_error(ModelNotFound("x", ["a", "b"])).body)["error"]
+    missing = json.loads(bytes(render_error(ModelNotFound("x", ["a", "b"])).body))["error"]
     assert missing["code"] == "model_not_found" and "Known models: a, b" in missing["message"]
     assert render_error(ModelLoadFailed("boom")).status_code == 503
     too_long = render_error(ContextLengthExceeded("long", param="prompt"))
-    assert too_long.status_code == 400 and json.loads(too_long.body)["error"]["param"] == "prompt"
+    assert too_long.status_code == 400 and json.loads(bytes(too_long.body))["error"]["param"] == "prompt"
 
 
 def test_validation_messages_read_like_openais() -> None:

@@ -47,8 +47,7 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     """ids of the nodes inside `if TYPE_CHECKING:` blocks."""
     inside: set[int] = set()
     for node in ast.walk(tree):
-        test = node.test if isinstance(node, ast.If) else None
-        if test is not None and "TYPE_CHECKING" in ast.unparse(test):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for stmt in node.body:
                 inside.update(id(child) for child in ast.walk(stmt))
     return inside

@@ -36,6 +36,7 @@ def decoded_whole(data: bytes, rate: int) -> npt.NDArray[np.float32]:
     """The plain way: every frame resampled and joined (what the bounded decoder replaces)."""
     resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
     with av.open(io.BytesIO(data)) as container:
+        assert isinstance(container, av.container.InputContainer)
         frames = [*container.decode(audio=0), None]
         pieces = [out.to_ndarray().reshape(-1) for frame in frames for out in resampler.resample(frame)]
     return np.concatenate(pieces)

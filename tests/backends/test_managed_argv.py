@@ -305,7 +305,7 @@ def test_llama_concurrency_is_parallel_for_native_and_one_for_python(binary: str
         ({"embedding": True}, ["embedding", "chat"], {Task.EMBEDDING, Task.CHAT}),
     ],
 )
-def test_llama_default_tasks(options: dict[str, Any], tasks: list[str] | None, expected: set[Task]) -> None:
+def test_llama_default_tasks(options: dict[str, Any], tasks: list[Task] | None, expected: set[Task]) -> None:
     model = ModelConfig(id="smol", backend="llama_server", source=str(GGUF), options=options, tasks=tasks)
     assert model_capabilities(model).tasks == expected
 

@@ -63,7 +63,7 @@ SPOKEN = "The quick brown fox jumps over the lazy dog."
 @pytest.fixture(scope="module")
 def config(pool_server: Server, tmp_path_factory: pytest.TempPathFactory) -> ModelsConfig:
     url = pool_server.url
-    roles = {
+    roles: dict[str, dict[str, object]] = {
         "agent_llm": keyed(url, "preset:smollm2"),
         "thinker": keyed(url, "preset:qwen3", model_name=THINKER),
         "thinker_as_gpt_oss": keyed(url, "preset:gpt-oss", model_name=THINKER),
@@ -239,7 +239,8 @@ async def test_vlm_reads_images_as_bytes_path_url_and_data_uri(config: ModelsCon
     red, blue = solid_png("red"), solid_png("blue")
     (tmp_path / "red.png").write_bytes(red)
     with serving_file(red) as url:
-        sources = [red, tmp_path / "red.png", url, "data:image/png;base64," + base64.b64encode(red).decode()]
+        data_uri = "data:image/png;base64," + base64.b64encode(red).decode()
+        sources: list[bytes | Path | str] = [red, tmp_path / "red.png", url, data_uri]
         async with make_vlm(config, "vision") as vlm:
             await vlm.wait_ready(60)
             answers = [

@@ -64,11 +64,11 @@ def test_lookups_agree_by_id_name_and_stack(tmp_path: Path) -> None:
         server_side, client_side = resolve(registry, target), client_services.resolve(read, target)
         assert (server_side and server_side.id) == (client_side and client_side.id), target
     registry.put(dataclasses.replace(live, id="other:chat@9005", url="http://h:9005", stack="other"))
-    with pytest.raises(AmbiguousService) as server_side:
+    with pytest.raises(AmbiguousService) as server_refused:
         resolve(registry, "chat")
-    with pytest.raises(ConfigError) as client_side:
+    with pytest.raises(ConfigError) as client_refused:
         client_services.resolve(client_services.running_services(tmp_path), "chat")
-    assert client_side.value.message == server_side.value.message
+    assert client_refused.value.message == server_refused.value.message
 
 
 def test_no_file_or_a_broken_one_is_no_services(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from tests.conftest import CHAT_MODEL, EMBED_MODEL
 from tests.stacks import by_name, cli, write_agent_stack
 
 pytestmark = pytest.mark.e2e
-ROLES = {
+ROLES: dict[str, dict[str, object]] = {
     "agent_llm": {"kind": "preset:smollm2", "service": "llm"},
     "search": {"kind": "preset:minilm", "service": "llm"},
     "eyes": {"kind": "preset:smollm2", "service": "llm", "capabilities": {"vision": True}},

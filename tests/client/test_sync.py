@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,7 @@ def test_sync_stream_left_early_and_typed_errors(config: ModelsConfig) -> None:
         whole = llm.chat(HELLO, max_tokens=16, temperature=0)
         stream = llm.stream_chat(HELLO, max_tokens=16, temperature=0)
         first = next(d for d in stream if d.content)  # the first text (a role-only delta comes before)
+        assert isinstance(stream, Generator)  # typed as an Iterator; a generator, which closes
         stream.close()  # closes the HTTP stream; the client stays usable
         assert whole.content.startswith(first.content)  # greedy: the answer's own beginning
         assert llm.chat(HELLO, max_tokens=4, extra_body={"min_tokens": 1}).content  # sampled: ≥ 1 token

@@ -74,7 +74,7 @@ WEATHER = {
         },
     },
 }
-BOOKING = {
+BOOKING: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "Booking",
@@ -92,7 +92,7 @@ BOOKING = {
         },
     },
 }
-CITY_FORMAT = {
+CITY_FORMAT: dict[str, Any] = {
     "type": "json_schema",
     "json_schema": {
         "name": "City",
@@ -156,7 +156,7 @@ def test_a_function_a_pydantic_class_and_a_dict_become_openai_tools() -> None:
     assert tool_schema(get_weather) == WEATHER
     assert tool_schema(Booking) == BOOKING
     # The model's own schema, closed to fields it does not declare (OpenAI's strict mode).
-    assert BOOKING["function"]["parameters"] == {**Booking.model_json_schema(), "additionalProperties": False}  # type: ignore[index]
+    assert BOOKING["function"]["parameters"] == {**Booking.model_json_schema(), "additionalProperties": False}
     assert tool_schema(SEARCH) == SEARCH and tool_schema(SEARCH) is not SEARCH
 
 
@@ -279,7 +279,7 @@ async def test_response_format_model_is_sent_strict_and_parsed(server: ScriptedS
     result = await llm.chat(HISTORY, response_format=City, temperature=0)
     assert server.bodies == [{"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}],
                               "temperature": 0, "response_format": CITY_FORMAT}]  # fmt: skip
-    assert CITY_FORMAT["json_schema"]["schema"] == {**City.model_json_schema(), "additionalProperties": False}  # type: ignore[index]
+    assert CITY_FORMAT["json_schema"]["schema"] == {**City.model_json_schema(), "additionalProperties": False}
     assert isinstance(result, ParsedChat) and result.parsed == City(name="Paris", population=2102650)
     assert result.content == '{"name": "Paris", "population": 2102650}' and result.usage is not None
 

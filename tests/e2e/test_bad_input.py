@@ -4,6 +4,7 @@ param, never a 500 or a hang, and the server keeps serving afterwards."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -30,7 +31,8 @@ def chat(**fields: object) -> dict[str, object]:
 
 
 # (id, method, path, body (dict → JSON; str/bytes sent raw), status, code, param)
-CASES = [
+Body = dict[str, Any] | str | bytes | None
+CASES: list[tuple[str, str, str, Body, int, str, str | None]] = [
     ("invalid-json", "POST", CHAT, '{"model": "x", "messages": [', 400, "invalid_value", None),
     ("body-not-object", "POST", CHAT, "[1, 2]", 400, "invalid_value", None),
     ("empty-body", "POST", CHAT, "", 400, "invalid_value", None),
@@ -357,7 +359,7 @@ CASES = [
 ]
 
 
-async def send(http: httpx.AsyncClient, method: str, path: str, body: object) -> httpx.Response:
+async def send(http: httpx.AsyncClient, method: str, path: str, body: Body) -> httpx.Response:
     if body is None:
         return await http.request(method, path)
     # json.dumps escapes non-ASCII (\\ud800 stays an escape, as a client would send it).
@@ -369,7 +371,7 @@ async def send(http: httpx.AsyncClient, method: str, path: str, body: object) ->
     ("method", "path", "body", "status", "code", "param"), [case[1:] for case in CASES], ids=[case[0] for case in CASES]
 )
 async def test_bad_request_gets_a_clear_4xx(
-    http: httpx.AsyncClient, method: str, path: str, body: object, status: int, code: str, param: str | None
+    http: httpx.AsyncClient, method: str, path: str, body: Body, status: int, code: str, param: str | None
 ) -> None:
     response = await send(http, method, path, body)
     assert response.status_code == status, response.text

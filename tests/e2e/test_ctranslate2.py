@@ -14,6 +14,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from modelpool.backends.ctranslate2.convert import ct2_folder_for
 from modelpool.config.sources import HubLocation
@@ -72,7 +73,7 @@ async def answer(pool: Any, request: ChatRequest) -> str:
 async def test_openai_sdk_chat_streamed_and_whole_agree(ct2) -> None:
     _, client = ct2
     oai = sdk(client)
-    messages = [{"role": "user", "content": "Name three colors."}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colors."}]
     whole = await oai.chat.completions.create(model=CT2_MODEL, messages=messages, max_tokens=30, temperature=0)
     stream = await oai.chat.completions.create(
         model=CT2_MODEL, messages=messages, max_tokens=30, temperature=0, stream=True,
@@ -83,6 +84,7 @@ async def test_openai_sdk_chat_streamed_and_whole_agree(ct2) -> None:
     assert text == whole.choices[0].message.content and text.strip()
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == [whole.choices[0].finish_reason]
+    assert whole.usage is not None and chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens <= 30
     assert whole.usage.prompt_tokens == 34  # SmolLM2's template with its default system message
 
@@ -95,6 +97,7 @@ async def test_completions_text_and_token_ids_agree_and_echo(ct2, direct) -> Non
     text = await oai.completions.create(model=CT2_MODEL, prompt=prompt, max_tokens=8, temperature=0)
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     by_ids = await oai.completions.create(model=CT2_MODEL, prompt=ids, max_tokens=8, temperature=0)
+    assert text.usage is not None
     assert by_ids.choices[0].text == text.choices[0].text and text.usage.prompt_tokens == len(ids)
     echoed = await oai.completions.create(model=CT2_MODEL, prompt=prompt, max_tokens=8, temperature=0, echo=True)
     assert echoed.choices[0].text == prompt + text.choices[0].text
@@ -108,7 +111,9 @@ async def test_stop_strings_never_leak_even_split_across_tokens(ct2) -> None:
 async def test_max_tokens_ignore_eos_and_min_tokens(ct2) -> None:
     _, client = ct2
     oai = sdk(client)
-    say_ok = {"model": CT2_MODEL, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 48}
+    say_ok: dict[str, Any] = {
+        "model": CT2_MODEL, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 48
+    }
     plain = await oai.chat.completions.create(**say_ok, temperature=0)
     answer_text = plain.choices[0].message.content
     assert plain.choices[0].finish_reason == "stop" and plain.usage.completion_tokens <= 32  # the premise
@@ -131,7 +136,9 @@ async def test_logprobs_of_generated_tokens_with_alternatives(ct2) -> None:
         model=CT2_MODEL, messages=[{"role": "user", "content": "Say OK."}], max_tokens=6, temperature=0,
         logprobs=True, top_logprobs=3,
     )  # fmt: skip
+    assert reply.choices[0].logprobs is not None
     content = reply.choices[0].logprobs.content
+    assert content is not None
     assert "".join(t.token for t in content) == reply.choices[0].message.content
     for token in content:  # greedy: each token is its step's most likely one
         assert len(token.top_logprobs) == 3 and token.top_logprobs[0].token == token.token
@@ -175,9 +182,10 @@ async def test_prompts_of_different_lengths_share_a_batch_and_the_shortest_match
 async def test_a_sampled_request_with_a_seed_is_refused_and_a_greedy_one_is_not(ct2) -> None:
     _, client = ct2
     oai = sdk(client)
-    messages = [{"role": "user", "content": "Invent a name for a cat."}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Invent a name for a cat."}]
     with pytest.raises(openai.BadRequestError) as refused:
         await oai.chat.completions.create(model=CT2_MODEL, messages=messages, max_tokens=8, temperature=1, seed=7)
+    assert isinstance(refused.value.body, dict)
     assert refused.value.body["param"] == "seed"
     greedy = [
         await oai.chat.completions.create(model=CT2_MODEL, messages=messages, max_tokens=8, temperature=0, seed=7)
@@ -256,6 +264,7 @@ async def test_what_it_cannot_do_is_a_clear_400(ct2, fields: dict[str, Any], par
         await sdk(client).chat.completions.create(
             model=CT2_MODEL, messages=[{"role": "user", "content": "Hi."}], **{"max_tokens": 4, **fields}
         )
+    assert isinstance(refused.value.body, dict)
     assert refused.value.body["param"] == param
 
 

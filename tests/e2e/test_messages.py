@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
@@ -19,16 +19,20 @@ import httpx2
 import jsonschema
 import openai
 import pytest
+from anthropic.types import MessageParam, ToolChoiceToolParam, ToolParam, ToolResultBlockParam, ToolUseBlock
 from fastapi import FastAPI
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.conftest import BASE_URL, CHAT_MODEL, serving
 
 GREEDY = {"temperature": 0}
-COUNT = [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]
-ASK_WEATHER = {"role": "user", "content": "Weather in Madrid?"}
-WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-WEATHER = {"name": "get_weather", "description": "The weather of a city", "input_schema": WEATHER_SCHEMA}
-FORCED = {"type": "tool", "name": "get_weather"}
+COUNT: list[MessageParam] = [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]
+ASK_WEATHER: MessageParam = {"role": "user", "content": "Weather in Madrid?"}
+WEATHER_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+WEATHER: ToolParam = {"name": "get_weather", "description": "The weather of a city", "input_schema": WEATHER_SCHEMA}
+# cast: the same user turn is also sent to chat completions, where it has the same shape.
+CHAT_COUNT = cast(list[ChatCompletionMessageParam], COUNT)
+FORCED: ToolChoiceToolParam = {"type": "tool", "name": "get_weather"}
 
 
 @contextlib.asynccontextmanager
@@ -76,8 +80,9 @@ async def test_a_text_reply_with_system_as_a_string_or_blocks(
     assert as_blocks.content == said.content and as_blocks.usage.input_tokens == said.usage.input_tokens
     # The same prompt as chat completions' with a system message: same tokens, same answer.
     chat = await oai.chat.completions.create(model=CHAT_MODEL, max_tokens=30, temperature=0,
-                                             messages=[{"role": "system", "content": system}, *COUNT])  # fmt: skip
+                                             messages=[{"role": "system", "content": system}, *CHAT_COUNT])  # fmt: skip
     assert chat.usage is not None and chat.usage.prompt_tokens == said.usage.input_tokens
+    assert said.content[0].type == "text" and plain.content[0].type == "text"
     assert chat.choices[0].message.content == said.content[0].text != plain.content[0].text
 
 
@@ -86,6 +91,7 @@ async def test_stop_sequences_and_max_tokens_give_their_stop_reasons(claude: ant
     stopped = await claude.messages.create(model=CHAT_MODEL, max_tokens=30, messages=COUNT, stop_sequences=["X", "5"],
                                            extra_body=GREEDY)  # fmt: skip
     assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", "5")
+    assert stopped.content[0].type == "text" and whole.content[0].type == "text"
     text = stopped.content[0].text
     assert "5" not in text and whole.content[0].text.startswith(text + "5")
     capped = await claude.messages.create(model=CHAT_MODEL, max_tokens=3, messages=COUNT, extra_body=GREEDY)
@@ -154,9 +160,9 @@ async def test_a_tool_round_trip(claude: anthropic.AsyncAnthropic) -> None:
     result = "30 degrees and sunny"
 
     async def answer(content: Any) -> anthropic.types.Message:
-        sent_back = {"type": "tool_result", "tool_use_id": call.id, "content": content}
-        called = {"role": "assistant", "content": first.content}
-        messages = [ASK_WEATHER, called, {"role": "user", "content": [sent_back]}]
+        sent_back: ToolResultBlockParam = {"type": "tool_result", "tool_use_id": call.id, "content": content}
+        called: MessageParam = {"role": "assistant", "content": first.content}
+        messages: list[MessageParam] = [ASK_WEATHER, called, {"role": "user", "content": [sent_back]}]
         return await claude.messages.create(model=CHAT_MODEL, max_tokens=40, messages=messages,
                                             tool_choice={"type": "none"}, **tools)  # fmt: skip
 
@@ -180,8 +186,10 @@ async def test_tool_input_streams_as_json_deltas(claude: anthropic.AsyncAnthropi
     parts = [d.partial_json for d in deltas if d.type == "input_json_delta"]
     starts = [e.content_block for e in events if e.type == "content_block_start"]
     [call] = final.content
+    assert call.type == "tool_use" and whole.content[0].type == "tool_use"
     assert len(parts) == len(deltas) > 1 and json.loads("".join(parts)) == call.input == whole.content[0].input
-    assert [(b.type, b.name, b.id) for b in starts] == [("tool_use", "get_weather", call.id)]
+    # cast: the tool was forced, so the one block started is a tool_use (the assert checks its type).
+    assert [(b.type, b.name, b.id) for b in cast(list[ToolUseBlock], starts)] == [("tool_use", "get_weather", call.id)]
     assert final.stop_reason == "tool_use" and final.usage == whole.usage
 
 
@@ -202,7 +210,7 @@ async def test_api_keys_as_x_api_key_or_bearer() -> None:
     auth = AuthConfig.model_validate({"keys": [{"name": "app", "scopes": ["inference"], "key_env": "APP_KEY"}]})
     keys = KeyRing.from_config(auth, {"APP_KEY": "sk-app"})
     request = {"model": CHAT_MODEL, "max_tokens": 5, "messages": COUNT, **GREEDY}
-    sdk_request = {"model": CHAT_MODEL, "max_tokens": 5, "messages": COUNT, "extra_body": GREEDY}
+    sdk_request: dict[str, Any] = {"model": CHAT_MODEL, "max_tokens": 5, "messages": COUNT, "extra_body": GREEDY}
     async with serving({"enabled_models": [CHAT_MODEL]}, keys=keys) as (app, http):
         missing = await http.post("/v1/messages", json=request)
         assert missing.status_code == 401 and missing.json()["type"] == "error"
@@ -218,4 +226,5 @@ async def test_api_keys_as_x_api_key_or_bearer() -> None:
         async with claude_on(app, api_key="wrong") as claude:
             with pytest.raises(anthropic.AuthenticationError) as refused:
                 await claude.messages.create(**sdk_request)
+    assert isinstance(refused.value.body, dict)
     assert refused.value.status_code == 401 and refused.value.body["error"]["type"] == "authentication_error"

@@ -11,6 +11,7 @@ from typing import Any
 
 import anthropic
 from aiohttp import web
+from anthropic.types import Base64ImageSourceParam, ThinkingConfigEnabledParam, URLImageSourceParam, UserMessageParam
 
 from tests.conftest import CT2_MODEL, HF_MODEL, serving
 from tests.e2e.test_messages import COUNT, claude_on, dumped
@@ -32,7 +33,8 @@ THINKER = {
     "reasoning_parser": "think",
     "options": {"chat_template": SWITCHED, "n_ctx": 512},
 }
-ENABLED = {"type": "enabled", "budget_tokens": 1024}
+ImageSource = Base64ImageSourceParam | URLImageSourceParam
+ENABLED: ThinkingConfigEnabledParam = {"type": "enabled", "budget_tokens": 1024}
 
 
 async def test_thinking_comes_back_as_thinking_blocks() -> None:
@@ -60,11 +62,11 @@ async def test_thinking_comes_back_as_thinking_blocks() -> None:
     assert dumped(turns[0]) == dumped(turns[1]) and turns[0].usage.input_tokens == turns[1].usage.input_tokens
 
 
-def base64_of(data: bytes) -> dict[str, str]:
+def base64_of(data: bytes) -> Base64ImageSourceParam:
     return {"type": "base64", "media_type": "image/png", "data": base64.b64encode(data).decode()}
 
 
-def asking(source: dict[str, Any]) -> list[dict[str, Any]]:
+def asking(source: ImageSource) -> list[UserMessageParam]:
     return [{"role": "user", "content": [{"type": "text", "text": QUESTION}, {"type": "image", "source": source}]}]
 
 
@@ -82,7 +84,7 @@ async def test_images_as_base64_or_url_sources() -> None:
     chat = {"model": VLM, "max_tokens": 8, **GREEDY, "messages": [{"role": "user", "content": chat_parts}]}
     async with web_server(images) as port, serving(config) as (app, http), claude_on(app) as claude:
 
-        async def ask(source: dict[str, Any]) -> anthropic.types.Message:
+        async def ask(source: ImageSource) -> anthropic.types.Message:
             return await claude.messages.create(model=VLM, max_tokens=8, extra_body=GREEDY, messages=asking(source))
 
         by_data, blue = await ask(base64_of(red)), await ask(base64_of(png("blue")))
@@ -90,6 +92,7 @@ async def test_images_as_base64_or_url_sources() -> None:
         answer = (await http.post("/v1/chat/completions", json=chat)).json()
         counted = await claude.messages.count_tokens(model=VLM, messages=asking(base64_of(red)))
     assert dumped(by_data) == dumped(by_url) != dumped(blue)  # the image reaches the model
+    assert by_data.content[0].type == "text"
     assert by_data.content[0].text == answer["choices"][0]["message"]["content"]
     assert by_data.usage.input_tokens == answer["usage"]["prompt_tokens"] == counted.input_tokens
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 import httpx
 import openai
@@ -62,7 +63,8 @@ async def test_access_log_line_carries_the_request_id(http: httpx.AsyncClient, c
         )
     lines = [r for r in caplog.records if r.name == "modelpool.access" and getattr(r, "request_id", "") == "log-me-42"]
     assert len(lines) == 1
-    assert lines[0].status == 200 and lines[0].model == EMBED_MODEL and lines[0].path == "/v1/embeddings"
+    record: Any = lines[0]  # the access log's fields are set on the record at runtime (logging's `extra`)
+    assert record.status == 200 and record.model == EMBED_MODEL and record.path == "/v1/embeddings"
 
 
 def metric(text: str, name: str, **labels: str) -> float:

@@ -4,10 +4,12 @@ requests, eviction under a budget, 429 on overflow, replicas, idle unload, drain
 from __future__ import annotations
 
 import asyncio
+from typing import Any, cast
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from modelpool.errors import ModelUnloaded
 from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
@@ -15,7 +17,7 @@ from modelpool.pool_api.generation import collect
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STARTER_IDS, sdk, serving
 from tests.polling import until
 
-HI = [{"role": "user", "content": "Say hello."}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 # ignore_eos: a sampled story may end early on some machine; this one surely runs 400 tokens.
 LONG = ChatRequest(
     (ChatMessage("user", "Write a very long story about the sea."),), SamplingParams(max_tokens=400, ignore_eos=True)
@@ -101,7 +103,8 @@ async def test_replicas_serve_side_by_side_under_one_public_id() -> None:
             )
         )
         assert {r.model for r in replies} == {CHAT_MODEL}
-        assert {r.model_extra["metrics"]["replica"] for r in replies} == {0, 1}
+        # cast: the server adds its metrics to every reply (the SDK types extra fields as maybe none).
+        assert {cast(dict[str, Any], r.model_extra)["metrics"]["replica"] for r in replies} == {0, 1}
         model = (await admin_models(client))[CHAT_MODEL]
         assert [r["served"] for r in model["replicas"]] == [1, 1]
         assert {m.id for m in (await oai.models.list()).data} == STARTER_IDS

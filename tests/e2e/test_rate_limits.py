@@ -8,6 +8,7 @@ import io
 import json
 import math
 import wave
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from tests.fakes import ManualClock
 from tests.live_server import live_server
 from tests.polling import until_answered
 
-GREEDY = {"temperature": 0.0, "seed": 1}
+GREEDY: dict[str, Any] = {"temperature": 0.0, "seed": 1}
 ASK = [{"role": "user", "content": "Name three colours."}]
 SECRETS = {"LIMITED": "sk-limited", "OTHER": "sk-other", "BIG": "sk-big", "SMALL": "sk-small", "OPS": "sk-ops"}
 LIMITED_KEY_HEADERS = {"Authorization": "Bearer sk-limited"}
@@ -68,7 +69,7 @@ async def metric(http: httpx.AsyncClient, line_start: str) -> float:
 
 async def test_a_key_over_its_requests_limit_gets_429_while_another_is_served() -> None:
     cli, keys = keyed([CHAT_MODEL], key("limited", "LIMITED", requests_per_minute=2), key("other", "OTHER"))
-    chat = {"model": CHAT_MODEL, "messages": ASK, "max_tokens": 4, **GREEDY}
+    chat: dict[str, Any] = {"model": CHAT_MODEL, "messages": ASK, "max_tokens": 4, **GREEDY}
     async with serving(cli, keys=keys) as (app, http):
         clock = frozen(app)
         limited, other = sdk(http, "sk-limited"), sdk(http, "sk-other")
@@ -95,7 +96,7 @@ async def test_a_key_over_its_requests_limit_gets_429_while_another_is_served() 
         assert anthropic.status_code == 429 and anthropic.headers["retry-after"] == "30"
         assert anthropic.json()["type"] == "error" and anthropic.json()["error"] == {
             "type": "rate_limit_error",
-            "message": refused.value.body["message"],  # type: ignore[index]
+            "message": refused.value.body["message"],
         }
 
         served = await other.chat.completions.with_raw_response.create(**chat)  # unlimited: no headers at all
@@ -125,7 +126,7 @@ async def test_tokens_are_charged_as_used_and_a_spent_budget_refuses() -> None:
         key("big", "BIG", tokens_per_minute=10_000),
         key("small", "SMALL", tokens_per_minute=10),
     )
-    chat = {"model": CHAT_MODEL, "messages": ASK, "max_tokens": 12, **GREEDY}
+    chat: dict[str, Any] = {"model": CHAT_MODEL, "messages": ASK, "max_tokens": 12, **GREEDY}
     async with serving(cli, keys=keys) as (app, http):
         clock = frozen(app)
         big = sdk(http, "sk-big")
@@ -197,7 +198,7 @@ async def test_tokens_are_charged_as_used_and_a_spent_budget_refuses() -> None:
         assert await metric(http, 'modelpool_rate_limited_total{key="small",limit="tokens"}') == 1
 
 
-def _token_headers(headers: httpx.Headers) -> tuple[str | None, ...]:
+def _token_headers(headers: Mapping[str, str]) -> tuple[str | None, ...]:
     return tuple(headers.get(f"x-ratelimit-{what}-tokens") for what in ("limit", "remaining", "reset"))
 
 
@@ -230,6 +231,7 @@ async def test_a_realtime_socket_is_limited_at_its_handshake() -> None:
         frozen(app)
         url = base.replace("http", "ws", 1) + "/v1/realtime?intent=transcription"
         async with connect(url, additional_headers={"Authorization": "Bearer sk-big"}) as ws:
+            assert ws.response is not None
             assert ws.response.headers["x-ratelimit-remaining-requests"] == "0"
             assert json.loads(await ws.recv())["type"] == "transcription_session.created"
         with pytest.raises(InvalidStatus) as refused:

@@ -174,7 +174,7 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-BAD_INPUT = [
+BAD_INPUT: list[tuple[str | bytes, str, str]] = [
     (append(b"\x00\x01\x02"), "param", "audio"),
     (json.dumps({"type": "input_audio_buffer.append", "audio": "not base64 at all!"}), "param", "audio"),
     (json.dumps({"type": "input_audio_buffer.append"}), "param", "audio"),

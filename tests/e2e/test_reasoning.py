@@ -3,6 +3,8 @@ pattern, so greedy decoding writes '…</think>A: …' and the parser splits it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.conftest import sdk, serving
 
 FEW_SHOT = "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<think>{% endif %}"
@@ -23,7 +25,7 @@ async def test_think_tags_become_reasoning_content() -> None:
     }
     async with serving(cli) as (_, client):
         oai = sdk(client)
-        kwargs = {
+        kwargs: dict[str, Any] = {
             "model": "thinker",
             "messages": [{"role": "user", "content": PATTERN}],
             "max_tokens": 8,
@@ -39,5 +41,6 @@ async def test_think_tags_become_reasoning_content() -> None:
         content = "".join(d.content or "" for d in deltas)
         assert (reasoning, content) == ("three", message.content)
         response = await oai.responses.create(model="thinker", input=PATTERN, max_output_tokens=8, temperature=0)
+        assert response.output[0].type == "reasoning" and response.output[0].content is not None
         assert response.output[0].type == "reasoning" and response.output[0].content[0].text == "three"
         assert response.output_text == message.content

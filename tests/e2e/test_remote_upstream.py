@@ -7,11 +7,13 @@ import io
 import logging
 import wave
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
 import yaml
+from openai.types.chat import ChatCompletionMessageParam
 
 from modelpool.services.ports import free_port
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL, sdk, serving
@@ -19,7 +21,7 @@ from tests.processes import Server, modelpool_serve
 
 SECRET = "sk-upstream-8c1f0e2d-never-log-me"
 ALLOW = {"allow_remote": True}
-HI = [{"role": "user", "content": "Name a color."}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name a color."}]
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +37,9 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
 
 
-def remote(upstream_url: str, model: str, **settings: object) -> dict[str, object]:
+def remote(upstream_url: str, model: str, **settings: Any) -> dict[str, Any]:
     options = {"base_url": f"{upstream_url}/v1", "upstream_model": model, "api_key_env": "FRONT_KEY"}
-    return {"backend": "openai_remote", "options": {**options, **settings.pop("options", {})}, **settings}  # type: ignore[dict-item]
+    return {"backend": "openai_remote", "options": {**options, **settings.pop("options", {})}, **settings}
 
 
 @pytest.fixture
@@ -74,6 +76,7 @@ async def test_remote_models_need_allow_remote(front: httpx.AsyncClient) -> None
     allowed = await oai.chat.completions.create(
         model="remote-chat", messages=HI, max_tokens=4, extra_body={**ALLOW, "min_tokens": 4}
     )
+    assert allowed.usage is not None
     assert allowed.choices[0].message.content and allowed.usage.completion_tokens == 4
     # A model marked `allow_remote: true` in the config needs no flag.
     assert (await oai.embeddings.create(model="remote-embed", input="hello")).data
@@ -100,10 +103,11 @@ async def test_chat_and_streams_are_forwarded_faithfully(front: httpx.AsyncClien
 async def test_completion_logprobs_and_embeddings_match_the_upstream(
     front: httpx.AsyncClient, upstream: Server
 ) -> None:
-    ask = {"prompt": "The capital of France is", "max_tokens": 3, "temperature": 0, "logprobs": 2}
-    want = await direct(upstream).completions.create(model=CHAT_MODEL, **ask)  # type: ignore[call-overload]
-    got = await sdk(front).completions.create(model="remote-chat", extra_body=ALLOW, **ask)  # type: ignore[call-overload]
+    ask: dict[str, Any] = {"prompt": "The capital of France is", "max_tokens": 3, "temperature": 0, "logprobs": 2}
+    want = await direct(upstream).completions.create(model=CHAT_MODEL, **ask)
+    got = await sdk(front).completions.create(model="remote-chat", extra_body=ALLOW, **ask)
     assert got.choices[0].text == want.choices[0].text
+    assert got.choices[0].logprobs is not None and want.choices[0].logprobs is not None
     assert got.choices[0].logprobs.tokens == want.choices[0].logprobs.tokens
     assert got.choices[0].logprobs.token_logprobs == pytest.approx(want.choices[0].logprobs.token_logprobs, abs=1e-6)
 

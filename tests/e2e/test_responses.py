@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import openai
 import pytest
 
@@ -33,8 +35,10 @@ async def test_non_streaming_response(oai: openai.AsyncOpenAI, vocab) -> None:
     assert reply.output[0].type == "message" and reply.output[0].role == "assistant"
     assert reply.status in {"completed", "incomplete"}
     rendered = chatml(("system", "Answer in one word."), ("user", "Name a color."))
+    assert reply.usage is not None
     assert reply.usage.input_tokens == tokens(vocab, rendered)
     assert reply.usage.total_tokens == reply.usage.input_tokens + reply.usage.output_tokens
+    assert reply.model_extra is not None
     metrics = reply.model_extra["metrics"]
     assert metrics["output_tokens"] == reply.usage.output_tokens and metrics["backend_ms"] > 0
 
@@ -46,7 +50,9 @@ async def test_max_output_tokens_makes_it_incomplete(oai: openai.AsyncOpenAI) ->
         max_output_tokens=5,
         extra_body={"decoding": {"ignore_eos": True}},  # sampled: it might end sooner otherwise
     )
+    assert reply.incomplete_details is not None
     assert reply.status == "incomplete" and reply.incomplete_details.reason == "max_output_tokens"
+    assert reply.usage is not None
     assert reply.usage.output_tokens == 5
 
 
@@ -75,8 +81,11 @@ async def test_streaming_emits_the_standard_event_sequence(oai: openai.AsyncOpen
     ]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     text = "".join(d.delta for d in deltas)
+    assert events[-1].type in ("response.completed", "response.incomplete")
     assert text == whole.output_text == events[-1].response.output_text
-    assert events[4 + len(deltas)].text == text
+    text_done = events[4 + len(deltas)]
+    assert text_done.type == "response.output_text.done"
+    assert text_done.text == text
 
 
 async def test_previous_response_id_continues_the_conversation(oai: openai.AsyncOpenAI, vocab) -> None:
@@ -90,11 +99,13 @@ async def test_previous_response_id_continues_the_conversation(oai: openai.Async
         ("assistant", first.output_text),
         ("user", "What is my name?"),
     )
+    assert second.usage is not None
     assert second.usage.input_tokens == tokens(vocab, rendered)
     assert second.previous_response_id == first.id
     unstored = await oai.responses.create(model=CHAT_MODEL, input="Hi", max_output_tokens=2, store=False)
     with pytest.raises(openai.NotFoundError) as caught:  # OpenAI's answer to an unknown previous response
         await oai.responses.create(model=CHAT_MODEL, input="Hi", previous_response_id=unstored.id)
+    assert isinstance(caught.value.body, dict)
     assert caught.value.body["param"] == "previous_response_id"
     assert caught.value.body["code"] == "previous_response_not_found"
 
@@ -155,7 +166,7 @@ async def test_thinking_and_language_codes_reach_the_chat_template(vocab) -> Non
     }
     async with serving(cli) as (_, client):
         oai = sdk(client)
-        base = {"model": "templated", "input": "Bonjour", "max_output_tokens": 1}
+        base: dict[str, Any] = {"model": "templated", "input": "Bonjour", "max_output_tokens": 1}
         plain = await oai.responses.create(**base)
         thinking = await oai.responses.create(**base, extra_body={"thinking": "enabled"})
         no_thinking = await oai.responses.create(**base, extra_body={"thinking": "disabled"})
@@ -172,4 +183,5 @@ async def test_thinking_and_language_codes_reach_the_chat_template(vocab) -> Non
     assert no_thinking.usage.input_tokens == plain.usage.input_tokens
     added = "<|im_start|>system\nTranslate from fr to en.<|im_end|>\n"
     assert translating.usage.input_tokens == plain.usage.input_tokens + tokens(vocab, added)
+    assert chat.usage is not None
     assert chat.usage.prompt_tokens == thinking.usage.input_tokens

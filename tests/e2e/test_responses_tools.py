@@ -5,15 +5,19 @@ one request, and after `previous_response_id`), streamed argument events, `text.
 from __future__ import annotations
 
 import json
+from typing import Any, cast
 
 import jsonschema
 import openai
+from openai.types.responses import FunctionTool, FunctionToolParam
+from openai.types.responses.response_input_item_param import FunctionCallOutput
 
 from tests.conftest import CHAT_MODEL
 from tests.e2e.schemas import SCHEMAS, WEATHER_TOOL
 
-FUNCTION = {"type": "function", **WEATHER_TOOL["function"]}  # type: ignore[dict-item]
-PARAMETERS = WEATHER_TOOL["function"]["parameters"]  # type: ignore[index]
+# cast: the SDK's type requires `strict`; the server (as OpenAI's API) takes a tool without it.
+FUNCTION = cast(FunctionToolParam, {"type": "function", **WEATHER_TOOL["function"]})
+PARAMETERS = WEATHER_TOOL["function"]["parameters"]
 
 
 async def test_a_required_tool_gives_function_call_items(oai: openai.AsyncOpenAI) -> None:
@@ -23,9 +27,12 @@ async def test_a_required_tool_gives_function_call_items(oai: openai.AsyncOpenAI
     )  # fmt: skip
     [call] = reply.output
     assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
+    assert call.id is not None
+    assert call.call_id is not None
     assert call.id.startswith("fc_") and call.call_id.startswith("call_")
     jsonschema.validate(json.loads(call.arguments), PARAMETERS)
-    assert reply.tool_choice == "required" and [t.name for t in reply.tools] == ["get_weather"]
+    # cast: only function tools were sent, so only function tools come back.
+    assert reply.tool_choice == "required" and [cast(FunctionTool, t).name for t in reply.tools] == ["get_weather"]
 
 
 async def test_call_output_items_continue_the_conversation(oai: openai.AsyncOpenAI) -> None:
@@ -34,7 +41,10 @@ async def test_call_output_items_continue_the_conversation(oai: openai.AsyncOpen
         parallel_tool_calls=False,
     )  # fmt: skip
     [call] = first.output
-    result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"temperature_c": 30}'}
+    assert call.type == "function_call"
+    result: FunctionCallOutput = {
+        "type": "function_call_output", "call_id": call.call_id, "output": '{"temperature_c": 30}'
+    }
     # Continued from the stored response: only the result is sent.
     stored = await oai.responses.create(
         model=CHAT_MODEL, previous_response_id=first.id, input=[result], tools=[FUNCTION], tool_choice="none",
@@ -42,7 +52,7 @@ async def test_call_output_items_continue_the_conversation(oai: openai.AsyncOpen
     )  # fmt: skip
     assert stored.output[0].type == "message" and stored.output_text.strip()
     # Or the whole history in one request, the call item sent back as it came.
-    history = [{"role": "user", "content": "Weather in Madrid?"}, call.model_dump(exclude_none=True), result]
+    history: list[Any] = [{"role": "user", "content": "Weather in Madrid?"}, call.model_dump(exclude_none=True), result]
     replayed = await oai.responses.create(
         model=CHAT_MODEL, input=history, tools=[FUNCTION], tool_choice="none", max_output_tokens=40, temperature=0,
         store=False,
@@ -51,10 +61,11 @@ async def test_call_output_items_continue_the_conversation(oai: openai.AsyncOpen
 
 
 async def test_streamed_calls_send_argument_deltas_then_done(oai: openai.AsyncOpenAI) -> None:
-    request = {"model": CHAT_MODEL, "input": "Weather in Madrid?", "tools": [FUNCTION], "tool_choice": "required",
-               "temperature": 0, "parallel_tool_calls": False, "store": False}  # fmt: skip
-    whole = await oai.responses.create(**request)  # type: ignore[call-overload]
-    events = [event async for event in await oai.responses.create(**request, stream=True)]  # type: ignore[call-overload]
+    request: dict[str, Any] = {"model": CHAT_MODEL, "input": "Weather in Madrid?", "tools": [FUNCTION],
+                               "tool_choice": "required", "temperature": 0, "parallel_tool_calls": False,
+                               "store": False}  # fmt: skip
+    whole = await oai.responses.create(**request)
+    events = [event async for event in await oai.responses.create(**request, stream=True)]
     kinds = [e.type for e in events]
     deltas = [e for e in events if e.type == "response.function_call_arguments.delta"]
     assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
@@ -80,4 +91,6 @@ async def test_text_format_json_schema_is_enforced(oai: openai.AsyncOpenAI) -> N
         text={"format": {"type": "json_schema", "name": "person", "schema": schema, "strict": True}},
     )  # fmt: skip
     jsonschema.validate(json.loads(reply.output_text), schema)
+    assert reply.text is not None
+    assert reply.text.format is not None
     assert reply.text.format.type == "json_schema"

@@ -7,9 +7,12 @@ model either way."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import openai
 import pytest
+from openai.types import CompletionUsage
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 
@@ -21,11 +24,14 @@ async def test_echo_returns_correct_prompt_logprobs(oai: openai.AsyncOpenAI, ref
     reply = await oai.completions.create(model=CHAT_MODEL, prompt=TEXT, echo=True, logprobs=3, max_tokens=0)
     logprobs = reply.choices[0].logprobs
     assert reply.choices[0].text == TEXT and reply.choices[0].finish_reason == "length"
+    assert logprobs is not None
+    assert logprobs.token_logprobs is not None and logprobs.top_logprobs is not None and logprobs.tokens is not None
     assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
     expected = logprobs_of(tokenize(TEXT))
     np.testing.assert_allclose(logprobs.token_logprobs[1:], expected, atol=1e-4)
     assert "".join(logprobs.tokens) == TEXT
     assert all(len(top) == 3 for top in logprobs.top_logprobs[1:])
+    assert reply.usage is not None
     assert reply.usage.completion_tokens == 0
 
 
@@ -73,7 +79,8 @@ async def test_generate_runs_a_batch_of_prompts(http, oai: openai.AsyncOpenAI) -
     body = response.json()
     single = [await oai.completions.create(model=CHAT_MODEL, prompt=p, max_tokens=6, temperature=0) for p in prompts]
     assert body["completions"] == [s.choices[0].text for s in single]
-    assert body["usage"]["completion_tokens"] == sum(s.usage.completion_tokens for s in single)
+    # cast: the server always reports usage (the SDK's type allows none).
+    assert body["usage"]["completion_tokens"] == sum(cast(CompletionUsage, s.usage).completion_tokens for s in single)
     assert len(body["finish_reasons"]) == 2
 
 

@@ -15,6 +15,8 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from openai.types.chat import ChatCompletionToolChoiceOptionParam
+from openai.types.shared_params import ResponseFormatJSONSchema
 
 from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
@@ -38,7 +40,7 @@ def oai(client: httpx.AsyncClient) -> openai.AsyncOpenAI:
     return sdk(client)
 
 
-def json_schema_format(name: str) -> dict[str, Any]:
+def json_schema_format(name: str) -> ResponseFormatJSONSchema:
     return {"type": "json_schema", "json_schema": {"name": name, "schema": SCHEMAS[name], "strict": True}}
 
 
@@ -52,7 +54,7 @@ async def test_a_hundred_constrained_replies_all_validate(oai: openai.AsyncOpenA
             reply = await oai.chat.completions.create(
                 model=model,
                 messages=[{"role": "user", "content": PROMPTS[name]}],
-                response_format=json_schema_format(name),  # type: ignore[arg-type]
+                response_format=json_schema_format(name),
                 max_tokens=200,
                 temperature=0.8,
                 seed=index,
@@ -92,7 +94,7 @@ async def test_a_named_tool_call_has_arguments_matching_its_parameters(oai: open
     reply = await oai.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": "What's the weather like in Lisbon?"}],
-        tools=[WEATHER_TOOL, ADD_TOOL],  # type: ignore[list-item]
+        tools=[WEATHER_TOOL, ADD_TOOL],
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
         max_tokens=100,
         temperature=0,
@@ -103,7 +105,7 @@ async def test_a_named_tool_call_has_arguments_matching_its_parameters(oai: open
     [call] = choice.message.tool_calls or []
     assert call.type == "function" and call.id.startswith("call_")
     assert call.function.name == "get_weather"
-    jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])  # type: ignore[index]
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
 
 
 @pytest.mark.parametrize("model", BACKENDS)
@@ -113,7 +115,7 @@ async def test_required_calls_one_of_the_tools_with_valid_arguments(oai: openai.
         reply = await oai.chat.completions.create(
             model=model,
             messages=[{"role": "user", "content": question}],
-            tools=list(tools.values()),  # type: ignore[arg-type]
+            tools=list(tools.values()),
             tool_choice="required",
             parallel_tool_calls=False,
             max_tokens=100,
@@ -121,7 +123,8 @@ async def test_required_calls_one_of_the_tools_with_valid_arguments(oai: openai.
         )
         calls = reply.choices[0].message.tool_calls or []
         assert len(calls) == 1 and reply.choices[0].finish_reason == "tool_calls"
-        schema = tools[calls[0].function.name]["function"]["parameters"]  # type: ignore[index]
+        assert calls[0].type == "function"
+        schema = tools[calls[0].function.name]["function"]["parameters"]
         jsonschema.validate(json.loads(calls[0].function.arguments), schema)
 
 
@@ -157,9 +160,10 @@ async def test_an_agent_loop_calls_reads_the_result_and_answers(oai: openai.Asyn
     rounds, the last one with `tool_choice: none` so it must answer), then a final answer."""
     messages: list[Any] = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
     rounds_with_calls = 0
-    for tool_choice in ["required", "auto", "none"]:
+    choices: list[ChatCompletionToolChoiceOptionParam] = ["required", "auto", "none"]
+    for tool_choice in choices:
         reply = await oai.chat.completions.create(
-            model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice=tool_choice,  # type: ignore[arg-type]
+            model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice=tool_choice,
             parallel_tool_calls=False, max_tokens=150, temperature=0,
         )  # fmt: skip
         message = reply.choices[0].message
@@ -169,6 +173,7 @@ async def test_an_agent_loop_calls_reads_the_result_and_answers(oai: openai.Asyn
         rounds_with_calls += 1
         messages.append(message.model_dump(exclude_none=True))
         for call in message.tool_calls:  # the model may ask for several units at once: answer each call
+            assert call.type == "function"
             assert call.function.name == "get_weather"
             messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 21})})
     assert rounds_with_calls >= 1 and message.content and not message.tool_calls
@@ -181,15 +186,16 @@ async def test_auto_mode_answers_plain_text_or_a_well_formed_call(oai: openai.As
         reply = await oai.chat.completions.create(
             model=model,
             messages=[{"role": "user", "content": question}],
-            tools=[ADD_TOOL],  # type: ignore[list-item]
+            tools=[ADD_TOOL],
             max_tokens=60,
             temperature=0,
         )
         message = reply.choices[0].message
         if message.tool_calls:
+            assert message.tool_calls[0].type == "function"
             assert reply.choices[0].finish_reason == "tool_calls" and message.tool_calls[0].function.name == "add"
             arguments = json.loads(message.tool_calls[0].function.arguments)
-            jsonschema.validate(arguments, ADD_TOOL["function"]["parameters"])  # type: ignore[index]
+            jsonschema.validate(arguments, ADD_TOOL["function"]["parameters"])
         else:
             assert message.content and not message.content.lstrip().startswith('{"tool_calls"')
 
@@ -227,7 +233,7 @@ async def test_a_template_with_tools_gets_its_own_format_parsed_as_hermes() -> N
         reply = await sdk(http).chat.completions.create(
             model=model,
             messages=[{"role": "user", "content": "Add 2 and 40."}],
-            tools=[ADD_TOOL, WEATHER_TOOL],  # type: ignore[list-item]
+            tools=[ADD_TOOL, WEATHER_TOOL],
             tool_choice="required",
             parallel_tool_calls=False,
             max_tokens=120,
@@ -236,6 +242,7 @@ async def test_a_template_with_tools_gets_its_own_format_parsed_as_hermes() -> N
         backend = app.state.pool.slot(model).replicas.members[0].backend
         rendered = backend._template.render([{"role": "user", "content": "x"}], [ADD_TOOL])
     [call] = reply.choices[0].message.tool_calls or []
+    assert call.type == "function"
     assert reply.choices[0].finish_reason == "tool_calls" and call.function.name == "add"
     assert "<tools>" in rendered and '"name": "add"' in rendered  # the template itself showed the tools
-    jsonschema.validate(json.loads(call.function.arguments), ADD_TOOL["function"]["parameters"])  # type: ignore[index]
+    jsonschema.validate(json.loads(call.function.arguments), ADD_TOOL["function"]["parameters"])

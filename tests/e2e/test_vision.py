@@ -13,12 +13,14 @@ import io
 import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
 import pytest
 import yaml
+from openai.types.chat import ChatCompletion, ChatCompletionContentPartParam, ChatCompletionMessageParam
+from openai.types.responses import ResponseInputImageParam, ResponseInputMessageContentListParam
 from PIL import Image
 
 from tests.conftest import CHAT_MODEL, sdk, serving
@@ -42,8 +44,10 @@ def data_uri(data: bytes, mime: str = "image/png") -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
 
 
-def ask(url: str, text: str = QUESTION) -> list[dict[str, Any]]:
-    parts = [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]
+def ask(url: str, text: str = QUESTION) -> list[ChatCompletionMessageParam]:
+    parts: list[ChatCompletionContentPartParam] = [
+        {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}
+    ]
     return [{"role": "user", "content": parts}]
 
 
@@ -73,8 +77,10 @@ async def client(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Asyn
         yield http
 
 
-async def answer(oai: openai.AsyncOpenAI, messages: list[dict[str, Any]], model: str = VLM) -> Any:
-    return await oai.chat.completions.create(model=model, messages=messages, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+async def answer(
+    oai: openai.AsyncOpenAI, messages: list[ChatCompletionMessageParam], model: str = VLM
+) -> ChatCompletion:
+    return await oai.chat.completions.create(model=model, messages=messages, max_tokens=8, temperature=0)
 
 
 async def test_the_image_reaches_the_model_and_matches_plain_transformers(client: httpx.AsyncClient,
@@ -88,10 +94,12 @@ async def test_the_image_reaches_the_model_and_matches_plain_transformers(client
     from transformers import AutoTokenizer
 
     assert red.choices[0].message.content == AutoTokenizer.from_pretrained(folder).decode(ids, skip_special_tokens=True)
+    assert red.usage is not None
     assert red.usage.prompt_tokens == prompt_tokens  # the image's tokens counted as the engine counts them
     text_only = await oai.chat.completions.create(
         model=VLM, messages=[{"role": "user", "content": QUESTION}], max_tokens=8, temperature=0
     )
+    assert text_only.usage is not None
     assert text_only.usage.prompt_tokens < prompt_tokens
 
 
@@ -105,6 +113,7 @@ async def test_a_smolvlm_family_model_matches_plain_transformers_too(client: htt
     from transformers import AutoTokenizer
 
     expected = AutoTokenizer.from_pretrained(tiny_idefics3()).decode(ids, skip_special_tokens=True)
+    assert blue.usage is not None
     assert blue.choices[0].message.content == expected and blue.usage.prompt_tokens == prompt_tokens
 
 
@@ -133,8 +142,8 @@ async def test_qwen2_vl_decodes_in_the_batch_from_its_rotary_offset(client: http
     model's greedy words do not, equal plain transformers'."""
     oai = sdk(client)
 
-    async def scored(messages: list[dict[str, Any]]) -> Any:
-        return await oai.chat.completions.create(model=QWEN, messages=messages, max_tokens=6, temperature=0,  # type: ignore[arg-type]
+    async def scored(messages: list[ChatCompletionMessageParam]) -> ChatCompletion:
+        return await oai.chat.completions.create(model=QWEN, messages=messages, max_tokens=6, temperature=0,
                                                  logprobs=True)  # fmt: skip
 
     colors = ("red", "blue", "green")
@@ -144,6 +153,7 @@ async def test_qwen2_vl_decodes_in_the_batch_from_its_rotary_offset(client: http
     for color, one, together in zip(colors, alone, batched, strict=False):
         expected = direct_logprobs(tiny_qwen2_vl(), color, 6)
         for reply in (one, together):
+            assert reply.choices[0].logprobs is not None and reply.choices[0].logprobs.content is not None
             got = [entry.logprob for entry in reply.choices[0].logprobs.content]
             assert got == pytest.approx(expected, abs=1e-4), color
 
@@ -158,16 +168,20 @@ async def test_images_and_text_requests_share_the_batch_and_answer_as_alone(clie
 
 async def test_streaming_a_multi_turn_chat_with_images_in_two_user_messages(client: httpx.AsyncClient) -> None:
     oai = sdk(client)
-    messages = [*ask(data_uri(png("red"))), {"role": "assistant", "content": "A red square."},
-                *ask(data_uri(png("blue")), "And this one?")]  # fmt: skip
+    messages: list[ChatCompletionMessageParam] = [
+        *ask(data_uri(png("red"))), {"role": "assistant", "content": "A red square."},
+        *ask(data_uri(png("blue")), "And this one?"),
+    ]  # fmt: skip
     whole = await answer(oai, messages)
     pieces = []
-    stream = await oai.chat.completions.create(model=VLM, messages=messages, max_tokens=8, temperature=0, stream=True)  # type: ignore[arg-type]
+    stream = await oai.chat.completions.create(model=VLM, messages=messages, max_tokens=8, temperature=0, stream=True)
     async for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             pieces.append(chunk.choices[0].delta.content)
     assert "".join(pieces) == whole.choices[0].message.content
     one_image = await answer(oai, ask(data_uri(png("blue")), "And this one?"))
+    assert whole.usage is not None
+    assert one_image.usage is not None
     assert whole.usage.prompt_tokens > one_image.usage.prompt_tokens
 
 
@@ -181,14 +195,18 @@ async def test_formats_and_a_local_file_all_reach_the_model(client: httpx.AsyncC
         buffer = io.BytesIO()
         Image.new("RGB", (64, 64), "green").save(buffer, format=fmt)
         reply = await answer(oai, ask(data_uri(buffer.getvalue(), mime)))
+        assert reply.usage is not None
+        assert from_uri.usage is not None
         assert reply.choices[0].message.content and reply.usage.prompt_tokens == from_uri.usage.prompt_tokens
 
 
 async def test_responses_take_input_image_items(client: httpx.AsyncClient) -> None:
     oai = sdk(client)
     chat = await answer(oai, ask(data_uri(png("red"))))
-    content = [{"type": "input_text", "text": QUESTION}, {"type": "input_image", "image_url": data_uri(png("red"))}]
-    reply = await oai.responses.create(model=VLM, input=[{"role": "user", "content": content}],  # type: ignore[list-item]
+    # cast: the SDK's image part requires `detail`; the server, as OpenAI's API, defaults it.
+    image = cast(ResponseInputImageParam, {"type": "input_image", "image_url": data_uri(png("red"))})
+    content: ResponseInputMessageContentListParam = [{"type": "input_text", "text": QUESTION}, image]
+    reply = await oai.responses.create(model=VLM, input=[{"role": "user", "content": content}],
                                        max_output_tokens=8, temperature=0, store=False)  # fmt: skip
     assert reply.output_text == chat.choices[0].message.content
 
@@ -257,15 +275,17 @@ def upstream(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 async def test_a_remote_vision_model_gets_the_image_forwarded(client: httpx.AsyncClient, upstream: Server) -> None:
-    remote = {"backend": "openai_remote", "allow_remote": True,
+    remote: dict[str, Any] = {"backend": "openai_remote", "allow_remote": True,
               "options": {"base_url": f"{upstream.url}/v1", "upstream_model": VLM, "vision": True}}  # fmt: skip
-    text_only = {**remote, "options": {**remote["options"], "vision": False}}  # type: ignore[dict-item]
+    text_only = {**remote, "options": {**remote["options"], "vision": False}}
     direct = await answer(sdk(client), ask(data_uri(png("blue"))))
     async with serving({"starter_models": False, "models": {"front": remote, "front-text": text_only}}) as (_, front):
         forwarded = await answer(sdk(front), ask(data_uri(png("blue"))), model="front")
         body = {"model": "front-text", "messages": ask(data_uri(png("blue")))}
         refused = await front.post("/v1/chat/completions", json=body)
     assert forwarded.choices[0].message.content == direct.choices[0].message.content
+    assert direct.usage is not None
+    assert forwarded.usage is not None
     assert forwarded.usage.prompt_tokens == direct.usage.prompt_tokens
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "modality_unsupported"
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionContentPartParam, ChatCompletionMessageParam
 from PIL import Image
 
 from tests.conftest import sdk, serving
@@ -29,8 +30,10 @@ def data_uri(color: str) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def ask(color: str) -> list[dict[str, Any]]:
-    parts = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": data_uri(color)}}]
+def ask(color: str) -> list[ChatCompletionMessageParam]:
+    parts: list[ChatCompletionContentPartParam] = [
+        {"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": data_uri(color)}}
+    ]
     return [{"role": "user", "content": parts}]
 
 
@@ -49,6 +52,7 @@ def reference(gguf: tuple[Path, Path]) -> Iterator[dict[str, tuple[str, int]]]:
     llm = Llama(str(model), n_ctx=2048, verbose=False, chat_handler=MTMDChatHandler(str(mmproj), verbose=False))
     answers = {}
     for color in ("red", "blue"):
+        # llama-cpp-python types messages as its own TypedDicts: the same OpenAI shape, another class.
         reply: Any = llm.create_chat_completion(messages=ask(color), max_tokens=8, temperature=0)  # type: ignore[arg-type]
         answers[color] = (reply["choices"][0]["message"]["content"], reply["usage"]["prompt_tokens"])
     llm.close()
@@ -56,7 +60,7 @@ def reference(gguf: tuple[Path, Path]) -> Iterator[dict[str, tuple[str, int]]]:
 
 
 async def answer(oai: openai.AsyncOpenAI, model: str, color: str) -> tuple[str, int]:
-    reply = await oai.chat.completions.create(model=model, messages=ask(color), max_tokens=8, temperature=0)  # type: ignore[arg-type]
+    reply = await oai.chat.completions.create(model=model, messages=ask(color), max_tokens=8, temperature=0)
     assert reply.usage is not None
     return reply.choices[0].message.content or "", reply.usage.prompt_tokens
 

@@ -19,6 +19,7 @@ import httpx
 import openai
 import psutil
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.config.sources import HubLocation
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.skipif(
 
 MODEL = "smollm2-vllm"
 VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"  # the venv's, not resolved
-HI = [{"role": "user", "content": "Say hello."}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 LOAD_TIMEOUT_S = 600
 
 

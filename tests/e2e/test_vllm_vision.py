@@ -12,9 +12,9 @@ import base64
 import io
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from PIL import Image
 
 from tests.conftest import sdk, serving
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 MODEL = "tiny-idefics3-vllm"
 
 
-def ask(color: str) -> list[dict[str, Any]]:
+def ask(color: str) -> list[ChatCompletionMessageParam]:
     buffer = io.BytesIO()
     Image.new("RGB", (64, 64), color).save(buffer, format="PNG")
     url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
@@ -51,7 +51,7 @@ async def test_vllm_reads_forwarded_images(tmp_path: Path) -> None:
         loaded = await client.post(f"/v1/admin/models/{MODEL}/load", timeout=LOAD_TIMEOUT_S)
         assert loaded.status_code == 200, loaded.text
         oai = sdk(client)
-        replies = [await oai.chat.completions.create(model=MODEL, messages=ask(c), max_tokens=6,  # type: ignore[arg-type]
+        replies = [await oai.chat.completions.create(model=MODEL, messages=ask(c), max_tokens=6,
                                                      temperature=0) for c in ("red", "blue", "red")]  # fmt: skip
         text_only = await oai.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "What is it?"}], max_tokens=6, temperature=0

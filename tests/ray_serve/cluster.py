@@ -132,6 +132,7 @@ class RayModelpool:
 
     @property
     def head_id(self) -> str:
+        assert self.cluster.head_node is not None
         return str(self.cluster.head_node.node_id)
 
     @property
@@ -157,6 +158,7 @@ def two_node_cluster(port: int) -> Iterator[tuple[Cluster, Any]]:
             "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
         },
     )
+    assert cluster.head_node is not None
     session = Path(cluster.head_node.get_session_dir_path())
     try:
         node_b = cluster.add_node(num_cpus=4, resources=NODE_B_RESOURCES, node_ip_address="127.0.0.1")

@@ -4,6 +4,7 @@ and everything gone after SIGTERM. Runs before the two-node cluster module start
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import shutil
@@ -60,7 +61,7 @@ def test_ray_mode_without_ray_installed_says_how_to_install_it(
 ) -> None:
     from modelpool.cli import ray as ray_cli
 
-    monkeypatch.setattr(ray_cli.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # the module ray_cli looks it up in
     with pytest.raises(typer.Exit) as exit_:
         ray_cli.serve_on_ray(load_config(None, environ={}), None)
     assert exit_.value.exit_code == 2

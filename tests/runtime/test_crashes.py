@@ -12,11 +12,11 @@ from modelpool.runtime.lifecycle import SlotState
 from tests.fakes import FakeProcessBackend, ManualClock, fake_slot
 
 
-def delay(slot, clock: ManualClock) -> float:  # type: ignore[no-untyped-def]
+def delay(slot, clock: ManualClock) -> float:
     return slot.crashes.restart_delay(slot.config, clock.now - slot.record.failed_at, slot.record.error)
 
 
-async def crash_once(slot, backend: FakeProcessBackend) -> None:  # type: ignore[no-untyped-def]
+async def crash_once(slot, backend: FakeProcessBackend) -> None:
     (await slot.lease(ChatBackend, None)).release()
     backend.crash()
     assert slot.state is SlotState.FAILED

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from typing import TypeVar
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -79,7 +79,7 @@ def charged(meter: UsageMeter, result: T) -> T:
     return result
 
 
-def as_caller(caller: Caller, work: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+def as_caller(caller: Caller, work: Callable[[], Coroutine[Any, Any, T]]) -> asyncio.Task[T]:
     """`work` in a task of its own."""
     return asyncio.create_task(work())
 

@@ -163,7 +163,7 @@ async def test_state_gauge_follows_the_slot() -> None:
     metrics = Metrics()
     slot = fake_slot(FakeBackend(), metrics=metrics)
 
-    def gauge(state: str) -> float:
+    def gauge(state: str) -> float | None:
         return metrics.registry.get_sample_value("modelpool_model_state", {"model": "fake", "state": state})
 
     assert gauge("unloaded") == 1 and gauge("ready") == 0

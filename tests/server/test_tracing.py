@@ -8,10 +8,11 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util.types import AnyValue
 
 from modelpool.config import load_config
 from modelpool.errors import ConfigError
@@ -28,6 +30,7 @@ from modelpool.server.app import create_app
 from modelpool.server.auth import KeyRing
 
 ROOT = Path(__file__).resolve().parents[2]
+Attrs = Mapping[str, AnyValue]
 
 # FastAPI itself imports the OpenTelemetry *API* (its own optional telemetry), so "not
 # imported" is about what tracing adds: the SDK, the exporter, and modelpool's otel module.
@@ -163,8 +166,10 @@ async def test_a_request_the_rate_limit_refuses_has_its_route_and_the_limit_on_i
             refused = await client.post("/v1/chat/completions", json=chat, headers=headers)
             assert refused.status_code == 429
     provider.shutdown()
-    by_request = {s.attributes["modelpool.request_id"]: s for s in spans.get_finished_spans()}
+    # cast: the SDK's spans always carry attributes (empty at worst); its type says "or None".
+    by_request = {cast(Attrs, s.attributes)["modelpool.request_id"]: s for s in spans.get_finished_spans()}
     server, admitted = by_request[refused.headers["x-request-id"]], by_request[first.headers["x-request-id"]]
+    assert server.attributes is not None and admitted.attributes is not None
     assert server.name == "POST /v1/chat/completions"
     assert server.attributes["http.route"] == "/v1/chat/completions"
     assert server.attributes["http.response.status_code"] == 429

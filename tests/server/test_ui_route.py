@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
 import httpx
@@ -78,7 +78,7 @@ async def test_the_page_references_only_files_that_exist(http: httpx.AsyncClient
 
 async def raw_get(app: FastAPI, path: str) -> int:
     """The status of a GET for `path` exactly as given: an HTTP client would resolve `..`."""
-    messages: list[dict[str, Any]] = []
+    messages: list[MutableMapping[str, Any]] = []
     answered = asyncio.Event()
     requested = False
 
@@ -90,7 +90,7 @@ async def raw_get(app: FastAPI, path: str) -> int:
         await answered.wait()  # then the client goes, as a real one would
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         messages.append(message)
         if message["type"] == "http.response.body" and not message.get("more_body"):
             answered.set()

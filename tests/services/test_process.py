@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,10 +29,10 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
 """
 
 
-def spec(tmp_path: Path, *extra: str, **fields: object) -> ProcessSpec:
+def spec(tmp_path: Path, *extra: str, **fields: Any) -> ProcessSpec:
     script = tmp_path / "server.py"
     script.write_text(SERVER)
-    defaults: dict[str, object] = {"start_timeout_s": 30, "stop_grace_s": 5, "log_file": tmp_path / "child.log"}
+    defaults: dict[str, Any] = {"start_timeout_s": 30, "stop_grace_s": 5, "log_file": tmp_path / "child.log"}
     return ProcessSpec(
         name="child", argv=(sys.executable, str(script), "{port}", *extra), port=free_port(), **{**defaults, **fields}
     )
@@ -74,10 +75,10 @@ async def test_a_process_that_never_gets_healthy_times_out_and_is_stopped(tmp_pa
 
 
 async def test_a_crash_is_noticed_with_its_exit_code(tmp_path: Path) -> None:
-    exits: list[int] = []
+    exits: list[int | None] = []
     noticed = asyncio.Event()
 
-    def on_exit(code: int) -> None:
+    def on_exit(code: int | None) -> None:
         exits.append(code)
         noticed.set()
 

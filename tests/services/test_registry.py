@@ -48,7 +48,7 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
         child.wait()
 
 
-def test_the_state_dir_follows_the_environment(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_state_dir_follows_the_environment(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MODELPOOL_STATE_DIR", str(tmp_path / "explicit"))
     assert default_state_dir() == tmp_path / "explicit"
     monkeypatch.delenv("MODELPOOL_STATE_DIR")

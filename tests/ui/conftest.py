@@ -18,11 +18,15 @@ import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from fastapi import FastAPI
 
 from tests.live_server import live_server
+
+if TYPE_CHECKING:  # playwright is imported lazily: without Chromium the tests skip before it loads
+    from playwright.async_api import Browser, Page
 
 UI_DIR = Path(__file__).parent
 CHROMIUM = os.environ.get("MODELPOOL_CHROMIUM", "/usr/bin/chromium")
@@ -50,7 +54,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 class Tab:
     """One browser page on the workbench, with what it logged."""
 
-    page: object  # playwright.async_api.Page (kept loose: playwright is imported lazily)
+    page: Page
     base_url: str
     errors: list[str] = field(default_factory=list)
     expected_statuses: set[int] = field(default_factory=set)
@@ -60,7 +64,7 @@ class Tab:
         self.expected_statuses.update(statuses)
 
     async def open(self, page_name: str) -> None:
-        await self.page.goto(f"{self.base_url}/ui/#{page_name}")  # type: ignore[attr-defined]
+        await self.page.goto(f"{self.base_url}/ui/#{page_name}")
 
     def unexpected_errors(self) -> list[str]:
         unexpected = []
@@ -76,11 +80,11 @@ class Tab:
         target = os.environ.get("MODELPOOL_UI_SCREENSHOTS")
         if target:
             Path(target).mkdir(parents=True, exist_ok=True)
-            await self.page.screenshot(path=str(Path(target) / f"{name}.png"), full_page=True)  # type: ignore[attr-defined]
+            await self.page.screenshot(path=str(Path(target) / f"{name}.png"), full_page=True)
 
 
 @pytest.fixture(scope="session")
-async def browser() -> AsyncIterator[object]:
+async def browser() -> AsyncIterator[Browser]:
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)) and shutil.which(CHROMIUM) is None:
         pytest.skip(
             f"no Chromium at {CHROMIUM}: `make install-test` installs Debian's chromium with apt "
@@ -103,9 +107,9 @@ async def ui_url(app: FastAPI) -> AsyncIterator[str]:
         yield url
 
 
-async def open_tab(browser: object, base_url: str) -> AsyncIterator[Tab]:
+async def open_tab(browser: Browser, base_url: str) -> AsyncIterator[Tab]:
     """A fresh browser context (no stored key), failing the test on console errors."""
-    context = await browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+    context = await browser.new_context(viewport={"width": 1280, "height": 900})
     page = await context.new_page()
     tab = Tab(page, base_url)
     page.on("console", lambda message: tab.errors.append(message.text) if message.type == "error" else None)
@@ -118,6 +122,6 @@ async def open_tab(browser: object, base_url: str) -> AsyncIterator[Tab]:
 
 
 @pytest.fixture
-async def tab(browser: object, ui_url: str) -> AsyncIterator[Tab]:
+async def tab(browser: Browser, ui_url: str) -> AsyncIterator[Tab]:
     async for opened in open_tab(browser, ui_url):
         yield opened

@@ -6,7 +6,7 @@ success, that a 429's Retry-After reaches ApiError, and that a stream cut off be
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from playwright.async_api import Page
 
@@ -76,7 +76,7 @@ POLL = """async () => {
 
 
 def page_of(tab: Tab) -> Page:
-    return cast(Page, tab.page)
+    return tab.page
 
 
 async def lib_page(tab: Tab) -> Page:

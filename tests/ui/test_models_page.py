@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import Browser, Page, expect
 
 from modelpool.config import load_config
 from modelpool.config.schema import AuthConfig
@@ -62,7 +62,7 @@ async def keyed_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[s
 
 
 @pytest.fixture
-async def keyed_tab(browser: object, keyed_url: str) -> AsyncIterator[Tab]:
+async def keyed_tab(browser: Browser, keyed_url: str) -> AsyncIterator[Tab]:
     async for opened in open_tab(browser, keyed_url):
         opened.expect_status(401, 403)  # asking without a key, and the app key on the admin API
         yield opened

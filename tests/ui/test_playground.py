@@ -15,7 +15,7 @@ import re
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -35,7 +35,7 @@ from playwright.async_api import Locator, Page, expect
 
 
 def page_of(tab: Tab) -> Page:
-    return cast(Page, tab.page)  # the fixture keeps it loose: playwright is imported lazily
+    return tab.page
 
 
 SLOW_S = 60_000  # ms: a reply on two busy cores

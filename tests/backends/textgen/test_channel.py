@@ -30,7 +30,11 @@ async def test_the_first_item_crosses_at_once_and_a_backlog_crosses_as_one_run(
     threading.Thread(target=channel.put, args=(1,)).start()
     assert await asyncio.wait_for(anext(runs), 5) == [1]
     # The consumer is "busy" (not awaiting) while the producer puts three more.
-    producer = threading.Thread(target=lambda: [channel.put(i) for i in (2, 3, 4)])
+    def produce() -> None:
+        for i in (2, 3, 4):
+            channel.put(i)
+
+    producer = threading.Thread(target=produce)
     producer.start()
     producer.join()
     assert await asyncio.wait_for(anext(runs), 5) == [2, 3, 4]
