@@ -23,7 +23,7 @@ from modelpool.inference import TranscriptionRequest
 from modelpool.mcp_server.audio_input import read_audio
 from modelpool.mcp_server.transcript_tools import caller_of
 from modelpool.mcp_server.transcripts import TranscriptStore
-from modelpool.pool_api import PoolApi
+from modelpool.pool_api import PoolApi, PoolRequests, PoolStatus
 from modelpool.pool_api.call import CallOptions
 from modelpool.pool_api.generation import collect
 from modelpool.pool_api.results import SpeechAudio, charge
@@ -136,7 +136,7 @@ def add_pool_tools(server: MCPServer[Any], pool: PoolApi, store: TranscriptStore
         server.add_tool(tool)
 
 
-def _list_models_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
+def _list_models_tool(pool: PoolStatus) -> Callable[..., Awaitable[Any]]:
     async def list_models() -> ModelList:
         """Every model this server serves, with its state, tasks and capabilities."""
         return ModelList(models=[model_json(status) for status in pool.statuses()])
@@ -144,7 +144,7 @@ def _list_models_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
     return list_models
 
 
-def _chat_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
+def _chat_tool(pool: PoolRequests) -> Callable[..., Awaitable[Any]]:
     async def chat(
         model: Model,
         ctx: Context[Any, Any],
@@ -211,7 +211,7 @@ def _rerank_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
     return rerank
 
 
-def _transcribe_tool(pool: PoolApi, store: TranscriptStore, config: ServerConfig) -> Callable[..., Awaitable[Any]]:
+def _transcribe_tool(pool: PoolRequests, store: TranscriptStore, config: ServerConfig) -> Callable[..., Awaitable[Any]]:
     async def transcribe(
         model: Model,
         ctx: Context[Any, Any],
@@ -249,7 +249,7 @@ def _transcribe_tool(pool: PoolApi, store: TranscriptStore, config: ServerConfig
     return transcribe
 
 
-def _speak_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:
+def _speak_tool(pool: PoolRequests) -> Callable[..., Awaitable[Any]]:
     async def speak(
         model: Model,
         text: Annotated[str, Field(min_length=1, pattern=r"\S")],

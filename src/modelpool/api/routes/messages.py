@@ -16,7 +16,7 @@ from modelpool.api.limits import limits_of
 from modelpool.api.sse import EventStreamResponse
 from modelpool.errors import ContextLengthExceeded, InvalidRequest
 from modelpool.inference import ChatRequest, GenerationChunk, SamplingParams
-from modelpool.pool_api import PoolApi
+from modelpool.pool_api import PoolApi, PoolRequests
 from modelpool.pool_api.call import CallOptions
 from modelpool.pool_api.generation import collect
 from modelpool.pool_api.results import TokenizeJob, charge
@@ -89,7 +89,7 @@ async def _prompt_tokens(
 
 
 async def _open(
-    pool: PoolApi, model: str, chat: ChatRequest, options: CallOptions
+    pool: PoolRequests, model: str, chat: ChatRequest, options: CallOptions
 ) -> tuple[ResultStream[GenerationChunk], bool]:
     """The generation, and whether `max_tokens` was capped to the room the context has left.
     Anthropic's clients treat max_tokens as a ceiling and set it high (agents send 32000);
