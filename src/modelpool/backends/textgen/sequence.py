@@ -10,6 +10,7 @@ from logits it computed however it does); the sequence decides the rest."""
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Container
 from typing import Protocol
 
@@ -40,7 +41,7 @@ class Detokenizer(Protocol):
     def flush(self) -> str: ...
 
 
-class TextSequence:
+class TextSequence(ABC):
     def __init__(
         self,
         *,
@@ -79,9 +80,10 @@ class TextSequence:
         """Whether an end token may come now (engines mask them while it may not)."""
         return may_end(self.sampling, self.generated)
 
+    @abstractmethod
     def logprob(self, token: int) -> TokenLogprob:
-        """The entry of the token just chosen (asked only when the request wants logprobs)."""
-        raise NotImplementedError(f"{type(self).__name__} gives no logprobs")
+        """The entry of the token just chosen (asked only when the request wants logprobs):
+        each engine says how, from whatever it computed the token with."""
 
     def accept(self, token: int) -> bool:
         """Take the next generated token; True once the sequence has finished."""
