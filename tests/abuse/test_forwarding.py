@@ -171,7 +171,9 @@ async def test_a_request_taken_by_the_server_on_a_reused_connection_is_not_sent_
         if number == 0:
             await answer(connection)
             return True
-        await asyncio.sleep(0.5)  # the generation
+        # The generation's time, not a wait for a state: it must outlast the client's 50 ms
+        # window for resending a request a reused connection dropped at once.
+        await asyncio.sleep(0.5)
         worked.set()
         return False
 
