@@ -145,7 +145,7 @@ bench: install
 
 docs: install
 	$(BIN)/modelpool config-schema > docs/config.schema.json
-	$(BIN)/modelpool config-reference --readme README.md
+	$(BIN)/modelpool config-reference --doc docs/configuration.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .wheels $(LLAMA_SERVER_DIR)

@@ -217,7 +217,7 @@ def test_head_has_cpus_for_the_ingress(config: Config, manifest: dict[str, Any])
 def test_configmap_holds_modelpool_yaml(configmap: dict[str, Any]) -> None:
     assert configmap["metadata"]["name"] == "modelpool-config"
     assert configmap["data"] == {"modelpool.yaml": CONFIG_FILE.read_text("utf-8")}, (
-        "deploy/kuberay/configmap.yaml is out of step with modelpool.yaml: regenerate it (README.md)"
+        "deploy/kuberay/configmap.yaml is out of step with modelpool.yaml: regenerate it (docs/ray.md)"
     )
 
 

@@ -114,15 +114,18 @@ def config_schema() -> None:
 
 @app.command("config-reference")
 def config_reference(
-    readme: Annotated[Path | None, typer.Option(help="Rewrite the reference block of this README in place.")] = None,
+    doc: Annotated[
+        Path | None,
+        typer.Option(help="Rewrite the reference block of this Markdown file in place (docs/configuration.md)."),
+    ] = None,
 ) -> None:
-    """Print the config reference (Markdown), as found in the README."""
+    """Print the config reference (Markdown), as found in docs/configuration.md."""
     from modelpool.cli.reference import reference_markdown, splice_into
 
-    if readme is None:
+    if doc is None:
         typer.echo(reference_markdown(), nl=False)
     else:
-        readme.write_text(splice_into(readme.read_text(), reference_markdown()))
+        doc.write_text(splice_into(doc.read_text(), reference_markdown()))
 
 
 def _given(**values: Any) -> dict[str, Any]:

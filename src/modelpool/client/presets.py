@@ -109,7 +109,7 @@ PRESETS: dict[str, Preset] = {
             "bge-reranker",
             Role.RERANKER,
             "bge-reranker-v2-m3",
-            description="BAAI/bge-reranker-v2-m3 cross-encoder (the README's reranker config); scores 0..1.",
+            description="BAAI/bge-reranker-v2-m3 cross-encoder (the reranker config of docs/engines.md); scores 0..1.",
         ),
         Preset("whisper", Role.STT, "whisper-tiny.en", description="Whisper tiny.en (English only) on modelpool."),
         Preset(

@@ -1,7 +1,8 @@
 """The typed configuration: what a config file may say, with a docstring on every field.
 
-The docstrings double as the field descriptions in the published JSON schema and in the
-README's config reference (``modelpool config-schema``), so keep them user-facing.
+The docstrings double as the field descriptions in the published JSON schema
+(``modelpool config-schema``) and in the config reference of docs/configuration.md
+(``modelpool config-reference``), so keep them user-facing.
 """
 
 from __future__ import annotations

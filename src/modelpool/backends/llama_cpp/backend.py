@@ -71,7 +71,7 @@ class LlamaCppOptions(BaseModel):
     llama.cpp's CPU attention rounds differently with 64 or more query rows (a tiled
     kernel) and with a single row once 512 KV cells are in use (a split-KV kernel), so
     micro-batches stay under 64 rows (`n_ubatch` 63) and never hold a lone row (a spare row
-    is added). Costs a little prefill speed (README). Default: on for CPU, off with a GPU,
+    is added). Costs a little prefill speed (docs/engines.md). Default: on for CPU, off with a GPU,
     whose kernels give no such guarantee."""
     n_ubatch: int | None = Field(default=None, ge=1)
     """Tokens llama.cpp computes at once inside a step (default: 63 when batch-invariant,
@@ -89,7 +89,7 @@ class LlamaCppOptions(BaseModel):
     reuse_prompt_cache: bool = False
     """Keep a finished request's KV cells and start a later request that shares its prefix
     (a system prompt, a multi-turn history) from there. Faster for long shared prompts, but
-    greedy or seeded output may then differ slightly from a fresh evaluation (see README)."""
+    greedy or seeded output may then differ slightly from a fresh evaluation (see docs/engines.md)."""
 
     @property
     def sequences(self) -> int:

@@ -6,7 +6,7 @@ import { field, h } from "./lib.js";
 
 const UNSET = "";
 
-/** The first sentence of a description: the hint stays short; the rest is in the README. */
+/** The first sentence of a description: the hint stays short; the rest is in docs/configuration.md. */
 function shortDescription(text) {
   if (!text) return "";
   const flat = text.replace(/\s+/g, " ").trim();
