@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from modelpool.config import Config, load_config
 from modelpool.server.app import create_app
 from modelpool.server.auth import KeyRing
+from tests.hub_standin import hub_env, hub_standin  # noqa: F401  # fixtures: the stand-in Hugging Face hub
 
 CHAT_MODEL = "smollm2-135m-instruct"
 EMBED_MODEL = "all-minilm-l6-v2"

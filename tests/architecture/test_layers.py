@@ -37,6 +37,13 @@ BASE = SHARED | LIBRARIES | INTERFACE
 # unit -> the units it may import (besides itself). Read a row as "X knows only these".
 ALLOWED: dict[str, frozenset[str]] = {
     **{unit: SHARED for unit in SHARED},
+    # The settings resolve `hf:` sources through `hub` and fill in what an entry leaves out
+    # (its backend, tasks) through `detect`; neither of them knows the settings.
+    "config": SHARED | {"hub", "detect"},
+    # Hugging Face references, file selection, downloads, the cache: only `errors` below them.
+    "hub": SHARED,
+    # What a model is, from its files (a folder, a GGUF header, a hub repo seen as files).
+    "detect": SHARED,
     **{unit: SHARED | LIBRARIES for unit in LIBRARIES},
     **{unit: BASE for unit in INTERFACE},
     "services": SHARED,
