@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from modelpool.config import load_config
 from tests.docs.markdown_links import anchors, broken_links, github_slug, links
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,3 +59,15 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert build.returncode == 0, build.stderr
     assert (tmp_path / "site" / "configuration" / "index.html").exists()
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/configuration.md"])
+def test_the_config_basics_example_is_a_valid_config(page: str, tmp_path: Path) -> None:
+    """The first YAML block of these pages is a whole config file: it loads as one."""
+    text = (ROOT / page).read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "modelpool.yaml").write_text(block)
+    config = load_config(tmp_path / "modelpool.yaml", environ={})
+    assert config.pool.memory_budget_bytes == 8 * 1024**3
+    assert config.models["smollm2-135m-instruct"].options["n_ctx"] == 2048
+    assert config.models["qwen2.5-0.5b-instruct"].keep_alive == 600
