@@ -65,7 +65,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # The SDK could ship as a package of its own: it knows nothing of the server.
     "client": frozenset(),
     # Commands: server-side verbs build the app, the rest go through the SDK.
-    "cli": BASE | {"wire", "api", "server", "runtime", "backends", "services", "client", "ray_serve"},
+    "cli": BASE | {"wire", "api", "server", "runtime", "backends", "services", "client", "ray_serve", "hub", "detect"},
     "__main__": frozenset({"cli"}),
 }
 

@@ -114,7 +114,9 @@ def test_deep_merge_merges_mappings_and_replaces_the_rest() -> None:
         ({"enabled_models": ["nope"]}, "unknown model 'nope'"),
         ({"models": {"x": {"backend": "llama_cpp", "source": "/a", "aliases": ["smollm2"]}}}, "used by both"),
         ({"models": {"bad id!": {"backend": "llama_cpp", "source": "/a"}}}, "models.bad id!.id"),
-        ({"models": {"x": {"source": "/a"}}}, "models.x.backend: Field required"),
+        # No backend: detected from the source's files, which must be there.
+        ({"models": {"x": {"source": "/a"}}}, "model 'x': source path /a does not exist"),
+        ({"models": {"x": {"backend": None, "tasks": ["chat"]}}}, "model 'x': no `backend`, and no `source`"),
     ],
 )
 def test_invalid_config_says_what_and_where(tmp_path: Path, data: object, complaint: str) -> None:

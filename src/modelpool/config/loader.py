@@ -19,7 +19,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from modelpool.config.detection import fill_detected
 from modelpool.config.schema import Config
+from modelpool.config.sources import HubLocation
 from modelpool.errors import ConfigError
 
 ENV_PREFIX = "MODELPOOL_"
@@ -50,7 +52,17 @@ def load_config(
         merged = deep_merge(merged, layer)
     if merged.get("starter_models", True) not in (False, "false", "0", 0):
         merged["models"] = deep_merge(starter_catalog(), merged.get("models") or {})
-    return validate_config(merged)
+    return validate_config(with_detected_backends(merged))
+
+
+def with_detected_backends(merged: dict[str, Any]) -> dict[str, Any]:
+    """Entries that name no `backend` get it (and tasks, options) from their files."""
+    models = merged.get("models")
+    if not isinstance(models, Mapping):
+        return merged
+    cache = merged.get("hf_cache_dir")
+    hub = HubLocation(Path(cache).expanduser() if isinstance(cache, str) and cache else None, offline=True)
+    return {**merged, "models": fill_detected(models, hub)}
 
 
 def validate_config(data: Mapping[str, Any]) -> Config:
