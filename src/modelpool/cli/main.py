@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from modelpool.cli import admin, processes, stack
+from modelpool.cli import pull as pull_cli
 from modelpool.cli import ray as ray_cli
 from modelpool.cli.output import echo_err, print_models_table
 from modelpool.config import load_config
@@ -72,6 +73,7 @@ def list_models(config: ConfigOpt = None, local_config: LocalOpt = None) -> None
 
 
 app.command("ps")(admin.ps)
+app.command("pull")(pull_cli.pull_command)
 app.command("load")(admin.load)
 app.command("unload")(admin.unload)
 app.command("stop-persistent")(processes.stop_persistent)

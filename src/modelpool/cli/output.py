@@ -24,7 +24,7 @@ def print_models_table(config: Config) -> None:
             tasks = ",".join(sorted(t.value for t in model_capabilities(model).tasks))
         except ConfigError as exc:
             tasks = f"error: {exc.message}"
-        installed = all(is_source_available(source, hub=hub) for source in model_sources(model))
+        installed = all(is_source_available(source, hub=hub, backend=model.backend) for source in model_sources(model))
         if not installed and model.install_hint:
             hints.append(f"  {model.id}: {model.install_hint}")
         rows.append((model.id, tasks, model.backend, _yes(model.id in served), _yes(installed), model.source or "-"))

@@ -2,7 +2,9 @@
 
 /abs/path or rel/path        a file or folder on disk
 package:PKG/relative/path    inside an installed Python package (found without importing it)
-hf:org/repo[:file]           through huggingface_hub's cache; downloads unless offline
+hf:org/repo[@rev][:Q4_K_M|:file][@rev]
+                             through huggingface_hub's cache (modelpool.hub): the files the
+                             model's backend needs; downloads unless offline
 
 A model's `assemble:` names files shipped in parts (each part itself a source); `locate`
 joins them once into the work dir beside the source folder's other files (see `assemble`).
@@ -18,6 +20,9 @@ from pathlib import Path
 from modelpool.config.assemble import assembled_folder
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import ModelSourceError
+from modelpool.hub.access import HubAccess
+from modelpool.hub.pull import plan_pull, pull
+from modelpool.hub.reference import HubReference, parse_reference
 
 PACKAGE_PREFIX = "package:"
 HF_PREFIX = "hf:"
@@ -36,12 +41,13 @@ class HubLocation:
     """None: `config.environment.default_state_dir()`."""
 
 
-def resolve_source(source: str, *, model_id: str, hub: HubLocation = HubLocation()) -> Path:
-    """The local path of a model's weights; ModelSourceError says what is missing and how to get it."""
+def resolve_source(source: str, *, model_id: str, hub: HubLocation = HubLocation(), backend: str = "") -> Path:
+    """The local path of a model's weights; ModelSourceError says what is missing and how to get it.
+    `backend` chooses which files of an `hf:` repo are fetched (`hub.select`)."""
     if source.startswith(PACKAGE_PREFIX):
         return _resolve_package(source[len(PACKAGE_PREFIX) :], model_id)
     if source.startswith(HF_PREFIX):
-        return _resolve_hf(source[len(HF_PREFIX) :], model_id, hub)
+        return _resolve_hf(hub_reference(source, model_id), model_id, hub, backend)
     path = Path(source).expanduser()
     if not path.exists():
         raise ModelSourceError(f"model '{model_id}': source path {path} does not exist")
@@ -62,7 +68,7 @@ def model_sources(model: ModelConfig) -> list[str]:
 
 
 def _locate(model: ModelConfig, source: str, hub: HubLocation) -> Path:
-    path = resolve_source(source, model_id=model.id, hub=hub)
+    path = resolve_source(source, model_id=model.id, hub=hub, backend=model.backend)
     if not model.assemble:
         return path
     if not path.is_dir():
@@ -81,10 +87,10 @@ def files_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def is_source_available(source: str, *, hub: HubLocation = HubLocation()) -> bool:
+def is_source_available(source: str, *, hub: HubLocation = HubLocation(), backend: str = "") -> bool:
     """True when the weights are on this machine already (never downloads)."""
     try:
-        resolve_source(source, model_id="?", hub=HubLocation(hub.cache_dir, offline=True))
+        resolve_source(source, model_id="?", hub=HubLocation(hub.cache_dir, offline=True), backend=backend)
     except ModelSourceError:
         return False
     return True
@@ -111,38 +117,23 @@ def _resolve_package(spec: str, model_id: str) -> Path:
     return path
 
 
-def _resolve_hf(spec: str, model_id: str, hub: HubLocation) -> Path:
-    repo_id, _, filename = spec.partition(":")
-    if repo_id.count("/") != 1:
-        raise ModelSourceError(f"model '{model_id}': 'hf:{spec}' must look like hf:org/repo[:file]")
+def hub_access(hub: HubLocation) -> HubAccess:
+    """How to reach the hub: the config's cache and `offline`, the environment's endpoint,
+    token and HF_HUB_OFFLINE (read now, so a test or a shell can change them)."""
+    return HubAccess.from_env(hub.cache_dir, offline=hub.offline)
+
+
+def hub_reference(source: str, model_id: str) -> HubReference:
     try:
-        return _hub_fetch(repo_id, filename or None, hub, local_only=True)
-    except Exception as cached_miss:
-        if hub.offline:
-            raise ModelSourceError(_not_cached_message(model_id, spec, hub)) from cached_miss
+        return parse_reference(source)
+    except ModelSourceError as exc:
+        raise ModelSourceError(f"model '{model_id}': {exc}") from None
+
+
+def _resolve_hf(ref: HubReference, model_id: str, hub: HubLocation, backend: str) -> Path:
+    access = hub_access(hub)
     try:
-        return _hub_fetch(repo_id, filename or None, hub, local_only=False)
-    except Exception as download_error:
-        raise ModelSourceError(
-            f"{_not_cached_message(model_id, spec, hub)} Download failed: {download_error}"
-        ) from download_error
-
-
-def _hub_fetch(repo_id: str, filename: str | None, hub: HubLocation, *, local_only: bool) -> Path:
-    import huggingface_hub
-
-    cache_dir = str(hub.cache_dir) if hub.cache_dir else None
-    if filename:
-        path = huggingface_hub.hf_hub_download(repo_id, filename, cache_dir=cache_dir, local_files_only=local_only)
-    else:
-        path = huggingface_hub.snapshot_download(repo_id, cache_dir=cache_dir, local_files_only=local_only)
-    return Path(path)
-
-
-def _not_cached_message(model_id: str, spec: str, hub: HubLocation) -> str:
-    where = hub.cache_dir or "the default Hugging Face cache"
-    return (
-        f"model '{model_id}': hf:{spec} is not in {where} and this server is offline. "
-        f"Fetch it where there is internet (`hf download {spec.partition(':')[0]}`) and copy the cache, "
-        "or point `source` at a local path."
-    )
+        plan = plan_pull(ref, backend, access)
+        return pull(plan, access) if plan.missing(access) else plan.model_path(access)
+    except ModelSourceError as exc:
+        raise ModelSourceError(f"model '{model_id}': {exc}") from None

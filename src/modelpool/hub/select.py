@@ -46,7 +46,7 @@ def files_for(backend: str, listing: Sequence[str], selector: Selector) -> list[
     the selector matches nothing (it lists what there is) or the repo has no such files."""
     if selector.filename is not None and selector.filename not in listing:
         raise ModelSourceError(f"no file '{selector.filename}' in the repo (it has: {_sample(listing)})")
-    if backend in GGUF_BACKENDS or _is_gguf_choice(selector):
+    if backend in GGUF_BACKENDS or _is_gguf_choice(selector) or (not backend and selector.quant is not None):
         return _gguf_files(listing, selector)
     if selector.filename is not None:
         return [selector.filename]
