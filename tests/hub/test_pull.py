@@ -75,7 +75,9 @@ def test_revision_by_tag_and_by_sha(hub_standin: HubStandin, hub_env: Path) -> N
     assert path.parent.name == old
     with pytest.raises(ModelSourceError, match="no revision 'v9'"):
         plan_pull(parse_reference(f"hf:{r.GGUF_REPO}@v9"), "llama_cpp", access)
-    with pytest.raises(ModelSourceError, match="BF16|Q4_1, Q4_K_M, Q8_0"):
+    with pytest.raises(
+        ModelSourceError, match=r"no GGUF file with quant tag BF16 \(the repo has: Q4_1, Q4_K_M, Q8_0\)"
+    ):
         plan_pull(parse_reference(f"hf:{r.GGUF_REPO}:BF16"), "llama_cpp", access)
 
 

@@ -95,3 +95,8 @@ def test_a_named_file_must_exist_and_a_tag_needs_gguf() -> None:
 
 def test_quant_tags() -> None:
     assert quant_tags(GGUF) == ["BF16", "IQ2_XS", "Q4_K_M", "Q8_0"]
+
+
+def test_no_backend_yet_takes_the_repo_as_it_is() -> None:
+    assert files_for("", GGUF, Selector()) == sorted(n for n in GGUF if n not in ("README.md", ".gitattributes"))
+    assert files_for("", GGUF, Selector(quant="Q8_0")) == ["m-Q8_0.gguf"]

@@ -22,7 +22,7 @@ from typing import Any
 from modelpool.errors import ModelSourceError
 from modelpool.hub.access import HubAccess
 from modelpool.hub.listing import RepoListing, hub_error, list_repo, offline_message, record_ref, snapshot_folder
-from modelpool.hub.reference import HubReference
+from modelpool.hub.reference import HubReference, Selector
 from modelpool.hub.select import files_for
 
 WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".bin", ".onnx", ".pt", ".pth", ".npz", ".msgpack")
@@ -89,6 +89,8 @@ class PullPlan:
         folder = self.local_folder(access)
         if self.ref.filename is not None and not self.ref.filename.lower().endswith(".gguf"):
             return folder / self.ref.filename
+        if not self.backend and self.ref.selector == Selector():
+            return folder  # the repo as a whole, for whoever looks at it next (detection)
         models = [name for name in self.files if name.lower().endswith(".gguf") and "mmproj" not in name.lower()]
         return folder / models[0] if models else folder
 

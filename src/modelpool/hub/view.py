@@ -8,7 +8,6 @@ Files already in the cache are read from disk."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from modelpool.hub.access import HubAccess
@@ -29,7 +28,7 @@ class HubView:
     def label(self) -> str:
         return str(self.ref)
 
-    def names(self) -> Sequence[str]:
+    def names(self) -> list[str]:
         return self.listing.names()
 
     def size(self, name: str) -> int | None:
