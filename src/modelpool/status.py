@@ -58,6 +58,22 @@ class OverrideOption:
 
 
 @dataclass(frozen=True)
+class DownloadStatus:
+    """A model's weights being fetched from the hub before it loads (state `downloading`)."""
+
+    done_bytes: int
+    total_bytes: int
+    file: str | None
+    """The repo file being fetched now."""
+    seconds: float
+    """Since the download started."""
+
+    @property
+    def percent(self) -> float:
+        return round(100.0 * self.done_bytes / self.total_bytes, 1) if self.total_bytes else 0.0
+
+
+@dataclass(frozen=True)
 class ModelStatus:
     id: str
     created: int
@@ -91,6 +107,8 @@ class ModelStatus:
     """`overridable` with each option's schema and current value (for forms)."""
     replicas_by_node: dict[str, int] = field(default_factory=dict)
     """Ray mode: running replicas per Ray node id."""
+    download: DownloadStatus | None = None
+    """While the weights download (then `state` is "downloading")."""
 
 
 @dataclass(frozen=True)

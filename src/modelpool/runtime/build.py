@@ -35,7 +35,7 @@ def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock |
         def make(cfg: ModelConfig) -> Backend:
             return build_backend(cfg, BackendContext(hub, model_capabilities(cfg).tasks, claimed))
 
-        slots.append(ModelSlot(model, capabilities, make, metrics, clock, capacity))
+        slots.append(ModelSlot(model, capabilities, make, metrics, clock, capacity, hub))
     return ModelPool(
         slots,
         metrics,

@@ -36,6 +36,12 @@ class Capacity:
                 log.info("evicting model to make room", extra={"model": victim, "for_model": slot.id})
                 await others[victim].unload()
 
+    def weights_room(self) -> int | None:
+        """RAM and GPU budgets together: weights must fit in one or the other (None: RAM unlimited)."""
+        if self.budget.memory_bytes is None:
+            return None
+        return self.budget.memory_bytes + (self.budget.gpu_bytes or 0)
+
     def _refusal(self, slot: ModelSlot, need: Need, residents: list[Resident]) -> str:
         loaded = ", ".join(
             f"{r.id} ({r.memory_bytes // MiB} MiB{', busy' if r.busy else ''}{', pinned' if r.pinned else ''})"

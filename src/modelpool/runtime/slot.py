@@ -19,6 +19,7 @@ from modelpool import tracing
 from modelpool.backends.base import Backend, MemoryEstimate, SpeechBackend, contract_problem
 from modelpool.capabilities import ModelCapabilities
 from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import HubLocation
 from modelpool.errors import ModelLoadFailed, ModelNotReady, ModelpoolError, ShuttingDown
 from modelpool.inference import Voice
 from modelpool.pool_api.timing import RequestTiming
@@ -26,6 +27,7 @@ from modelpool.runtime.admission import Admission
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.crashes import CrashRecord
 from modelpool.runtime.detached import detached_task
+from modelpool.runtime.download import Download, fetch, plan_download
 from modelpool.runtime.eviction import Need, Resident
 from modelpool.runtime.lease import Lease
 from modelpool.runtime.lifecycle import Action, Decision, Event, Facts, Policy, SlotState, decide
@@ -53,6 +55,7 @@ class ModelSlot:
         metrics: Metrics,
         clock: Clock,
         capacity: CapacityGate | None = None,
+        hub: HubLocation | None = None,
     ) -> None:
         self.config = config
         self.capabilities = capabilities
@@ -72,6 +75,11 @@ class ModelSlot:
         self._clock = clock
         self._capacity = capacity or NoLimits()
         self._work = SlotTasks()
+        self._hub = hub
+        """Where `hf:` weights come from; None: no download phase (sources are local)."""
+        self.download: Download | None = None
+        """The weights download in flight, the first phase of a load (see `runtime.download`)."""
+        self._downloading = asyncio.Event()
         self._set_state(SlotState.UNLOADED)
 
     @property
@@ -193,10 +201,26 @@ class ModelSlot:
             self._work.load = detached_task(self._load(decision.delay_s), name=f"load-{self.id}")  # not this request's
         load = self._work.load
         assert load is not None, "a slot in LOADING always has its load task"
+        if explicit:
+            try:
+                await asyncio.wait_for(asyncio.shield(load), timeout=wait_s)
+            except asyncio.TimeoutError:  # not the builtin on Python 3.10
+                raise ModelNotReady(f"model '{self.id}' is still loading; retry shortly") from None
+            return
+        await self._await_load(load, wait_s)
+
+    async def _await_load(self, load: asyncio.Task[None], wait_s: float | None) -> None:
+        """A request waits for the load, but not for a download: that is a 503 with its progress."""
+        downloading = asyncio.ensure_future(self._downloading.wait())
         try:
-            await asyncio.wait_for(asyncio.shield(load), timeout=wait_s)
-        except asyncio.TimeoutError:  # not the builtin on Python 3.10
-            raise ModelNotReady(f"model '{self.id}' is still loading; retry shortly") from None
+            done, _ = await asyncio.wait({load, downloading}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            downloading.cancel()
+        if load in done:
+            return load.result()
+        if self.download is not None:
+            raise self.download.not_ready(self.id)
+        raise ModelNotReady(f"model '{self.id}' is still loading; retry shortly")
 
     def forgive_crashes(self) -> None:
         """An explicit load: a crash-looped model may start again at once."""
@@ -238,12 +262,29 @@ class ModelSlot:
         log.info("model ready", extra={"model": self.id, "replicas": len(self.replicas), "load_seconds": seconds})
 
     async def _start_replicas(self) -> None:
+        await self._download_weights()
         first = self._new_backend()
         self.record.estimate = await first.estimate_memory()
         await self._make_room(self.config.replicas, new_model=True)
         for index in range(self.config.replicas):
             backend = first if index == 0 else self._new_backend()
             await self.replicas.start(index, backend, self.config, self.capabilities)
+
+    async def _download_weights(self) -> None:
+        """Fetch `hf:` weights not cached yet, before the capacity check (see `runtime.download`)."""
+        if self._hub is None:
+            return
+        download = await plan_download(self.config, self._hub, self._capacity.weights_room())
+        if download is None:
+            return
+        self.download = download
+        self._downloading.set()
+        log.info("downloading weights", extra={"model": self.id, "bytes": download.total_bytes})
+        try:
+            await fetch(download)
+        finally:
+            self.download = None
+            self._downloading.clear()
 
     def _new_backend(self) -> Backend:
         """A backend for the next replica, checked against what the model is asked to serve."""
@@ -298,7 +339,10 @@ class ModelSlot:
     # ----- unloading and scaling -----------------------------------------------------
 
     async def unload(self, *, drain: bool = True) -> None:
-        """Stop every replica. drain: wait for running requests; else cut them off (503)."""
+        """Stop every replica. drain: wait for running requests; else cut them off (503).
+        A download in flight is cancelled (its load then fails, and the failure is forgotten)."""
+        if self.download is not None:
+            self.download.cancel()
         if self._work.load is not None:
             await asyncio.gather(self._work.load, return_exceptions=True)
         if self._work.unload is not None:
@@ -357,6 +401,8 @@ class ModelSlot:
 
     def close(self) -> None:
         self._work.closing = True
+        if self.download is not None:
+            self.download.cancel()  # a download thread must not hold the server's shutdown
 
     # ----- helpers -------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ def status_of(slot: ModelSlot) -> ModelStatus:
     config, record = slot.config, slot.record
     now = slot.clock.monotonic()
     return ModelStatus(
-        id=slot.id, created=slot.created, state=slot.state.value, backend=config.backend,
+        id=slot.id, created=slot.created, state="downloading" if slot.download else slot.state.value,
+        backend=config.backend,
         capabilities=slot.capabilities, aliases=list(config.aliases), description=config.description,
         owned_by=config.owned_by, replicas=slot.replicas.statuses(), replicas_wanted=config.replicas,
         replica_max=config.replica_max, in_flight=slot.admission.running, queued=slot.admission.waiting,
@@ -38,6 +39,7 @@ def status_of(slot: ModelSlot) -> ModelStatus:
         allow_remote=config.allow_remote, options=redact(config.options),
         overridable=sorted(slot.capabilities.overridable),
         override_options=override_options(config, slot.capabilities.overridable),
+        download=slot.download.status() if slot.download else None,
     )  # fmt: skip
 
 
@@ -47,6 +49,8 @@ def readiness_problem_of(slot: ModelSlot) -> ModelpoolError | None:
     if slot.state is SlotState.FAILED:
         return ModelLoadFailed(f"model '{slot.id}' failed to load: {slot.record.error}",
                                retry_after_s=slot.config.retry_cooldown_s)  # fmt: skip
+    if slot.download is not None:
+        return slot.download.not_ready(slot.id)
     if slot.state is SlotState.LOADING:
         return ModelNotReady(f"model '{slot.id}' is loading")
     if slot.state is not SlotState.READY and not slot.config.autoload:

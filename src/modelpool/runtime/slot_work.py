@@ -20,9 +20,16 @@ class CapacityGate(Protocol):
     async def make_room(self, slot: ModelSlot, need: Need) -> None:
         """Unload what must go so that `need` fits, or raise InsufficientCapacity."""
 
+    def weights_room(self) -> int | None:
+        """The most bytes of weights the pool could ever hold (None: no limit): a model whose
+        download is bigger is refused before it starts."""
+
 
 class NoLimits:
     async def make_room(self, slot: ModelSlot, need: Need) -> None:
+        return None
+
+    def weights_room(self) -> int | None:
         return None
 
 

@@ -26,6 +26,8 @@ class UnloadBody(WireModel):
 def admin_model_json(status: ModelStatus) -> dict[str, Any]:
     capabilities = status.capabilities
     view = {key: value for key, value in asdict(status).items() if key not in ("capabilities", "created")}
+    if status.download is not None:
+        view["download"] = {**view["download"], "percent": status.download.percent}
     return {
         **view,
         "tasks": sorted(task.value for task in capabilities.tasks),

@@ -41,6 +41,18 @@ export function stateBadge(state) {
   return h("span", { class: "state", "data-state": state, text: state });
 }
 
+/** The state; while the weights download, a progress bar with the bytes done and in all. */
+export function stateCell(model) {
+  const badge = stateBadge(model.state);
+  const download = model.download;
+  if (!download) return badge;
+  const label = `${formatBytes(download.done_bytes)} of ${formatBytes(download.total_bytes)}`;
+  return h("span", { class: "download" }, badge,
+    h("progress", { max: String(download.total_bytes || 1), value: String(download.done_bytes),
+      "aria-label": `Download of ${model.id}: ${label}` }),
+    h("small", { class: "muted block", text: label }));
+}
+
 function tableIn(label, headings) {
   const numeric = (key) => (NUMERIC.has(key) ? "num" : null);
   const head = h("tr", {}, ...headings.map(([key, title]) => h("th", { scope: "col", class: numeric(key), text: title })));
@@ -60,7 +72,7 @@ function keepAliveText(entry) {
 function fillRow(entry, model, receivedAt) {
   const { cells } = entry;
   entry.model = model;
-  cells.state.replaceChildren(stateBadge(model.state));
+  cells.state.replaceChildren(stateCell(model));
   cells.backend.replaceChildren(h("code", { text: model.backend }));
   cells.tasks.replaceChildren(...tags(model.tasks), ...tags(capabilityList(model.capabilities), "tag-capability"));
   cells.replicas.textContent = `${model.replicas.filter((r) => !r.retiring).length} / ${model.replicas_wanted}`;
@@ -124,7 +136,7 @@ export function readOnlyTable() {
   function update(models) {
     tbody.replaceChildren(...models.map((m) => h("tr", { "data-model": m.id },
       h("td", {}, h("strong", { text: m.id }), m.description ? h("small", { class: "muted block", text: m.description }) : ""),
-      h("td", {}, stateBadge(m.state)),
+      h("td", {}, stateCell(m)),
       h("td", {}, ...tags(m.tasks)),
       h("td", {}, ...tags(capabilityList(m.capabilities), "tag-capability")))));
   }

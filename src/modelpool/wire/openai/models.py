@@ -1,16 +1,17 @@
 """A model as GET /v1/models lists it: OpenAI's fields plus state, tasks, aliases and the
-model's `capabilities`, so a client can decide from data what to send."""
+model's `capabilities`, so a client can decide from data what to send; while its weights
+download (state "downloading"), `download` says how far (bytes done/total)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from modelpool.status import ModelStatus
+from modelpool.status import DownloadStatus, ModelStatus
 
 
 def model_json(status: ModelStatus) -> dict[str, Any]:
     capabilities = status.capabilities.as_json()
-    return {
+    shown = {
         "id": status.id,
         "object": "model",
         "created": status.created,
@@ -23,4 +24,17 @@ def model_json(status: ModelStatus) -> dict[str, Any]:
         "languages": capabilities["languages"],
         "capabilities": capabilities,
         "error": status.last_error,
+    }
+    if status.download is not None:  # state "downloading": how far the weights are
+        shown["download"] = download_json(status.download)
+    return shown
+
+
+def download_json(download: DownloadStatus) -> dict[str, Any]:
+    return {
+        "done_bytes": download.done_bytes,
+        "total_bytes": download.total_bytes,
+        "percent": download.percent,
+        "file": download.file,
+        "seconds": download.seconds,
     }
