@@ -34,8 +34,17 @@ LocalOpt = Annotated[
 ]
 
 
+MODELS_ARG_HELP = (
+    "Models to serve: a .gguf file, a model folder (Hugging Face, CTranslate2/Whisper, a Piper or Kokoro voice), "
+    "hf:org/repo[:Q4_K_M|:file][@rev], or a catalog id. Backend and tasks are detected from the files."
+)
+NAME_HELP = "The id of each MODEL, in order (default: a slug of its file, folder or repo name)."
+
+
 @app.command()
 def serve(
+    sources: Annotated[list[str] | None, typer.Argument(metavar="[MODEL]...", help=MODELS_ARG_HELP)] = None,
+    name: Annotated[list[str] | None, typer.Option("--name", help=NAME_HELP)] = None,
     host: Annotated[str | None, typer.Option(help="Interface to bind (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (default 8000).")] = None,
     config: ConfigOpt = None,
@@ -52,6 +61,8 @@ def serve(
     overrides: dict[str, Any] = {"server": _given(host=host, port=port, log_format=log_format, log_level=log_level)}
     if models:
         overrides["enabled_models"] = [m.strip() for m in models.split(",") if m.strip()]
+    if sources or name:
+        overrides = _with_named(sources or [], name or [], overrides, config, local_config)
     cfg = _load(config, local_config, overrides)
     if print_config:
         typer.echo(json.dumps(redacted_config(cfg), indent=2))
@@ -132,6 +143,22 @@ def config_reference(
 
 def _given(**values: Any) -> dict[str, Any]:
     return {k: v.value if hasattr(v, "value") else v for k, v in values.items() if v is not None}
+
+
+def _with_named(
+    sources: list[str], names: list[str], overrides: dict[str, Any], config: Path | None, local_config: Path | None
+) -> dict[str, Any]:
+    """The CLI layer with the models named on the command line (see cli/serve_sources.py)."""
+    from modelpool.cli.serve_sources import serve_overrides
+    from modelpool.config.environment import config_file_named
+
+    base = _load(config, local_config, overrides)
+    file_given = (config or config_file_named()) is not None
+    try:
+        return serve_overrides(sources, names, base, overrides, config_file=file_given)
+    except ConfigError as exc:
+        echo_err(f"error: {exc.message}")
+        raise typer.Exit(2) from None
 
 
 def _load(config: Path | None, local_config: Path | None, cli: dict[str, Any]) -> Config:

@@ -73,3 +73,12 @@ def engine_environment(extra: Mapping[str, str], passed: Iterable[str] = ()) -> 
         or (name.startswith(ENGINE_PREFIXES) and not name.upper().endswith(SECRET_SUFFIXES))
     }
     return {**kept, **extra}
+
+
+CONFIG_FILE_ENV = "MODELPOOL_CONFIG"
+
+
+def config_file_named() -> Path | None:
+    """The config file MODELPOOL_CONFIG names (what `--config` defaults to), if any."""
+    value = os.environ.get(CONFIG_FILE_ENV)
+    return Path(value) if value else None
