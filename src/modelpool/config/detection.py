@@ -3,22 +3,28 @@ the entry did not set — from what the model's files are (`modelpool.detect`), 
 config is validated, so every later layer still sees a backend. The entry's own values
 win over what was detected.
 
-Local sources (paths, `package:`) are looked at on disk; an `hf:` source through the hub
-cache when it is there already. Results are cached per source and its files' stamps, so
-loading a config twice reads each GGUF header once.
+Local sources (paths, `package:`) are looked at on disk (results cached per source and its
+files' stamps, so loading a config twice reads each GGUF header once); an `hf:` source
+through the hub's `HubView` — its listing, small JSON files and a GGUF header by a ranged
+GET, never the weights (cached per reference for the process's life).
 """
 
 from __future__ import annotations
 
 import functools
+import posixpath
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from modelpool.config.sources import HF_PREFIX, HubLocation, resolve_source
+from modelpool.config.sources import HF_PREFIX, HubLocation, hub_access, hub_reference, resolve_source
 from modelpool.detect import Detected, LocalView, detect
+from modelpool.detect.gguf_rules import is_projector
 from modelpool.detect.view import FileView
 from modelpool.errors import ConfigError, ModelSourceError
+from modelpool.hub.reference import HubReference
+from modelpool.hub.select import files_for
+from modelpool.hub.view import HubView
 
 
 def fill_detected(models: Mapping[str, Any], hub: HubLocation) -> dict[str, Any]:
@@ -31,13 +37,16 @@ def fill_detected(models: Mapping[str, Any], hub: HubLocation) -> dict[str, Any]
 
 
 def completed_entry(model_id: str, entry: Mapping[str, Any], hub: HubLocation) -> dict[str, Any]:
-    """One entry with backend, tasks, options (and the weights file inside a folder source)
+    """One entry with backend, tasks, options (and the weights file inside a local folder)
     from detection; what the entry says itself is kept."""
     source = entry.get("source")
     if not isinstance(source, str) or not source:
         raise ConfigError(f"model '{model_id}': no `backend`, and no `source` to detect one from")
     try:
-        view, detected = detect_source(source, entry.get("assemble"), hub, model_id=model_id)
+        if source.startswith(HF_PREFIX):
+            detected, view = detect_hub_source(source, hub, model_id=model_id), None
+        else:
+            view, detected = detect_source(source, entry.get("assemble"), hub, model_id=model_id)
     except ModelSourceError as exc:
         raise ConfigError(exc.message) from None
     completed = {**entry, "backend": detected.backend}
@@ -46,24 +55,16 @@ def completed_entry(model_id: str, entry: Mapping[str, Any], hub: HubLocation) -
     options = {**resolved_options(detected, view), **(entry.get("options") or {})}
     if options:
         completed["options"] = options
-    if detected.weights is not None and view.selected is None:
+    if view is not None and detected.weights is not None and view.selected is None:
         completed["source"] = f"{source.rstrip('/')}/{detected.weights}"
     return completed
 
 
 def detect_source(source: str, assemble: object, hub: HubLocation, *, model_id: str) -> tuple[LocalView, Detected]:
-    """The view of a source's files and what they are (ModelSourceError when neither can be had).
-    Never downloads: an `hf:` source must be in the hub cache already."""
+    """A local source's files and what they are (ModelSourceError when neither can be had).
+    Parts to `assemble` count as the file they make (its head is the first part's)."""
     offline = HubLocation(hub.cache_dir, offline=True)
-    try:
-        path = resolve_source(source, model_id=model_id, hub=offline)
-    except ModelSourceError:
-        if not source.startswith(HF_PREFIX):
-            raise
-        raise ModelSourceError(
-            f"model '{model_id}': {source} is not in the hub cache, so its backend cannot be detected "
-            "without a download; set `backend:` in its entry (or fetch it first)"
-        ) from None
+    path = resolve_source(source, model_id=model_id, hub=offline)
     view = LocalView(path)
     parts = _first_parts(assemble, model_id, offline)
     stamp = _stamp(path) + tuple((name, _stamp(first)) for name, first in sorted(parts.items()))
@@ -71,12 +72,47 @@ def detect_source(source: str, assemble: object, hub: HubLocation, *, model_id: 
     return view, _detect_cached(str(path), stamp, named_parts, f"model '{model_id}' ({path})")
 
 
-def resolved_options(detected: Detected, view: LocalView) -> dict[str, Any]:
-    """Detected options, with file names (`mmproj`) made paths on disk."""
+def detect_hub_source(source: str, hub: HubLocation, *, model_id: str) -> Detected:
+    """What an `hf:` repo holds, from its listing and small files (online unless offline)."""
+    return _detect_hub_cached(source, hub.cache_dir, hub.offline, model_id)
+
+
+@functools.lru_cache(maxsize=64)
+def _detect_hub_cached(source: str, cache_dir: Path | None, offline: bool, model_id: str) -> Detected:
+    ref = hub_reference(source, model_id)
+    try:
+        view = HubView(ref, hub_access(HubLocation(cache_dir, offline=offline)))
+    except ModelSourceError as exc:
+        raise ModelSourceError(f"model '{model_id}': {exc.message}") from None
+    return detect(view, label=f"model '{model_id}' ({ref})", selected=hub_selected(ref, view.names()))
+
+
+def hub_selected(ref: HubReference, names: Sequence[str]) -> str | None:
+    """The one file of a repo that detection looks at: the file the reference names, or the
+    GGUF its quant tag (or the default quant) picks in a repo of GGUF files; None: the repo
+    as a whole (a Hugging Face folder, a CT2 model, a voice)."""
+    if ref.filename is not None:
+        return ref.filename
+    ggufs = [n for n in names if n.lower().endswith(".gguf")]
+    if not ggufs or (ref.quant is None and any(n.endswith((".safetensors", ".bin")) for n in names)):
+        return None
+    models = [n for n in files_for("llama_cpp", names, ref.selector) if not is_projector(n)]
+    return models[0] if models else None
+
+
+def resolved_options(detected: Detected, view: LocalView | None) -> dict[str, Any]:
+    """Detected options, with file names (`mmproj`) made paths: on disk for a local view;
+    for a hub repo, relative to the weights file's folder (the backend looks beside the
+    model, wherever the hub put it)."""
     options = dict(detected.options)
     for name in detected.file_options:
-        if isinstance(options.get(name), str):
-            options[name] = str(view.local_path(options[name]))
+        value = options.get(name)
+        if not isinstance(value, str):
+            continue
+        if view is not None:
+            options[name] = str(view.local_path(value))
+        else:
+            options[name] = posixpath.relpath(value, posixpath.dirname(detected.weights or "") or ".")
     return options
 
 

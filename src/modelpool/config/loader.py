@@ -61,7 +61,8 @@ def with_detected_backends(merged: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(models, Mapping):
         return merged
     cache = merged.get("hf_cache_dir")
-    hub = HubLocation(Path(cache).expanduser() if isinstance(cache, str) and cache else None, offline=True)
+    offline = merged.get("offline") in (True, "true", "1", 1)
+    hub = HubLocation(Path(cache).expanduser() if isinstance(cache, str) and cache else None, offline=offline)
     return {**merged, "models": fill_detected(models, hub)}
 
 

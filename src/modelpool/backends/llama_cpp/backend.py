@@ -9,6 +9,7 @@ import random
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 from functools import cached_property
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -312,7 +313,7 @@ class LlamaCppBackend(DeclaredBackend):
             raise
         if opts.mmproj is not None:
             try:
-                engine.projector = ImageProjector(model, opts.mmproj, n_threads=threads,
+                engine.projector = ImageProjector(model, _beside(path, opts.mmproj), n_threads=threads,
                                                   use_gpu=opts.n_gpu_layers != 0, model_id=self.model.id)  # fmt: skip
             except BaseException:
                 engine.close()
@@ -361,3 +362,10 @@ class LlamaCppBackend(DeclaredBackend):
         if self._engine is None:
             raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
         return self._engine
+
+
+def _beside(model_path: str, mmproj: str) -> str:
+    """A relative projector path is looked up beside the model file first (detection names a
+    hub repo's projector so, wherever the hub cache put the files), else taken as given."""
+    candidate = Path(model_path).parent / mmproj
+    return str(candidate) if not Path(mmproj).is_absolute() and candidate.is_file() else mmproj
