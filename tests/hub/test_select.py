@@ -87,8 +87,9 @@ def test_ctranslate2_and_voices() -> None:
 def test_a_named_file_must_exist_and_a_tag_needs_gguf() -> None:
     with pytest.raises(ModelSourceError, match=r"no file 'nope\.gguf'"):
         files_for("llama_cpp", GGUF, Selector(filename="nope.gguf"))
-    with pytest.raises(ModelSourceError, match="quant tag"):
+    with pytest.raises(ModelSourceError, match="no GGUF file with quant tag Q4_K_M"):
         files_for("transformers", HF, Selector(quant="Q4_K_M"))
+    assert files_for("transformers", GGUF, Selector(quant="Q8_0")) == ["m-Q8_0.gguf"]  # it converts GGUF
     with pytest.raises(ModelSourceError, match="no files backend"):
         files_for("transformers", ["README.md", "model.onnx"], Selector())
 

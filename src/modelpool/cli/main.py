@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from modelpool.cli import admin, processes, stack
+from modelpool.cli import cache as cache_cli
 from modelpool.cli import pull as pull_cli
 from modelpool.cli import ray as ray_cli
 from modelpool.cli.output import echo_err, print_models_table
@@ -93,6 +94,7 @@ app.command("down")(stack.down)
 app.command("status")(stack.status)
 app.command("logs")(stack.logs)
 app.add_typer(ray_cli.app, name="ray")
+app.add_typer(cache_cli.app, name="cache")
 
 
 @ray_cli.app.command("deploy")

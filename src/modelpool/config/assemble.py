@@ -36,7 +36,7 @@ def assembled_folder(name: str, folder: Path, parts: Mapping[str, Sequence[Path]
     for file_name in parts:
         if not _is_plain_name(file_name):
             raise ModelSourceError(f"model '{name}': assembled file '{file_name}' must be a plain file name")
-    target = work_dir / "assembled" / f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)}-{_fingerprint(folder, parts)}"
+    target = work_dir / "assembled" / assembled_name(name, folder, parts)
     try:
         if not target.is_dir():
             _build(target, folder, parts)
@@ -45,6 +45,11 @@ def assembled_folder(name: str, folder: Path, parts: Mapping[str, Sequence[Path]
     except OSError as exc:
         raise ModelSourceError(f"model '{name}': cannot assemble its files into {target}: {exc}") from exc
     return target
+
+
+def assembled_name(name: str, folder: Path, parts: Mapping[str, Sequence[Path]]) -> str:
+    """The work dir folder name of a model's assembled files (`cache ls` attributes it by this)."""
+    return f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)}-{_fingerprint(folder, parts)}"
 
 
 def file_sha256(path: Path) -> str | None:

@@ -43,18 +43,17 @@ _SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$",
 
 def files_for(backend: str, listing: Sequence[str], selector: Selector) -> list[str]:
     """The repo paths (from `listing`) that `backend` needs, sorted (backend "": every file
-    but the docs, as a repo is before its backend is known). ModelSourceError when
+    but the docs, as a repo is before its backend is known). A quant tag or a `.gguf` file
+    chooses GGUF files whatever the backend (transformers and CTranslate2 convert them). ModelSourceError when
     the selector matches nothing (it lists what there is) or the repo has no such files."""
     if selector.filename is not None and selector.filename not in listing:
         raise ModelSourceError(f"no file '{selector.filename}' in the repo (it has: {_sample(listing)})")
-    if backend in GGUF_BACKENDS or _is_gguf_choice(selector) or (not backend and selector.quant is not None):
+    if backend in GGUF_BACKENDS or _is_gguf_choice(selector) or selector.quant is not None:
         return _gguf_files(listing, selector)
     if selector.filename is not None:
         return [selector.filename]
     if not backend:  # no backend known yet (detection looks at the repo as it is): all of it
         return sorted(name for name in listing if not _excluded(name, ("*.md", ".gitattributes")))
-    if selector.quant is not None:
-        raise ModelSourceError(f"a quant tag (:{selector.quant}) chooses a GGUF file; backend '{backend}' loads none")
     if backend in CT2_BACKENDS and "model.bin" in listing:
         chosen = _matching(listing, CT2_PATTERNS)
     elif backend in VOICE_BACKENDS:
