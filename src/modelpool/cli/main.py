@@ -12,6 +12,7 @@ from modelpool.cli import admin, processes, stack
 from modelpool.cli import cache as cache_cli
 from modelpool.cli import pull as pull_cli
 from modelpool.cli import ray as ray_cli
+from modelpool.cli import show as show_cli
 from modelpool.cli.output import echo_err, print_models_table
 from modelpool.config import load_config
 from modelpool.config.redact import redacted_config
@@ -86,6 +87,7 @@ def list_models(config: ConfigOpt = None, local_config: LocalOpt = None) -> None
 
 app.command("ps")(admin.ps)
 app.command("pull")(pull_cli.pull_command)
+app.command("show")(show_cli.show_command)
 app.command("load")(admin.load)
 app.command("unload")(admin.unload)
 app.command("stop-persistent")(processes.stop_persistent)

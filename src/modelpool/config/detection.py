@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import posixpath
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from modelpool.detect import Detected, LocalView, detect
 from modelpool.detect.gguf_rules import is_projector
 from modelpool.detect.view import FileView
 from modelpool.errors import ConfigError, ModelSourceError
+from modelpool.hub.access import HubAccess
 from modelpool.hub.reference import HubReference
 from modelpool.hub.select import files_for
 from modelpool.hub.view import HubView
@@ -43,12 +45,10 @@ def completed_entry(model_id: str, entry: Mapping[str, Any], hub: HubLocation) -
     if not isinstance(source, str) or not source:
         raise ConfigError(f"model '{model_id}': no `backend`, and no `source` to detect one from")
     try:
-        if source.startswith(HF_PREFIX):
-            detected, view = detect_hub_source(source, hub, model_id=model_id), None
-        else:
-            view, detected = detect_source(source, entry.get("assemble"), hub, model_id=model_id)
+        found = inspect_source(source, entry.get("assemble"), hub, model_id=model_id)
     except ModelSourceError as exc:
         raise ConfigError(exc.message) from None
+    detected, view = found.detected, found.local
     completed = {**entry, "backend": detected.backend}
     if entry.get("tasks") is None:
         completed["tasks"] = [task.value for task in detected.tasks]
@@ -58,6 +58,26 @@ def completed_entry(model_id: str, entry: Mapping[str, Any], hub: HubLocation) -
     if view is not None and detected.weights is not None and view.selected is None:
         completed["source"] = f"{source.rstrip('/')}/{detected.weights}"
     return completed
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """A source's files as detection saw them, and what it found."""
+
+    detected: Detected
+    local: LocalView | None = None
+    """On disk (a path, `package:`)."""
+    hub: HubView | None = None
+    """A hub repo at its revision (`hf:`)."""
+
+
+def inspect_source(source: str, assemble: object, hub: HubLocation, *, model_id: str) -> Inspection:
+    """What `source` holds (ModelSourceError when it cannot be looked at or no layout fits)."""
+    if source.startswith(HF_PREFIX):
+        view, detected = _hub_inspection(source, hub_access(hub), model_id)
+        return Inspection(detected, hub=view)
+    local, detected = detect_source(source, assemble, hub, model_id=model_id)
+    return Inspection(detected, local=local)
 
 
 def detect_source(source: str, assemble: object, hub: HubLocation, *, model_id: str) -> tuple[LocalView, Detected]:
@@ -72,19 +92,16 @@ def detect_source(source: str, assemble: object, hub: HubLocation, *, model_id: 
     return view, _detect_cached(str(path), stamp, named_parts, f"model '{model_id}' ({path})")
 
 
-def detect_hub_source(source: str, hub: HubLocation, *, model_id: str) -> Detected:
-    """What an `hf:` repo holds, from its listing and small files (online unless offline)."""
-    return _detect_hub_cached(source, hub.cache_dir, hub.offline, model_id)
-
-
 @functools.lru_cache(maxsize=64)
-def _detect_hub_cached(source: str, cache_dir: Path | None, offline: bool, model_id: str) -> Detected:
+def _hub_inspection(source: str, access: HubAccess, model_id: str) -> tuple[HubView, Detected]:
+    """Cached per reference and hub access for the process's life: each look costs the hub
+    a listing and a ranged GET."""
     ref = hub_reference(source, model_id)
     try:
-        view = HubView(ref, hub_access(HubLocation(cache_dir, offline=offline)))
+        view = HubView(ref, access)
     except ModelSourceError as exc:
         raise ModelSourceError(f"model '{model_id}': {exc.message}") from None
-    return detect(view, label=f"model '{model_id}' ({ref})", selected=hub_selected(ref, view.names()))
+    return view, detect(view, label=f"model '{model_id}' ({ref})", selected=hub_selected(ref, view.names()))
 
 
 def hub_selected(ref: HubReference, names: Sequence[str]) -> str | None:
