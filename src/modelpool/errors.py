@@ -32,6 +32,7 @@ Nothing maps errors by matching message text.
     ├── ModelUnloaded                   503  server_error / model_unloaded (a forced unload cut the request)
     ├── ShuttingDown                    503  server_error / shutting_down
     ├── GenerationFailed                500  server_error / generation_failed
+    ├── ExtraNotInstalled               501  server_error / extra_not_installed (names the pip extra)
     ├── UpstreamUnavailable             502  server_error / upstream_unavailable (engine process or remote unreachable)
     │   └── ReplicaUnavailable          502  server_error / replica_unavailable (Ray: the replica's node died)
     └── UpstreamError                   4xx/502  the upstream's own type and code (its 4xx pass through; 5xx → 502)
@@ -273,6 +274,19 @@ class StoreUnavailable(ModelpoolError):
 
 class GenerationFailed(ModelpoolError):
     code = "generation_failed"
+
+
+class ExtraNotInstalled(ModelpoolError):
+    """A feature whose optional dependencies (a pip extra of modelpool) are not installed:
+    501, as the server does not implement it as installed; the message says what to install."""
+
+    status_code = 501
+    code = "extra_not_installed"
+
+    def __init__(self, feature: str, extra: str) -> None:
+        super().__init__(f"{feature} needs modelpool's [{extra}] extra, which is not installed: "
+                         f"pip install 'modelpool[{extra}]'")  # fmt: skip
+        self.extra = extra
 
 
 class UpstreamUnavailable(ModelpoolError):

@@ -19,6 +19,7 @@ SHARED = frozenset(
         "capabilities",
         "config",
         "errors",
+        "extras",  # which optional feature needs which pip extra, asked before the import
         "inference",
         "logs",
         "offload",

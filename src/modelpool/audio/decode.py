@@ -13,7 +13,8 @@ never after. Decoding is two passes over the upload:
    the counted length, still checked against that length as they come.
 
 Decoding compressed audio runs at hundreds of times real time, so the second pass costs
-far less than transcribing what it decodes.
+far less than transcribing what it decodes. PyAV is the [audio] extra: imported when the
+first upload is decoded, and without it a decode is a 501 that names the extra.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ import io
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-import av
-import av.container
 import numpy as np
 import numpy.typing as npt
 
 from modelpool.errors import AudioTooLong, InvalidRequest
+from modelpool.extras import AUDIO
+
+if TYPE_CHECKING:
+    import av
+    import av.container
 
 _SLACK_SAMPLES = 4096
 """Room past the counted length for what a resampler's filter may add at the end."""
@@ -64,6 +69,9 @@ def fill_audio(data: bytes, sample_rate: int, length: int, param: str = "file") 
 @contextmanager
 def _opened(data: bytes, param: str) -> Iterator[av.container.InputContainer]:
     """The container, with FFmpeg's failures (while opening or decoding) as a 400."""
+    AUDIO.require()
+    import av
+
     try:
         with av.open(io.BytesIO(data), mode="r", metadata_errors="ignore") as container:
             if not container.streams.audio:
@@ -99,6 +107,8 @@ def _fill(container: av.container.InputContainer, rate: int, capacity: int, para
     """The stream resampled into one buffer of `capacity` samples, filled in place."""
     buffer = np.empty(capacity, dtype=np.float32)
     filled = 0
+    import av  # imported by _opened, which opened the container
+
     resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
     for frame in _then_flush(container.decode(audio=0)):
         for out in resampler.resample(frame):

@@ -1,15 +1,21 @@
 """Speech samples → the bytes of an audio format, chunk by chunk, so a response can
-stream: each `encode()` returns what the container has written so far."""
+stream: each `encode()` returns what the container has written so far. wav and pcm are
+written here; the compressed formats need PyAV (the [audio] extra), imported on first use."""
 
 from __future__ import annotations
 
 import io
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import av
 import numpy as np
 import numpy.typing as npt
+
+from modelpool.extras import AUDIO
+
+if TYPE_CHECKING:
+    import av
 
 FORMATS = ("wav", "pcm", "mp3", "opus", "flac", "aac")
 MEDIA_TYPES = {
@@ -40,6 +46,9 @@ class AudioEncoder:
         self.sample_rate = sample_rate
         self._started = False
         if response_format in _CODECS:
+            AUDIO.require()
+            import av
+
             spec = _CODECS[response_format]
             self._buffer = io.BytesIO()
             self._container = av.open(self._buffer, mode="w", format=spec.container)
@@ -59,6 +68,8 @@ class AudioEncoder:
             header = b"" if self._started else _wav_header(self.sample_rate)
             self._started = True
             return header + pcm.astype("<i2").tobytes()
+        import av  # imported by __init__ for every format that gets here
+
         frame = av.AudioFrame.from_ndarray(pcm.astype(np.int16).reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = self.sample_rate
         for resampled in self._resampler.resample(frame):

@@ -1,17 +1,22 @@
 """Live raw audio: base64 chunks of 16-bit little-endian mono PCM (OpenAI's realtime
 `pcm16`) → float32 samples at the rate a model wants, resampled as one continuous stream
-(PyAV's resampler keeps its filter state between chunks, so chunk edges leave no clicks)."""
+(PyAV's resampler keeps its filter state between chunks, so chunk edges leave no clicks;
+PyAV is the [audio] extra, imported only when a rate needs converting)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+from typing import TYPE_CHECKING
 
-import av
 import numpy as np
 import numpy.typing as npt
 
 from modelpool.errors import InvalidRequest
+from modelpool.extras import AUDIO
+
+if TYPE_CHECKING:
+    import av
 
 PCM16_RATES = (16000, 24000)
 """Input rates a live session accepts (OpenAI's pcm16 is 24 kHz)."""
@@ -37,14 +42,19 @@ class Pcm16Resampler:
     def __init__(self, input_rate: int, output_rate: int) -> None:
         self.input_rate = input_rate
         self.output_rate = output_rate
-        self._resampler = (
-            None if input_rate == output_rate else av.AudioResampler(format="flt", layout="mono", rate=output_rate)
-        )
+        self._resampler: av.AudioResampler | None = None
+        if input_rate != output_rate:
+            AUDIO.require()
+            import av
+
+            self._resampler = av.AudioResampler(format="flt", layout="mono", rate=output_rate)
 
     def convert(self, pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.float32]:
         if self._resampler is None or not len(pcm):
             samples = pcm.astype(np.float32) / 32768.0
             return samples if self._resampler is None else np.zeros(0, dtype=np.float32)
+        import av  # imported by __init__, which made the resampler
+
         frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm).reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = self.input_rate
         resampled = self._resampler.resample(frame)

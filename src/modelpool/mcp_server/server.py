@@ -14,8 +14,6 @@ model can read and retry on. Neither ever carries a traceback.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
@@ -86,7 +84,7 @@ def _invalid(message: str, param: str | None) -> MCPError:
 
 def mount_mcp(app: FastAPI, config: Config) -> StreamableHTTPSessionManager:
     """Add `/mcp` to `app` (its pool and transcript store from `app.state`); the returned
-    manager must run for as long as the app serves (see `running`)."""
+    manager must run for as long as the app serves (the app's lifespan runs `manager.run()`)."""
     server = PoolMCPServer("modelpool", version=__version__, instructions=INSTRUCTIONS)
     add_pool_tools(server, app.state.pool, app.state.transcripts, config.server)
     add_transcript_tools(server, app.state.transcripts)
@@ -104,12 +102,3 @@ def mount_mcp(app: FastAPI, config: Config) -> StreamableHTTPSessionManager:
     app.router.routes.append(Route(MCP_PATH, StreamableHTTPASGIApp(manager), methods=["POST"]))
     return manager
 
-
-@contextlib.asynccontextmanager
-async def running(manager: StreamableHTTPSessionManager | None) -> AsyncIterator[None]:
-    """The session manager's task group, for the app's lifetime (nothing when MCP is off)."""
-    if manager is None:
-        yield
-        return
-    async with manager.run():
-        yield

@@ -28,7 +28,6 @@ from modelpool.api.routes import (
 )
 from modelpool.config.schema import Config
 from modelpool.mcp_server import transcript_dir
-from modelpool.mcp_server.server import mount_mcp
 from modelpool.mcp_server.transcripts import TranscriptLimits, TranscriptStore
 from modelpool.runtime.build import build_pool
 from modelpool.runtime.live.transcriber import LiveTranscriber
@@ -39,6 +38,7 @@ from modelpool.server.auth import KeyRing, RequireKeys
 from modelpool.server.cors import add_cors
 from modelpool.server.host_guard import BrowserRule, HostGuard
 from modelpool.server.lifespan import Lifetime
+from modelpool.server.mcp_mount import add_mcp
 from modelpool.server.middleware import BodyLimit, RequestContext
 from modelpool.server.ratelimit import add_rate_limits
 from modelpool.server.tracing import Stop, install_tracing
@@ -72,7 +72,7 @@ def create_app(
     install_error_handlers(app)
     for module in _ROUTERS:
         app.include_router(module.router)
-    lifetime.mcp = mount_mcp(app, config) if config.server.mcp else None
+    lifetime.mcp = add_mcp(app, config)
     if config.server.ui:
         mount_ui(app)
     lifetime.stop_tracing = _add_middlewares(app, config, pool, keys, tracer_provider)

@@ -9,15 +9,17 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from modelpool.mcp_server.server import running
 from modelpool.runtime.metrics.history import MetricsHistory
 from modelpool.runtime.served import ServedPool
 from modelpool.server.tracing import Stop, nothing_to_stop
 from modelpool.services.reaper import reap_orphaned_engines
+
+if TYPE_CHECKING:  # the MCP SDK is the [mcp] extra: imported only when /mcp is mounted
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 log = logging.getLogger("modelpool")
 
@@ -32,7 +34,7 @@ class Lifetime:
     pool: ServedPool
     history: MetricsHistory
     mcp: StreamableHTTPSessionManager | None = None
-    """The MCP session manager (None: MCP is off)."""
+    """The MCP session manager (None: MCP is off, or its extra is not installed)."""
     stop_tracing: Stop = nothing_to_stop
 
     @contextlib.asynccontextmanager
@@ -41,7 +43,9 @@ class Lifetime:
         self.pool.start()
         self.history.start()
         try:
-            async with running(self.mcp):  # the MCP session manager's task group
+            async with contextlib.AsyncExitStack() as stack:
+                if self.mcp is not None:  # the MCP session manager's task group
+                    await stack.enter_async_context(self.mcp.run())
                 yield
         finally:
             await self.history.stop()
