@@ -40,6 +40,13 @@ _CODECS = {
 }
 
 
+def require_encoder(response_format: str) -> None:
+    """Ask before the model speaks: a compressed format without the [audio] extra is a 501
+    naming it, while the model's turn is not yet taken."""
+    if response_format in _CODECS:
+        AUDIO.require()
+
+
 class AudioEncoder:
     def __init__(self, response_format: str, sample_rate: int) -> None:
         self.format = response_format

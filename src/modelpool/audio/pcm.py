@@ -43,18 +43,19 @@ class Pcm16Resampler:
         self.input_rate = input_rate
         self.output_rate = output_rate
         self._resampler: av.AudioResampler | None = None
-        if input_rate != output_rate:
-            AUDIO.require()
-            import av
-
-            self._resampler = av.AudioResampler(format="flt", layout="mono", rate=output_rate)
+        """Made with the first chunk that needs one: without the [audio] extra, that chunk is
+        refused with an error naming it (a live session reports it as an error event)."""
 
     def convert(self, pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.float32]:
-        if self._resampler is None or not len(pcm):
-            samples = pcm.astype(np.float32) / 32768.0
-            return samples if self._resampler is None else np.zeros(0, dtype=np.float32)
-        import av  # imported by __init__, which made the resampler
+        if self.input_rate == self.output_rate:
+            return pcm.astype(np.float32) / 32768.0
+        if not len(pcm):
+            return np.zeros(0, dtype=np.float32)
+        AUDIO.require()
+        import av
 
+        if self._resampler is None:
+            self._resampler = av.AudioResampler(format="flt", layout="mono", rate=self.output_rate)
         frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm).reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = self.input_rate
         resampled = self._resampler.resample(frame)

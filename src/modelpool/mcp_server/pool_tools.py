@@ -16,7 +16,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import AudioContent, CallToolResult
 from pydantic import BaseModel, Field
 
-from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
+from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder, require_encoder
 from modelpool.config.schema import ServerConfig
 from modelpool.errors import InvalidRequest, RequestTooLarge
 from modelpool.inference import TranscriptionRequest
@@ -265,6 +265,7 @@ def _speak_tool(pool: PoolRequests) -> Callable[..., Awaitable[Any]]:
         body = SpeechBody.model_validate({"model": model, "input": text, "voice": voice, "response_format": format,
                                           "speed": speed, "deterministic": deterministic,
                                           "allow_remote": allow_remote})  # fmt: skip
+        require_encoder(format)
         audio = charged(ctx, await pool.speak(model, body.to_request(), body.call_options()))
         data, samples = await _encoded(audio, format)
         about = {"model": audio.chunks.model_id, "format": format, "media_type": MEDIA_TYPES[format],

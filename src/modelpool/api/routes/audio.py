@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.sse import ClosingStreamingResponse, EventStreamResponse
 from modelpool.api.transcripts import StoreTarget, subtitles, transcript_text, verbose_json
-from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder
+from modelpool.audio.encode import MEDIA_TYPES, AudioEncoder, require_encoder
 from modelpool.errors import InvalidRequest
 from modelpool.inference import Segment, TranscriptionRequest
 from modelpool.owner import owner_of
@@ -112,6 +112,7 @@ async def _collect(segments: ResultStream[Segment]) -> list[Segment]:
 async def speech(body: SpeechBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
+    require_encoder(body.response_format)
     audio = await unless_disconnected(request, pool.speak(body.model, body.to_request(), body.call_options()))
     encoder = AudioEncoder(body.response_format, audio.sample_rate)
     chunks = audio.chunks
