@@ -70,3 +70,21 @@ def test_the_package_data_ships_every_workbench_file() -> None:
     # setuptools' `*` does not cross a slash, as fnmatch's does: compare segment counts too.
     shipped = [f for f in files if any(fnmatch(f, g) and f.count("/") == g.count("/") for g in globs)]
     assert sorted(shipped) == sorted(files)
+
+
+def test_the_license_file_is_the_apache_2_text_pyproject_names() -> None:
+    """Verbatim: the checksum of the text at apache.org/licenses/LICENSE-2.0.txt (the one
+    license scanners such as Yocto's match the file against)."""
+    import hashlib
+
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"] == "Apache-2.0"
+    assert hashlib.md5((ROOT / "LICENSE").read_bytes()).hexdigest() == "3b83ef96387f14655fc854ddc3c6bd57"
+
+
+def test_the_gpl_voice_engine_is_called_out_where_it_is_installed() -> None:
+    """piper-tts is GPL-3.0 while modelpool is Apache-2.0: whoever installs it is told."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    speech = pyproject.split("\nspeech = [", 1)[0].rsplit("\n\n", 1)[-1].split("\n# ctranslate2:", 1)[-1]
+    assert "GPL-3.0" in speech, "the comment above the [speech] extra"
+    assert "GPL-3.0" in (ROOT / "Makefile").read_text()
+    assert "GPL-3.0" in (ROOT / "docs" / "install.md").read_text()
