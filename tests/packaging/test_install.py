@@ -19,11 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def installed_extras() -> set[str]:
-    """The extras the Makefile's `install` target asks pip for (`pip install -e ".[a,b]"`)."""
+    """The extras the Makefile's `install` target asks pip for (`pip install -e ".[$(EXTRAS)]"`)."""
     makefile = (ROOT / "Makefile").read_text()
-    target = makefile.split("\n$(VENV)/.installed:", 1)[1].split("\n\n", 1)[0]
-    found = re.search(r'-e "\.\[([^\]]+)\]"', target)
-    assert found is not None, "the install target installs the project with its extras"
+    target = makefile.split("\n$(INSTALLED):", 1)[1].split("\n\n", 1)[0]
+    assert '-e ".[$(EXTRAS)]"' in target, "the install target installs the project with its extras"
+    found = re.search(r"^EXTRAS := (\S+)$", makefile, re.MULTILINE)
+    assert found is not None
     return set(found.group(1).split(","))
 
 
@@ -40,6 +41,16 @@ def test_make_install_brings_the_llama_cpp_server_that_a_managed_engine_without_
 def test_make_install_brings_every_engine_of_the_starter_catalog() -> None:
     extras = installed_extras()
     assert {"llama", "embeddings", "transformers", "speech", "starter"} <= extras
+
+
+def test_make_install_and_the_all_extra_keep_the_features_of_the_lean_core() -> None:
+    """PyAV and the MCP SDK are extras now: `make install` and `[all]` still bring them."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = {re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0] for requirement in project["dependencies"]}
+    assert {"av", "mcp"} & core == set()
+    assert {"audio", "mcp"} <= installed_extras()
+    everything = re.search(r"modelpool\[([^\]]+)\]", project["optional-dependencies"]["all"][0])
+    assert everything is not None and {"audio", "mcp", "starter", "starter-chat"} <= set(everything.group(1).split(","))
 
 
 def test_make_install_brings_what_the_ctranslate2_starter_model_runs_on() -> None:
