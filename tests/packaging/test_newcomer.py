@@ -137,7 +137,9 @@ def test_then_modelpool_serve_a_gguf_by_its_path_and_chat_through_the_openai_sdk
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [str(VENV / "bin" / "modelpool"), "serve", "./some.gguf", "--name", "mine", "--port", str(port)]
+    # `modelpool` as the venv runs it, on the tree under test (the venv's console script may
+    # belong to another checkout of the same venv).
+    argv = [sys.executable, "-m", "modelpool", "serve", "./some.gguf", "--name", "mine", "--port", str(port)]
     log = tmp_path / "serve-gguf.log"
     with log.open("wb") as out:
         probe = subprocess.Popen(argv, cwd=clone, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
