@@ -58,6 +58,16 @@ def test_a_projector_beside_a_gguf_makes_it_see(tmp_path: Path) -> None:
         detected(folder / "mmproj-model-f16.gguf")
 
 
+def test_the_projector_of_the_models_quant_else_f16(tmp_path: Path) -> None:
+    projector = header([kv_string("general.architecture", "clip")])
+    folder = make(tmp_path, {
+        "m-Q8_0.gguf": llm_header(file_type=7), "m-Q4_K_M.gguf": llm_header(file_type=15),
+        "mmproj-m-Q8_0.gguf": projector, "mmproj-m-f16.gguf": projector, "mmproj-m-bf16.gguf": projector,
+    })  # fmt: skip
+    assert detected(folder / "m-Q8_0.gguf").options["mmproj"] == "mmproj-m-Q8_0.gguf"
+    assert detected(folder / "m-Q4_K_M.gguf").options["mmproj"] == "mmproj-m-f16.gguf"
+
+
 def test_an_encoder_gguf_embeds_through_llama_server(tmp_path: Path) -> None:
     bert = make(tmp_path / "bert", {"e.gguf": header([kv_string("general.architecture", "bert")])})
     pooled = header([kv_string("general.architecture", "qwen3"), kv_u32("qwen3.pooling_type", 3)])

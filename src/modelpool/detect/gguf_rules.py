@@ -6,6 +6,7 @@ generates. A `mmproj*.gguf` beside the model is its vision projector."""
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import replace
@@ -60,12 +61,27 @@ def _generator(facts: GgufFacts, model: str, projectors: Sequence[str]) -> Detec
         "chat template" if facts.chat_template else "no chat template",
     ]
     if projectors:
-        projector = sorted(projectors)[0]
+        projector = projector_for(model, projectors, facts.quantization)
         options["mmproj"] = projector
         seen.append(f"vision projector {basename(projector)}")
     return _with_facts(
         Detected("llama_cpp", tasks, options, _reason(seen), model, ("mmproj",) if projectors else ()), facts
     )
+
+
+def projector_for(model: str, projectors: Sequence[str], quantization: str | None) -> str:
+    """The projector of the model's own quantisation when there are several (as the hub's
+    pull picks it), else the f16 one, else the first by name."""
+
+    def named(tag: str) -> list[str]:
+        whole = re.compile(rf"(?<![a-z0-9]){re.escape(tag.lower())}(?![a-z0-9])")  # f16 is not in bf16
+        return [p for p in sorted(projectors) if whole.search(basename(p).lower())]
+
+    beside = [p for p in sorted(projectors) if posixpath.dirname(p) == posixpath.dirname(model)] or sorted(projectors)
+    for tag in (quantization, "f16"):
+        if tag and (found := [p for p in named(tag) if p in beside]):
+            return found[0]
+    return beside[0]
 
 
 def _encoder(facts: GgufFacts, model: str) -> Detected:
