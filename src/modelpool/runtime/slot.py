@@ -205,6 +205,8 @@ class ModelSlot:
             try:
                 await asyncio.wait_for(asyncio.shield(load), timeout=wait_s)
             except asyncio.TimeoutError:  # not the builtin on Python 3.10
+                if self.download is not None:  # say how far, as a request is told
+                    raise self.download.not_ready(self.id) from None
                 raise ModelNotReady(f"model '{self.id}' is still loading; retry shortly") from None
             return
         await self._await_load(load, wait_s)
