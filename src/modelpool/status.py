@@ -42,6 +42,8 @@ class MemoryStatus:
     counted_bytes: int
     """What the pool's budget counts: measured when loaded, else configured or estimated."""
     counted_gpu_bytes: int
+    measured_gpu_bytes: int = 0
+    """Its share of the GPUs' growth while it loaded (0 without a GPU)."""
 
 
 @dataclass(frozen=True)
@@ -132,14 +134,64 @@ class EngineLogs:
 class BudgetStatus:
     max_loaded_models: int | None
     memory_bytes: int | None
+    """All the RAM modelpool may use: baseline, runtimes and models (None: no limit)."""
     gpu_memory_bytes: int | None
+    models_memory_bytes: int | None = None
+    """What is left of memory_bytes for models after the process's baseline and runtimes."""
+    models_gpu_memory_bytes: int | None = None
+    """What is left of gpu_memory_bytes after what the GPUs held when modelpool started."""
+    memory_from: str = ""
+    """How memory_bytes was reached ("75% of 23.5 GiB of RAM", "set to 8.0 GiB", "no limit")."""
+    gpu_memory_from: str = ""
 
 
 @dataclass(frozen=True)
 class ModelMemory:
     state: str
     memory_bytes: int
+    """What the budget counts (measured once loaded, else configured or estimated)."""
     measured_bytes: int
+    """Its share of the process's growth while it loaded, or its engine processes' RSS."""
+    estimate_bytes: int | None = None
+    gpu_memory_bytes: int = 0
+    """What the GPU budget counts."""
+    measured_gpu_bytes: int = 0
+    estimate_gpu_bytes: int | None = None
+    locality: str = "in_process"
+    """Where it runs: `in_process` (its memory is in process.models_bytes), `engine_process`
+    (its own process's RSS, outside modelpool's) or `remote` (none here)."""
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """modelpool's own process, its RSS taken apart. The parts add up: runtimes + models +
+    unattributed = growth since the baseline."""
+
+    rss_bytes: int
+    baseline_bytes: int
+    """RSS when the pool was built (Python, modelpool, its libraries)."""
+    growth_bytes: int
+    """rss_bytes - baseline_bytes."""
+    runtimes_bytes: int
+    """The first imports of the engines' shared runtimes (torch, onnxruntime, ...), once each."""
+    models_bytes: int
+    """The loaded in-process models' measured memory."""
+    unattributed_bytes: int
+    """The rest of the growth: request buffers, caches, memory the allocator keeps after an
+    unload (negative when the RSS fell below what was attributed, e.g. pages swapped out)."""
+    engine_processes_bytes: int = 0
+    """The engine processes' RSS (outside this process, counted by the budget too)."""
+
+
+@dataclass(frozen=True)
+class GpuAccount:
+    """The GPUs' memory as modelpool accounts for it."""
+
+    used_at_start_bytes: int
+    """In use on the visible GPUs when modelpool started (by anyone)."""
+    used_bytes: int
+    models_bytes: int
+    """The loaded models' measured share of the GPUs' growth."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +200,12 @@ class PoolMemory:
     gpus: list[GpuMemory]
     budget: BudgetStatus
     models: dict[str, ModelMemory]
+    process: ProcessMemory | None = None
+    """None where the pool is not one process (Ray mode)."""
+    runtimes: dict[str, int] = field(default_factory=dict)
+    """Runtime (top-level module) → what its first import cost the process."""
+    gpu: GpuAccount | None = None
+    """None without a GPU."""
 
 
 class MetricsHistoryView(Protocol):

@@ -78,7 +78,7 @@ async def test_loading_past_the_budget_evicts_the_least_recently_used_idle_model
 ) -> None:
     # A load's measured RSS growth counts instead of its estimate when above 0: a page the
     # allocator touches meanwhile (8 KiB) would outweigh these 400-byte models.
-    monkeypatch.setattr("modelpool.runtime.replicas.process_rss", lambda: 0)
+    monkeypatch.setattr("modelpool.runtime.memory_accounts.process_rss", lambda: 0)
     fakes = FakePool(memory_bytes=1000)
     clock = fakes.clock
     old, recent, new = (FakeBackend(memory=400) for _ in range(3))

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from modelpool.config.durations import Duration
+from modelpool.config.memory_share import MemoryShare
 from modelpool.config.ray import RayModelConfig, RaySettings
 from modelpool.tasks import Task
 
@@ -309,10 +310,14 @@ class AuthConfig(_Strict):
 class PoolConfig(_Strict):
     max_loaded_models: int | None = Field(default=None, ge=1)
     """Most models loaded at once; least recently used idle ones are unloaded to make room."""
-    memory_budget_bytes: ByteSize | None = None
-    """RAM the loaded models may use in all (e.g. `8GiB`); none: no limit."""
-    gpu_memory_budget_bytes: ByteSize | None = None
-    """GPU memory the loaded models may use in all; none: no limit."""
+    memory_budget_bytes: MemoryShare = "75%"
+    """RAM modelpool may use in all — its own baseline, the engines' runtimes (torch,
+    onnxruntime, ...) and the loaded models: bytes (`8GiB`), a share of the machine's memory
+    (`75%`, of the container's limit when that is lower) or `none` for no limit. Past it, the
+    least recently used idle models are unloaded to make room (see docs/memory.md)."""
+    gpu_memory_budget_bytes: MemoryShare = "90%"
+    """GPU memory the loaded models may use in all, when a GPU is seen: bytes, a share of the
+    GPUs' memory (`90%`, less what was already in use when modelpool started) or `none`."""
     reap_interval_s: float = Field(default=1.0, gt=0)
     """How often idle models are checked against their keep_alive."""
 

@@ -11,10 +11,10 @@ from modelpool.errors import (
     ConfigError,
     InvalidRequest,
 )
-from modelpool.runtime.memory import gpu_memory, system_memory
+from modelpool.runtime.memory_report import pool_memory
 from modelpool.runtime.option_schema import check_override
 from modelpool.runtime.pool_base import PoolBase
-from modelpool.status import BudgetStatus, EngineLogs, ModelMemory, ModelStatus, PoolMemory
+from modelpool.status import EngineLogs, ModelStatus, PoolMemory
 
 
 class PoolAdmin(PoolBase):
@@ -79,11 +79,4 @@ class PoolAdmin(PoolBase):
         return slot.engine_logs(lines)
 
     def memory(self) -> PoolMemory:
-        budget = self.budget
-        models = {s.id: ModelMemory(s.state.value, s.memory_bytes(), s.replicas.measured_bytes()) for s in self.slots()}
-        return PoolMemory(
-            system=system_memory(),
-            gpus=gpu_memory(),
-            budget=BudgetStatus(budget.max_models, budget.memory_bytes, budget.gpu_bytes),
-            models=models,
-        )
+        return pool_memory(self.slots(), self.capacity)

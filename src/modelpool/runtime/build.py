@@ -3,6 +3,8 @@ checked before anything loads, so a bad config fails at start, not at the first 
 
 from __future__ import annotations
 
+import logging
+
 from modelpool.backends.base import Backend
 from modelpool.backends.context import BackendContext, ClaimedProcesses
 from modelpool.backends.registry import build_backend, model_capabilities
@@ -12,31 +14,48 @@ from modelpool.media.images import ImagePolicy
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock, SystemClock
 from modelpool.runtime.eviction import Budget
+from modelpool.runtime.machine import MachineMemory, machine_memory
+from modelpool.runtime.memory_accounts import MemoryAccounts
+from modelpool.runtime.memory_budget import resolve_budgets, startup_lines
+from modelpool.runtime.metrics.memory_gauges import MemoryGauges
 from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.slot import ModelSlot
 
+log = logging.getLogger("modelpool.runtime")
 
-def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock | None = None) -> ModelPool:
+
+def build_pool(
+    config: Config,
+    *,
+    metrics: Metrics | None = None,
+    clock: Clock | None = None,
+    accounts: MemoryAccounts | None = None,
+    machine: MachineMemory | None = None,
+) -> ModelPool:
+    """`accounts` and `machine` are injectable: tests give a fake GPU probe or machine size."""
     metrics = metrics or Metrics()
     clock = clock or SystemClock()
     hub = HubLocation(config.hf_cache_dir, config.offline, config.work_dir or HubLocation.work_dir, config.state_dir)
     claimed = ClaimedProcesses()
+    accounts = accounts or MemoryAccounts()  # the baseline: the process as the pool is built
+    budgets = resolve_budgets(config.pool, machine or machine_memory(), accounts.gpus_at_start)
+    for line in startup_lines(budgets):
+        log.info(line)
     budget = Budget(
-        max_models=config.pool.max_loaded_models,
-        memory_bytes=config.pool.memory_budget_bytes,
-        gpu_bytes=config.pool.gpu_memory_budget_bytes,
+        max_models=config.pool.max_loaded_models, memory_bytes=budgets.ram_bytes, gpu_bytes=budgets.gpu_bytes
     )
     slots: list[ModelSlot] = []
-    capacity = Capacity(budget, lambda: slots)
+    capacity = Capacity(budget, lambda: slots, accounts)
+    capacity.budget_from = (budgets.ram_from, budgets.gpu_from)
     for model in config.served_models():
         capabilities = model_capabilities(model)
 
         def make(cfg: ModelConfig) -> Backend:
             return build_backend(cfg, BackendContext(hub, model_capabilities(cfg).tasks, claimed))
 
-        slots.append(ModelSlot(model, capabilities, make, metrics, clock, capacity, hub))
-    return ModelPool(
+        slots.append(ModelSlot(model, capabilities, make, metrics, clock, capacity, hub, accounts))
+    pool = ModelPool(
         slots,
         metrics,
         capacity,
@@ -48,6 +67,8 @@ def build_pool(config: Config, *, metrics: Metrics | None = None, clock: Clock |
         max_audio_seconds=config.server.max_audio_seconds,
         audio_budget_s=config.server.audio_budget_seconds,
     )
+    metrics.registry.register(MemoryGauges(pool.memory))
+    return pool
 
 
 def image_policy(config: Config) -> ImagePolicy:

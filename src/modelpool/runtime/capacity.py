@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from modelpool.errors import InsufficientCapacity
 from modelpool.runtime.eviction import Budget, Need, Resident, choose_victims
+from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.runtime.slot import ModelSlot
 
 log = logging.getLogger("modelpool.runtime")
@@ -19,17 +20,37 @@ MiB = 1024 * 1024
 
 
 class Capacity:
-    def __init__(self, budget: Budget, slots: Callable[[], list[ModelSlot]]) -> None:
+    def __init__(
+        self, budget: Budget, slots: Callable[[], list[ModelSlot]], accounts: MemoryAccounts | None = None
+    ) -> None:
         self.budget = budget
+        """The whole budget: with `accounts`, the process's baseline and runtimes count in it."""
+        self.accounts = accounts
+        self.budget_from = ("", "")
+        """How the RAM and GPU budgets were reached, for people ("75% of 23.5 GiB of RAM")."""
         self._slots = slots
         self._room = asyncio.Lock()
+
+    def models_budget(self) -> Budget:
+        """What the models may use: the budget less what the process holds before any model
+        (its baseline and runtimes; on the GPUs, what was in use at start), so what the
+        budget admits really fits."""
+        if self.accounts is None:
+            return self.budget
+        overhead = self.accounts.overhead()
+        ram, gpu = self.budget.memory_bytes, self.budget.gpu_bytes
+        return Budget(
+            self.budget.max_models,
+            None if ram is None else max(0, ram - overhead.ram_bytes),
+            None if gpu is None else max(0, gpu - overhead.gpu_bytes),
+        )
 
     async def make_room(self, slot: ModelSlot, need: Need) -> None:
         """Unload least recently used idle models until `need` fits, or raise InsufficientCapacity."""
         async with self._room:
             others = {s.id: s for s in self._slots() if s is not slot and s.holds_memory()}
             residents = [s.as_resident() for s in others.values()]
-            victims = choose_victims(need, residents, self.budget)
+            victims = choose_victims(need, residents, self.models_budget())
             if victims is None:
                 raise InsufficientCapacity(self._refusal(slot, need, residents))
             for victim in victims:
@@ -37,10 +58,12 @@ class Capacity:
                 await others[victim].unload()
 
     def weights_room(self) -> int | None:
-        """RAM and GPU budgets together: weights must fit in one or the other (None: RAM unlimited)."""
-        if self.budget.memory_bytes is None:
+        """RAM and GPU budgets together, less what the process holds before any model:
+        weights must fit in one or the other (None: RAM unlimited)."""
+        budget = self.models_budget()
+        if budget.memory_bytes is None:
             return None
-        return self.budget.memory_bytes + (self.budget.gpu_bytes or 0)
+        return budget.memory_bytes + (budget.gpu_bytes or 0)
 
     def _refusal(self, slot: ModelSlot, need: Need, residents: list[Resident]) -> str:
         loaded = ", ".join(
@@ -50,10 +73,16 @@ class Capacity:
         limits = []
         if self.budget.max_models is not None:
             limits.append(f"max_loaded_models={self.budget.max_models}")
-        if self.budget.memory_bytes is not None:
-            limits.append(f"memory budget {self.budget.memory_bytes // MiB} MiB")
-        if self.budget.gpu_bytes is not None:
-            limits.append(f"GPU budget {self.budget.gpu_bytes // MiB} MiB")
+        models = self.models_budget()
+        if self.budget.memory_bytes is not None and models.memory_bytes is not None:
+            limits.append(
+                f"memory budget {self.budget.memory_bytes // MiB} MiB, {models.memory_bytes // MiB} MiB of it for "
+                "models after the process's baseline and runtimes"
+            )
+        if self.budget.gpu_bytes is not None and models.gpu_bytes is not None:
+            limits.append(
+                f"GPU budget {self.budget.gpu_bytes // MiB} MiB, {models.gpu_bytes // MiB} MiB of it for models"
+            )
         return (
             f"cannot load model '{slot.id}': it needs {need.memory_bytes // MiB} MiB"
             f"{f' and {need.gpu_bytes // MiB} MiB of GPU memory' if need.gpu_bytes else ''} and the pool "

@@ -1,5 +1,5 @@
-"""Memory: what a model will need (estimated from its files), what it uses (measured), and
-handing freed memory back to the operating system after an unload."""
+"""Memory: the process's RSS, the machine's memory, and handing freed memory back to the
+operating system after an unload (what each model uses is `memory_accounts`')."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from collections.abc import Callable
 from functools import cache
 
 import psutil
-
-from modelpool.status import GpuMemory
 
 
 def process_rss() -> int:
@@ -36,19 +34,6 @@ def _malloc_trim() -> Callable[[int], int] | None:
     if name is None:
         return None
     return getattr(ctypes.CDLL(name), "malloc_trim", None)
-
-
-def gpu_memory() -> list[GpuMemory]:
-    """Per-device GPU memory, when PyTorch is already imported and sees a GPU (it is never
-    imported just for this)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
-        return []
-    devices = []
-    for index in range(torch.cuda.device_count()):
-        free, total = torch.cuda.mem_get_info(index)
-        devices.append(GpuMemory(f"cuda:{index}", int(total), int(free)))
-    return devices
 
 
 def system_memory() -> dict[str, int]:

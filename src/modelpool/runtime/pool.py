@@ -36,6 +36,8 @@ class ModelPool(TextRequests, AudioRequests, PoolAdmin):
     async def preload(self) -> None:
         """Load every `preload: true` model; failures are kept on their slots, not raised."""
         wanted = [slot for slot in self._slots.values() if slot.config.preload]
+        for slot in wanted:  # each runtime imported alone first: its memory is measured as its own
+            await slot.import_runtimes()
         await asyncio.gather(*(slot.ensure_ready(None, explicit=True) for slot in wanted), return_exceptions=True)
 
     def readiness(self) -> tuple[bool, dict[str, str]]:

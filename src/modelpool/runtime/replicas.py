@@ -8,13 +8,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from modelpool.backends.base import Backend, PairScoringBackend, ProcessBackend, TokenEmbeddingBackend
+from modelpool.backends.base import Backend, MemoryEstimate, PairScoringBackend, ProcessBackend, TokenEmbeddingBackend
 from modelpool.capabilities import Locality, ModelCapabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.inference import EncodedPair
 from modelpool.runtime.batching import Batcher
 from modelpool.runtime.clock import Clock
-from modelpool.runtime.memory import process_rss, release_freed_memory
+from modelpool.runtime.memory import release_freed_memory
+from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.status import EngineOutput, ReplicaStatus
 from modelpool.tasks import Task
 
@@ -26,7 +27,10 @@ class Replica:
     index: int
     backend: Backend
     memory_bytes: int = 0
-    """Measured: process RSS growth while it started (or the engine process's own RSS)."""
+    """Measured: its share of the process's growth while it started (memory_ledger), or
+    the engine process's own RSS."""
+    gpu_memory_bytes: int = 0
+    """Measured: its share of the GPUs' growth while it started (0 without a GPU)."""
     started_at: float = 0.0
     """Monotonic time it became ready."""
     running: int = 0
@@ -87,8 +91,11 @@ class Replica:
 
 
 class ReplicaSet:
-    def __init__(self, model_id: str, clock: Clock, on_crash: Callable[[Replica, str], None]) -> None:
+    def __init__(
+        self, model_id: str, clock: Clock, on_crash: Callable[[Replica, str], None], accounts: MemoryAccounts
+    ) -> None:
         self.model_id = model_id
+        self._accounts = accounts
         self._clock = clock
         self._on_crash = on_crash
         self.members: list[Replica] = []
@@ -106,24 +113,31 @@ class ReplicaSet:
         return max((r.index for r in self.members), default=-1) + 1
 
     async def start(
-        self, index: int, backend: Backend, config: ModelConfig, capabilities: ModelCapabilities
+        self,
+        index: int,
+        backend: Backend,
+        config: ModelConfig,
+        capabilities: ModelCapabilities,
+        estimate: MemoryEstimate | None = None,
     ) -> Replica:
-        """Start `backend` as replica `index` and add it; a failed start leaves nothing behind."""
-        before = process_rss()
+        """Start `backend` as replica `index` and add it; a failed start leaves nothing behind.
+        `estimate` weighs its share of what the process grows by while other loads run too."""
+        locality = capabilities.declared.locality
+        in_process = locality is Locality.IN_PROCESS and not isinstance(backend, ProcessBackend)
+        windows = self._accounts.open_load(estimate or MemoryEstimate(0), in_process=in_process)
         replica = Replica(index, backend)
         try:
             await backend.start()
             if config.warmup:
                 await backend.warmup()
         except BaseException:
+            self._accounts.close_load(windows)
             await replica.stop()
             raise
         replica.started_at = self._clock.monotonic()
-        replica.memory_bytes = max(0, process_rss() - before)
-        locality = capabilities.declared.locality
-        if locality is Locality.REMOTE:
-            replica.memory_bytes = 0  # whatever grew meanwhile was not this model
-        elif isinstance(backend, ProcessBackend):
+        measured = self._accounts.close_load(windows)
+        replica.memory_bytes, replica.gpu_memory_bytes = measured.ram_bytes, measured.gpu_bytes
+        if isinstance(backend, ProcessBackend):
             replica.memory_bytes = backend.resident_bytes()
             backend.supervise(lambda message: self._on_crash(replica, message))
         name = f"{self.model_id}#{index}"
@@ -143,10 +157,8 @@ class ReplicaSet:
 
     async def stop_all(self, *, detach: bool = False) -> None:
         leaving, self.members = self.members, []
-        for replica in leaving:
-            await replica.stop(detach=detach)
         if leaving:
-            release_freed_memory()
+            await self._stop(leaving, detach=detach)
 
     async def retire(self, leaving: list[Replica]) -> None:
         """Take replicas out of routing, wait until their requests finish, then stop them."""
@@ -155,11 +167,24 @@ class ReplicaSet:
         await self.wait_idle(leaving)
         for replica in leaving:
             self.members.remove(replica)
-            await replica.stop()
-        release_freed_memory()
+        await self._stop(leaving)
+
+    async def _stop(self, leaving: list[Replica], *, detach: bool = False) -> None:
+        """Stop replicas and hand the freed memory back to the OS, inside a window that
+        absorbs what the meters lose meanwhile (freed memory is no load's negative growth)."""
+        release = self._accounts.open_release()
+        try:
+            for replica in leaving:
+                await replica.stop(detach=detach)
+            release_freed_memory()
+        finally:
+            self._accounts.close_release(release)
 
     def measured_bytes(self) -> int:
         return sum(r.memory_bytes for r in self.members)
+
+    def measured_gpu_bytes(self) -> int:
+        return sum(r.gpu_memory_bytes for r in self.members)
 
     def output(self, count: int) -> list[EngineOutput]:
         """The last output lines of each replica's engine process."""

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from modelpool import tracing
 from modelpool.backends.base import Backend, MemoryEstimate, SpeechBackend, contract_problem
+from modelpool.backends.runtime_modules import runtime_modules
 from modelpool.capabilities import ModelCapabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
@@ -31,6 +32,7 @@ from modelpool.runtime.download import Download, fetch, plan_download
 from modelpool.runtime.eviction import Need, Resident
 from modelpool.runtime.lease import Lease
 from modelpool.runtime.lifecycle import Action, Decision, Event, Facts, Policy, SlotState, decide
+from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.replicas import Replica, ReplicaSet
 from modelpool.runtime.slot_status import load_error_of, readiness_problem_of, refusal_of, status_of
@@ -56,6 +58,7 @@ class ModelSlot:
         clock: Clock,
         capacity: CapacityGate | None = None,
         hub: HubLocation | None = None,
+        accounts: MemoryAccounts | None = None,
     ) -> None:
         self.config = config
         self.capabilities = capabilities
@@ -65,7 +68,8 @@ class ModelSlot:
         self.crashes = CrashRecord()
         self.last_used = clock.monotonic()
         self.expires_at: float | None = None
-        self.replicas = ReplicaSet(config.id, clock, self._crashed)
+        self._accounts = accounts or MemoryAccounts()
+        self.replicas = ReplicaSet(config.id, clock, self._crashed, self._accounts)
         self.admission = Admission(turns=self._turns(), queue=self._queue_size(), model_id=config.id)
         counted = metrics.cache_lookup_counter(config.id) if config.embedding_cache_size else None
         self.embedding_cache = EmbeddingCache(config.embedding_cache_size, counted)
@@ -121,6 +125,10 @@ class ModelSlot:
         return self._need_per_replica().memory_bytes * count
 
     def gpu_bytes(self) -> int:
+        """GPU memory: measured use when loaded (and measurable), else the estimated need."""
+        measured = self.replicas.measured_gpu_bytes()
+        if self.state is SlotState.READY and measured > 0:
+            return measured
         return self._need_per_replica().gpu_bytes * (len(self.replicas) or self.config.replicas)
 
     def as_resident(self) -> Resident:
@@ -265,12 +273,19 @@ class ModelSlot:
 
     async def _start_replicas(self) -> None:
         await self._download_weights()
+        # The runtime first, measured alone as its own (and known to the budget before the
+        # room for this model is judged); estimating may import it otherwise (torch's device).
+        await self.import_runtimes()
         first = self._new_backend()
         self.record.estimate = await first.estimate_memory()
         await self._make_room(self.config.replicas, new_model=True)
         for index in range(self.config.replicas):
             backend = first if index == 0 else self._new_backend()
-            await self.replicas.start(index, backend, self.config, self.capabilities)
+            await self.replicas.start(index, backend, self.config, self.capabilities, self.record.estimate)
+
+    async def import_runtimes(self) -> None:
+        """Import the runtimes this model's backend needs, each measured once for the process."""
+        await self._accounts.import_runtimes(runtime_modules(self.config.backend))
 
     async def _download_weights(self) -> None:
         """Fetch `hf:` weights not cached yet, before the capacity check (see `runtime.download`)."""
@@ -316,9 +331,7 @@ class ModelSlot:
         self._apply(Event.CRASHED)
         log.error("engine process crashed", extra={"model": self.id, "in_a_row": self.crashes.in_a_row,
                                                    "error": message})  # fmt: skip
-        self._work.cleanup = asyncio.get_running_loop().create_task(
-            self.replicas.stop_all(), name=f"cleanup-{self.id}"
-        )
+        self._work.cleanup = asyncio.get_running_loop().create_task(self.replicas.stop_all(), name=f"cleanup-{self.id}")
 
     def _need_per_replica(self) -> Need:
         estimate = self.record.estimate or MemoryEstimate(0)
@@ -390,7 +403,9 @@ class ModelSlot:
             await self._make_room(extra, new_model=False)
             start = self.replicas.next_index()
             for index in range(start, start + extra):
-                await self.replicas.start(index, self._new_backend(), self.config, self.capabilities)
+                await self.replicas.start(
+                    index, self._new_backend(), self.config, self.capabilities, self.record.estimate
+                )
         else:
             await self.replicas.retire(active[replicas:])
         self.admission.resize(self._turns(), self._queue_size())

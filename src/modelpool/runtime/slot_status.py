@@ -31,6 +31,7 @@ def status_of(slot: ModelSlot) -> ModelStatus:
             measured_bytes=slot.replicas.measured_bytes(),
             counted_bytes=slot.memory_bytes(),
             counted_gpu_bytes=slot.gpu_bytes(),
+            measured_gpu_bytes=slot.replicas.measured_gpu_bytes(),
         ),
         keep_alive_s=config.keep_alive,
         expires_in_s=None if slot.expires_at is None else round(max(0.0, slot.expires_at - now), 3),
@@ -67,6 +68,7 @@ def load_error_of(slot: ModelSlot, exc: BaseException) -> BaseException:
             f"model '{slot.id}' failed to load: {slot.record.error}", retry_after_s=slot.config.retry_cooldown_s
         )
     return exc  # cancellation and friends pass through untouched
+
 
 def refusal_of(slot: ModelSlot, decision: Decision) -> ModelpoolError:
     """The error a request gets when the slot's lifecycle refuses to load the model."""

@@ -1,0 +1,96 @@
+"""Where the process's memory went: its baseline when the pool was built, each runtime's
+first import (torch, onnxruntime, ...: counted once, apart), and each model's load, by
+ledgers that share growth out so the parts add up (`memory_ledger`). The GPUs get a ledger
+of their own when one is seen. The budget counts the baseline and runtimes too."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import sys
+from dataclasses import dataclass
+
+from modelpool.backends.base import MemoryEstimate
+from modelpool.runtime.gpu_probe import GpuProbe, probe_gpus, used_bytes
+from modelpool.runtime.memory import process_rss
+from modelpool.runtime.memory_ledger import Ledger, Window
+
+log = logging.getLogger("modelpool.runtime")
+RUNTIME_WEIGHT = 256 * 1024 * 1024
+"""A runtime import's weight when a load's window is open beside it (what a first import of
+a runtime typically costs), so growth then is shared in rough proportion."""
+
+
+@dataclass(eq=False)
+class LoadWindows:
+    """A load being measured: its share of the process's growth, and of the GPUs'."""
+
+    ram: Window | None
+    gpu: Window | None
+
+
+@dataclass(frozen=True)
+class Measured:
+    ram_bytes: int = 0
+    gpu_bytes: int = 0
+
+
+class MemoryAccounts:
+    def __init__(self, *, rss: Ledger | None = None, gpus: GpuProbe = probe_gpus) -> None:
+        self.ram = rss or Ledger(process_rss)
+        seen = gpus()
+        self.gpus_at_start = seen
+        self.gpu: Ledger | None = Ledger(lambda: used_bytes(gpus())) if seen else None
+        """GPU memory used on every visible GPU (by anyone); None without a GPU."""
+        self.runtimes: dict[str, int] = {}
+        """Runtime (top-level module) → the process growth its first import caused."""
+        self._imports = asyncio.Lock()
+
+    @property
+    def baseline_bytes(self) -> int:
+        return self.ram.start
+
+    def runtimes_bytes(self) -> int:
+        return sum(self.runtimes.values())
+
+    def overhead(self) -> MemoryEstimate:
+        """What the budget holds back before any model: the process's baseline and runtimes
+        (RAM), and what the GPUs already held when the pool was built."""
+        return MemoryEstimate(self.baseline_bytes + self.runtimes_bytes(), self.gpu.start if self.gpu else 0)
+
+    async def import_runtimes(self, modules: tuple[str, ...]) -> None:
+        """Import the runtimes not imported yet, one at a time, each measured as its own.
+        A module that fails to import is left for the backend to report (with its extra)."""
+        async with self._imports:
+            for module in modules:
+                if module in sys.modules:
+                    continue  # imported before (the baseline, or another runtime): not ours to count
+                window = self.ram.open(RUNTIME_WEIGHT)
+                try:
+                    await asyncio.to_thread(importlib.import_module, module)
+                except Exception as exc:  # ImportError, or a broken install's own error
+                    log.debug("runtime not importable", extra={"module": module, "error": str(exc)})
+                finally:
+                    grown = self.ram.close(window)
+                if module in sys.modules:
+                    self.runtimes[module.split(".")[0]] = self.runtimes.get(module.split(".")[0], 0) + grown
+
+    def open_load(self, estimate: MemoryEstimate, *, in_process: bool) -> LoadWindows:
+        """Start measuring a load, weighted by its estimate. An engine in a process of its
+        own (or a remote one) grows nothing here: it gets no RAM window."""
+        ram = self.ram.open(estimate.ram_bytes) if in_process else None
+        gpu = self.gpu.open(estimate.gpu_bytes) if self.gpu is not None and in_process else None
+        return LoadWindows(ram, gpu)
+
+    def close_load(self, windows: LoadWindows) -> Measured:
+        ram = self.ram.close(windows.ram) if windows.ram is not None else 0
+        gpu = self.gpu.close(windows.gpu) if self.gpu is not None and windows.gpu is not None else 0
+        return Measured(ram, gpu)
+
+    def open_release(self) -> LoadWindows:
+        """An unload is starting: what the meters lose meanwhile is nobody's negative growth."""
+        return LoadWindows(self.ram.open(1, absorbs=True), self.gpu.open(1, absorbs=True) if self.gpu else None)
+
+    def close_release(self, windows: LoadWindows) -> None:
+        self.close_load(windows)
