@@ -23,5 +23,9 @@ RUNTIME_MODULES: Mapping[str, tuple[str, ...]] = {
 and your own backend classes import nothing shared here: none are listed."""
 
 
+KNOWN_RUNTIMES: tuple[str, ...] = tuple(dict.fromkeys(m for modules in RUNTIME_MODULES.values() for m in modules))
+"""Every runtime above once, shared ones first."""
+
+
 def runtime_modules(backend: str) -> tuple[str, ...]:
     return RUNTIME_MODULES.get(backend, ())

@@ -34,7 +34,7 @@ def parse_share(value: Any) -> int | str | None:
     if percent:
         share = float(percent.group(1))
         if not 0 < share <= 100:
-            raise ValueError(f"'{value}': a share of the machine is above 0% and at most 100%")
+            raise ValueError(f"'{value}': a memory budget's share of the machine is above 0% and at most 100%")
         return f"{share:g}%"
     try:
         size = int(_BYTES.validate_python(text))

@@ -49,7 +49,8 @@ def build_pool(
     capacity = Capacity(budget, lambda: slots, accounts)
     capacity.budget_from = (budgets.ram_from, budgets.gpu_from)
     for model in config.served_models():
-        capabilities = model_capabilities(model)
+        with accounts.side_imports():  # a backend class may import its runtime (torch) here
+            capabilities = model_capabilities(model)
 
         def make(cfg: ModelConfig) -> Backend:
             return build_backend(cfg, BackendContext(hub, model_capabilities(cfg).tasks, claimed))

@@ -9,9 +9,12 @@ import asyncio
 import importlib
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from modelpool.backends.base import MemoryEstimate
+from modelpool.backends.runtime_modules import KNOWN_RUNTIMES
 from modelpool.runtime.gpu_probe import GpuProbe, probe_gpus, used_bytes
 from modelpool.runtime.memory import process_rss
 from modelpool.runtime.memory_ledger import Ledger, Window
@@ -75,6 +78,23 @@ class MemoryAccounts:
                     grown = self.ram.close(window)
                 if module in sys.modules:
                     self.runtimes[module.split(".")[0]] = self.runtimes.get(module.split(".")[0], 0) + grown
+
+    @contextmanager
+    def side_imports(self) -> Iterator[None]:
+        """Synchronous code that may import a runtime as a side effect (a backend class whose
+        module imports torch, as the registry resolves a model's capabilities): its growth
+        is the first new runtime's, else modelpool's own (the baseline moves up)."""
+        before = {module for module in KNOWN_RUNTIMES if module in sys.modules}
+        window = self.ram.open(1)
+        try:
+            yield
+        finally:
+            grown = self.ram.close(window)
+            new = [module for module in KNOWN_RUNTIMES if module in sys.modules and module not in before]
+            if new:
+                self.runtimes[new[0]] = self.runtimes.get(new[0], 0) + grown
+            else:
+                self.ram.start += grown
 
     def open_load(self, estimate: MemoryEstimate, *, in_process: bool) -> LoadWindows:
         """Start measuring a load, weighted by its estimate. An engine in a process of its

@@ -26,7 +26,8 @@ class MemoryBudgets:
 
 def resolve_budgets(pool: PoolConfig, machine: MachineMemory, gpus: list[GpuMemory]) -> MemoryBudgets:
     ram = share_of(pool.memory_budget_bytes, machine.total_bytes)
-    ram_from = _described(pool.memory_budget_bytes, machine.total_bytes, f"of {machine.source}")
+    where = "of RAM" if machine.source == "RAM" else f"({machine.source}, below the RAM)"
+    ram_from = _described(pool.memory_budget_bytes, machine.total_bytes, where)
     gpu_total = sum(gpu.total_bytes for gpu in gpus)
     gpu_setting = pool.gpu_memory_budget_bytes
     if isinstance(gpu_setting, str) and not gpus:
@@ -41,7 +42,7 @@ def _described(setting: int | str | None, total: int, of_what: str) -> str:
         return "no limit"
     if isinstance(setting, int):
         return f"set to {_gib(setting)}"
-    return f"{setting} of {_gib(total)} {of_what.removeprefix('of ')}"
+    return f"{setting} of {_gib(total)} {of_what}"
 
 
 def _gib(size: int) -> str:

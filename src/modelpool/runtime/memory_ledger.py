@@ -31,7 +31,8 @@ class Ledger:
     def __init__(self, meter: Callable[[], int]) -> None:
         self._meter = meter
         self.start = meter()
-        """The meter when the ledger was made (the process's baseline)."""
+        """The baseline: the meter when the ledger was made, plus growth its owner credits to
+        the process itself (`MemoryAccounts.side_imports`)."""
         self._last = self.start
         self._open: list[Window] = []
         self.unattributed = 0
