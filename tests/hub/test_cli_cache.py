@@ -116,3 +116,11 @@ async def test_rm_refuses_files_of_a_loaded_model(catalog: tuple[Path, dict[str,
         assert (hub_env / f"models--{r.GGUF_REPO.replace('/', '--')}").is_dir()
         forced = await asyncio.to_thread(runner.invoke, app, [*args, "--force"])
         assert forced.exit_code == 0, forced.output
+
+
+def test_rm_needs_one_to_64_entries(tmp_path: Path) -> None:
+    for args in ([], ["work:ct2/x"] * 65):
+        refused = runner.invoke(app, ["cache", "rm", *args, "--url", "http://127.0.0.1:9"])
+        assert refused.exit_code == 2 and "name 1 to 64 entries" in refused.output
+    unknown = runner.invoke(app, ["cache", "rm", "--model", "no-such-model"])
+    assert unknown.exit_code == 2 and "no model 'no-such-model'" in unknown.output

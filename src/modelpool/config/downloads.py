@@ -13,7 +13,9 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HF_PREFIX, HubLocation, hub_access, hub_reference, model_sources
 from modelpool.errors import ModelSourceError
 from modelpool.hub.access import HubAccess
-from modelpool.hub.pull import PullPlan, PullProgress, plan_pull, pull
+from modelpool.hub.pull import PullCancelled, PullPlan, PullProgress, plan_pull, pull
+
+__all__ = ["DownloadCallback", "PendingDownload", "PullCancelled", "pending_download", "run_download"]
 
 DownloadCallback = Callable[[int, int, "str | None"], None]
 """(bytes done, bytes total, the file being fetched) — called from the downloading thread."""

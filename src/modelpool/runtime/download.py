@@ -14,7 +14,7 @@ import asyncio
 import threading
 import time
 
-from modelpool.config.downloads import PendingDownload, pending_download, run_download
+from modelpool.config.downloads import PendingDownload, PullCancelled, pending_download, run_download
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
 from modelpool.errors import InsufficientCapacity, ModelNotReady
@@ -27,13 +27,13 @@ MIN_RETRY_S, MAX_RETRY_S = 2.0, 60.0
 class Download:
     """One model's download in flight: progress written by the worker thread, read by status."""
 
-    def __init__(self, pending: PendingDownload) -> None:
+    def __init__(self, pending: PendingDownload, cancel_event: threading.Event) -> None:
         self.pending = pending
         self.total_bytes = pending.missing_bytes
         self.done_bytes = 0
         self.file: str | None = None
         self.started = time.monotonic()
-        self.cancel_event = threading.Event()
+        self.cancel_event = cancel_event
 
     def update(self, done: int, total: int, file: str | None) -> None:
         self.done_bytes, self.total_bytes, self.file = done, total, file
@@ -57,11 +57,16 @@ class Download:
         )
 
 
-async def plan_download(model: ModelConfig, hub: HubLocation, room_for: int | None) -> Download | None:
+async def plan_download(
+    model: ModelConfig, hub: HubLocation, room_for: int | None, cancel: threading.Event
+) -> Download | None:
     """What the model must download, planned off the loop (one listing call per repo); None
     when its files are all cached. `room_for`: the most bytes of weights the pool could ever
-    hold (None: no limit) — a model bigger than that is refused before any download."""
+    hold (None: no limit) — a model bigger than that is refused before any download.
+    `cancel`, set meanwhile (an unload during the listing), stops it before the download."""
     pending = await asyncio.to_thread(pending_download, model, hub)
+    if cancel.is_set():
+        raise PullCancelled(f"model '{model.id}': its download was cancelled")
     if pending is None:
         return None
     if room_for is not None and pending.weights_bytes > room_for:
@@ -69,7 +74,7 @@ async def plan_download(model: ModelConfig, hub: HubLocation, room_for: int | No
             f"cannot load model '{model.id}': its weights are {pending.weights_bytes // MiB} MiB and the pool's "
             f"budget holds at most {room_for // MiB} MiB, so they are not downloaded"
         )
-    return Download(pending)
+    return Download(pending, cancel)
 
 
 async def fetch(download: Download) -> None:

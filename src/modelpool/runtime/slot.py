@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -84,6 +85,8 @@ class ModelSlot:
         self.download: Download | None = None
         """The weights download in flight, the first phase of a load (see `runtime.download`)."""
         self._downloading = asyncio.Event()
+        self._download_cancel: threading.Event | None = None
+        """Set to stop the download phase of the load in flight (from its listing call on)."""
         self._set_state(SlotState.UNLOADED)
 
     @property
@@ -291,16 +294,17 @@ class ModelSlot:
         """Fetch `hf:` weights not cached yet, before the capacity check (see `runtime.download`)."""
         if self._hub is None:
             return
-        download = await plan_download(self.config, self._hub, self._capacity.weights_room())
-        if download is None:
-            return
-        self.download = download
-        self._downloading.set()
-        log.info("downloading weights", extra={"model": self.id, "bytes": download.total_bytes})
+        self._download_cancel = threading.Event()
         try:
+            download = await plan_download(self.config, self._hub, self._capacity.weights_room(), self._download_cancel)
+            if download is None:
+                return
+            self.download = download
+            self._downloading.set()
+            log.info("downloading weights", extra={"model": self.id, "bytes": download.total_bytes})
             await fetch(download)
         finally:
-            self.download = None
+            self.download, self._download_cancel = None, None
             self._downloading.clear()
 
     def _new_backend(self) -> Backend:
@@ -356,8 +360,8 @@ class ModelSlot:
     async def unload(self, *, drain: bool = True) -> None:
         """Stop every replica. drain: wait for running requests; else cut them off (503).
         A download in flight is cancelled (its load then fails, and the failure is forgotten)."""
-        if self.download is not None:
-            self.download.cancel()
+        if self._download_cancel is not None:
+            self._download_cancel.set()
         if self._work.load is not None:
             await asyncio.gather(self._work.load, return_exceptions=True)
         if self._work.unload is not None:
@@ -418,8 +422,8 @@ class ModelSlot:
 
     def close(self) -> None:
         self._work.closing = True
-        if self.download is not None:
-            self.download.cancel()  # a download thread must not hold the server's shutdown
+        if self._download_cancel is not None:
+            self._download_cancel.set()  # a download thread must not hold the server's shutdown
 
     # ----- helpers -------------------------------------------------------------------
 
