@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+import modelpool
 from tests.conftest import CHAT_MODEL, CT2_MODEL, EMBED_MODEL, HF_MODEL, STARTER_IDS, STT_MODEL, TTS_MODEL
 
 
@@ -31,7 +32,7 @@ async def test_models_list_and_retrieve(oai: openai.AsyncOpenAI, http: httpx.Asy
 
 
 async def test_health_and_readiness(http: httpx.AsyncClient) -> None:
-    assert (await http.get("/healthz")).json() == {"status": "ok"}
+    assert (await http.get("/healthz")).json() == {"status": "ok", "version": modelpool.__version__}
     ready = await http.get("/readyz")
     assert ready.status_code == 200
     states = {

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from modelpool import __version__
 from modelpool.cli import admin, processes, stack
 from modelpool.cli import cache as cache_cli
 from modelpool.cli import pull as pull_cli
@@ -23,8 +25,9 @@ app = typer.Typer(
     name="modelpool",
     help="A pool of local and remote AI models behind one OpenAI-compatible API.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
 )
+PROGRAM = "modelpool"
 
 PRINT_CONFIG_HELP = "Print the effective config (secrets redacted) and exit."
 DRY_RUN_HELP = "Load every served model, report, and exit non-zero on any load failure."
@@ -34,13 +37,33 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML con
 LocalOpt = Annotated[
     Path | None, typer.Option("--local-config", help="Local override file (default: <config>.local.yaml).")
 ]
-
-
 MODELS_ARG_HELP = (
     "Models to serve: a .gguf file, a model folder (Hugging Face, CTranslate2/Whisper, a Piper or Kokoro voice), "
     "hf:org/repo[:Q4_K_M|:file][@rev], or a catalog id. Backend and tasks are detected from the files."
 )
 NAME_HELP = "The id of each MODEL, in order (default: a slug of its file, folder or repo name)."
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", "-V", help="Print the version (and Python's) and exit.", is_eager=True,
+                     callback=_print_version),
+    ] = None,
+) -> None:  # fmt: skip
+    """A pool of local and remote AI models behind one OpenAI-compatible API."""
+
+
+def version_line() -> str:
+    """`modelpool 0.1.0 (Python 3.11.7)`: the installed package's version, from its metadata."""
+    return f"{PROGRAM} {__version__} (Python {platform.python_version()})"
 
 
 @app.command()
@@ -174,4 +197,5 @@ def _load(config: Path | None, local_config: Path | None, cli: dict[str, Any]) -
 
 
 def run() -> None:
-    app()
+    # The program's name, not `python -m modelpool`: completion scripts are keyed on it.
+    app(prog_name=PROGRAM)

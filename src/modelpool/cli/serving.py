@@ -11,6 +11,7 @@ import typer
 import uvicorn
 from fastapi import FastAPI
 
+from modelpool.config.loader import unread_environment
 from modelpool.config.schema import Config
 from modelpool.errors import ConfigError, ModelpoolError
 from modelpool.logs import configure_logging
@@ -26,6 +27,7 @@ log = logging.getLogger("modelpool")
 
 def run_server(config: Config) -> None:
     configure_logging(config.server.log_format, config.server.log_level)
+    _log_unread_environment()
     try:
         keys = KeyRing.from_config(config.auth)
         check_exposure(config, keys)
@@ -45,6 +47,13 @@ def run_server(config: Config) -> None:
     )
     _exit_zero_after_graceful_shutdown()
     uvicorn.Server(uvicorn_config(app, config)).run()
+
+
+def _log_unread_environment() -> None:
+    """The loader's own debug line came before logging was set up: say it again, names only."""
+    unread = unread_environment()
+    if unread:
+        log.debug("ignored environment variables (no config path): %s", ", ".join(unread))
 
 
 def uvicorn_config(app: FastAPI, config: Config) -> uvicorn.Config:

@@ -28,6 +28,10 @@ class AdminClient:
     def close(self) -> None:
         self._http.close()
 
+    def health(self) -> dict[str, Any]:
+        """`{"status": "ok", "version": ...}` from /healthz: the server is up, and which it is."""
+        return self._call("GET", "/healthz")
+
     def models(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/v1/admin/models")["data"])
 

@@ -2,6 +2,8 @@
 
     defaults < config file < local override file < MODELPOOL_* env < CLI flags
 
+(only the MODELPOOL_* variables that spell a config path: `env_paths.py`)
+
 Mappings merge key by key (so a layer can change one field of one model); any other
 value is replaced whole. The result is validated once by pydantic. This is the only
 module that reads the environment (secrets aside, which backends read from the env var
@@ -10,8 +12,9 @@ that the config names).
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,14 +23,14 @@ import yaml
 from pydantic import ValidationError
 
 from modelpool.config.detection import fill_detected
+from modelpool.config.env_paths import config_path, unread_names
 from modelpool.config.schema import Config
 from modelpool.config.sources import HubLocation
 from modelpool.errors import ConfigError
 
-ENV_PREFIX = "MODELPOOL_"
 ENV_CONFIG_FILE = "MODELPOOL_CONFIG"
 ENV_LOCAL_FILE = "MODELPOOL_LOCAL_CONFIG"
-_FILE_VARS = {ENV_CONFIG_FILE, ENV_LOCAL_FILE}
+log = logging.getLogger("modelpool.config")
 
 
 def load_config(
@@ -41,15 +44,12 @@ def load_config(
     env = os.environ if environ is None else environ
     config_file = config_file or _path_from_env(env, ENV_CONFIG_FILE)
     local_file = local_file or _path_from_env(env, ENV_LOCAL_FILE) or _sibling_local_file(config_file)
-    layers = [
+    files = deep_merge(
         _read_file_layer(config_file) if config_file else {},
         _read_file_layer(local_file) if local_file else {},
-        env_layer(env),
-        dict(cli or {}),
-    ]
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        merged = deep_merge(merged, layer)
+    )
+    catalog_ids = [*starter_catalog(), *(files.get("models") or {}), *(dict(cli or {}).get("models") or {})]
+    merged = deep_merge(deep_merge(files, env_layer(env, catalog_ids)), dict(cli or {}))
     if merged.get("starter_models", True) not in (False, "false", "0", 0):
         merged["models"] = deep_merge(starter_catalog(), merged.get("models") or {})
     return validate_config(with_detected_backends(merged))
@@ -89,17 +89,27 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
-def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
-    """`MODELPOOL_SERVER__PORT=9000` → `{"server": {"port": 9000}}`. Values are read as
-    YAML scalars/flow collections, so `true`, `8000` and `[a, b]` arrive typed."""
+def env_layer(environ: Mapping[str, str], model_ids: Iterable[str] = ()) -> dict[str, Any]:
+    """`MODELPOOL_SERVER__PORT=9000` → `{"server": {"port": 9000}}`: only variables that
+    spell a real config path (`config/env_paths.py`; `model_ids` resolve the segment under
+    `models`). Values are read as YAML scalars/flow collections, so `true`, `8000` and
+    `[a, b]` arrive typed."""
+    ids = list(model_ids)
     layer: dict[str, Any] = {}
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or name in _FILE_VARS:
-            continue
-        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__") if part]
+        path = config_path(name, ids)
         if path:
             layer = deep_merge(layer, _nest(path, _parse_env_value(raw)))
+    unread = unread_names(environ)
+    if unread:  # names only: a value may be a secret (MODELPOOL_APP_KEY)
+        log.debug("ignoring environment variables that are no config path: %s", ", ".join(unread))
     return layer
+
+
+def unread_environment(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The `MODELPOOL_*` variables the loader leaves alone (names only), for `serve` to log
+    once logging is set up: at load time no handler shows a debug line yet."""
+    return unread_names(os.environ if environ is None else environ)
 
 
 def starter_catalog() -> dict[str, Any]:

@@ -19,9 +19,9 @@ router = APIRouter()
 
 
 @router.get("/healthz")
-async def healthz() -> JSONResponse:
-    """The process is up and answering."""
-    return JSONResponse({"status": "ok"})
+async def healthz(request: Request) -> JSONResponse:
+    """The process is up and answering, and which modelpool it is (`modelpool status`)."""
+    return JSONResponse({"status": "ok", "version": request.app.version})
 
 
 @router.get("/readyz")
