@@ -191,7 +191,7 @@ async def test_a_persistent_engines_key_stays_private_and_outlives_the_modelpool
     assert key not in (tmp_path / "services.json").read_text()
     assert httpx.get(f"{record.url}/v1/models", timeout=30).status_code == 401  # still closed to others
 
-    status = [sys.executable, "-m", "modelpool", "status", "--json", "--state-dir", str(tmp_path)]
+    status = [sys.executable, "-m", "modelpool", "status", "--stacks", "--json", "--state-dir", str(tmp_path)]
     shown = subprocess.run(status, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and key not in shown.stdout
     assert [e["healthy"] for e in json.loads(shown.stdout)] == [True]  # asked with the engine's key

@@ -80,13 +80,13 @@ def test_agent_stack_up_reuse_persistence_status_logs_down(tmp_path: Path, state
     assert third.returncode == 0 and third.stdout.count("│ reused") == 2 and "starting" not in third.stdout
     assert by_name(state_dir) == again
 
-    status = cli(state_dir, "status")
+    status = cli(state_dir, "status", "--stacks")
     assert status.returncode == 0
     for record in again.values():
         row = next(line for line in status.stdout.splitlines() if record.id in line)
         assert record.url in row and str(record.pid) in row and "healthy" in row
     assert cli(state_dir, "ps", "--services").stdout == status.stdout
-    entries = json.loads(cli(state_dir, "status", "--json").stdout)
+    entries = json.loads(cli(state_dir, "status", "--stacks", "--json").stdout)
     assert {(e["id"], e["pid"], e["url"], e["healthy"]) for e in entries} == {
         (r.id, r.pid, r.url, True) for r in again.values()
     }

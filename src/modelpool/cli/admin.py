@@ -24,16 +24,22 @@ def ps(
     url: UrlOpt = DEFAULT_URL,
     api_key: KeyOpt = None,
     services: Annotated[
-        bool, typer.Option("--services", help="List running services (stacks, persistent engines) instead.")
+        bool, typer.Option("--services", help="List running services (stacks, persistent engines): status --stacks.")
     ] = False,
     state_dir: StateDirOpt = None,
 ) -> None:
-    """Show every model of a running server: state, replicas, work, memory, expiry."""
+    """Show every model of a running server: state, replicas, work, memory, expiry
+    (`status` adds the server itself: its URL, version and memory)."""
     if services:
         status(state_dir, as_json=False)
         return
     with _client(url, api_key) as client:
-        models = _or_exit(client.models)
+        models = or_exit(client.models)
+    console.print(models_table(models))
+
+
+def models_table(models: list[dict[str, Any]]) -> Table:
+    """Each model of a server, one row: what `ps` prints and `status` ends with."""
     table = Table("MODEL", "STATE", "REPLICAS", "RUNNING", "QUEUED", "MEMORY", "EXPIRES IN", "LAST ERROR")
     for m in models:
         table.add_row(
@@ -42,11 +48,11 @@ def ps(
             f"{len(m['replicas'])}/{m['replicas_wanted']}",
             str(m["in_flight"]),
             str(m["queued"]),
-            _mib(m["memory"]["counted_bytes"]),
+            mib(m["memory"]["counted_bytes"]),
             _expiry(m),
             (m["last_error"] or "")[:60],
         )
-    console.print(table)
+    return table
 
 
 def load(
@@ -59,10 +65,10 @@ def load(
     """Load a model (or reload it with option overrides, or rescale it) and wait until ready."""
     overrides = dict(_parse_override(item) for item in option or [])
     with _client(url, api_key) as client, console.status(f"Loading {model}…"):
-        result = _or_exit(lambda: client.load(model, overrides=overrides, replicas=replicas))
+        result = or_exit(lambda: client.load(model, overrides=overrides, replicas=replicas))
     console.print(
         f"[green]{result['id']}[/] {result['state']} in {result['load_seconds'] or 0:.2f}s, "
-        f"{len(result['replicas'])} replica(s), {_mib(result['memory']['counted_bytes'])}"
+        f"{len(result['replicas'])} replica(s), {mib(result['memory']['counted_bytes'])}"
     )
 
 
@@ -74,7 +80,7 @@ def unload(
 ) -> None:
     """Unload a model (waiting for its running requests unless --force)."""
     with _client(url, api_key) as client, console.status(f"Unloading {model}…"):
-        result = _or_exit(lambda: client.unload(model, drain=not force))
+        result = or_exit(lambda: client.unload(model, drain=not force))
     console.print(f"[green]{result['id']}[/] {result['state']}")
 
 
@@ -82,7 +88,7 @@ def _client(url: str, api_key: str | None) -> AdminClient:
     return AdminClient(url, api_key)
 
 
-def _or_exit(call: Any) -> Any:
+def or_exit(call: Any) -> Any:
     try:
         return call()
     except ClientError as exc:
@@ -97,7 +103,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
     return key.strip(), yaml.safe_load(value)
 
 
-def _mib(value: int | None) -> str:
+def mib(value: int | None) -> str:
     return "-" if not value else f"{value / 1024 / 1024:.0f} MiB"
 
 

@@ -14,6 +14,8 @@ from modelpool.cli import admin, processes, stack
 from modelpool.cli import cache as cache_cli
 from modelpool.cli import pull as pull_cli
 from modelpool.cli import ray as ray_cli
+from modelpool.cli import run as run_cli
+from modelpool.cli import status as status_cli
 from modelpool.cli import show as show_cli
 from modelpool.cli.output import echo_err, print_models_table
 from modelpool.config import load_config
@@ -108,6 +110,7 @@ def list_models(config: ConfigOpt = None, local_config: LocalOpt = None) -> None
     print_models_table(_load(config, local_config, {}))
 
 
+app.command("run")(run_cli.run)
 app.command("ps")(admin.ps)
 app.command("pull")(pull_cli.pull_command)
 app.command("show")(show_cli.show_command)
@@ -116,7 +119,7 @@ app.command("unload")(admin.unload)
 app.command("stop-persistent")(processes.stop_persistent)
 app.command("up")(stack.up)
 app.command("down")(stack.down)
-app.command("status")(stack.status)
+app.command("status")(status_cli.status)
 app.command("logs")(stack.logs)
 app.add_typer(ray_cli.app, name="ray")
 app.add_typer(cache_cli.app, name="cache")
