@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -13,7 +14,8 @@ from modelpool.cli.stack import StateDirOpt, status
 from modelpool.client import AdminClient, ClientError
 from modelpool.client.admin import DEFAULT_URL
 
-console = Console()
+# Not a terminal (a pipe, a log): wide enough that ids are never wrapped.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 UrlOpt = Annotated[str, typer.Option("--url", envvar="MODELPOOL_URL", help="Server to talk to.")]
 KeyOpt = Annotated[
     str | None, typer.Option("--api-key", envvar="MODELPOOL_API_KEY", help="Admin API key.", show_default=False)

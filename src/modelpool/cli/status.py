@@ -41,7 +41,7 @@ def status(
         typer.echo(json.dumps({"url": url, "version": health.get("version"), "memory": memory, "models": models}))
         return
     for label, text in summary(url, health, memory, models):
-        console.print(f"[bold]{label:<8}[/] {text}", highlight=False)
+        typer.echo(f"{label:<8} {text}")  # not rich: a line is never wrapped to the terminal
     console.print(models_table(models))
 
 
@@ -65,7 +65,7 @@ def _memory_line(memory: dict[str, Any]) -> str:
     counted = sum((m.get("memory_bytes") or 0) for m in (memory.get("models") or {}).values())
     parts = [
         f"process {mib(system.get('process_rss_bytes'))}",
-        f"models {mib(counted)} of budget {mib(budget) if budget else 'unlimited'}",
+        f"models {mib(counted)} (budget: {mib(budget) if budget else 'unlimited'})",
         f"machine {mib(system.get('available_bytes'))} free of {mib(system.get('total_bytes'))}",
     ]
     return ", ".join(parts)
