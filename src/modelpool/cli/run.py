@@ -1,10 +1,11 @@
 """`modelpool run MODEL [PROMPT]`: chat with a model in the terminal, streamed, as `ollama run`.
 
 Which server: the one at --url / $MODELPOOL_URL when given (an error when it does not
-answer: starting another one elsewhere would surprise); else the default
-http://127.0.0.1:8000 when a server answers there; else a `modelpool serve` child for MODEL
-alone on a free loopback port, stopped when `run` ends. Either way the chat goes through
-the SDK, and the server loads the model on demand.
+answer: starting another one elsewhere would surprise), where MODEL is an id or alias it
+serves; else the default http://127.0.0.1:8000 when a server answers there; else a
+`modelpool serve MODEL` child on a free loopback port (MODEL anything `serve` takes: a
+catalog id, a .gguf file, a model folder, an `hf:` reference), stopped when `run` ends.
+Either way the chat goes through the SDK, and the server loads the model on demand.
 
 Interactive (stdin a terminal): a multi-turn chat; `/bye` or Ctrl-D ends it, `/clear`
 forgets the history, Ctrl-C stops the reply being written (the request is closed, so the
@@ -25,7 +26,7 @@ import typer
 
 from modelpool.cli.admin import KeyOpt
 from modelpool.cli.chat_session import ChatSession, ReplyOptions
-from modelpool.cli.local_server import StartFailed, local_server
+from modelpool.cli.local_server import StartFailed, local_server, served_id
 from modelpool.client import AdminClient, ClientError
 from modelpool.client.admin import DEFAULT_URL
 
@@ -63,8 +64,8 @@ def run(
     question = one_shot_prompt(prompt)
     options = ReplyOptions(system=system, max_tokens=max_tokens, temperature=temperature)
     try:
-        with _server(url, model, config) as base_url:
-            session = ChatSession(base_url, model, api_key, options)
+        with _server(url, model, config) as (base_url, served_as):
+            session = ChatSession(base_url, served_as, api_key, options)
             with session:
                 session.wait_ready(READY_TIMEOUT_S)
                 code = session.interactive() if question is None else session.one_shot(question)
@@ -91,19 +92,19 @@ def one_shot_prompt(prompt: str | None) -> str | None:
 
 
 @contextlib.contextmanager
-def _server(url: str | None, model: str, config: Path | None) -> Iterator[str]:
-    """The server to chat through (see the module's docstring)."""
+def _server(url: str | None, model: str, config: Path | None) -> Iterator[tuple[str, str]]:
+    """The server to chat through (see the module's docstring) and the model's id there."""
     if url is not None:
         if not _answers(url):
             _fail(f"no server answers at {url} (unset --url/MODELPOOL_URL to have one started for {model})")
-        yield url
+        yield url, model
         return
     if _answers(DEFAULT_URL):
-        yield DEFAULT_URL
+        yield DEFAULT_URL, model
         return
     typer.secho(f"no server at {DEFAULT_URL}: starting one for {model}…", err=True, dim=True)
-    with local_server(model, config) as started:
-        yield started
+    with local_server(model, config) as started, AdminClient(started, timeout_s=30) as client:
+        yield started, served_id(model, client.models())
 
 
 def _answers(url: str) -> bool:
