@@ -15,8 +15,8 @@ from modelpool.cli import cache as cache_cli
 from modelpool.cli import pull as pull_cli
 from modelpool.cli import ray as ray_cli
 from modelpool.cli import run as run_cli
-from modelpool.cli import status as status_cli
 from modelpool.cli import show as show_cli
+from modelpool.cli import status as status_cli
 from modelpool.cli.output import echo_err, print_models_table
 from modelpool.config import load_config
 from modelpool.config.redact import redacted_config
