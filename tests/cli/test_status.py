@@ -11,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rich.console import Console
 from typer.testing import CliRunner
 
 import modelpool
+from modelpool.cli.admin import models_table, state_text
 from modelpool.cli.main import app
 from tests.cli.conftest import cli_environment
 from tests.conftest import CHAT_MODEL
@@ -93,3 +95,15 @@ def completion_script(shell: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
     argv = [*MODELPOOL, "--show-completion", shell]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_download_shows_how_far_it_is() -> None:
+    download = {"done_bytes": 50 * 2**20, "total_bytes": 200 * 2**20, "percent": 25.0, "file": "m.gguf"}
+    model = {"id": "m", "state": "downloading", "replicas": [], "replicas_wanted": 1, "in_flight": 0, "queued": 0,
+             "memory": {"counted_bytes": 0}, "expires_in_s": None, "last_error": None,
+             "download": download}  # fmt: skip
+    assert state_text(model) == "downloading 25% of 200 MiB"
+    assert state_text({**model, "state": "ready", "download": None}) == "ready"
+    console = Console(width=200, record=True)
+    console.print(models_table([model]))
+    assert "downloading 25% of 200 MiB" in console.export_text()

@@ -46,7 +46,7 @@ def models_table(models: list[dict[str, Any]]) -> Table:
     for m in models:
         table.add_row(
             m["id"],
-            m["state"],
+            state_text(m),
             f"{len(m['replicas'])}/{m['replicas_wanted']}",
             str(m["in_flight"]),
             str(m["queued"]),
@@ -107,6 +107,14 @@ def _parse_override(item: str) -> tuple[str, Any]:
 
 def mib(value: int | None) -> str:
     return "-" if not value else f"{value / 1024 / 1024:.0f} MiB"
+
+
+def state_text(model: dict[str, Any]) -> str:
+    """The state, with how far a download is (`downloading 42% of 270 MiB`)."""
+    download = model.get("download")
+    if model["state"] != "downloading" or not isinstance(download, dict):
+        return str(model["state"])
+    return f"downloading {download.get('percent', 0):.0f}% of {mib(download.get('total_bytes'))}"
 
 
 def _expiry(model: dict[str, Any]) -> str:
