@@ -49,8 +49,10 @@ async def test_charts_show_the_request_rate_and_latency(tab: Tab, ui_url: str) -
         latency = page.get_by_role("img", name=re.compile(r"^Latency"))
         await expect(latency).to_have_accessible_name(re.compile(r"Latest: p50 [\d.]+ m?s, p99 [\d.]+ m?s"))
         await expect(page.locator("#chart-latency-latest")).to_have_text(re.compile(r"^p50 [\d.]+ m?s, p99"))
-        memory = page.get_by_role("img", name=re.compile(r"^Memory of loaded models"))
-        await expect(memory).to_have_accessible_name(re.compile(r"Latest: [\d.]+ (MiB|GiB) counted"))
+        memory = page.get_by_role("img", name=re.compile(r"^Memory"))
+        await expect(memory).to_have_accessible_name(
+            re.compile(r"Latest: RSS [\d.]+ (MiB|GiB): runtimes [\d.]+ (B|KiB|MiB|GiB), \d+ models [\d.]+ \w+ measured")
+        )
         await expect(page.locator("#chart-requests svg path.series-0")).not_to_have_count(0)
         await expect(page.locator("#chart-requests svg .tick").first).to_be_visible()
         await page.get_by_label("Time range").select_option(label="1 minute")
@@ -67,6 +69,8 @@ async def test_charts_show_the_request_rate_and_latency(tab: Tab, ui_url: str) -
     busy = [point for point in history["points"] if point["requests_per_s"] > 0]
     assert busy and all(point["latency_p50_s"] > 0 for point in busy)
     assert all(point["latency_p99_s"] >= point["latency_p50_s"] for point in busy)
+    # The memory chart's parts add up: the models' measured shares and the runtimes are in the RSS.
+    assert all(p["runtimes_bytes"] + p["memory_measured_bytes"] <= p["process_rss_bytes"] for p in history["points"])
     # `since` answers what is after it: from the third newest point on, the two newer ones
     # (and any sampled since the first request), never the whole window nor nothing.
     points = history["points"]

@@ -41,6 +41,10 @@ class Counters:
     latency: Buckets = ()
     input_tokens: float = 0.0
     output_tokens: float = 0.0
+    process_rss_bytes: float = 0.0
+    """Not cumulative: the process's RSS at the reading (the memory gauges' collector)."""
+    runtimes_bytes: float = 0.0
+    """Not cumulative: the runtimes' first imports, counted once each."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class HistoryPoint:
     memory_counted_bytes: int
     memory_measured_bytes: int
     loaded_models: int
+    process_rss_bytes: int = 0
+    """modelpool's RSS; the models' measured memory and the runtimes are parts of it."""
+    runtimes_bytes: int = 0
 
 
 def _is_model_request(labels: dict[str, str]) -> bool:
@@ -80,7 +87,7 @@ def _is_model_request(labels: dict[str, str]) -> bool:
 
 
 def read_counters(registry: CollectorRegistry) -> Counters:
-    requests = errors = input_tokens = output_tokens = 0.0
+    requests = errors = input_tokens = output_tokens = rss = runtimes = 0.0
     buckets: dict[float, float] = {}
     for metric in registry.collect():
         for sample in metric.samples:
@@ -95,7 +102,11 @@ def read_counters(registry: CollectorRegistry) -> Counters:
                 input_tokens += value
             elif name == "modelpool_output_tokens_total":
                 output_tokens += value
-    return Counters(requests, errors, tuple(sorted(buckets.items())), input_tokens, output_tokens)
+            elif name == "modelpool_process_resident_bytes":
+                rss += value
+            elif name == "modelpool_runtime_memory_bytes":
+                runtimes += value
+    return Counters(requests, errors, tuple(sorted(buckets.items())), input_tokens, output_tokens, rss, runtimes)
 
 
 def read_gauges(statuses: Iterable[ModelStatus]) -> Gauges:
@@ -150,6 +161,8 @@ def point_between(before: Counters, after: Counters, seconds: float, gauges: Gau
         input_tokens_per_s=rate(before.input_tokens, after.input_tokens),
         output_tokens_per_s=rate(before.output_tokens, after.output_tokens),
         **asdict(gauges),
+        process_rss_bytes=int(after.process_rss_bytes),
+        runtimes_bytes=int(after.runtimes_bytes),
     )
 
 

@@ -13,12 +13,22 @@ function updatedAt() {
   return `updated ${new Date().toLocaleTimeString()}`;
 }
 
-function adminSummary(models) {
+function adminSummary(models, memory) {
   const states = {};
   for (const model of models) states[model.state] = (states[model.state] || 0) + 1;
   const counted = models.reduce((sum, m) => sum + (m.state === "unloaded" ? 0 : m.memory.counted_bytes), 0);
   const stateText = Object.entries(states).map(([state, n]) => `${n} ${state}`).join(", ");
-  return `${models.length} models (${stateText}) · ${formatBytes(counted)} counted · ${updatedAt()}`;
+  return `${models.length} models (${stateText}) · ${memoryText(memory, counted)} · ${updatedAt()}`;
+}
+
+/** The process's RSS and its parts, which add up (docs/memory.md), against the budget. */
+function memoryText(memory, counted) {
+  const process = memory?.process;
+  if (!process) return `${formatBytes(counted)} counted`;
+  const budget = memory.budget.memory_bytes;
+  const of = budget === null ? "no budget" : `budget ${formatBytes(budget)}`;
+  return `modelpool ${formatBytes(process.rss_bytes)} (baseline ${formatBytes(process.baseline_bytes)}, `
+    + `runtimes ${formatBytes(process.runtimes_bytes)}, models ${formatBytes(process.models_bytes)} measured) · ${of}`;
 }
 
 function refusalPanel(title, message, ...more) {
@@ -59,14 +69,14 @@ export function mount(root) {
     if (focus) detail.heading.focus(); // the keyboard goes on into the form
   }
 
-  function showAdmin(models) {
+  function showAdmin(models, memory) {
     if (stopped) return; // the page was left while the list was on its way
     if (view?.kind !== "admin") {
       view = { kind: "admin", table: adminTable((id) => select(id, true)) };
       body.replaceChildren(view.table.element);
     }
     view.table.update(models);
-    summary.textContent = adminSummary(models);
+    summary.textContent = adminSummary(models, memory);
     if (!selected) return;
     if (!detail || detail.id() !== selected) select(selected, false);
     else detail.update(view.table.model(selected));
@@ -98,7 +108,8 @@ export function mount(root) {
   async function listing() {
     if (view?.kind === "readonly") return showReadOnly(null, (await api("/v1/models")).data);
     try {
-      return showAdmin((await api("/v1/admin/models")).data);
+      const [listed, memory] = await Promise.all([api("/v1/admin/models"), api("/v1/admin/memory").catch(() => null)]);
+      return showAdmin(listed.data, memory);
     } catch (error) {
       if (!(error instanceof ApiError) || error.status !== 403) throw error;
       // The list every inference key may read (metadata: no rate limit, no usage counted).
