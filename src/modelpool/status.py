@@ -192,6 +192,8 @@ class GpuAccount:
     used_bytes: int
     models_bytes: int
     """The loaded models' measured share of the GPUs' growth."""
+    runtimes_bytes: int = 0
+    """What runtimes hold on the GPUs once per process (PyTorch's CUDA context)."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import pytest
 from modelpool.backends.base import MemoryEstimate
 from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.runtime.memory_ledger import Ledger
+from modelpool.status import GpuMemory
 
 
 class Meter:
@@ -138,3 +139,17 @@ def test_an_engine_process_gets_no_share_of_this_process() -> None:
     windows = accounts.open_load(MemoryEstimate(100), in_process=False)
     meter.value += 50
     assert accounts.close_load(windows).ram_bytes == 0
+
+
+def test_gpu_loads_share_the_gpus_growth_by_their_gpu_estimates() -> None:
+    free = [80_000]
+
+    def gpus() -> list[GpuMemory]:
+        return [GpuMemory("cuda:0", 100_000, free[0])]
+
+    accounts = MemoryAccounts(rss=Ledger(Meter()), gpus=gpus)
+    assert accounts.overhead().gpu_bytes == 20_000  # in use at start, by anyone
+    a = accounts.open_load(MemoryEstimate(10, gpu_bytes=3000), in_process=True)
+    b = accounts.open_load(MemoryEstimate(10, gpu_bytes=1000), in_process=True)
+    free[0] -= 4000
+    assert (accounts.close_load(a).gpu_bytes, accounts.close_load(b).gpu_bytes) == (3000, 1000)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.runtime_modules import KNOWN_RUNTIMES
-from modelpool.runtime.gpu_probe import GpuProbe, probe_gpus, used_bytes
+from modelpool.runtime.gpu_probe import GpuProbe, nvml_gpus, used_bytes
 from modelpool.runtime.memory import process_rss
 from modelpool.runtime.memory_ledger import Ledger, Window
 
@@ -40,7 +40,9 @@ class Measured:
 
 
 class MemoryAccounts:
-    def __init__(self, *, rss: Ledger | None = None, gpus: GpuProbe = probe_gpus) -> None:
+    def __init__(self, *, rss: Ledger | None = None, gpus: GpuProbe = nvml_gpus) -> None:
+        """`gpus` reads the GPUs at every load's start and end: NVML only by default (cheap,
+        and never PyTorch, whose probe would create a CUDA context on every device)."""
         self.ram = rss or Ledger(process_rss)
         seen = gpus()
         self.gpus_at_start = seen
@@ -48,6 +50,8 @@ class MemoryAccounts:
         """GPU memory used on every visible GPU (by anyone); None without a GPU."""
         self.runtimes: dict[str, int] = {}
         """Runtime (top-level module) → the process growth its first import caused."""
+        self.gpu_runtimes: dict[str, int] = {}
+        """GPU memory a runtime holds once per process (PyTorch's CUDA context)."""
         self._imports = asyncio.Lock()
 
     @property
@@ -60,7 +64,8 @@ class MemoryAccounts:
     def overhead(self) -> MemoryEstimate:
         """What the budget holds back before any model: the process's baseline and runtimes
         (RAM), and what the GPUs already held when the pool was built."""
-        return MemoryEstimate(self.baseline_bytes + self.runtimes_bytes(), self.gpu.start if self.gpu else 0)
+        gpu = self.gpu.start + sum(self.gpu_runtimes.values()) if self.gpu else 0
+        return MemoryEstimate(self.baseline_bytes + self.runtimes_bytes(), gpu)
 
     async def import_runtimes(self, modules: tuple[str, ...]) -> None:
         """Import the runtimes not imported yet, one at a time, each measured as its own.
@@ -78,6 +83,24 @@ class MemoryAccounts:
                     grown = self.ram.close(window)
                 if module in sys.modules:
                     self.runtimes[module.split(".")[0]] = self.runtimes.get(module.split(".")[0], 0) + grown
+                if module == "torch" and module in sys.modules:
+                    await self._start_cuda()
+
+    async def _start_cuda(self) -> None:
+        """With a GPU seen, create PyTorch's CUDA context now, measured as the runtime's: it
+        costs a few hundred MB of GPU memory (and some RAM) once per process, and would
+        otherwise be charged to whichever model touched CUDA first."""
+        torch = sys.modules["torch"]
+        if self.gpu is None or "torch (CUDA)" in self.gpu_runtimes or not torch.cuda.is_available():
+            return
+        ram, gpu = self.ram.open(RUNTIME_WEIGHT), self.gpu.open(RUNTIME_WEIGHT)
+        try:
+            await asyncio.to_thread(torch.zeros, 1, device="cuda")
+        except Exception as exc:  # a broken driver: the model's load will say so
+            log.debug("CUDA context not created", extra={"error": str(exc)})
+        finally:
+            self.runtimes["torch"] = self.runtimes.get("torch", 0) + self.ram.close(ram)
+            self.gpu_runtimes["torch (CUDA)"] = self.gpu.close(gpu)
 
     @contextmanager
     def side_imports(self) -> Iterator[None]:
