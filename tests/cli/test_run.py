@@ -24,7 +24,7 @@ from tests.cli.conftest import ALIAS, APP_KEY, cli_environment
 from tests.cli.terminal import CTRL_C, CTRL_D, terminal
 from tests.conftest import CHAT_MODEL
 from tests.polling import wait_until
-from tests.processes import Server
+from tests.processes import Server, llama_cpp_server
 
 MODELPOOL = [sys.executable, "-m", "modelpool"]
 PROMPT = ">>> "
@@ -78,6 +78,18 @@ def test_one_shot_reads_a_piped_prompt_and_joins_it_to_the_argument(served: Serv
     assert piped.stdout.strip()
     joined = run_once(served, CHAT_MODEL, "Summarise in five words:", "--max-tokens", "20", stdin="Cats sleep a lot.")
     assert joined.returncode == 0 and joined.stdout.strip(), joined.stderr
+
+
+def test_any_openai_compatible_server_will_do(tmp_path: Path) -> None:
+    """--url at llama-cpp-python's own server (no /healthz, no /readyz): readiness falls back
+    along the SDK's chain and the chat streams the same."""
+    with llama_cpp_server(tmp_path / "llama.log", SMOLLM2_FILE, "smol") as server:
+        result = subprocess.run(
+            [*MODELPOOL, "run", "smol", "Say hello.", "--max-tokens", "16", "--url", server.url],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() and result.stderr == ""
 
 
 def test_errors_are_one_line_without_a_traceback(served: Server, tmp_path: Path) -> None:

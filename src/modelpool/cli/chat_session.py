@@ -41,7 +41,9 @@ class ChatSession:
     def __init__(self, base_url: str, model: str, api_key: str | None, options: ReplyOptions) -> None:
         # The SDK reads a key from the variable an endpoint names; the key given on the
         # command line is handed over under that name, in a mapping of its own.
-        endpoint = {"kind": "openai_compat", "base_url": base_url, "model_name": model, "health_path": "/readyz"}
+        # openai_compat: any OpenAI-compatible server (readiness: modelpool's /readyz?model=,
+        # else /health, else /v1/models).
+        endpoint = {"kind": "openai_compat", "base_url": base_url, "model_name": model}
         if api_key:
             endpoint["api_key_env"] = KEY_VARIABLE
         config = parse_models_config({ROLE: endpoint}, environ={KEY_VARIABLE: api_key} if api_key else {})

@@ -27,7 +27,7 @@ import typer
 from modelpool.cli.admin import KeyOpt
 from modelpool.cli.chat_session import ChatSession, ReplyOptions
 from modelpool.cli.local_server import StartFailed, local_server, served_id
-from modelpool.client import AdminClient, ClientError
+from modelpool.client import AdminClient, ClientError, ConnectionFailed
 from modelpool.client.admin import DEFAULT_URL
 
 MAX_STDIN_CHARS = 1_000_000
@@ -108,11 +108,15 @@ def _server(url: str | None, model: str, config: Path | None) -> Iterator[tuple[
 
 
 def _answers(url: str) -> bool:
+    """Whether an HTTP server answers at `url` (any answer: llama-server or vLLM have no
+    /healthz, and are fine to chat through)."""
     with AdminClient(url, timeout_s=PROBE_TIMEOUT_S) as client:
         try:
             client.health()
-        except ClientError:
+        except ConnectionFailed:
             return False
+        except (ClientError, ValueError):  # an error status, a body that is no JSON: it answered
+            return True
     return True
 
 
