@@ -18,12 +18,19 @@ def process_rss() -> int:
 
 
 def release_freed_memory() -> None:
-    """Collect garbage and ask glibc to return free heap pages to the OS, so that an unload
-    shows up in the process RSS instead of sitting in the allocator's free lists."""
+    """Collect garbage and ask glibc to return free heap pages to the OS (and PyTorch its
+    cached GPU memory to the driver), so that an unload shows up in the process RSS and the
+    GPUs' used memory instead of sitting in an allocator's free lists."""
     gc.collect()
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+    # PyTorch keeps freed GPU memory in its cache: the budget counts it free, so give it
+    # back to the driver (another engine, or another process, may need it). Seen on an H200:
+    # unloading a model left the GPU's used memory unchanged until this.
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 @cache

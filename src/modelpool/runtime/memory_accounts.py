@@ -83,8 +83,8 @@ class MemoryAccounts:
                     grown = self.ram.close(window)
                 if module in sys.modules:
                     self.runtimes[module.split(".")[0]] = self.runtimes.get(module.split(".")[0], 0) + grown
-                if module == "torch" and module in sys.modules:
-                    await self._start_cuda()
+            if "torch" in modules and "torch" in sys.modules:  # imported here or before (a backend class)
+                await self._start_cuda()
 
     async def _start_cuda(self) -> None:
         """With a GPU seen, create PyTorch's CUDA context now, measured as the runtime's: it
