@@ -263,8 +263,8 @@ def test_api_keys_come_from_a_secret(config: Config, manifest: dict[str, Any]) -
 
 
 def test_pod_environment_is_no_config_override(config: Config, manifest: dict[str, Any]) -> None:
-    """The loader reads MODELPOOL_* variables as config overrides: the pods' own variables
-    must load to the same config (a key_env named MODELPOOL_... would not load at all)."""
+    """The loader reads MODELPOOL_* variables that spell a config path as overrides: the
+    pods' own variables must load to the same config."""
     for name, group in groups(manifest).items():
         environ = {e["name"]: "a-secret-value" for e in ray_container(group).get("env", [])}
         assert load_config(CONFIG_FILE, environ=environ) == config, name

@@ -15,7 +15,7 @@ from tests.cross_encoders import tiny_cross_encoder
 from tests.processes import Server, modelpool_serve
 from tests.vlm_models import tiny_llava
 
-KEY_ENV = "SDK_TEST_KEY"  # not MODELPOOL_*: those are config layers
+KEY_ENV = "SDK_TEST_KEY"
 KEY = "sk-sdk-test-5d1e-never-print-me"
 ENVIRON = {KEY_ENV: KEY, "WRONG_KEY": "sk-wrong"}
 """What load_models_config reads the keys from in these tests (the process env is left alone)."""
