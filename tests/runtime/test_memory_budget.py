@@ -134,3 +134,6 @@ def test_the_server_says_its_budget_at_start_and_counts_its_baseline_in_it(caplo
     assert memory.budget.models_memory_bytes == 4 * GiB - GiB - GiB // 2  # baseline and runtime held back
     assert memory.runtimes == {"torch": GiB // 2} and memory.gpu is None
     assert memory.process is not None and memory.process.baseline_bytes == GiB
+    gauges = pool.metrics.render().decode()
+    assert 'modelpool_memory_budget_bytes{device="ram",part="total"} 4.294967296e+09' in gauges
+    assert 'modelpool_runtime_memory_bytes{runtime="torch"} 5.36870912e+08' in gauges

@@ -12,6 +12,7 @@ from modelpool.backends.base import MemoryEstimate
 from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.runtime.memory_ledger import Ledger
 from modelpool.status import GpuMemory
+from tests.fakes import FakeProcessBackend, fake_slot, pool_of
 
 
 class Meter:
@@ -153,3 +154,25 @@ def test_gpu_loads_share_the_gpus_growth_by_their_gpu_estimates() -> None:
     b = accounts.open_load(MemoryEstimate(10, gpu_bytes=1000), in_process=True)
     free[0] -= 4000
     assert (accounts.close_load(a).gpu_bytes, accounts.close_load(b).gpu_bytes) == (3000, 1000)
+
+
+class GrowingEngine(FakeProcessBackend):
+    """An engine process whose RSS grows as it serves (its KV cache filling)."""
+
+    rss = 1000
+
+    def resident_bytes(self) -> int:
+        return self.rss
+
+
+async def test_an_engine_process_is_counted_by_its_rss_now_not_at_load() -> None:
+    backend = GrowingEngine()
+    slot = fake_slot(backend)
+    pool = pool_of(slot)
+    await pool.load("fake")
+    backend.rss = 5000
+    assert slot.memory_bytes() == 5000
+    memory = pool.memory()
+    assert memory.models["fake"].locality == "engine_process" and memory.models["fake"].measured_bytes == 5000
+    assert memory.process is not None and memory.process.engine_processes_bytes == 5000
+    assert memory.process.models_bytes == 0  # not this process's memory

@@ -59,13 +59,20 @@ class Replica:
         if self.running == 0:
             self.idle.set()
 
+    def current_memory(self) -> int:
+        """An engine process's RSS now (its KV cache and buffers grow as it serves: the
+        budget counts what it holds today), else what this replica's load measured."""
+        if isinstance(self.backend, ProcessBackend):
+            self.memory_bytes = self.backend.resident_bytes() or self.memory_bytes
+        return self.memory_bytes
+
     def status(self) -> ReplicaStatus:
         process = self.backend if isinstance(self.backend, ProcessBackend) else None
         return ReplicaStatus(
             index=self.index,
             running=self.running,
             served=self.served,
-            memory_bytes=self.memory_bytes,
+            memory_bytes=self.current_memory(),
             retiring=self.retiring,
             pid=process.pid if process else None,
             port=process.port if process else None,
@@ -181,7 +188,7 @@ class ReplicaSet:
             self._accounts.close_release(release)
 
     def measured_bytes(self) -> int:
-        return sum(r.memory_bytes for r in self.members)
+        return sum(r.current_memory() for r in self.members)
 
     def measured_gpu_bytes(self) -> int:
         return sum(r.gpu_memory_bytes for r in self.members)
