@@ -66,6 +66,7 @@ async def test_a_budget_smaller_than_the_catalog_evicts_real_models_instead_of_d
             "memory_bytes": "300MB", "options": {"n_ctx": 512}}  # fmt: skip
     accounts = MemoryAccounts()
     await accounts.import_runtimes(("llama_cpp",))
+    runtimes = dict(accounts.runtimes)
     room = accounts.overhead().ram_bytes + 450_000_000
     config = load_config(
         environ={},
@@ -81,6 +82,7 @@ async def test_a_budget_smaller_than_the_catalog_evicts_real_models_instead_of_d
             assert (states[model], states[other]) == (SlotState.READY, SlotState.UNLOADED)
         memory = pool.memory()
         assert memory.budget.models_memory_bytes is not None and memory.budget.models_memory_bytes < 600_000_000
+        assert memory.runtimes == runtimes  # three loads of a llama.cpp model: its runtime counted once
     finally:
         await pool.close()
 
