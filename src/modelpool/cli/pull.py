@@ -25,11 +25,11 @@ from rich.progress import (
 
 from modelpool.cli.output import echo_err
 from modelpool.config import load_config
+from modelpool.config.detection import hub_selected
 from modelpool.errors import ConfigError, ModelSourceError
 from modelpool.hub.access import HubAccess
 from modelpool.hub.pull import PullCancelled, PullPlan, PullProgress, plan_pull, pull
 from modelpool.hub.reference import HubReference, parse_reference
-from modelpool.hub.select import files_for
 from modelpool.hub.view import HubView
 
 MAX_REFERENCES = 32
@@ -88,22 +88,10 @@ def _plan(ref: HubReference, backend: str | None, access: HubAccess) -> PullPlan
         from modelpool.detect import detect
 
         view = HubView(ref, access)
-        found = detect(view, label=str(ref), selected=_selected(ref, view.names()))
+        found = detect(view, label=str(ref), selected=hub_selected(ref, view.names()))
         typer.echo(f"{ref}: {found.backend} ({found.reason})", err=True)
         return plan_pull(ref, found.backend, access)
     return plan_pull(ref, backend, access)
-
-
-def _selected(ref: HubReference, names: list[str]) -> str | None:
-    """The file detection should look at: the one named, or the GGUF a quant tag (or the
-    default quant) picks in a repo of GGUF files; None: the repo as a whole."""
-    if ref.filename is not None:
-        return ref.filename
-    ggufs = [n for n in names if n.lower().endswith(".gguf")]
-    if not ggufs or (ref.quant is None and any(n.endswith((".safetensors", ".bin")) for n in names)):
-        return None
-    models = [n for n in files_for("llama_cpp", names, ref.selector) if "mmproj" not in n.lower()]
-    return models[0] if models else None
 
 
 def _download(plan: PullPlan, access: HubAccess, *, quiet: bool) -> Path:
