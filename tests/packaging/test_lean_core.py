@@ -112,7 +112,7 @@ def test_mcp_answers_501_in_json_rpc_naming_the_extra(server: Server) -> None:
 
 def test_decoding_an_upload_answers_501_in_openai_shape_naming_the_extra(server: Server) -> None:
     response = httpx.post(f"{server.url}/v1/audio/transcriptions", data={"model": "whisper-tiny.en"},
-                          files={"file": ("a.wav", wav_bytes(), "audio/wav")}, timeout=30)  # fmt: skip
+                          files={"file": ("a.wav", wav_bytes(), "audio/wav")}, timeout=120)  # fmt: skip
     assert response.status_code == 501, response.text
     error = response.json()["error"]
     assert error["code"] == "extra_not_installed"
