@@ -5,6 +5,7 @@ line, and a budget that holds back the process's baseline and runtimes."""
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,27 @@ def test_the_server_says_its_budget_at_start_and_counts_its_baseline_in_it(caplo
     gauges = pool.metrics.render().decode()
     assert 'modelpool_memory_budget_bytes{device="ram",part="total"} 4.294967296e+09' in gauges
     assert 'modelpool_runtime_memory_bytes{runtime="torch"} 5.36870912e+08' in gauges
+
+
+def test_a_half_imported_torch_is_not_asked_for_its_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime import runs on a worker thread while the metrics sampler probes the GPUs: until
+    that import ends, sys.modules holds a torch without `cuda` (seen as an AttributeError in the
+    sampler). The probe treats it as not imported yet; a finished import is used."""
+    import importlib.machinery
+    import types
+
+    from modelpool.runtime.gpu_probe import torch_gpus
+    from modelpool.runtime.memory import imported_torch
+
+    half = types.ModuleType("torch")
+    half.__spec__ = importlib.machinery.ModuleSpec("torch", None)
+    half.__spec__._initializing = True  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", half)
+    assert imported_torch() is None
+    assert torch_gpus() == []
+
+    finished = types.ModuleType("torch")
+    finished.cuda = types.SimpleNamespace(is_available=lambda: False)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", finished)
+    assert imported_torch() is finished
+    assert torch_gpus() == []

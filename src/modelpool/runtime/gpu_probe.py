@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import sys
 from collections.abc import Callable
 from functools import cache
 
+from modelpool.runtime.memory import imported_torch
 from modelpool.status import GpuMemory
 
 log = logging.getLogger("modelpool.runtime")
@@ -58,7 +58,7 @@ def nvml_gpus() -> list[GpuMemory]:
 
 def torch_gpus() -> list[GpuMemory]:
     """Per-device memory from PyTorch, only when it is already imported and sees a GPU."""
-    torch = sys.modules.get("torch")
+    torch = imported_torch()
     if torch is None or not torch.cuda.is_available():
         return []
     devices = []

@@ -9,6 +9,7 @@ import gc
 import sys
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 import psutil
 
@@ -28,9 +29,21 @@ def release_freed_memory() -> None:
     # PyTorch keeps freed GPU memory in its cache: the budget counts it free, so give it
     # back to the driver (another engine, or another process, may need it). Seen on an H200:
     # unloading a model left the GPU's used memory unchanged until this.
-    torch = sys.modules.get("torch")
+    torch = imported_torch()
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+
+
+def imported_torch() -> Any | None:
+    """PyTorch when it is imported and its import has finished, else None (never imports it).
+    A runtime import runs on a worker thread (the ledger measures it) while the metrics sampler
+    reads memory on another: until that import ends, `sys.modules` holds a half-built torch
+    with no `cuda` yet."""
+    torch = sys.modules.get("torch")
+    spec = getattr(torch, "__spec__", None)
+    if torch is None or getattr(spec, "_initializing", False) or not hasattr(torch, "cuda"):
+        return None
+    return torch
 
 
 @cache
