@@ -140,7 +140,13 @@ def test_losing_a_worker_node_keeps_the_ingress_its_state_and_idempotent_work(ra
                 running.result(timeout=120)
     failed = [result for result in results if result[0] != 200]
     assert not failed, f"{len(failed)} of {len(results)} embeddings failed across the node loss: {failed[:3]}"
-    assert retries(ray_pool) > retried, "no call was sent again: the loss caught none in flight on node_c"
+    # Who sends a dead replica's call again depends on when it dies: a call in flight there is
+    # caught by the ingress (counted in modelpool_replica_retries_total); one routed there as
+    # Ray notices the loss is re-routed by Ray Serve's router; and a replica whose raylet died
+    # may drain what it holds before it exits (seen under full-suite load: nothing caught in
+    # flight). Either way no embedding failed (above). The ingress's own resend is pinned by
+    # tests/test_ray_config.py; here its counter must only survive the loss (never fall).
+    assert retries(ray_pool) >= retried, "the ingress's retry counter fell: its state was lost"
 
     assert ingress_actors() == ingress, "the ingress was rebuilt: its in-memory state is gone"
     assert requests_total(ray_pool) >= counted + len(results)
