@@ -16,7 +16,6 @@ import contextlib
 import importlib.util
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ import pytest
 
 from modelpool.services.ports import free_port
 from tests.polling import wait_until
+from tests.processes import stop
 
 pytestmark = pytest.mark.e2e
 
@@ -83,13 +83,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     descendants: list[psutil.Process] = []
     with contextlib.suppress(psutil.NoSuchProcess):  # it may have exited already
         descendants = psutil.Process(process.pid).children(recursive=True)
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop(process)
     for child in descendants:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.terminate()
