@@ -236,12 +236,8 @@ class _Reply(Exception):
 
 
 def _handler(hub: HubStandin, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
-    class Handler(_HubHandler):
-        pass
-
-    Handler.hub = hub
-    Handler.is_cdn = cdn
-    return Handler
+    """A handler class bound to this hub (http.server builds one handler per request)."""
+    return type("Handler", (_HubHandler,), {"hub": hub, "is_cdn": cdn})
 
 
 class _HubHandler(BaseHTTPRequestHandler):

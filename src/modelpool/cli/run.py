@@ -70,7 +70,7 @@ def run(
                 session.wait_ready(READY_TIMEOUT_S)
                 code = session.interactive() if question is None else session.one_shot(question)
     except (ClientError, StartFailed) as exc:
-        _fail(str(getattr(exc, "message", exc)))
+        _fail(exc.message if isinstance(exc, ClientError) else str(exc))
     except KeyboardInterrupt:
         typer.echo("", err=True)
         raise typer.Exit(130) from None
