@@ -106,6 +106,9 @@ $(VENV)/.installed-test: $(INSTALLED) $(VENV)/.installed-ray
 	command -v chromium >/dev/null 2>&1 || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
 		echo "warning: could not install Debian's chromium: the browser tests (tests/ui) will skip"
+	# The container tests build and run images with Podman on a locally made base image.
+	bash scripts/container_host.sh || \
+		echo "warning: no container runtime could be set up: the container tests (tests/containers) will skip"
 	touch $@
 
 # Move constraints.txt forward: the whole test install into a fresh venv with no constraints
