@@ -14,6 +14,7 @@ from modelpool.cli import admin, processes, stack
 from modelpool.cli import cache as cache_cli
 from modelpool.cli import pull as pull_cli
 from modelpool.cli import ray as ray_cli
+from modelpool.cli import ready as ready_cli
 from modelpool.cli import run as run_cli
 from modelpool.cli import show as show_cli
 from modelpool.cli import status as status_cli
@@ -147,6 +148,27 @@ def ray_serve_config(
 ) -> None:
     """Print the KubeRay RayService serveConfigV2 for this config (see deploy/kuberay/)."""
     ray_cli.serve_config_command(_load(config, local_config, {}), config_path)
+
+
+@app.command("ready")
+def ready(
+    url: ready_cli.ReadyUrlOpt = None,
+    api_key: admin.KeyOpt = None,
+    model: ready_cli.ModelOpt = None,
+    wait: ready_cli.WaitOpt = 0.0,
+    config: ConfigOpt = None,
+    local_config: LocalOpt = None,
+) -> None:
+    """Exit 0 once the server's /readyz answers 200 (every preloaded model ready), else 1:
+    for systemd's ExecStartPost, a container HEALTHCHECK, scripts. Without --url, the
+    server the config names (the same --config as `serve`)."""
+    if url is None:
+        try:
+            url = ready_cli.url_of(_load(config, local_config, {}).server)
+        except ValueError as exc:
+            echo_err(f"error: {exc}")
+            raise typer.Exit(2) from None
+    ready_cli.wait_until_ready(ready_cli.checked_url(url), api_key=api_key, model=model, wait_s=wait)
 
 
 @app.command("config-schema")

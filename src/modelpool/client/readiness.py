@@ -43,8 +43,9 @@ class ReadinessProbe:
             left = deadline - time.monotonic()
             if left <= 0:
                 status, code, said = self._last
+                what = f" for '{self._model}'" if self._model else ""
                 raise ReadyTimeout(
-                    f"{self._transport.base_url} not ready for '{self._model}' after {timeout_s:g}s; last: {said}",
+                    f"{self._transport.base_url} not ready{what} after {timeout_s:g}s; last: {said}",
                     last_status=status,
                     last_code=code,
                 )
