@@ -95,7 +95,7 @@ class ProcessSpec:
     def command(self) -> list[str]:
         """What is executed: the argv, behind the parent-death wrapper when it must die with us."""
         if self.die_with_parent and sys.platform == "linux":
-            return [sys.executable, "-I", "-S", "-c", _PARENT_DEATH, str(os.getpid()), *self.argv_with_port]
+            return dies_with_us(self.argv_with_port)
         return self.argv_with_port
 
     def environment(self) -> dict[str, str]:
@@ -120,6 +120,11 @@ except OSError as error:
 """
 """Run by `python -I -S -c` with modelpool's pid and the argv: ask for SIGTERM when modelpool
 dies, then become the process (exec keeps the pid, so modelpool watches the real one)."""
+
+
+def dies_with_us(argv: list[str]) -> list[str]:
+    """`argv` behind the parent-death wrapper: it gets SIGTERM when modelpool dies (Linux)."""
+    return [sys.executable, "-I", "-S", "-c", _PARENT_DEATH, str(os.getpid()), *argv]
 
 
 class ManagedProcess:

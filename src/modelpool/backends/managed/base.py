@@ -12,12 +12,16 @@ An engine that can demand an API key (llama-server, llama_cpp.server, vLLM) is s
 a random one, which modelpool sends on every call: another local user cannot go around
 modelpool's keys and limits through the engine's port. It gets an allowlisted environment,
 never the variables modelpool's own keys are read from.
+
+With `options.container` the same argv runs inside a container image (`containerized`,
+`services.containers`): the same records, adoption, keys, logs and supervision.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -27,12 +31,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
+from modelpool.backends.managed.container_options import ContainerOptions
+from modelpool.backends.managed.containerized import adopted_spec, container_spec
 from modelpool.backends.remote.client import ENGINE_KEEPALIVE_S, RetryPolicy, UpstreamClient, UpstreamTimeouts
 from modelpool.backends.remote.forwarding import ForwardingBackend
 from modelpool.capabilities import Capabilities, Locality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import ModelLoadFailed, UpstreamUnavailable
+from modelpool.services.container_argv import ContainerSpec, Runtime, find_runtime
+from modelpool.services.containers import ContainerProcess, container_record, inspect, recorded_runtime
 from modelpool.services.pids import create_time, tree_rss
 from modelpool.services.ports import free_port, port_in_use
 from modelpool.services.process import ManagedProcess, ProcessSpec
@@ -83,6 +91,13 @@ class ManagedOptions(BaseModel):
     """Output lines kept in memory for `GET /v1/admin/models/{id}/logs`."""
     request_timeout_s: float = Field(default=600.0, gt=0)
     """Longest wait for the engine's next bytes on a request."""
+    container: ContainerOptions | None = None
+    """Run the engine in this container image (Docker or Podman) instead of on this machine;
+    see docs/engines.md. `env` and `pass_env` are then set inside the container;
+    `library_path` does not apply. An admin's load-time override cannot change it."""
+
+EngineProcess = ManagedProcess | ContainerProcess
+EngineSpec = ProcessSpec | ContainerSpec
 
 
 class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
@@ -104,7 +119,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
         self._claimed = context.claimed
         self.upstream_model = model.id
         self.registry = Registry(context.hub.state_dir)
-        self.process: ManagedProcess | None = None
+        self.process: EngineProcess | None = None
         self._record_id: str | None = None
         self._recorded_in: Registry | None = None
         self._on_crash: Callable[[str], None] | None = None
@@ -118,6 +133,23 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
     async def weights(self) -> Path:
         return await locate(self.model, self.hub)
 
+    def files(self, weights: Path) -> list[Path]:
+        """Host files the argv names, mounted into a container at the same path."""
+        return [weights]
+
+    @property
+    def bind_host(self) -> str:
+        """The address the engine binds to: inside a bridge-networked container, every one
+        (the runtime publishes the port on `host` alone)."""
+        container = self.options.container
+        return "0.0.0.0" if container is not None and container.network == "bridge" else self.options.host
+
+    @property
+    def default_python(self) -> str:
+        """The interpreter that runs a Python engine when none is configured: modelpool's own,
+        or inside a container the image's `python3`."""
+        return "python3" if self.options.container is not None else sys.executable
+
     # ----- lifecycle -----------------------------------------------------------------
 
     async def estimate_memory(self) -> MemoryEstimate:
@@ -128,8 +160,15 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
         weights = await self.weights()
         if self.options.persistent and await self._adopt():
             return
-        spec = self._spec(weights)
-        process = ManagedProcess(spec, on_exit=self._exited)
+        process_spec = self._spec(weights)
+        spec: EngineSpec = process_spec
+        process: EngineProcess
+        if self.options.container is not None:
+            spec = container_spec(process_spec, self.options.container, self._runtime(), self.files(weights),
+                                  persistent=self.options.persistent)  # fmt: skip
+            process = ContainerProcess(spec, on_exit=self._exited)
+        else:
+            process = ManagedProcess(process_spec, on_exit=self._exited)
         try:  # recorded the moment it exists: a modelpool killed while it starts leaves a record
             await process.start(on_spawned=lambda pid: self._record(spec, pid))
         except BaseException:
@@ -219,7 +258,8 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             how = f"was killed by signal {-code}"
         else:
             how = f"exited with code {code}"
-        message = f"engine process of '{self.model.id}' (pid {self.process.pid}) {how}"
+        what = "container" if isinstance(self.process, ContainerProcess) else "process"
+        message = f"engine {what} of '{self.model.id}' (pid {self.process.pid}) {how}"
         tail = self.process.last_lines(10)
         if tail:
             message += f"; last output:\n{tail}"
@@ -227,34 +267,56 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             self._on_crash(message)
 
     async def _adopt(self) -> bool:
-        """Take over a healthy process an earlier modelpool left running for this model."""
+        """Take over a healthy process (or container) an earlier modelpool left running for
+        this model."""
         for record in self.registry.find(kind=ENGINE_KIND, name=self.model.id):
             if record.pid in self._claimed or (self.options.port and record.port != self.options.port):
                 continue
-            spec = ProcessSpec(
-                name=self.model.id,
-                argv=(),
-                port=record.port,
-                host=self.options.host,
-                health_path=record.health_path,
-                api_key=self.registry.key(record.id),  # None: started by a modelpool that gave none
-                stop_grace_s=self.options.stop_grace_s,
-                log_file=Path(record.log_file) if record.log_file else None,
-                log_lines=self.options.log_lines,
-                output_to_file=record.log_file is not None,
-            )
-            process = ManagedProcess(spec, on_exit=self._exited)
-            if not await process.check_health():
+            process = await self._adoptable(record)
+            if process is None:
                 continue
             process.adopt(record.pid, record.started_at)
             self._claimed.claim(record.pid)
             self.process = process
             self._record_id, self._recorded_in = record.id, self.registry
-            await self._connect(spec)
+            await self._connect(process.spec)
             return True
         return False
 
-    def _record(self, spec: ProcessSpec, pid: int) -> None:
+    async def _adoptable(self, record: ServiceRecord) -> EngineProcess | None:
+        """The record's engine, ready to adopt: started the way the config says now (as a
+        container or not), still the very container recorded, and healthy."""
+        container = record.extra.get("container")
+        if (self.options.container is None) != (container is None):
+            return None
+        spec = ProcessSpec(
+            name=self.model.id,
+            argv=(),
+            port=record.port,
+            host=self.options.host,
+            health_path=record.health_path,
+            api_key=self.registry.key(record.id),  # None: started by a modelpool that gave none
+            stop_grace_s=self.options.stop_grace_s,
+            log_file=Path(record.log_file) if record.log_file else None,
+            log_lines=self.options.log_lines,
+            output_to_file=record.log_file is not None,
+        )
+        process: EngineProcess
+        if self.options.container is not None and isinstance(container, str):
+            runtime = recorded_runtime(record) or self._runtime()
+            state = await inspect(runtime, container)
+            if state is None or not state.running or state.pid != record.pid:
+                return None
+            process = ContainerProcess(adopted_spec(spec, self.options.container, runtime, container), self._exited)
+        else:
+            process = ManagedProcess(spec, on_exit=self._exited)
+        return process if await process.check_health() else None
+
+    def _runtime(self) -> Runtime:
+        assert self.options.container is not None
+        return find_runtime(self.options.container.runtime)
+
+    def _record(self, spec: EngineSpec, pid: int) -> None:
         """A persistent process goes into the registry later modelpools adopt from, with
         its key beside it; any other into the one of engines that die with their owner."""
         record = ServiceRecord(
@@ -267,6 +329,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             started_at=create_time(pid) or 0.0,
             log_file=str(spec.log_file) if spec.log_file else None,
             health_path=spec.health_path,
+            extra=container_record(spec) if isinstance(spec, ContainerSpec) else {},
         )
         if self.options.persistent:
             registry = self.registry
@@ -284,7 +347,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             self._recorded_in.remove(self._record_id)
         self._record_id = self._recorded_in = None
 
-    def _client(self, spec: ProcessSpec, prefix: str) -> UpstreamClient:
+    def _client(self, spec: EngineSpec, prefix: str) -> UpstreamClient:
         # No retries: a connection error to our own process means it is gone, and the crash
         # handler restarts it; retrying would only delay the client's error.
         return UpstreamClient(
@@ -296,7 +359,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             keepalive_s=ENGINE_KEEPALIVE_S,  # idle connections dropped before the engine drops them
         )
 
-    async def _connect(self, spec: ProcessSpec) -> None:
+    async def _connect(self, spec: EngineSpec) -> None:
         self.upstream = self._client(spec, self.api_prefix)
         await self.upstream.open()
         self.engine_root = self._client(spec, "")  # the engines' own routes (/tokenize) sit outside /v1

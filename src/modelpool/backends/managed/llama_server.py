@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +21,8 @@ class LlamaServerOptions(ManagedOptions):
     binary: str | None = None
     """Path of llama.cpp's `llama-server`. Default: llama-cpp-python's server, run by `python`."""
     python: str | None = None
-    """Interpreter that runs `-m llama_cpp.server` (default: modelpool's own)."""
+    """Interpreter that runs `-m llama_cpp.server` (default: modelpool's own; in a container,
+    the image's `python3`)."""
     context_length: int = Field(default=4096, ge=16)
     """Context of one request in tokens. llama-server splits `-c` among its `-np` slots,
     so it gets `context_length × parallel` (`--n_ctx` for llama_cpp.server)."""
@@ -94,13 +94,16 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
         # `--api-key` is LLAMA_API_KEY; llama_cpp.server's settings are pydantic-settings (API_KEY).
         self.api_key_env = "LLAMA_API_KEY" if options.binary else "API_KEY"
 
+    def files(self, weights: Path) -> list[Path]:
+        return [weights, *([Path(self.options.mmproj)] if self.options.mmproj else [])]
+
     def command(self, weights: Path) -> list[str]:
         return self._native(weights) if self.options.binary else self._python(weights)
 
     def _native(self, weights: Path) -> list[str]:
         o = self.options
         assert o.binary is not None
-        argv = [o.binary, "-m", str(weights), "--host", o.host, "--port", "{port}", "--alias", self.model.id]
+        argv = [o.binary, "-m", str(weights), "--host", self.bind_host, "--port", "{port}", "--alias", self.model.id]
         # llama-server divides -c among its slots: each request must still get context_length.
         argv += ["-c", str(o.context_length * o.parallel), "-ngl", str(o.gpu_layers), "-np", str(o.parallel)]
         argv += ["--mmproj", o.mmproj] if o.mmproj else []
@@ -112,8 +115,8 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
 
     def _python(self, weights: Path) -> list[str]:
         o = self.options
-        argv = [o.python or sys.executable, "-m", "llama_cpp.server", "--model", str(weights)]
-        argv += ["--host", o.host, "--port", "{port}", "--model_alias", self.model.id]
+        argv = [o.python or self.default_python, "-m", "llama_cpp.server", "--model", str(weights)]
+        argv += ["--host", self.bind_host, "--port", "{port}", "--model_alias", self.model.id]
         # Its default lets a new request cut off the running one (even one that just finished,
         # racing its cleanup); modelpool's own queue already keeps to one request at a time.
         argv += ["--interrupt_requests", "false"]

