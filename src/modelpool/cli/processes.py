@@ -1,5 +1,5 @@
-"""`modelpool stop-persistent`: stop engine processes that `persistent: true` models left
-running after modelpool stopped."""
+"""`modelpool stop-persistent`: stop engine processes (and containers) that `persistent: true`
+models left running after modelpool stopped."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from modelpool.services.containers import stop_recorded_container
 from modelpool.services.process import answers_health, terminate_group
 from modelpool.services.registry import ENGINE_KIND, Registry, ServiceRecord
 
@@ -20,10 +21,10 @@ def stop_persistent(
         Path | None, typer.Option(help="State directory (default: $MODELPOOL_STATE_DIR or ~/.local/state/modelpool).")
     ] = None,
 ) -> None:
-    """Stop persistent engine processes.
+    """Stop persistent engine processes and containers.
 
-    Probe health, SIGTERM the process group, SIGKILL after the grace period. Processes that
-    are not running are skipped."""
+    Probe health, SIGTERM the process group (a container: the runtime's `stop`), SIGKILL after
+    the grace period. Processes that are not running are skipped."""
     registry = Registry(state_dir)
     records = [r for r in registry.find(kind=ENGINE_KIND) if not models or r.name in models]
     for record in records:
@@ -36,4 +37,6 @@ def stop_persistent(
 
 async def _stop(record: ServiceRecord, grace_s: float, api_key: str | None) -> tuple[bool, str]:
     healthy = await answers_health(record.url + record.health_path, api_key)  # the engine's own key
+    if "container" in record.extra:
+        return healthy, await stop_recorded_container(record, grace_s)
     return healthy, await terminate_group(record.pid, grace_s, name=record.name)

@@ -355,6 +355,18 @@ def container_record(spec: ContainerSpec) -> dict[str, Any]:
     return {"container": spec.container, "runtime": spec.runtime.path, "runtime_kind": spec.runtime.kind}
 
 
+async def stop_recorded_container(record: ServiceRecord, grace_s: float) -> str:
+    """Stop the container a record names, if it is still the one recorded (same init pid):
+    "gone", "terminated" or "killed"."""
+    runtime, container = recorded_runtime(record), record.extra.get("container")
+    if runtime is None or not isinstance(container, str):
+        return "gone"
+    state = await inspect(runtime, container)
+    if state is None or not state.running or state.pid != record.pid:
+        return "gone"
+    return await stop_container(runtime, container, grace_s, name=record.name)
+
+
 def recorded_runtime(record: ServiceRecord) -> Runtime | None:
     path, kind = record.extra.get("runtime"), record.extra.get("runtime_kind")
     if isinstance(path, str) and kind in ("docker", "podman"):

@@ -4,7 +4,9 @@ line, each one is recorded with its owner in `engines.json` while it runs, and a
 that starts stops the ones whose owner is gone (killed, or ended by the OOM killer before
 the signal could help, an engine that ignored it): they would hold memory and a port for
 nobody. A record names its process by pid *and* creation time, and only this user's
-processes are stopped, so a pid reused by someone else's process is never touched."""
+processes are stopped, so a pid reused by someone else's process is never touched. An engine
+run as a container is stopped through its runtime (`stop`, then `kill`), and only while the
+container by the recorded name still has the recorded init pid."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from modelpool.services.containers import stop_recorded_container
 from modelpool.services.pids import create_time, is_alive, started_by_us
 from modelpool.services.process import terminate_group
 from modelpool.services.registry import Registry, ServiceRecord
@@ -65,7 +68,10 @@ async def _stop(registry: Registry, record: ServiceRecord) -> bool:
         "stopping an engine a modelpool that is gone left running",
         extra={"service": record.name, "pid": record.pid, "port": record.port, "owner": record.extra["owner_pid"]},
     )
-    outcome = await terminate_group(record.pid, grace, name=record.name)
+    if "container" in record.extra:
+        outcome = await stop_recorded_container(record, grace)
+    else:
+        outcome = await terminate_group(record.pid, grace, name=record.name)
     registry.remove(record.id)
     return outcome != "gone"
 
