@@ -30,7 +30,9 @@ from tests.polling import until
 from tests.services.test_containers_live import SERVER
 
 PREFIX = "modelpool-test-engines-backend-"
-WEIGHTS_CHECK = 'print "weights ", (!-r $ARGV[1] ? "not mounted" : open(my $w, ">>", $ARGV[1]) ? "writable" : "read-only"), "\\n"; '
+WEIGHTS_CHECK = (
+    'print "weights ", (!-r $ARGV[1] ? "not mounted" : open(my $w, ">>", $ARGV[1]) ? "writable" : "read-only"), "\\n"; '
+)
 
 
 class PerlEngine(LlamaServerBackend):
