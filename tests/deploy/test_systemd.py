@@ -85,6 +85,22 @@ def test_the_unit_passes_systemd_analyze_verify_without_a_warning(tmp_path: Path
     assert result.returncode == 0 and result.stdout + result.stderr == "", result.stdout + result.stderr
 
 
+def within_exposure(unit_text: str, folder: Path) -> bool:
+    """`systemd-analyze security` rates the unit at most 4.5 of 10 (its threshold is in tenths)."""
+    analyze = shutil.which("systemd-analyze") or pytest.skip("systemd-analyze is not installed")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "modelpool.service").write_text(unit_text)
+    argv = [analyze, "security", "--offline=true", "--threshold=45", str(folder / "modelpool.service")]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120).returncode == 0
+
+
+def test_the_hardening_stays_at_its_measured_exposure(tmp_path: Path) -> None:
+    """Measured 4.2 ("OK"); taking hardening away raises it past the threshold and fails."""
+    assert within_exposure(rendered(), tmp_path / "shipped")
+    weaker = rendered().replace("ProtectSystem=strict", "ProtectSystem=no").replace("CapabilityBoundingSet=\n", "")
+    assert not within_exposure(weaker, tmp_path / "weaker")
+
+
 def test_verify_does_fail_a_broken_unit(tmp_path: Path) -> None:
     """The check above can fail: a misspelt directive and a missing binary are both reported."""
     misspelt = verify(rendered().replace("NoNewPrivileges=", "NoNewPrivilege="), tmp_path / "misspelt")
