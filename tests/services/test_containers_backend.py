@@ -23,6 +23,7 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
 from modelpool.services.container_argv import LABEL_MODEL, LABEL_OWNER, Runtime, find_runtime
 from modelpool.services.containers import inspect
+from modelpool.services.ports import free_port
 from modelpool.services.reaper import owned_engines, reap_orphaned_engines
 from modelpool.services.registry import ENGINE_KIND, Registry
 from tests.containers.host import REPO, ContainerHost, find_container_host
@@ -99,6 +100,26 @@ async def test_owned_container_is_recorded_supervised_and_reaped(
     finally:
         await backend.stop()
     assert owned_engines(tmp_path / "state").records() == []
+
+
+async def test_after_a_crash_the_same_name_and_port_start_again(
+    host: ContainerHost, runtime: Runtime, names: list[str], tmp_path: Path
+) -> None:
+    names.append(PREFIX + "restart")
+    backend = engine(host, tmp_path, names[0], port=free_port())
+    crashes: list[str] = []
+    backend.supervise(crashes.append)
+    await backend.start()
+    first = backend.pid
+    host.run("kill", "-s", "KILL", names[0])
+    await until(lambda: bool(crashes), "the crash report", timeout_s=30)
+    await backend.stop()  # what the supervisor does before it starts the model again
+    await backend.start()
+    try:
+        await backend.check_health()
+        assert backend.pid != first
+    finally:
+        await backend.stop()
 
 
 async def test_reaper_stops_a_container_whose_owner_is_gone(

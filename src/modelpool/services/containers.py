@@ -244,6 +244,11 @@ class ContainerProcess:
                 f"{' and is running' if state.running else ''} (stop it, or set another `container.name`)"
             )
         await call(spec.client("rm", "-f", spec.container), tool_environment())
+        deadline = time.monotonic() + CLI_TIMEOUT_S / 4
+        while await inspect(spec.runtime, spec.container) is not None:  # a removal under way elsewhere ends
+            if time.monotonic() > deadline:
+                raise ModelLoadFailed(f"model '{spec.name}': the stopped container '{spec.container}' stays")
+            await asyncio.sleep(POLL_S)
 
     async def _follow(self) -> None:
         """An adopted container: `logs -f` of its new output (into the ring buffer and log
