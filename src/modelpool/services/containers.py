@@ -66,6 +66,7 @@ async def call(argv: list[str], env: dict[str, str], *, stdin: bytes | None = No
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=env,
+            start_new_session=True,  # a Ctrl-C to modelpool must not cut a `stop` short
         )
     except OSError as error:
         raise ModelLoadFailed(f"cannot run the container runtime {argv[0]}: {error.strerror}") from error
@@ -117,7 +118,9 @@ async def stop_container(runtime: Runtime, container: str, grace_s: float, *, na
 
 
 def _helper(argv: list[str]) -> list[str]:
-    """A `logs -f` or `wait` that must not outlive modelpool."""
+    """A `run`, `logs -f` or `wait` client that must not outlive modelpool. They also run in
+    a session of their own (a Ctrl-C to modelpool's process group must not end them: that
+    would read as the engine's end)."""
     return dies_with_us(argv) if sys.platform == "linux" else argv
 
 
@@ -158,7 +161,7 @@ class ContainerProcess:
             client = await asyncio.create_subprocess_exec(
                 *_helper(run_argv(spec)),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                env=client_environment(spec),
+                env=client_environment(spec), start_new_session=True,
             )  # fmt: skip
         except OSError as error:
             raise ModelLoadFailed(f"cannot run the container runtime {spec.runtime.path}: {error.strerror}") from error
@@ -258,12 +261,12 @@ class ContainerProcess:
         logs = await asyncio.create_subprocess_exec(
             *_helper(logs_argv(runtime, container, since_now=True)),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env=env,
+            env=env, start_new_session=True,
         )  # fmt: skip
         waiter = await asyncio.create_subprocess_exec(
             *_helper(wait_argv(runtime, container)),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            env=env,
+            env=env, start_new_session=True,
         )  # fmt: skip
         self._helpers = [logs, waiter]
         self._pump = asyncio.create_task(self._pump_output(logs), name=f"output-{self.spec.name}")
