@@ -22,7 +22,7 @@ from modelpool.backends.managed.llama_server import LlamaServerBackend, LlamaSer
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
 from modelpool.services.container_argv import LABEL_MODEL, LABEL_OWNER, Runtime, find_runtime
-from modelpool.services.containers import inspect
+from modelpool.services.container_cli import inspect
 from modelpool.services.ports import free_port
 from modelpool.services.reaper import owned_engines, reap_orphaned_engines
 from modelpool.services.registry import ENGINE_KIND, Registry

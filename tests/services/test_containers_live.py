@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from modelpool.services.container_argv import LABEL_MODEL, ContainerSpec, Runtime, runtime_kind
-from modelpool.services.containers import ContainerProcess, inspect, stop_container
+from modelpool.services.container_cli import inspect, stop_container
+from modelpool.services.containers import ContainerProcess
 from modelpool.services.ports import free_port
-from modelpool.services.process import ProcessFailed
+from modelpool.services.process import ProcessFailed, answers_health
 from tests.containers.host import ContainerHost, find_container_host
 from tests.polling import until, until_answered
 
@@ -105,7 +106,8 @@ async def test_start_healthy_logs_and_crash_noticed(
         assert await process.check_health()  # with the key: the engine got it by name
         await until(lambda: any("flag=on" in line for line in process.lines), "the engine's first line")
         assert any("with key set" in line for line in process.lines)
-        assert "request GET /health" in (tmp_path / "engine.log").read_text()
+        log_file = tmp_path / "engine.log"
+        await until(lambda: "request GET /health" in log_file.read_text(), "the health probe in the log file")
         host.run("kill", "-s", "KILL", names[0])  # from outside, as an OOM kill would
         await until(lambda: bool(exits), "the exit to be noticed", timeout_s=30)
         assert not process.running
@@ -178,7 +180,12 @@ async def test_detach_leaves_it_running_and_adopt_follows_it(
     assert first.pid is not None
     second.adopt(first.pid, first.started_at)
     assert await second.check_health()
-    await until(lambda: any("request GET /health" in line for line in second.tail(50)), "output after adoption")
+
+    async def probe_seen() -> bool:  # `logs -f` follows new output only: ask until a probe shows
+        await answers_health(spec.base_url + "/after-adoption", spec.api_key)
+        return any("GET /after-adoption" in line for line in second.tail(50))
+
+    await until_answered(probe_seen, "output after adoption")
     assert await stop_container(runtime, names[0], 3.0) == "terminated"
     await until(lambda: bool(exits), "the adopted container's end", timeout_s=30)
     await second.stop()

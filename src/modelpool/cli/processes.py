@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from modelpool.services.containers import stop_recorded_container
+from modelpool.services.container_cli import stop_recorded_container
 from modelpool.services.process import answers_health, terminate_group
 from modelpool.services.registry import ENGINE_KIND, Registry, ServiceRecord
 

@@ -1,120 +1,44 @@
 """An engine run as a container (Docker or Podman): the same surface as `ManagedProcess`
 (start, stop, detach, adopt, health, output), driven through the runtime's CLI.
 
-Started with `run -d --rm`: the runtime, not modelpool, is the container's parent, so the
-container outlives modelpool by itself. Its output comes from `logs -f` (into the ring
-buffer and the log file) and its end from `wait`; both helper processes die with modelpool
-(the parent-death wrapper), and are started again when a later modelpool adopts a
-persistent container. `pid` is the container's init process as the host sees it (from
-`inspect`): memory is measured there, and records name it with its creation time, so a
-record outlives neither the container nor a reused pid."""
+The container is started with an attached `run --rm` (see `container_argv.run_argv`): the
+client relays the engine's output to its last line (into the ring buffer and the log file)
+and exits with the container's code, which is how its end is noticed. `--sig-proxy=false`:
+ending the client (detach) leaves the container running. A persistent container adopted by
+a later modelpool is followed with `logs -f` and `wait` instead. Every client dies with
+modelpool (the parent-death wrapper); the container does not (the runtime is its parent):
+a persistent one is adopted next time, any other is stopped by the reaper. `pid` is the
+container's init process as the host sees it (from `inspect`): memory is measured there, and
+records name it with its creation time, so a record outlives neither the container nor a
+reused pid."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from modelpool.config.environment import secret
 from modelpool.errors import ModelLoadFailed
 from modelpool.services.container_argv import (
     LABEL_MODEL,
     ContainerSpec,
-    Runtime,
     client_environment,
-    inspect_argv,
-    kill_argv,
     login_argv,
     logs_argv,
     run_argv,
-    stop_argv,
     tool_environment,
     wait_argv,
 )
+from modelpool.services.container_cli import CLI_TIMEOUT_S, call, inspect, stop_container, tail_of
 from modelpool.services.pids import create_time
 from modelpool.services.process import POLL_S, ProcessFailed, answers_health, dies_with_us, file_tail
-from modelpool.services.registry import ServiceRecord
 
 log = logging.getLogger("modelpool.services")
-CLI_TIMEOUT_S = 120.0
-"""Longest wait for one runtime call that should be quick (inspect, login, kill)."""
-RUN_TIMEOUT_S = 3600.0
-"""`run` may pull a multi-gigabyte image first."""
-
-
-@dataclass(frozen=True)
-class CliResult:
-    code: int
-    out: str
-    err: str
-
-
-async def call(argv: list[str], env: dict[str, str], *, stdin: bytes | None = None,
-               timeout_s: float = CLI_TIMEOUT_S) -> CliResult:  # fmt: skip
-    """Run one runtime command to its end; a runtime that cannot be run is a ModelLoadFailed."""
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # a Ctrl-C to modelpool must not cut a `stop` short
-        )
-    except OSError as error:
-        raise ModelLoadFailed(f"cannot run the container runtime {argv[0]}: {error.strerror}") from error
-    try:
-        out, err = await asyncio.wait_for(process.communicate(stdin), timeout_s)
-    except asyncio.TimeoutError:
-        process.kill()
-        await process.wait()
-        return CliResult(124, "", f"{argv[0]} {argv[1]} did not answer within {timeout_s:.0f}s")
-    assert process.returncode is not None
-    return CliResult(process.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
-
-
-@dataclass(frozen=True)
-class ContainerState:
-    running: bool
-    pid: int
-    labels: dict[str, str]
-
-
-async def inspect(runtime: Runtime, container: str, env: dict[str, str] | None = None) -> ContainerState | None:
-    """The container's state and labels; None when there is no such container."""
-    done = await call(inspect_argv(runtime, container), env or tool_environment())
-    if done.code != 0:
-        return None
-    state_json, _, labels_json = done.out.strip().partition("|")
-    try:
-        state: dict[str, Any] = json.loads(state_json)
-        labels = json.loads(labels_json) or {}
-    except ValueError:
-        return None
-    return ContainerState(bool(state.get("Running")), int(state.get("Pid") or 0), dict(labels))
-
-
-async def stop_container(runtime: Runtime, container: str, grace_s: float, *, name: str = "") -> str:
-    """`stop -t grace` (SIGTERM, then the runtime's SIGKILL), then `kill` if it is still
-    running. Returns "gone" (not running), "terminated" or "killed"."""
-    env = tool_environment()
-    state = await inspect(runtime, container, env)
-    if state is None or not state.running:
-        return "gone"
-    await call(stop_argv(runtime, container, grace_s), env, timeout_s=grace_s + CLI_TIMEOUT_S)
-    state = await inspect(runtime, container, env)
-    if state is None or not state.running:
-        return "terminated"
-    log.warning("container still running after stop; killing it", extra={"service": name, "container": container})
-    await call(kill_argv(runtime, container), env)
-    return "killed"
 
 
 def _helper(argv: list[str]) -> list[str]:
@@ -228,7 +152,7 @@ class ContainerProcess:
             return
         done = await call(login_argv(self.spec.runtime, login), tool_environment(), stdin=password.encode())
         if done.code != 0:
-            message = _tail(done.err).replace(password, "***")
+            message = tail_of(done.err).replace(password, "***")
             raise ModelLoadFailed(
                 f"{self.spec.name}: `{self.spec.runtime.kind} login {login.registry}` as {login.username} failed "
                 f"(password from ${login.password_env}):\n{message}"
@@ -355,32 +279,3 @@ class ContainerProcess:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
         self._helpers = []
-
-
-def container_record(spec: ContainerSpec) -> dict[str, Any]:
-    """A record's `extra` for a container: how to reach it again (the reaper, stop-persistent,
-    adoption)."""
-    return {"container": spec.container, "runtime": spec.runtime.path, "runtime_kind": spec.runtime.kind}
-
-
-async def stop_recorded_container(record: ServiceRecord, grace_s: float) -> str:
-    """Stop the container a record names, if it is still the one recorded (same init pid):
-    "gone", "terminated" or "killed"."""
-    runtime, container = recorded_runtime(record), record.extra.get("container")
-    if runtime is None or not isinstance(container, str):
-        return "gone"
-    state = await inspect(runtime, container)
-    if state is None or not state.running or state.pid != record.pid:
-        return "gone"
-    return await stop_container(runtime, container, grace_s, name=record.name)
-
-
-def recorded_runtime(record: ServiceRecord) -> Runtime | None:
-    path, kind = record.extra.get("runtime"), record.extra.get("runtime_kind")
-    if isinstance(path, str) and kind in ("docker", "podman"):
-        return Runtime(path, kind)
-    return None
-
-
-def _tail(text: str, count: int = 20) -> str:
-    return "\n".join(text.strip().splitlines()[-count:])

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from modelpool.services.containers import stop_recorded_container
+from modelpool.services.container_cli import stop_recorded_container
 from modelpool.services.pids import create_time, is_alive, started_by_us
 from modelpool.services.process import terminate_group
 from modelpool.services.registry import Registry, ServiceRecord

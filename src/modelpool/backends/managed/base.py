@@ -40,7 +40,8 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import ModelLoadFailed, UpstreamUnavailable
 from modelpool.services.container_argv import ContainerSpec, Runtime, find_runtime
-from modelpool.services.containers import ContainerProcess, container_record, inspect, recorded_runtime
+from modelpool.services.container_cli import container_record, inspect, recorded_runtime
+from modelpool.services.containers import ContainerProcess
 from modelpool.services.pids import create_time, tree_rss
 from modelpool.services.ports import free_port, port_in_use
 from modelpool.services.process import ManagedProcess, ProcessSpec
