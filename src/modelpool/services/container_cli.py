@@ -12,6 +12,8 @@ from typing import Any
 
 from modelpool.errors import ModelLoadFailed
 from modelpool.services.container_argv import (
+    LABEL_MODEL,
+    LABEL_PORT,
     ContainerSpec,
     Runtime,
     inspect_argv,
@@ -101,15 +103,20 @@ def container_record(spec: ContainerSpec) -> dict[str, Any]:
 
 
 async def stop_recorded_container(record: ServiceRecord, grace_s: float) -> str:
-    """Stop the container a record names, if it is still the one recorded (same init pid):
-    "gone", "terminated" or "killed"."""
+    """Stop the container a record names, if it is still the one recorded (same init pid,
+    the model's labels): "gone", "terminated" or "killed"."""
     runtime, container = recorded_runtime(record), record.extra.get("container")
     if runtime is None or not isinstance(container, str):
         return "gone"
     state = await inspect(runtime, container)
-    if state is None or not state.running or state.pid != record.pid:
-        return "gone"
+    if state is None or not state.running or state.pid != record.pid or not labelled(state, record):
+        return "gone"  # not the container recorded: never stopped from a record
     return await stop_container(runtime, container, grace_s, name=record.name)
+
+
+def labelled(state: ContainerState, record: ServiceRecord) -> bool:
+    """The container carries the labels of the record's model and port."""
+    return state.labels.get(LABEL_MODEL) == record.name and state.labels.get(LABEL_PORT) == str(record.port)
 
 
 def recorded_runtime(record: ServiceRecord) -> Runtime | None:

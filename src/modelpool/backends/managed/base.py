@@ -40,7 +40,7 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import ModelLoadFailed, UpstreamUnavailable
 from modelpool.services.container_argv import ContainerSpec, Runtime, find_runtime
-from modelpool.services.container_cli import container_record, inspect, recorded_runtime
+from modelpool.services.container_cli import container_record, inspect, labelled, recorded_runtime
 from modelpool.services.containers import ContainerProcess
 from modelpool.services.pids import create_time, tree_rss
 from modelpool.services.ports import free_port, port_in_use
@@ -306,7 +306,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
         if self.options.container is not None and isinstance(container, str):
             runtime = recorded_runtime(record) or self._runtime()
             state = await inspect(runtime, container)
-            if state is None or not state.running or state.pid != record.pid:
+            if state is None or not state.running or state.pid != record.pid or not labelled(state, record):
                 return None
             process = ContainerProcess(adopted_spec(spec, self.options.container, runtime, container), self._exited)
         else:
