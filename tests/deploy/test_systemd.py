@@ -7,10 +7,12 @@ and 1 at once when a model fails to load."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from modelpool.config import load_config
 from modelpool.config.schema import ServerConfig
 from modelpool.services.ports import free_port
 from tests import hub_repos as r
+from tests.containers.host import ContainerHost
 from tests.hub_standin import HubStandin
 from tests.polling import wait_until
 from tests.processes import Server, running
@@ -241,3 +244,98 @@ def test_ready_fails_at_once_when_a_model_cannot_load(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert f"model '{MODEL}' failed to load" in result.stderr
+
+
+# -- the unit under a real systemd: a container whose init is systemd ------------------------
+
+HOST_DIR = Path(__file__).with_name("systemd-host")
+IMAGE = "localhost/modelpool-test-deploy-systemd:latest"
+INSTALL = """set -e
+useradd --system --home-dir /var/lib/modelpool --shell /usr/sbin/nologin modelpool
+install -d -m 0755 /etc/modelpool
+install -m 0644 /srv/etc/modelpool.yaml /etc/modelpool/modelpool.yaml
+install -m 0600 -o root -g root /srv/etc/modelpool.env /etc/modelpool/modelpool.env
+install -m 0644 /srv/deploy/modelpool.service /etc/systemd/system/modelpool.service
+systemctl daemon-reload
+"""  # docs/deploy.md's steps, but pip: the packages are mounted (systemd-host/Dockerfile)
+
+
+@pytest.fixture(scope="module")
+def systemd_image(container_host: ContainerHost) -> Iterator[str]:
+    if container_host.cli != "podman":
+        pytest.skip("systemd as a container's init is Podman's --systemd=always")
+    seconds = container_host.build(IMAGE, dockerfile=HOST_DIR / "Dockerfile", context=HOST_DIR)
+    print(f"systemd host image built in {seconds:.1f}s")
+    yield IMAGE
+    container_host.remove_image(IMAGE)
+
+
+class Machine:
+    """One running container with systemd as PID 1, on the host's network."""
+
+    def __init__(self, host: ContainerHost, name: str) -> None:
+        self.host, self.name = host, name
+
+    def sh(self, script: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.host.run("exec", self.name, "sh", "-c", script, timeout=120, check=check)
+
+    def unit(self, prop: str) -> str:
+        return self.sh(f"systemctl show -p {prop} --value modelpool").stdout.strip()
+
+
+@pytest.fixture
+def machine(systemd_image: str, container_host: ContainerHost, tmp_path: Path) -> Iterator[Machine]:
+    name = f"modelpool-test-deploy-systemd-{os.getpid()}"
+    (tmp_path / "etc").mkdir()
+    mounts = {
+        str(Path(__file__).resolve().parents[2] / "src"): "/srv/modelpool-src",
+        sysconfig.get_paths()["purelib"]: "/srv/host-site-packages",
+        str(SYSTEMD): "/srv/deploy",
+        str(tmp_path / "etc"): "/srv/etc",
+    }
+    volumes = [arg for source, target in mounts.items() for arg in ("-v", f"{source}:{target}:ro")]
+    container_host.run("run", "-d", "--name", name, "--systemd=always", *volumes, systemd_image)
+    try:
+        machine = Machine(container_host, name)
+        wait_until(lambda: machine.sh("systemctl is-system-running", check=False).stdout.strip()
+                   in ("running", "degraded"), "systemd to boot", 60)  # fmt: skip
+        yield machine
+    finally:
+        container_host.remove_container(name)
+
+
+def test_systemctl_start_returns_once_the_models_serve_and_stop_is_graceful(
+    machine: Machine, hub: HubStandin, hub_env: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    config = {"starter_models": False, "models": {MODEL: {"backend": "llama_cpp", "source": f"hf:{REPO}:Q4_K_M",
+                                                          "preload": True, "options": {"n_ctx": 512}}}}  # fmt: skip
+    (tmp_path / "etc" / "modelpool.yaml").write_text(yaml.safe_dump(config))
+    environment = (SYSTEMD / "modelpool.env.example").read_text().replace("8000", str(port))
+    environment += f"HF_ENDPOINT={hub.endpoint}\nHF_HUB_DISABLE_XET=1\n"  # the stand-in hub, on the host's loopback
+    (tmp_path / "etc" / "modelpool.env").write_text(environment)
+    machine.sh(INSTALL)
+
+    gate = hub.hold(FILE, after_bytes=40_000_000)
+    argv = [machine.host.cli, "exec", machine.name, "systemctl", "start", "modelpool"]
+    with subprocess.Popen(argv, env=machine.host.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as starting:
+        try:
+            assert gate.reached.wait(120), machine.sh("journalctl -u modelpool --no-pager | tail -30").stdout
+            assert machine.unit("ActiveState") == "activating"  # its ExecStartPost is waiting for /readyz
+            assert starting.poll() is None  # and so is `systemctl start`
+            gate.release()
+            said, _ = starting.communicate(timeout=240)
+            assert starting.returncode == 0, said
+        finally:
+            gate.release()
+            if starting.poll() is None:
+                starting.kill()
+    assert machine.unit("ActiveState") == "active"
+    assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
+    pid = machine.unit("MainPID")
+    assert machine.sh(f"stat -c %U /proc/{pid}").stdout.strip() == "modelpool"  # User=
+    assert machine.sh("stat -c %U /var/lib/modelpool").stdout.strip() == "modelpool"  # StateDirectory=
+
+    machine.sh("systemctl stop modelpool")
+    assert machine.unit("ActiveState") == "inactive"
+    assert (machine.unit("Result"), machine.unit("ExecMainStatus")) == ("success", "0")  # a graceful exit
