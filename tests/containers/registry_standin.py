@@ -7,7 +7,7 @@ registry (no registry is reachable from this machine, and the engine image is lo
 stand-in answers 200 when they match its one user, 401 otherwise. Every `/v2/` request is
 recorded (`attempts`), so a test can say whether a login was tried and with what.
 
-Podman talks plain HTTP only to a registry marked insecure: `registries_conf(path)` writes
+Podman talks plain HTTP only to a registry marked insecure: `registries_conf(path, ...)` writes
 the file for `CONTAINERS_REGISTRIES_CONF`. Podman tries TLS first and then HTTP; the TLS
 hello reaches this HTTP server as garbage and is answered 400 by `http.server` (not
 recorded: it never parses as a request line).
@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +43,9 @@ class RegistryStandin:
     host: str = "127.0.0.1"
     port: int = 0
     attempts: list[Attempt] = field(default_factory=list)
+    before_answering_credentials: Callable[[], None] | None = None
+    """Called (in the handler's thread) before a request with credentials is answered: the
+    `login` client is alive meanwhile, so a test can observe it without racing it."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -59,10 +62,12 @@ class RegistryStandin:
         with self._lock:
             return [a for a in self.attempts if a.username is not None]
 
-    def registries_conf(self, path: Path) -> Path:
-        """A registries.conf that lets Podman speak plain HTTP to the stand-in."""
-        path.write_text(f'[[registry]]\nlocation = "{self.address}"\ninsecure = true\n')
-        return path
+
+def registries_conf(path: Path, *registries: RegistryStandin) -> Path:
+    """A registries.conf (for CONTAINERS_REGISTRIES_CONF) that lets Podman speak plain HTTP
+    to the stand-ins."""
+    path.write_text("".join(f'[[registry]]\nlocation = "{r.address}"\ninsecure = true\n' for r in registries))
+    return path
 
 
 def _basic_credentials(header: str | None) -> tuple[str, str] | None:
@@ -78,11 +83,13 @@ def _basic_credentials(header: str | None) -> tuple[str, str] | None:
 
 def _handler(registry: RegistryStandin) -> type[BaseHTTPRequestHandler]:
     class RegistryHandler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:
             if self.path.rstrip("/") != "/v2":
                 self._answer(404, b'{"errors":[{"code":"UNSUPPORTED"}]}')
                 return
             credentials = _basic_credentials(self.headers.get("Authorization"))
+            if credentials is not None and registry.before_answering_credentials is not None:
+                registry.before_answering_credentials()
             status = 200 if credentials == (registry.username, registry.password) else 401
             username, password = credentials if credentials is not None else (None, None)
             registry.record(Attempt(username, password, status))
@@ -98,7 +105,7 @@ def _handler(registry: RegistryStandin) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base's name)
+        def log_message(self, format: str, *args: object) -> None:
             pass  # the attempts are the record; stderr stays quiet
 
     return RegistryHandler
