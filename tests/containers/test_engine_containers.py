@@ -40,7 +40,9 @@ from tests.containers.engines import (
 from tests.containers.host import ContainerHost
 from tests.containers.registry_standin import RegistryStandin, registries_conf, registry_standin
 from tests.polling import wait_until
-from tests.processes import modelpool_serve
+from tests.processes import Server, modelpool_serve
+
+pytestmark = pytest.mark.e2e
 
 HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 TIMEOUT_S = 120
@@ -73,21 +75,25 @@ def sdk(server_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT_S)
 
 
-def admin(server_url: str) -> httpx.Client:
-    return httpx.Client(base_url=server_url, timeout=TIMEOUT_S)
+def admin(server: Server) -> httpx.Client:
+    return httpx.Client(base_url=server.url, timeout=TIMEOUT_S)
 
 
-def load(client: httpx.Client, model: str) -> dict:
-    response = client.post(f"/v1/admin/models/{model}/load")
+def load(target: httpx.Client | Server, model: str) -> dict:
+    if isinstance(target, Server):
+        with admin(target) as client:
+            return load(client, model)
+    response = target.post(f"/v1/admin/models/{model}/load")
     assert response.status_code == 200, response.text
     assert response.json()["state"] == "ready"
     return response.json()
 
 
 def answers(server_url: str, model: str) -> str:
-    reply = sdk(server_url).chat.completions.create(
-        model=model, messages=HI, max_tokens=4, temperature=0, extra_body={"min_tokens": 1}
-    )
+    with sdk(server_url) as oai:
+        reply = oai.chat.completions.create(
+            model=model, messages=HI, max_tokens=4, temperature=0, extra_body={"min_tokens": 1}
+        )
     assert reply.choices[0].message.content and reply.model == model
     return reply.choices[0].message.content
 
@@ -97,8 +103,10 @@ def test_an_engine_container_serves_logs_and_is_gone_after_unload(
 ) -> None:
     model = model_ids("serve")
     config = write_config(tmp_path, {model: engine_model(container_host, engine_image)})
-    with modelpool_serve(tmp_path / "server.log", "-c", str(config), env=container_host.env) as server:
-        client = admin(server.url)
+    with (
+        modelpool_serve(tmp_path / "server.log", "-c", str(config), env=container_host.env) as server,
+        admin(server) as client,
+    ):
         started = time.monotonic()
         port = load(client, model)["replicas"][0]["port"]
         print(f"\nengine container: load (start to healthy) took {time.monotonic() - started:.1f}s")
@@ -107,15 +115,15 @@ def test_an_engine_container_serves_logs_and_is_gone_after_unload(
         assert running.labels["io.modelpool.port"] == str(port)
         assert running.labels["io.modelpool.owner"].startswith(f"{server.process.pid}:")  # not persistent: owned
 
-        oai = sdk(server.url)
-        reply = oai.chat.completions.create(
-            model=model, messages=HI, max_tokens=8, temperature=0, extra_body={"min_tokens": 8}
-        )
+        with sdk(server.url) as oai:
+            reply = oai.chat.completions.create(
+                model=model, messages=HI, max_tokens=8, temperature=0, extra_body={"min_tokens": 8}
+            )
+            stream = oai.chat.completions.create(
+                model=model, messages=HI, max_tokens=8, temperature=0, stream=True, extra_body={"min_tokens": 8}
+            )
+            streamed = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
         assert reply.choices[0].message.content and reply.usage is not None and reply.usage.completion_tokens == 8
-        stream = oai.chat.completions.create(
-            model=model, messages=HI, max_tokens=8, temperature=0, stream=True, extra_body={"min_tokens": 8}
-        )
-        streamed = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
         assert streamed == reply.choices[0].message.content  # greedy: the same text either way
 
         logs = client.get(f"/v1/admin/models/{model}/logs", params={"lines": 50}).json()
@@ -137,13 +145,13 @@ def test_a_persistent_engine_container_is_adopted_by_the_next_modelpool(
     settings = engine_model(container_host, engine_image, options={"persistent": True})
     config = write_config(tmp_path, {model: settings})
     with modelpool_serve(tmp_path / "first.log", "-c", str(config), env=container_host.env) as server:
-        first_port = load(admin(server.url), model)["replicas"][0]["port"]
+        first_port = load(server, model)["replicas"][0]["port"]
         [first] = containers(container_host, model)
         assert "io.modelpool.owner" not in first.labels  # nobody's to stop: it outlives modelpool
     assert containers(container_host, model) == [first]  # modelpool stopped; the container did not
 
     with modelpool_serve(tmp_path / "second.log", "-c", str(config), env=container_host.env) as server:
-        adopted = load(admin(server.url), model)["replicas"][0]
+        adopted = load(server, model)["replicas"][0]
         assert adopted["port"] == first_port
         assert containers(container_host, model) == [first]  # the same container, and no second one
         answers(server.url, model)  # with the key the first modelpool saved
@@ -161,8 +169,10 @@ def test_a_container_killed_from_outside_is_restarted(
 ) -> None:
     model = model_ids("killed")
     config = write_config(tmp_path, {model: engine_model(container_host, engine_image)})
-    with modelpool_serve(tmp_path / "server.log", "-c", str(config), env=container_host.env) as server:
-        client = admin(server.url)
+    with (
+        modelpool_serve(tmp_path / "server.log", "-c", str(config), env=container_host.env) as server,
+        admin(server) as client,
+    ):
         load(client, model)
         [first] = containers(container_host, model)
         container_host.run("kill", first.name)
@@ -186,7 +196,7 @@ def test_the_next_modelpool_stops_a_container_whose_modelpool_was_killed(
     model = model_ids("orphan")
     config = write_config(tmp_path, {model: engine_model(container_host, engine_image)})
     with modelpool_serve(tmp_path / "first.log", "-c", str(config), env=container_host.env) as server:
-        load(admin(server.url), model)
+        load(server, model)
         [orphan] = containers(container_host, model)
         os.kill(server.process.pid, signal.SIGKILL)  # no shutdown: nothing stops the container
         server.process.wait()
@@ -256,8 +266,7 @@ def test_a_registry_login_when_its_variable_is_set_with_the_secret_on_no_command
                                                                  for_unset)),
                "MODELPOOL_TEST_REGISTRY_PASSWORD": secret, "MODELPOOL_TEST_REGISTRY_WRONG": bad_secret}  # fmt: skip
         env.pop("MODELPOOL_TEST_REGISTRY_UNSET", None)
-        with modelpool_serve(tmp_path / "server.log", "-c", str(config), env=env) as server:
-            client = admin(server.url)
+        with modelpool_serve(tmp_path / "server.log", "-c", str(config), env=env) as server, admin(server) as client:
             load(client, right)
             credentials = [(a.username, a.password, a.status) for a in for_right.credentialed()]
             assert credentials == [("$oauthtoken", secret, 200)]
