@@ -185,9 +185,10 @@ def test_a_container_killed_from_outside_is_restarted(
         assert status["crashes_in_a_row"] == 1 and status["last_error"], status
 
         answers(server.url, model)  # the request restarts it
-        [second] = containers(container_host, model)
-        assert second.id != first.id and second.name == first.name  # a new container, by the same name
-        assert client.get(f"/v1/admin/models/{model}/status").json()["state"] == "ready"
+        restarted = client.get(f"/v1/admin/models/{model}/status").json()
+        assert restarted["state"] == "ready"
+        [second] = containers(container_host, model)  # the killed one is gone (`--rm`), one new
+        assert second.id != first.id and second.name == f"modelpool-{model}-{restarted['replicas'][0]['port']}"
 
 
 def test_the_next_modelpool_stops_a_container_whose_modelpool_was_killed(
