@@ -73,8 +73,9 @@ class Container:
     name: str
     labels: dict[str, str]
     env: list[str]
-    create_command: list[str]
-    """The runtime's own record of the `run` command line (Podman keeps it; Docker: [])."""
+    command_line: list[str]
+    """The `run` command line as Podman records it (`CreateCommand`); Docker records none, so
+    there the entrypoint and its arguments."""
 
 
 def containers(host: ContainerHost, model_id: str, *, every: bool = False) -> list[Container]:
@@ -95,7 +96,7 @@ def _container(record: dict[str, Any]) -> Container:
         name=record["Name"].lstrip("/"),
         labels=dict(config.get("Labels") or {}),
         env=list(config.get("Env") or []),
-        create_command=list(config.get("CreateCommand") or []),
+        command_line=list(config.get("CreateCommand") or [record.get("Path", ""), *(record.get("Args") or [])]),
     )
 
 

@@ -129,7 +129,7 @@ def test_an_engine_container_serves_logs_and_is_gone_after_unload(
         logs = client.get(f"/v1/admin/models/{model}/logs", params={"lines": 50}).json()
         assert any("POST /v1/chat/completions" in line for line in logs["processes"][0]["lines"]), logs
         key = env_value(running, "API_KEY")  # the engine's key: inside the container, by name only
-        assert key and running.create_command and not any(key in arg for arg in running.create_command)
+        assert key and running.command_line and not any(key in arg for arg in running.command_line)
 
         unloaded = client.post(f"/v1/admin/models/{model}/unload")
         assert unloaded.status_code == 200 and unloaded.json()["state"] == "unloaded"
@@ -245,6 +245,8 @@ def login_model(host: ContainerHost, image: EngineImage, registry: RegistryStand
 def test_a_registry_login_when_its_variable_is_set_with_the_secret_on_no_command_line(
     tmp_path: Path, container_host: ContainerHost, engine_image: EngineImage, model_ids: Callable[[str], str]
 ) -> None:
+    if container_host.cli != "podman":
+        pytest.skip("the stand-in registry is plain HTTP: Podman allows it per client, Docker only in its daemon")
     right, wrong, unset = model_ids("login"), model_ids("login-wrong"), model_ids("login-unset")
     secret, bad_secret = "right-secret-4f1c9a", "wrong-secret-77d2e0"
     with (
