@@ -6,7 +6,8 @@
 #
 # Stages: `builder` (a venv at /opt/modelpool: PyTorch, llama-cpp-python, the dependencies,
 # then the source), `runtime` (the venv on a slim base, non-root), `ray` (runtime + Ray Serve,
-# the KubeRay image: `make image-ray`), and `image`, the default target (= runtime).
+# the KubeRay image: `make image-ray`), and `image`, the default target (runtime + the server's
+# settings, volumes, health check and entry point).
 #
 # Build arguments, each optional (an empty one is ignored):
 #   BASE              the base image of every stage (debian:bookworm-slim; CUDA: docs/containers.md)
@@ -92,29 +93,13 @@ RUN apt-get update \
 COPY --from=builder /opt/modelpool /opt/modelpool
 COPY deploy/docker/entrypoint.sh /usr/local/bin/modelpool-entrypoint
 COPY deploy/docker/healthcheck.py deploy/docker/check_image.py /usr/local/lib/modelpool/
-# 0.0.0.0 inside the container's own network namespace: what reaches it is what `-p` publishes.
-# Keyless by default so that `docker run -p 8000:8000 IMAGE` answers; configure auth.keys
-# (docs/containers.md) before publishing the port beyond this machine.
 ENV PATH=/opt/modelpool/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    HF_HOME=/models/huggingface \
-    MODELPOOL_SERVER__HOST=0.0.0.0 \
-    MODELPOOL_SERVER__PORT=8000 \
-    MODELPOOL_AUTH__ALLOW_UNAUTHENTICATED_REMOTE=true
+    HF_HOME=/models/huggingface
 ARG STARTERS=1
 USER 10001:10001
 WORKDIR /home/modelpool
 RUN python /usr/local/lib/modelpool/check_image.py "$([ "$STARTERS" = 1 ] && echo starters || echo engines)"
-VOLUME ["/config", "/models"]
-EXPOSE 8000
-# Python's standard library, not the CLI: a check every 10 s must stay cheap.
-HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
-    CMD ["python3", "/usr/local/lib/modelpool/healthcheck.py"]
-# uvicorn finishes in-flight requests for up to server.shutdown_grace_s (30 s) after SIGTERM:
-# stop with a longer timeout (docker stop -t 35; compose's stop_grace_period).
-STOPSIGNAL SIGTERM
-ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/modelpool-entrypoint"]
-CMD ["serve"]
 
 # ---------------------------------------------------------------------------------------------
 # The KubeRay image (deploy/kuberay/): the runtime plus Ray Serve at the version pyproject's
@@ -135,5 +120,22 @@ RUN python /build/requirements.py /build/pyproject.toml ray --extras-only > /bui
 USER 10001:10001
 
 # ---------------------------------------------------------------------------------------------
-# The default target: `docker build .` makes the runtime image, not the Ray one.
+# The default target, `docker build .`: the server.
 FROM runtime AS image
+# 0.0.0.0 inside the container's own network namespace: what reaches it is what `-p` publishes.
+# Keyless by default so that `docker run -p 8000:8000 IMAGE` answers; configure auth.keys
+# (docs/containers.md) before publishing the port beyond this machine. (Not in `runtime`: the
+# loader reads MODELPOOL_* variables as config, and the Ray image's config must stay its own.)
+ENV MODELPOOL_SERVER__HOST=0.0.0.0 \
+    MODELPOOL_SERVER__PORT=8000 \
+    MODELPOOL_AUTH__ALLOW_UNAUTHENTICATED_REMOTE=true
+VOLUME ["/config", "/models"]
+EXPOSE 8000
+# Python's standard library, not the CLI: a check every 10 s must stay cheap.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["python3", "/usr/local/lib/modelpool/healthcheck.py"]
+# uvicorn finishes in-flight requests for up to server.shutdown_grace_s (30 s) after SIGTERM:
+# stop with a longer timeout (docker stop -t 35; compose's stop_grace_period).
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/modelpool-entrypoint"]
+CMD ["serve"]

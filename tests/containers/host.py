@@ -8,6 +8,7 @@ each mounted into the build rather than copied into a layer."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -101,3 +102,13 @@ def find_container_host() -> ContainerHost | str:
     if host.run("image", "inspect", BASE_IMAGE, check=False).returncode != 0:
         return f"no base image {BASE_IMAGE}: run scripts/container_host.sh (make install-test does)"
     return host
+
+
+def make_image_tag(target: str) -> str:
+    """The tag `make <target>` (image, image-ray) gives its image: a dry run, nothing is built."""
+    done = subprocess.run(
+        ["make", "-s", "-n", target, "CONTAINER_CLI=docker"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    match = re.search(r" -t (\S+)", done.stdout)
+    assert match, f"`make -n {target}` names no -t tag:\n{done.stdout}"
+    return match.group(1)

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 import uuid
@@ -26,7 +25,7 @@ import openai
 import pytest
 
 from modelpool.services.ports import free_port
-from tests.containers.host import REPO, ContainerHost
+from tests.containers.host import REPO, ContainerHost, make_image_tag
 from tests.polling import wait_until
 
 PREFIX = f"modelpool-test-image-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -250,29 +249,19 @@ def test_stop_lets_the_in_flight_stream_finish_and_exits_zero(container_host: Co
 
 
 def test_the_ray_variant_is_a_layer_with_the_pinned_ray(container_host: ContainerHost, image: Image) -> None:
-    tag = make_tag("image-ray")
+    tag = make_image_tag("image-ray")
     assert tag.endswith(f"-ray{pinned_ray()}")
     local = f"localhost/{PREFIX}-ray:1"
     try:
         seconds = container_host.build(local, extra=build_flags(container_host, "ray"))
         print(f"\nRay variant built in {seconds:.0f} s on top of the image")
-        done = container_host.run(
-            "run", "--rm", "--entrypoint", "bash", local, "-lc", "ray --version && python -c 'import ray; print(ray.__version__)'"
-        )
+        # bash -l, as KubeRay starts Ray: /etc/profile resets PATH, profile.d puts the venv back.
+        script = "ray --version && python -c 'import ray; print(ray.__version__)'"
+        done = container_host.run("run", "--rm", "--entrypoint", "bash", local, "-lc", script)
         assert done.stdout.split()[-1] == pinned_ray(), done.stdout
         assert container_host.run("run", "--rm", "--entrypoint", "id", local, "-u").stdout.strip() == str(IMAGE_UID)
     finally:
         container_host.remove_image(local)
-
-
-def make_tag(target: str) -> str:
-    """The tag `make <target>` gives its image (a dry run: nothing is built)."""
-    done = subprocess.run(
-        ["make", "-s", "-n", target, "CONTAINER_CLI=docker"], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    match = re.search(r" -t (\S+)", done.stdout)
-    assert match, done.stdout
-    return match.group(1)
 
 
 def pinned_ray() -> str:
