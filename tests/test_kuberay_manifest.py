@@ -174,9 +174,8 @@ def test_the_ray_image_is_the_root_dockerfiles_ray_target() -> None:
     stage = dockerfile.split("FROM runtime AS ray", 1)[1].split("\nFROM ", 1)[0]
     assert "requirements.py /build/pyproject.toml ray --extras-only" in stage
     assert "-c /build/constraints.txt" in stage
-    assert "--target ray" in subprocess.run(
-        ["make", "-s", "-n", "image-ray", "CONTAINER_CLI=docker"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
+    make = ["make", "-s", "-n", "image-ray", "CONTAINER_CLI=docker"]
+    assert "--target ray" in subprocess.run(make, cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
 
 # ----- (c) every custom resource asked for is offered ---------------------------------------------

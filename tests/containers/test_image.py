@@ -28,6 +28,8 @@ from modelpool.services.ports import free_port
 from tests.containers.host import REPO, ContainerHost, make_image_tag
 from tests.polling import wait_until
 
+pytestmark = pytest.mark.e2e
+
 PREFIX = f"modelpool-test-image-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 CHAT_MODEL = "smollm2-135m-instruct"
 EMBEDDING_MODEL = "all-minilm-l6-v2"
@@ -254,7 +256,7 @@ def test_the_ray_variant_is_a_layer_with_the_pinned_ray(container_host: Containe
     local = f"localhost/{PREFIX}-ray:1"
     try:
         seconds = container_host.build(local, extra=build_flags(container_host, "ray"))
-        print(f"\nRay variant built in {seconds:.0f} s on top of the image")
+        print(f"\nRay variant built in {seconds:.0f} s, {container_host.image_bytes(local) / 1e6:.0f} MB")
         # bash -l, as KubeRay starts Ray: /etc/profile resets PATH, profile.d puts the venv back.
         script = "ray --version && python -c 'import ray; print(ray.__version__)'"
         done = container_host.run("run", "--rm", "--entrypoint", "bash", local, "-lc", script)
