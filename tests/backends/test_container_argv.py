@@ -28,12 +28,13 @@ from modelpool.services.container_argv import (
     Runtime,
     client_environment,
     default_name,
-    find_runtime,
     gpu_arguments,
     login_argv,
     run_argv,
+    runtime_candidates,
     stop_argv,
 )
+from modelpool.services.container_cli import find_runtime
 
 DOCKER = Runtime("/usr/bin/docker", "docker")
 PODMAN = Runtime("/usr/bin/podman", "podman")
@@ -143,24 +144,46 @@ def test_default_name_is_predictable_and_valid() -> None:
     assert default_name("org/Model:v1 é", 9) == "modelpool-org-Model-v1---9"
 
 
-def test_runtime_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def fake_runtime(folder: Path, name: str, *, answers: bool) -> None:
+    """A runtime client whose `info` succeeds or fails (a docker client with no daemon)."""
+    tool = folder / name
+    tool.write_text("#!/bin/sh\n" + ("exit 0\n" if answers else "echo 'Cannot connect to the daemon' >&2; exit 1\n"))
+    tool.chmod(0o755)
+
+
+def test_runtime_candidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("docker", "podman"):
-        tool = tmp_path / name
-        tool.write_text("#!/bin/sh\n")
-        tool.chmod(0o755)
+        fake_runtime(tmp_path, name, answers=True)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert find_runtime("auto") == Runtime(str(tmp_path / "docker"), "docker")
-    assert find_runtime("podman") == Runtime(str(tmp_path / "podman"), "podman")
-    assert find_runtime(str(tmp_path / "podman")).kind == "podman"
+    assert runtime_candidates("auto") == [Runtime(str(tmp_path / "docker"), "docker"),
+                                          Runtime(str(tmp_path / "podman"), "podman")]  # fmt: skip
+    assert runtime_candidates("podman") == [Runtime(str(tmp_path / "podman"), "podman")]
+    assert runtime_candidates(str(tmp_path / "podman"))[0].kind == "podman"
     (tmp_path / "docker").unlink()
-    assert find_runtime("auto").kind == "podman"
+    assert [r.kind for r in runtime_candidates("auto")] == ["podman"]
     with pytest.raises(ModelLoadFailed, match="'docker' is not an executable"):
-        find_runtime("docker")
+        runtime_candidates("docker")
     (tmp_path / "podman").unlink()
     with pytest.raises(ModelLoadFailed, match="neither `docker` nor `podman`"):
-        find_runtime("auto")
+        runtime_candidates("auto")
     with pytest.raises(ModelLoadFailed, match="/opt/nothing/podman"):
-        find_runtime("/opt/nothing/podman")
+        runtime_candidates("/opt/nothing/podman")
+
+
+async def test_auto_takes_the_first_runtime_that_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_runtime(tmp_path, "docker", answers=False)
+    fake_runtime(tmp_path, "podman", answers=True)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert await find_runtime("auto") == Runtime(str(tmp_path / "podman"), "podman")
+    assert await find_runtime("docker") == Runtime(str(tmp_path / "docker"), "docker")  # named: taken as it is
+
+
+async def test_auto_with_no_runtime_that_answers_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("docker", "podman"):
+        fake_runtime(tmp_path, name, answers=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ModelLoadFailed, match=r"docker info` failed: Cannot connect.*podman info` failed"):
+        await find_runtime("auto")
 
 
 # ----- from a backend's options ------------------------------------------------------------

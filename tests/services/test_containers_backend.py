@@ -21,7 +21,7 @@ from modelpool.backends.context import BackendContext
 from modelpool.backends.managed.llama_server import LlamaServerBackend, LlamaServerOptions
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
-from modelpool.services.container_argv import LABEL_MODEL, LABEL_OWNER, Runtime, find_runtime
+from modelpool.services.container_argv import LABEL_MODEL, LABEL_OWNER, Runtime, runtime_candidates
 from modelpool.services.container_cli import inspect
 from modelpool.services.ports import free_port
 from modelpool.services.reaper import owned_engines, reap_orphaned_engines
@@ -55,7 +55,7 @@ def host() -> ContainerHost:
 def runtime(host: ContainerHost, monkeypatch: pytest.MonkeyPatch) -> Runtime:
     if "CONTAINERS_CONF" in host.env:
         monkeypatch.setenv("CONTAINERS_CONF", host.env["CONTAINERS_CONF"])
-    return find_runtime(host.cli)
+    return runtime_candidates(host.cli)[0]
 
 
 @pytest.fixture

@@ -40,14 +40,14 @@ class Runtime:
     kind: RuntimeKind
 
 
-def find_runtime(configured: str) -> Runtime:
-    """`auto`: docker, else podman, on PATH; `docker`/`podman`: that one on PATH; a path: that
-    file (its kind from its name). A runtime that is not there is a ModelLoadFailed naming it."""
+def runtime_candidates(configured: str) -> list[Runtime]:
+    """`auto`: docker and podman, those on PATH, in that order (`container_cli.find_runtime`
+    takes the first that answers); `docker`/`podman`: that one on PATH; a path: that file (its
+    kind from its name). None there is a ModelLoadFailed naming what was looked for."""
     names = RUNTIMES if configured == "auto" else (configured,)
-    for name in names:
-        path = shutil.which(name)
-        if path is not None:
-            return Runtime(path, runtime_kind(name))
+    found = [Runtime(path, runtime_kind(name)) for name in names if (path := shutil.which(name)) is not None]
+    if found:
+        return found
     if configured == "auto":
         raise ModelLoadFailed("no container runtime: neither `docker` nor `podman` is on PATH (container.runtime)")
     raise ModelLoadFailed(f"container runtime '{configured}' is not an executable on PATH or a path to one")
@@ -182,6 +182,12 @@ def client_environment(spec: ContainerSpec) -> dict[str, str]:
 def tool_environment() -> dict[str, str]:
     """The environment of a runtime call that hands nothing in (stop, inspect, logs)."""
     return engine_environment({}, TOOL_VARIABLES)
+
+
+def info_argv(runtime: Runtime) -> list[str]:
+    """Answers (exit 0) only when the runtime can run containers: Docker's client without a
+    reachable daemon fails here, Podman's checks its storage and settings."""
+    return [runtime.path, "info", "--format", "{{json .}}"]
 
 
 def login_argv(runtime: Runtime, login: Login) -> list[str]:

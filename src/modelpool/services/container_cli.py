@@ -16,8 +16,10 @@ from modelpool.services.container_argv import (
     LABEL_PORT,
     ContainerSpec,
     Runtime,
+    info_argv,
     inspect_argv,
     kill_argv,
+    runtime_candidates,
     stop_argv,
     tool_environment,
 )
@@ -26,6 +28,10 @@ from modelpool.services.registry import ServiceRecord
 log = logging.getLogger("modelpool.services")
 CLI_TIMEOUT_S = 120.0
 """Longest wait for one runtime call that should be quick (inspect, login, kill)."""
+PROBE_TIMEOUT_S = 15.0
+"""Longest wait for `info` when `auto` probes a runtime (a daemon that is not there fails fast)."""
+_answered: dict[tuple[str, ...], Runtime] = {}
+"""`auto`'s choice per set of candidates found: probed once per modelpool, not per load."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,27 @@ async def call(argv: list[str], env: dict[str, str], *, stdin: bytes | None = No
         return CliResult(124, "", f"{argv[0]} {argv[1]} did not answer within {timeout_s:.0f}s")
     assert process.returncode is not None
     return CliResult(process.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+async def find_runtime(configured: str) -> Runtime:
+    """The runtime `container.runtime` names. `auto` takes the first of docker and podman on
+    PATH that answers `info`: a `docker` client with no daemon behind it (a common leftover on
+    machines that run Podman) must not be chosen only because it comes first."""
+    candidates = runtime_candidates(configured)
+    if configured != "auto":
+        return candidates[0]
+    key = tuple(runtime.path for runtime in candidates)
+    if key in _answered:
+        return _answered[key]
+    problems = []
+    for runtime in candidates:
+        done = await call(info_argv(runtime), tool_environment(), timeout_s=PROBE_TIMEOUT_S)
+        if done.code == 0:
+            _answered[key] = runtime
+            return runtime
+        reason = tail_of(done.err, 1) or f"exit code {done.code}"
+        problems.append(f"`{runtime.path} info` failed: {reason}")
+    raise ModelLoadFailed(f"no container runtime answers ({'; '.join(problems)}); name one in container.runtime")
 
 
 @dataclass(frozen=True)

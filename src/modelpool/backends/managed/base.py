@@ -39,8 +39,8 @@ from modelpool.capabilities import Capabilities, Locality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import ModelLoadFailed, UpstreamUnavailable
-from modelpool.services.container_argv import ContainerSpec, Runtime, find_runtime
-from modelpool.services.container_cli import container_record, inspect, labelled, recorded_runtime
+from modelpool.services.container_argv import ContainerSpec, Runtime
+from modelpool.services.container_cli import container_record, find_runtime, inspect, labelled, recorded_runtime
 from modelpool.services.containers import ContainerProcess
 from modelpool.services.pids import create_time, tree_rss
 from modelpool.services.ports import free_port, port_in_use
@@ -165,7 +165,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
         spec: EngineSpec = process_spec
         process: EngineProcess
         if self.options.container is not None:
-            spec = container_spec(process_spec, self.options.container, self._runtime(), self.files(weights),
+            spec = container_spec(process_spec, self.options.container, await self._runtime(), self.files(weights),
                                   persistent=self.options.persistent)  # fmt: skip
             process = ContainerProcess(spec, on_exit=self._exited)
         else:
@@ -304,7 +304,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
         )
         process: EngineProcess
         if self.options.container is not None and isinstance(container, str):
-            runtime = recorded_runtime(record) or self._runtime()
+            runtime = recorded_runtime(record) or await self._runtime()
             state = await inspect(runtime, container)
             if state is None or not state.running or state.pid != record.pid or not labelled(state, record):
                 return None
@@ -313,9 +313,9 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             process = ManagedProcess(spec, on_exit=self._exited)
         return process if await process.check_health() else None
 
-    def _runtime(self) -> Runtime:
+    async def _runtime(self) -> Runtime:
         assert self.options.container is not None
-        return find_runtime(self.options.container.runtime)
+        return await find_runtime(self.options.container.runtime)
 
     def _record(self, spec: EngineSpec, pid: int) -> None:
         """A persistent process goes into the registry later modelpools adopt from, with
