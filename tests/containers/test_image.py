@@ -127,6 +127,31 @@ def test_the_starter_models_answer_through_the_sdk(served: Container) -> None:
     assert [len(item.embedding) for item in vectors.data] == [384, 384]
 
 
+def test_the_defaults_serve_with_no_volume_and_no_settings(container_host: ContainerHost, image: Image) -> None:
+    """`docker run -p 8000:8000 IMAGE` as is: 0.0.0.0:8000, keyless, the starter models. On a
+    network of its own (`--network none`), so the 0.0.0.0 bind is seen by nothing outside; the
+    checks run inside the container."""
+    name = f"{PREFIX}-defaults"
+    try:
+        container_host.run("run", "-d", "--name", name, "--network", "none", image.tag)
+
+        def healthy() -> bool:
+            if container_host.run("inspect", "--format", "{{.State.Running}}", name).stdout.strip() != "true":
+                raise AssertionError(f"{name} exited:\n{logs(container_host, name)}")
+            return container_host.run("healthcheck", "run", name, check=False).returncode == 0
+
+        wait_until(healthy, f"{name} healthy", timeout_s=READY_TIMEOUT_S)
+        listed = container_host.run(
+            "exec", name, "python3", "-c",
+            "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/v1/models').read().decode())",
+        ).stdout  # fmt: skip
+        assert CHAT_MODEL in listed and EMBEDDING_MODEL in listed
+        everything = container_host.run("logs", name)
+        assert "0.0.0.0:8000" in everything.stdout + everything.stderr  # uvicorn's "running on" line
+    finally:
+        container_host.remove_container(name)
+
+
 def test_it_runs_as_non_root(container_host: ContainerHost, served: Container) -> None:
     assert container_host.run("exec", served.name, "id", "-u").stdout.strip() == str(IMAGE_UID)
     # Every process in the container, the server and tini included, as the server's own
