@@ -109,8 +109,8 @@ class ContainerOptions(BaseModel):
     image: str = Field(max_length=512)
     """Image reference, e.g. `ghcr.io/ggml-org/llama.cpp:server`."""
     runtime: str = Field(default="auto", pattern=r"^(auto|docker|podman|/[^\x00\n]{1,4095})$")
-    """`auto` (the first of `docker`, `podman` on PATH whose `info` answers: a docker client without a daemon is passed over), `docker`, `podman`, or an absolute
-    path to either."""
+    """`auto` (the first of `docker`, `podman` on PATH whose `info` answers: a docker client
+    without a daemon is passed over), `docker`, `podman`, or an absolute path to either."""
     name: str | None = Field(default=None, pattern=CONTAINER_NAME)
     """Container name (default `modelpool-<model id>-<port>`)."""
     gpus: str | None = Field(default=None, pattern=r"^(all|[0-9]{1,3}(,[0-9]{1,3}){0,63})$")
