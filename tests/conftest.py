@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from modelpool.config import Config, load_config
 from modelpool.server.app import create_app
 from modelpool.server.auth import KeyRing
+from tests.containers.host import ContainerHost, find_container_host
 from tests.hub_standin import hub_env, hub_standin  # noqa: F401  # fixtures: the stand-in Hugging Face hub
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -81,3 +82,13 @@ async def oai(http: httpx.AsyncClient) -> AsyncIterator[openai.AsyncOpenAI]:
     """The official OpenAI SDK, talking to the in-process app."""
     client = openai.AsyncOpenAI(base_url=f"{BASE_URL}/v1", api_key="unused", http_client=http, max_retries=0)  # type: ignore[arg-type]  # the SDK takes a legacy httpx client at runtime; it annotates only httpx2
     yield client
+
+
+@pytest.fixture(scope="session")
+def container_host() -> ContainerHost:
+    """Podman (or Docker) with the local base image (tests/containers/host.py); a skip saying
+    what to run where there is none."""
+    host = find_container_host()
+    if isinstance(host, str):
+        pytest.skip(host)
+    return host

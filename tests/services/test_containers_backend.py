@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,12 @@ from modelpool.backends.context import BackendContext
 from modelpool.backends.managed.llama_server import LlamaServerBackend, LlamaServerOptions
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
-from modelpool.services.container_argv import LABEL_MODEL, LABEL_OWNER, Runtime, runtime_candidates
+from modelpool.services.container_argv import LABEL_MODEL, LABEL_OWNER, Runtime
 from modelpool.services.container_cli import inspect
 from modelpool.services.ports import free_port
 from modelpool.services.reaper import owned_engines, reap_orphaned_engines
 from modelpool.services.registry import ENGINE_KIND, Registry
-from tests.containers.host import REPO, ContainerHost, find_container_host
+from tests.containers.host import REPO, ContainerHost
 from tests.polling import until
 from tests.services.test_containers_live import SERVER
 
@@ -43,27 +42,9 @@ class PerlEngine(LlamaServerBackend):
         return ["perl", "-e", WEIGHTS_CHECK + SERVER.replace("ENGINE_KEY", "LLAMA_API_KEY"), "{port}", str(weights)]
 
 
-@pytest.fixture(scope="module")
-def host() -> ContainerHost:
-    found = find_container_host()
-    if isinstance(found, str):
-        pytest.skip(found)
-    return found
-
-
 @pytest.fixture
-def runtime(host: ContainerHost, monkeypatch: pytest.MonkeyPatch) -> Runtime:
-    if "CONTAINERS_CONF" in host.env:
-        monkeypatch.setenv("CONTAINERS_CONF", host.env["CONTAINERS_CONF"])
-    return runtime_candidates(host.cli)[0]
-
-
-@pytest.fixture
-def names(host: ContainerHost) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for name in made:
-        host.remove_container(name)
+def host(container_host: ContainerHost) -> ContainerHost:
+    return container_host
 
 
 def engine(host: ContainerHost, tmp_path: Path, name: str, **options: Any) -> PerlEngine:

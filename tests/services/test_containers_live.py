@@ -5,19 +5,17 @@ engine would be. No image is built: the base image runs with `perl` as its entry
 from __future__ import annotations
 
 import os
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from modelpool.services.container_argv import LABEL_MODEL, ContainerSpec, Runtime, runtime_kind
+from modelpool.services.container_argv import LABEL_MODEL, ContainerSpec, Runtime
 from modelpool.services.container_cli import inspect, stop_container
 from modelpool.services.containers import ContainerProcess
 from modelpool.services.ports import free_port
 from modelpool.services.process import ProcessFailed, answers_health
-from tests.containers.host import ContainerHost, find_container_host
+from tests.containers.host import ContainerHost
 from tests.polling import until, until_answered
 
 SERVER = r"""
@@ -42,31 +40,9 @@ while (1) {
 PREFIX = "modelpool-test-engines-"
 
 
-@pytest.fixture(scope="module")
-def host() -> ContainerHost:
-    found = find_container_host()
-    if isinstance(found, str):
-        pytest.skip(found)
-    return found
-
-
 @pytest.fixture
-def runtime(host: ContainerHost, monkeypatch: pytest.MonkeyPatch) -> Runtime:
-    for name in ("CONTAINERS_CONF",):  # what the runtime client needs here, as modelpool's would have it
-        if name in host.env:
-            monkeypatch.setenv(name, host.env[name])
-    path = shutil.which(host.cli)
-    assert path is not None
-    return Runtime(path, runtime_kind(host.cli))
-
-
-@pytest.fixture
-def names(host: ContainerHost, request: pytest.FixtureRequest) -> Iterator[list[str]]:
-    """Container names for this test; whatever is left of them is removed at its end."""
-    made: list[str] = []
-    yield made
-    for name in made:
-        host.remove_container(name)
+def host(container_host: ContainerHost) -> ContainerHost:
+    return container_host
 
 
 def spec_for(host: ContainerHost, runtime: Runtime, name: str, tmp_path: Path, **changes: object) -> ContainerSpec:

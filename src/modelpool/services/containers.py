@@ -36,7 +36,14 @@ from modelpool.services.container_argv import (
 )
 from modelpool.services.container_cli import CLI_TIMEOUT_S, call, inspect, stop_container, tail_of
 from modelpool.services.pids import create_time
-from modelpool.services.process import POLL_S, ProcessFailed, answers_health, dies_with_us, file_tail
+from modelpool.services.process import (
+    POLL_S,
+    ProcessFailed,
+    answers_health,
+    dies_with_us,
+    file_tail,
+    relay_output,
+)
 
 log = logging.getLogger("modelpool.services")
 
@@ -215,17 +222,7 @@ class ContainerProcess:
 
     async def _pump_output(self, source: asyncio.subprocess.Process) -> None:
         assert source.stdout is not None
-        sink = self.spec.log_file.open("a", encoding="utf-8") if self.spec.log_file else None
-        try:
-            async for raw in source.stdout:
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
-                self.lines.append(line)
-                if sink is not None:
-                    sink.write(line + "\n")
-                    sink.flush()
-        finally:
-            if sink is not None:
-                sink.close()
+        await relay_output(source.stdout, self.lines, self.spec.log_file)
 
     async def _watch_exit(self, helper: asyncio.subprocess.Process, *, code_printed: bool) -> None:
         """The end of the attached `run` client (its code is the container's) or of `wait`

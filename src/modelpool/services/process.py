@@ -282,17 +282,7 @@ class ManagedProcess:
 
     async def _pump_output(self) -> None:
         assert self._process is not None and self._process.stdout is not None
-        sink = self.spec.log_file.open("a", encoding="utf-8") if self.spec.log_file else None
-        try:
-            async for raw in self._process.stdout:
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
-                self.lines.append(line)
-                if sink is not None:
-                    sink.write(line + "\n")
-                    sink.flush()
-        finally:
-            if sink is not None:
-                sink.close()
+        await relay_output(self._process.stdout, self.lines, self.spec.log_file)
 
     async def _watch_exit(self) -> None:
         if self._process is not None:
@@ -352,6 +342,22 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
             os.killpg(pid, sig)
         else:
             os.kill(pid, sig)
+
+
+async def relay_output(source: asyncio.StreamReader, lines: deque[str], log_file: Path | None) -> None:
+    """Every line of `source` into the ring buffer `lines` and, flushed at once, the log file
+    (what a crash message and `GET /v1/admin/models/{id}/logs` show), until the stream ends."""
+    sink = log_file.open("a", encoding="utf-8") if log_file else None
+    try:
+        async for raw in source:
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            lines.append(line)
+            if sink is not None:
+                sink.write(line + "\n")
+                sink.flush()
+    finally:
+        if sink is not None:
+            sink.close()
 
 
 def file_tail(path: Path, count: int, block: int = 64 * 1024) -> list[str]:
