@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -111,3 +112,25 @@ def test_a_key_whose_env_var_is_missing_stops_the_start(tmp_path: Path) -> None:
     result = runner.invoke(app, ["serve", "--config", str(config), "--port", "0"], env={})
     assert result.exit_code == 2
     assert "$MODELPOOL_TEST_UNSET_KEY, which is not set" in result.output
+
+
+def test_keyless_serving_beyond_loopback_when_allowed_is_said_out_loud(caplog: pytest.LogCaptureFixture) -> None:
+    """The container image allows it by default (so `docker run -p ...` answers): the start
+    says what that opens; on loopback, or with keys, nothing is said."""
+    from modelpool.cli.serving import check_exposure
+    from modelpool.config import load_config
+    from modelpool.server.auth import KeyRing
+
+    allowed = load_config(
+        cli={"server": {"host": "0.0.0.0"}, "auth": {"allow_unauthenticated_remote": True}}, environ={}
+    )
+    with caplog.at_level("WARNING", logger="modelpool"):
+        check_exposure(allowed, KeyRing.from_config(allowed.auth, {}))
+    assert [r.getMessage() for r in caplog.records] == [
+        "serving with no API keys on a non-loopback address: anyone who can reach it can use, load and unload "
+        "every model (configure auth.keys)"
+    ]
+    caplog.clear()
+    loopback = load_config(cli={"auth": {"allow_unauthenticated_remote": True}}, environ={})
+    check_exposure(loopback, KeyRing.from_config(loopback.auth, {}))
+    assert caplog.records == []

@@ -147,7 +147,9 @@ def test_the_defaults_serve_with_no_volume_and_no_settings(container_host: Conta
         ).stdout  # fmt: skip
         assert CHAT_MODEL in listed and EMBEDDING_MODEL in listed
         everything = container_host.run("logs", name)
-        assert "0.0.0.0:8000" in everything.stdout + everything.stderr  # uvicorn's "running on" line
+        output = everything.stdout + everything.stderr
+        assert "0.0.0.0:8000" in output  # uvicorn's "running on" line
+        assert "serving with no API keys on a non-loopback address" in output  # keyless, and it says so
     finally:
         container_host.remove_container(name)
 

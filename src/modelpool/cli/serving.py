@@ -81,7 +81,14 @@ def uvicorn_config(app: FastAPI, config: Config) -> uvicorn.Config:
 
 def check_exposure(config: Config, keys: KeyRing) -> None:
     """No keys means anyone who can reach the port can use (and unload) every model."""
-    if keys.enabled or _is_loopback(config.server.host) or config.auth.allow_unauthenticated_remote:
+    if keys.enabled or _is_loopback(config.server.host):
+        return
+    if config.auth.allow_unauthenticated_remote:  # allowed (the container image's default), but never silently
+        log.warning(
+            "serving with no API keys on a non-loopback address: anyone who can reach it can use, load and "
+            "unload every model (configure auth.keys)",
+            extra={"host": config.server.host, "port": config.server.port},
+        )
         return
     raise ConfigError(
         f"refusing to serve on {config.server.host} without API keys: configure auth.keys, bind to "
