@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -109,3 +110,30 @@ async def test_transformers_a_row_whose_logprobs_fail_fails_alone(
         await app.state.pool.unload(HF_MODEL)
     assert_good(results, ["good-1", "good-2"])
     assert_failed_alone(results["bad-logprobs"], "bad-logprobs", caplog, "out of range")
+
+
+def free_slots_out_of_step(engine: Any) -> list[tuple[int, int, int]]:
+    """(seq id, last position its KV cells hold, tokens the engine believes they hold) of every
+    free sequence where the two disagree: the batch-invariant spare row is placed after what
+    a free sequence is believed to hold, and llama.cpp refuses a whole batch (-1) whose row
+    does not follow the sequence's last cell."""
+    llama, memory = engine._llama, engine._memory
+    rows = [(slot.seq_id, llama.llama_memory_seq_pos_max(memory, slot.seq_id), len(slot.cached))
+            for slot in engine._slots if slot.job is None]  # fmt: skip
+    return [row for row in rows if row[1] != row[2] - 1]
+
+
+async def test_llama_cpp_a_sequence_refused_at_its_start_leaves_its_cells_as_believed(app: FastAPI) -> None:
+    """A request refused before it starts (a token id outside the vocabulary) in a sequence
+    whose cells a finished request left (prompt reuse) must not leave those cells behind
+    while the engine believes the sequence empty (found as a rare `llama_decode returned -1`
+    in a later, unrelated stream)."""
+    backend = backend_of(app, CHAT_MODEL)
+    engine = backend._engine
+    await collect(backend.complete(CompletionRequest("Once upon a time", GOOD)))
+    cached = [list(slot.cached) for slot in engine._slots if slot.cached]
+    assert cached, "prompt reuse keeps a finished request's cells (the starter's reuse_prompt_cache)"
+    # The same prefix: the refused request is given the sequence that holds those cells.
+    with pytest.raises(InvalidRequest, match="10000000"):
+        await collect(backend._generate([*cached[0][:4], 10_000_000], GOOD, "prompt"))
+    assert await asyncio.wrap_future(engine.call(lambda: free_slots_out_of_step(engine))) == []

@@ -188,10 +188,10 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
                 self._start(job, slot)
             except (InvalidRequest, GenerationFailed) as exc:  # this request's own problem
                 job.fail(exc)
-                self._free(slot)
+                self._free(slot, keep_cells=False)
             except Exception as exc:  # starting this sequence failed: the others go on
                 job.fail(sequence_failed(job.request_id, exc, what="starting a llama.cpp sequence"))
-                self._free(slot)
+                self._free(slot, keep_cells=False)
 
     def _free_slot(self, job: Job | ScoringJob) -> _Slot | None:
         free = [slot for slot in self._slots if slot.job is None]
@@ -343,11 +343,15 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
             if slot.job is not None and slot.job.done:
                 self._free(slot)
 
-    def _free(self, slot: _Slot) -> None:
+    def _free(self, slot: _Slot, *, keep_cells: bool = True) -> None:
+        """`keep_cells=False`: the job never started (refused, or failed in `_start`), so its
+        history does not say what the sequence's cells hold (an earlier request's prefix may
+        still be there): they are all removed. A free sequence's cells must be exactly
+        `cached`, which the spare row and prefix reuse build on."""
         job, slot.job = slot.job, None
         if job is not None:
             job.close(self._llama)
-        if self._reuse and job is not None and isinstance(job, Job):
+        if keep_cells and self._reuse and job is not None and isinstance(job, Job):
             slot.cached = job.history  # what the KV cells of this sequence now hold
         else:
             self._llama.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
