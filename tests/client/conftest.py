@@ -46,6 +46,11 @@ def pool_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         # Images by URL from a test server on loopback, which the guard refuses unless allowed.
         "server": {"allow_remote_images": True, "image_fetch_allowed_hosts": ["127.0.0.1"]},
         "models": {
+            # The agent sample's servers are served under their role's name (its presets send
+            # `llm`, `stt`, `tts`): these aliases let modelpool stand in for them.
+            CHAT_MODEL: {"aliases": ["llm"]},
+            STT_MODEL: {"aliases": ["stt"]},
+            TTS_MODEL: {"aliases": ["tts"]},
             RERANKER: {"backend": "cross_encoder", "source": str(tiny_cross_encoder(folder / "reranker"))},
             VLM: {"backend": "transformers", "source": str(tiny_llava()), "options": {"vision": True}},
             THINKER: {

@@ -40,11 +40,18 @@ def tiny_png() -> bytes:
 class ScriptedServer:
     """A real OpenAI-shaped HTTP server on 127.0.0.1 (port 0: the OS picks a free one), in
     its own thread so that blocking sync clients can call it too. It records every request
-    body and answers with the replies queued, in order; with none left it answers 500."""
+    body and answers with the replies queued, in order; with none left it answers 500.
+    With `required_key` it stands in for a hosted API: a request without that bearer key is
+    answered 401 in OpenAI's envelope (and recorded). GETs (health probes) are recorded and
+    answered 404, as a hosted API without /health does."""
 
-    def __init__(self) -> None:
+    def __init__(self, required_key: str | None = None) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         """(path, JSON body) of every request, in order."""
+        self.authorizations: list[str | None] = []
+        """The Authorization header of every POST, in order."""
+        self.gets: list[str] = []
+        self.required_key = required_key
         self._replies: deque[tuple[str, bytes]] = deque()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._http.daemon_threads = True
@@ -78,10 +85,19 @@ class ScriptedServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server.gets.append(self.path)
+                self._reply(404, "application/json", b'{"detail": "Not Found"}')
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 server.requests.append((self.path, json.loads(body)))
-                if server._replies:
+                authorization = self.headers.get("Authorization")
+                server.authorizations.append(authorization)
+                if server.required_key is not None and authorization != f"Bearer {server.required_key}":
+                    error = {"error": {"message": "invalid key", "type": "invalid_request_error", "code": None}}
+                    self._reply(401, "application/json", json.dumps(error).encode())
+                elif server._replies:
                     self._reply(200, *server._replies.popleft())
                 else:
                     error = {"error": {"message": "no reply scripted", "type": "server_error", "code": None}}

@@ -18,14 +18,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from modelpool.client.errors import ConfigError
-from modelpool.client.presets import Capabilities, Preset, Role, Thinking, find_preset
+from modelpool.client.presets import STANDARD_REASONING_FIELDS, Capabilities, Preset, Role, Thinking, find_preset
 from modelpool.client.services import AmbiguousService, resolve, running_services
+
+DEFAULT_TIMEOUT_S = 600.0
 
 
 class CapabilitiesSpec(BaseModel):
@@ -36,6 +38,21 @@ class CapabilitiesSpec(BaseModel):
     streaming: bool | None = None
     stream_usage: bool | None = None
     verbose_json: bool | None = None
+    tool_calls: bool | None = None
+    reasoning: bool | None = None
+    video: bool | None = None
+
+
+CATEGORIES: dict[str, Role] = {
+    "llm": Role.LLM,
+    "vlm": Role.VLM,
+    "embedding": Role.EMBEDDER,
+    "embedder": Role.EMBEDDER,
+    "reranker": Role.RERANKER,
+    "stt": Role.STT,
+    "tts": Role.TTS,
+}
+"""`category:` as the agent sample's models.yaml writes it → the client kind it is for."""
 
 
 class EndpointSpec(BaseModel):
@@ -44,6 +61,9 @@ class EndpointSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: str
     """`preset:NAME` (see presets.py) or `openai_compat` (no quirks; needs model_name)."""
+    category: Literal["llm", "vlm", "embedding", "embedder", "reranker", "stt", "tts"] | None = None
+    """Which make_* fits the role (the agent sample's key): with `openai_compat` it says
+    what the endpoint is; with a preset it must agree with the preset's."""
     base_url: str | None = None
     """The server's root (`http://host:8000`; a trailing `/v1` is accepted and dropped)."""
     service: str | None = None
@@ -57,12 +77,15 @@ class EndpointSpec(BaseModel):
     """False: wait_ready returns at once (servers with no probe-able route, hosted APIs)."""
     health_path: str | None = None
     """Probe only this path instead of the preset's chain (/readyz → /health → /v1/models)."""
-    timeout_s: float = Field(default=600.0, gt=0)
-    """Per-request read timeout: CPU generation and first loads can be slow."""
+    timeout_s: float | None = Field(default=None, gt=0, validation_alias=AliasChoices("timeout_s", "timeout"))
+    """Per-request read timeout (`timeout:` as the agent sample writes it; default: the
+    preset's, else 600 s: CPU generation and first loads can be slow)."""
     connect_timeout_s: float = Field(default=10.0, gt=0)
     capabilities: CapabilitiesSpec = Field(default_factory=CapabilitiesSpec)
     reasoning_fields: list[str] | None = None
     """Where the server puts reasoning text; overrides the preset's."""
+    reasoning_field: str | None = None
+    """The agent sample's singular spelling: this field first, then the usual ones."""
     thinking: Thinking | None = None
     """How enable_thinking is sent; overrides the preset's."""
     voice: str | None = None
@@ -71,6 +94,9 @@ class EndpointSpec(BaseModel):
     """Default language for speech-to-text."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Fields added to every request body (e.g. modelpool's `keep_alive`, `deterministic`)."""
+    default_extras: dict[str, Any] = Field(default_factory=dict)
+    """The agent sample's name for extra_body (replaces the preset's default_extras; the
+    two are merged, extra_body last)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -90,6 +116,11 @@ class EndpointSpec(BaseModel):
     def _one_address(self) -> EndpointSpec:
         if (self.base_url is None) == (self.service is None):
             raise ValueError("give exactly one of base_url or service")
+        if self.reasoning_field is not None and self.reasoning_fields is not None:
+            raise ValueError("give reasoning_field or reasoning_fields, not both")
+        preset_role = find_preset(self.kind).role
+        if self.category is not None and preset_role is not None and CATEGORIES[self.category] is not preset_role:
+            raise ValueError(f"category {self.category} does not fit {self.kind}, a {preset_role.value} preset")
         if self.model_name is None and find_preset(self.kind).model_name is None:
             raise ValueError(f"model_name is required with kind {self.kind} (the served name depends on the server)")
         return self
@@ -101,6 +132,8 @@ class Endpoint:
 
     role: str
     preset: Preset
+    kind: Role | None
+    """The client kind it is for: the `category`, else the preset's (None: any)."""
     model_name: str
     base_url: str | None
     service: str | None
@@ -172,10 +205,11 @@ def parse_models_config(
 
 def expect_role(endpoint: Endpoint, wanted: Role, also: tuple[Role, ...] = ()) -> None:
     """Refuse a make_* call whose preset is for another kind of client."""
-    role = endpoint.preset.role
+    role = endpoint.kind
     if role is not None and role not in (wanted, *also):
         kind = role.value
-        raise ConfigError(f"role {endpoint.role!r} uses preset {endpoint.preset.name}, a {kind} model: use make_{kind}")
+        what = f"preset {endpoint.preset.name}" if endpoint.preset.role is not None else f"category {kind}"
+        raise ConfigError(f"role {endpoint.role!r} uses {what}, a {kind} model: use make_{kind}")
 
 
 def _endpoint(role: str, raw: Any, environ: Mapping[str, str], source: str) -> Endpoint:
@@ -185,9 +219,13 @@ def _endpoint(role: str, raw: Any, environ: Mapping[str, str], source: str) -> E
         raise ConfigError(f"{source}: role {role!r}: {_problems(exc)}") from None
     preset = find_preset(spec.kind)
     caps = {k: v for k, v in spec.capabilities.model_dump().items() if v is not None}
+    kind = CATEGORIES[spec.category] if spec.category is not None else preset.role
+    if kind is Role.VLM and preset.role is None:
+        caps.setdefault("vision", True)  # `category: vlm` says the endpoint reads images
     return Endpoint(
         role=role,
         preset=preset,
+        kind=kind,
         model_name=spec.model_name or preset.model_name or "",
         base_url=_root(spec.base_url) if spec.base_url is not None else None,
         service=spec.service,
@@ -195,15 +233,31 @@ def _endpoint(role: str, raw: Any, environ: Mapping[str, str], source: str) -> E
         api_key_env=spec.api_key_env,
         health_check=spec.health_check,
         health_paths=(spec.health_path,) if spec.health_path else preset.health_paths,
-        timeout_s=spec.timeout_s,
+        timeout_s=spec.timeout_s or preset.timeout_s or DEFAULT_TIMEOUT_S,
         connect_timeout_s=spec.connect_timeout_s,
         capabilities=dataclasses.replace(preset.capabilities, **caps),
-        reasoning_fields=tuple(spec.reasoning_fields or preset.reasoning_fields),
+        reasoning_fields=_reasoning_fields(spec, preset),
         thinking=spec.thinking or preset.thinking,
         voice=spec.voice,
         language=spec.language,
-        extra_body=dict(spec.extra_body),
+        extra_body=_merged(spec.default_extras or preset.default_extras, spec.extra_body),
     )
+
+
+def _reasoning_fields(spec: EndpointSpec, preset: Preset) -> tuple[str, ...]:
+    if spec.reasoning_field is not None:
+        return (spec.reasoning_field, *(f for f in STANDARD_REASONING_FIELDS if f != spec.reasoning_field))
+    return tuple(spec.reasoning_fields or preset.reasoning_fields)
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over` on `base`; mappings (chat_template_kwargs) merge one level deep."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            value = {**merged[key], **value}
+        merged[key] = value
+    return merged
 
 
 def _problems(exc: ValidationError) -> str:

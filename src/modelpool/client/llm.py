@@ -7,6 +7,7 @@ reasoning text is read from in the answer, so the same call works on every serve
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, TypedDict, overload
 
@@ -145,7 +146,7 @@ class LLMClient(RoleClient):
         """The call's own body fields (None = not sent; `extra_body` is layered by `_body`)."""
         _check_options(options)
         tools = [tool_schema(tool) for tool in options.get("tools") or ()]
-        return {
+        fields = {
             "messages": messages_to_wire(messages),
             "max_tokens": options.get("max_tokens"),
             "temperature": options.get("temperature"),
@@ -158,12 +159,19 @@ class LLMClient(RoleClient):
             "response_format": response_format_value(response_format),
             **thinking_fields(self.endpoint.thinking, options.get("enable_thinking")),
         }
+        if self.endpoint.thinking is Thinking.SYSTEM_PROMPT:
+            fields["messages"] = with_thinking_line(fields["messages"], options.get("enable_thinking"))
+        return fields
 
 
 class VLMClient(LLMClient):
     """An LLM that also reads images: build messages with `ChatMessage.user(text, images=[...])`.
     Refuses endpoints whose capabilities do not include `vision` (set by the preset, or
     `capabilities: {vision: true}` in models.yaml)."""
+
+    kind: ClassVar[Role] = Role.VLM
+    also: ClassVar[tuple[Role, ...]] = (Role.LLM,)
+    """An LLM preset that reads images (nemotron_omni, or `capabilities: {vision: true}`) is a VLM too."""
 
     def __init__(self, endpoint: Endpoint, base_url: str) -> None:
         if not endpoint.capabilities.vision:
@@ -180,6 +188,23 @@ def thinking_fields(thinking: Thinking, enable: bool | None) -> dict[str, Any]:
     if enable is None or thinking is not Thinking.CHAT_TEMPLATE_KWARGS:
         return {}
     return {"chat_template_kwargs": {"enable_thinking": enable}}
+
+
+THINKING_LINE = re.compile(r"^[ \t]*detailed thinking (?:on|off)[ \t]*\n?", re.IGNORECASE | re.MULTILINE)
+
+
+def with_thinking_line(messages: list[dict[str, Any]], enable: bool | None) -> list[dict[str, Any]]:
+    """Llama-Nemotron's switch: `detailed thinking on|off` as the first line of the system
+    message, replacing one the caller wrote; a system message holding only it when the
+    call has none. enable=None leaves the messages as they are (the model's default)."""
+    if enable is None:
+        return messages
+    line = f"detailed thinking {'on' if enable else 'off'}"
+    first = messages[0] if messages else None
+    if first is None or first.get("role") != "system" or not isinstance(first.get("content"), str):
+        return [{"role": "system", "content": line}, *messages]
+    rest = THINKING_LINE.sub("", first["content"]).strip()
+    return [{**first, "content": f"{line}\n{rest}" if rest else line}, *messages[1:]]
 
 
 def _stop(stop: Stop) -> str | list[str] | None:
