@@ -40,6 +40,7 @@ from modelpool.server.host_guard import BrowserRule, HostGuard
 from modelpool.server.lifespan import Lifetime
 from modelpool.server.mcp_mount import add_mcp
 from modelpool.server.middleware import BodyLimit, RequestContext
+from modelpool.server.openapi import publish_contract
 from modelpool.server.ratelimit import add_rate_limits
 from modelpool.server.tracing import Stop, install_tracing
 from modelpool.server.ui import mount_ui
@@ -68,6 +69,7 @@ def create_app(
     docs = config.server.api_docs
     app = FastAPI(title="modelpool", version=__version__, lifespan=lifetime,
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None)  # fmt: skip
+    keys = keys or KeyRing.from_config(config.auth)
     _add_state(app, config, pool, history)
     install_error_handlers(app)
     for module in _ROUTERS:
@@ -75,6 +77,7 @@ def create_app(
     lifetime.mcp = add_mcp(app, config)
     if config.server.ui:
         mount_ui(app)
+    publish_contract(app, keys)
     lifetime.stop_tracing = _add_middlewares(app, config, pool, keys, tracer_provider)
     return app
 
@@ -93,7 +96,7 @@ def _add_state(app: FastAPI, config: Config, pool: ServedPool, history: MetricsH
 
 
 def _add_middlewares(
-    app: FastAPI, config: Config, pool: ServedPool, keys: KeyRing | None, tracer_provider: TracerProvider | None
+    app: FastAPI, config: Config, pool: ServedPool, keys: KeyRing, tracer_provider: TracerProvider | None
 ) -> Stop:
     """Innermost first: each `add_middleware` wraps what was added before it. Returns what
     the lifespan awaits at its end to stop tracing."""
@@ -101,7 +104,7 @@ def _add_middlewares(
     app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes, max_upload_bytes=server.max_upload_bytes,
                        body_timeout_s=server.body_timeout_s)  # fmt: skip
     add_rate_limits(app, config.auth, pool.metrics)  # inside RequireKeys, which names the key
-    app.add_middleware(RequireKeys, keys=keys or KeyRing.from_config(config.auth))
+    app.add_middleware(RequireKeys, keys=keys)
     stop_tracing = install_tracing(app, server, tracer_provider)  # inside RequestContext: has its request id
     app.add_middleware(RequestContext, metrics=pool.metrics, model_label=pool.metrics_label)
     add_cors(app, server)  # outside the rest, so 401s and the last-resort 500 carry CORS headers too

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from modelpool.api.deps import note_model, pool_of
 from modelpool.api.usage import usage_json
 from modelpool.wire.admin import LoadBody, UnloadBody, admin_model_json
+from modelpool.wire.contract import LISTING_ERRORS, POOL_ERRORS, declared
 
 router = APIRouter(prefix="/v1/admin")
 
@@ -20,12 +21,12 @@ async def list_models(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": [admin_model_json(s) for s in pool_of(request).statuses()]})
 
 
-@router.get("/models/{model_id:path}/status")
+@router.get("/models/{model_id:path}/status", responses=declared(LISTING_ERRORS))
 async def model_status(model_id: str, request: Request) -> JSONResponse:
     return JSONResponse(admin_model_json(pool_of(request).status(model_id)))
 
 
-@router.get("/models/{model_id:path}/logs")
+@router.get("/models/{model_id:path}/logs", responses=declared(LISTING_ERRORS))
 async def model_logs(model_id: str, request: Request, lines: int = Query(default=200, ge=1, le=10_000)) -> JSONResponse:
     """The last output of the model's engine processes, and of the process that crashed last."""
     logs = await pool_of(request).engine_logs(model_id, lines)
@@ -34,7 +35,7 @@ async def model_logs(model_id: str, request: Request, lines: int = Query(default
     return JSONResponse({"model": logs.model, "state": logs.state, "processes": processes, "last_crash": crash})
 
 
-@router.post("/models/{model_id:path}/load")
+@router.post("/models/{model_id:path}/load", responses=declared(POOL_ERRORS))
 async def load_model(model_id: str, request: Request, body: LoadBody | None = None) -> JSONResponse:
     body = body or LoadBody()
     note_model(request, model_id)
@@ -43,7 +44,7 @@ async def load_model(model_id: str, request: Request, body: LoadBody | None = No
     return JSONResponse(admin_model_json(pool.status(model_id)))
 
 
-@router.post("/models/{model_id:path}/unload")
+@router.post("/models/{model_id:path}/unload", responses=declared(POOL_ERRORS))
 async def unload_model(model_id: str, request: Request, body: UnloadBody | None = None) -> JSONResponse:
     body = body or UnloadBody()
     note_model(request, model_id)

@@ -11,10 +11,11 @@ from fastapi.responses import JSONResponse, Response
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.sse import EventStreamResponse
 from modelpool.pool_api.generation import collect_choices
+from modelpool.wire.contract import POOL_ERRORS, SSE, declared, text
 from modelpool.wire.openai.completions import CompletionBody, completion_chunks, completion_json
 from modelpool.wire.openai.render import ResponseMeta
 
-router = APIRouter()
+router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: text()}))  # JSON, or SSE with `stream`
 
 
 @router.post("/v1/completions", response_model=None)

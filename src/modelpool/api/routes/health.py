@@ -13,6 +13,7 @@ from modelpool.api.deps import pool_of
 from modelpool.errors import InvalidRequest, ModelNotFound, ModelpoolError
 from modelpool.owner import is_keyless_caller
 from modelpool.status import MetricsHistoryView
+from modelpool.wire.contract import LISTING_ERRORS, declared, not_ready_response, text
 from modelpool.wire.openai.errors import error_payload
 
 router = APIRouter()
@@ -24,7 +25,7 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok", "version": request.app.version})
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=declared(LISTING_ERRORS) | {503: not_ready_response()})
 async def readyz(request: Request, model: str | None = None) -> JSONResponse:
     """200 once every preloaded model is ready (or, with `?model=ID`, once that model is
     ready or would load on demand); else 503 with each model's state and the error envelope
@@ -58,12 +59,12 @@ def _told(problem: ModelpoolError, keyless: bool) -> dict[str, Any]:
     return payload
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses=declared(media={"text/plain": text()}))
 async def metrics(request: Request) -> Response:
     return Response(pool_of(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/metrics/history")
+@router.get("/metrics/history", responses=declared(LISTING_ERRORS))
 async def metrics_history(request: Request, since: float | None = None) -> JSONResponse:
     """The last 15 minutes of request rate, latency p50/p99, tokens/s, queue depth and
     memory, a point every 2 s (the workbench's charts). `since`: only points after this

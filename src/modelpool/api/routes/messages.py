@@ -25,12 +25,13 @@ from modelpool.pool_api.usage import UsageMeter
 from modelpool.tasks import Task
 from modelpool.wire.anthropic.events import MessageMeta, message_chunks, message_json, with_error_events
 from modelpool.wire.anthropic.messages import ConversationBody, MessagesBody
+from modelpool.wire.contract import POOL_ERRORS, SSE, declared, text
 from modelpool.wire.sizes import translated
 
-router = APIRouter()
+router = APIRouter(responses=declared(POOL_ERRORS, shape="anthropic"))
 
 
-@router.post("/v1/messages", response_model=None)
+@router.post("/v1/messages", response_model=None, responses=declared(media={SSE: text()}))
 async def create_message(body: MessagesBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)

@@ -6,9 +6,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import pool_of
+from modelpool.wire.contract import LISTING_ERRORS, declared
 from modelpool.wire.openai.models import model_json
 
-router = APIRouter()
+router = APIRouter(responses=declared(LISTING_ERRORS))
 
 
 @router.get("/v1/models")

@@ -9,9 +9,10 @@ from fastapi.responses import JSONResponse
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.inference import PairScores
 from modelpool.pool_api.timing import RequestTiming
+from modelpool.wire.contract import POOL_ERRORS, declared
 from modelpool.wire.openai.rerank import RerankBody, ScoreBody, rerank_json, score_json
 
-router = APIRouter()
+router = APIRouter(responses=declared(POOL_ERRORS))
 
 
 @router.post("/v1/rerank")

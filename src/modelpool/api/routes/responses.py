@@ -17,13 +17,14 @@ from modelpool.inference import ChatMessage, Usage
 from modelpool.owner import Owner, owner_of
 from modelpool.pool_api.generation import collect
 from modelpool.pool_api.responses import ResponseStorage, StoredResponse
+from modelpool.wire.contract import POOL_ERRORS, SSE, declared, text
 from modelpool.wire.openai.response_draft import ResponseDraft, status_of
 from modelpool.wire.openai.response_events import error_events, response_events
 from modelpool.wire.openai.responses import ResponsesBody
 from modelpool.wire.sizes import translated
 from modelpool.wire.tools import check_tool_results
 
-router = APIRouter()
+router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: text()}))  # JSON, or SSE with `stream`
 
 
 @router.post("/v1/responses", response_model=None)

@@ -8,10 +8,11 @@ from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.limits import limits_of
+from modelpool.wire.contract import POOL_ERRORS, declared
 from modelpool.wire.openai.tokenize import DetokenizeBody, LlamaTokenize, TokenizeBody, llama_server_tokens, vllm_tokens
 from modelpool.wire.sizes import translated
 
-router = APIRouter()
+router = APIRouter(responses=declared(POOL_ERRORS))
 
 
 @router.post("/tokenize")

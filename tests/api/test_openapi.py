@@ -1,0 +1,76 @@
+"""The published OpenAPI tells the truth about statuses, envelopes and content types
+(`wire/contract.py` declares, `server/openapi.py` adds the middlewares' statuses). Checked
+here on the schema itself; tests/contract/ checks it against a running server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import schemathesis
+
+from modelpool.config import load_config
+from modelpool.server.app import create_app
+
+OPERATIONS = ("get", "post", "put", "patch", "delete")
+
+
+def published(monkeypatch: pytest.MonkeyPatch, *, keys: bool = False) -> dict[str, Any]:
+    cli: dict[str, Any] = {"starter_models": False}
+    if keys:
+        monkeypatch.setenv("OPENAPI_TEST_KEY", "k" * 32)
+        cli["auth"] = {"keys": [{"name": "ops", "key_env": "OPENAPI_TEST_KEY", "scopes": ["inference", "admin"]}]}
+    return create_app(load_config(None, cli=cli, environ={})).openapi()
+
+
+def operations(schema: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(path, method, op) for path, item in schema["paths"].items() for method, op in item.items()
+            if method in OPERATIONS]  # fmt: skip
+
+
+def error_ref(op: dict[str, Any], status: int) -> str:
+    return str(op["responses"][str(status)]["content"]["application/json"]["schema"]["$ref"])
+
+
+def test_the_schema_is_valid_openapi_and_lists_no_422(monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = published(monkeypatch)
+    schemathesis.openapi.from_dict(schema).validate()  # against the OpenAPI 3.1 meta-schema
+    for path, method, op in operations(schema):
+        assert "422" not in op["responses"], f"{method} {path}: the server answers validation errors as 400"
+        assert {"421", "500"} <= set(op["responses"]), f"{method} {path}"
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
+
+
+def test_each_status_carries_the_envelope_of_its_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = published(monkeypatch)["paths"]
+    chat, messages = paths["/v1/chat/completions"]["post"], paths["/v1/messages"]["post"]
+    for status in (400, 404, 408, 413, 429, 503):
+        assert error_ref(chat, status) == "#/components/schemas/OpenAIError"
+        assert error_ref(messages, status) == "#/components/schemas/AnthropicError"
+    assert error_ref(paths["/readyz"]["get"], 503) == "#/components/schemas/NotReady"
+    assert "404" in paths["/v1/models/{model_id}"]["get"]["responses"]
+
+
+def test_content_types_are_the_ones_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = published(monkeypatch)["paths"]
+
+    def success(path: str, method: str = "post") -> set[str]:
+        return set(paths[path][method]["responses"]["200"]["content"])
+
+    assert success("/v1/chat/completions") == {"application/json", "text/event-stream"}
+    assert success("/v1/messages") == {"application/json", "text/event-stream"}
+    assert success("/metrics", "get") == {"text/plain"}
+    assert success("/v1/audio/speech") == {"audio/wav", "audio/pcm", "audio/mpeg", "audio/ogg", "audio/flac",
+                                           "audio/aac", "text/event-stream"}  # fmt: skip
+    assert {"text/plain", "text/vtt", "application/x-subrip"} < success("/v1/audio/transcriptions")
+
+
+def test_with_keys_the_guarded_routes_declare_security_and_401(monkeypatch: pytest.MonkeyPatch) -> None:
+    open_schema = published(monkeypatch)
+    assert "securitySchemes" not in open_schema["components"]
+    assert all("401" not in op["responses"] for _, _, op in operations(open_schema))
+    schema = published(monkeypatch, keys=True)
+    assert set(schema["components"]["securitySchemes"]) == {"bearer", "x-api-key"}
+    for path, method, op in operations(schema):
+        guarded = path not in ("/healthz", "/readyz", "/metrics", "/metrics/history")
+        assert ("security" in op) == guarded == ("401" in op["responses"]), f"{method} {path}"
