@@ -17,6 +17,25 @@ DEFAULTED = frozenset({"max_tokens", "temperature", "top_p", "top_k", "min_p", "
 """Sampling fields a model's config may give defaults for (`models: <id>: sampling:`)."""
 
 
+MAX_BEAM_SIZE = 16
+"""Widest beam search a request may ask (`beam_size`): each beam is a whole sequence's
+work and KV cache, so memory and time grow with the width."""
+
+
+@dataclass(frozen=True)
+class BeamSearch:
+    """Decode with the engine's own beam search rather than token by token: the
+    hypothesis that scores best over the whole answer. Deterministic: it never samples."""
+
+    width: int
+    """Beams kept at each step (2 .. MAX_BEAM_SIZE)."""
+    length_penalty: float = 1.0
+    """A hypothesis's log-probability is divided by its length to this power before
+    hypotheses are compared (CTranslate2's and transformers' same definition)."""
+    param: str = "beam_size"
+    """Where the request asked for it (`decoding.beam_size`), for errors about it."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int | None = None
@@ -38,6 +57,8 @@ class SamplingParams:
     min_tokens: int = 0
     """Neither end-of-sequence nor a stop sequence ends the generation before this many
     tokens (vLLM's name)."""
+    beam: BeamSearch | None = None
+    """Beam search instead of sampling (None: sample, or greedy at temperature 0)."""
     unset: frozenset[str] = frozenset()
     """Fields the client left out (among `DEFAULTED`): the pool fills them with the model's
     configured sampling defaults when it receives the request; engines never see any."""

@@ -272,3 +272,89 @@ async def test_a_token_id_outside_the_vocabulary_is_a_400(ct2) -> None:
     _, client = ct2
     response = await client.post("/v1/completions", json={"model": CT2_MODEL, "prompt": [1, 99_999], "max_tokens": 2})
     assert response.status_code == 400 and response.json()["error"]["param"] == "prompt"
+
+
+# ----- beam search (issue 31: llm-pool honours `decoding.beam_size` on CTranslate2) -----------
+
+# llm-pool's documented request body (its README, "Inference Example" and the decoding-field
+# table: `beam_size` is "used" on CT2), with `beam_size` raised from the example's 1 and a
+# shorter `max_tokens`. Read in the public reference corpus (llm-pool's README.md).
+LLM_POOL_BODY: dict[str, Any] = {
+    "model": CT2_MODEL,
+    "input": "The weather is pleasant today, and I would like to take a walk in the park after lunch.",
+    "instructions": "Translate to Dutch. Return only the translation.",
+    "stream": False,
+    "decoding": {"beam_size": 4, "top_k": 1, "top_p": 1.0, "temperature": 0.1, "repetition_penalty": 1.0,
+                 "max_tokens": 24},
+}  # fmt: skip
+BEAM_PROMPT = "The capital of France is"
+
+
+def backend_of(app: Any) -> Any:
+    return app.state.pool.slot(CT2_MODEL).replicas.members[0].backend
+
+
+def direct_beam(direct: tuple[Any, Any], ids: list[int], end_ids: list[int], beam: int, max_new: int) -> list[int]:
+    """CT2's own search on the same folder, run outside modelpool: the answer's ids, its
+    end token dropped."""
+    generator, tokenizer = direct
+    result = generator.generate_batch([tokenizer.convert_ids_to_tokens(ids)], max_length=max_new, beam_size=beam,
+                                      include_prompt_in_result=False, return_end_token=True, end_token=end_ids)  # fmt: skip
+    return [t for t in result[0].sequences_ids[0] if t not in end_ids]
+
+
+async def test_beam_search_is_ct2s_own_and_not_greedy(ct2, direct) -> None:
+    app, client = ct2
+    backend = backend_of(app)
+    ids, end_ids = await backend.tokenize(BEAM_PROMPT), sorted(backend._end_ids)
+    beam, greedy = direct_beam(direct, ids, end_ids, 4, 24), direct_beam(direct, ids, end_ids, 1, 24)
+    assert beam != greedy  # else this test could not tell beam search from greedy decoding
+    expected = direct[1].decode(beam)
+    body = {"model": CT2_MODEL, "prompt": BEAM_PROMPT, "max_tokens": 24, "beam_size": 4, "temperature": 0}
+    whole = (await client.post("/v1/completions", json=body)).json()
+    assert whole["choices"][0]["text"] == expected and whole["usage"]["completion_tokens"] == len(beam)
+    plain = await sdk(client).completions.create(model=CT2_MODEL, prompt=BEAM_PROMPT, max_tokens=24, temperature=0)
+    assert plain.choices[0].text == direct[1].decode(greedy)
+    # Streamed: the answer is known only at the search's end, then streamed as it is.
+    stream = await sdk(client).completions.create(model=CT2_MODEL, prompt=BEAM_PROMPT, max_tokens=24, stream=True,
+                                                  extra_body={"beam_size": 4, "top_k": 1})  # fmt: skip
+    assert "".join([chunk.choices[0].text async for chunk in stream if chunk.choices]) == expected
+    # A stop string cuts the search's answer where it first appears.
+    cut = expected.index(" Rome") if " Rome" in expected else len(expected) // 2
+    stop = expected[cut : cut + 5]
+    stopped = (await client.post("/v1/completions", json={**body, "stop": [stop]})).json()["choices"][0]
+    assert stopped["text"] == expected[: expected.index(stop)] and stopped["finish_reason"] == "stop"
+
+
+async def test_llm_pool_body_with_beams_equals_ct2s_own_search(ct2, direct) -> None:
+    app, client = ct2
+    backend = backend_of(app)
+    said = (ChatMessage("system", LLM_POOL_BODY["instructions"]), ChatMessage("user", LLM_POOL_BODY["input"]))
+    ids = await backend.encode_chat(ChatRequest(said), True)
+    end_ids = sorted(backend._end_ids)
+    beam, greedy = direct_beam(direct, ids, end_ids, 4, 24), direct_beam(direct, ids, end_ids, 1, 24)
+    assert beam != greedy
+    reply = (await client.post("/v1/responses", json=LLM_POOL_BODY)).json()
+    text = "".join(part["text"] for item in reply["output"] for part in item.get("content", []))
+    assert text == direct[1].decode(beam) and reply["usage"]["output_tokens"] == len(beam)
+    listed = (await client.get(f"/v1/models/{CT2_MODEL}")).json()
+    assert listed["capabilities"]["beam_search"] is True
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"logprobs": True}, "logprobs"),
+        ({"temperature": 0.8}, "temperature"),
+        ({"extra_body": {"beam_size": 17}}, "beam_size"),
+        ({"presence_penalty": 0.5, "temperature": 0}, "presence_penalty"),
+    ],
+)
+async def test_what_beam_search_cannot_combine_with_is_a_clear_400(ct2, fields: dict[str, Any], param: str) -> None:
+    _, client = ct2
+    extra = {"beam_size": 4, **fields.pop("extra_body", {})}
+    with pytest.raises(openai.BadRequestError) as refused:
+        await sdk(client).chat.completions.create(model=CT2_MODEL, messages=[{"role": "user", "content": "Hi."}],
+                                                  max_tokens=4, extra_body=extra, **fields)  # fmt: skip
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["param"] == param

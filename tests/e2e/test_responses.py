@@ -132,7 +132,12 @@ async def test_pool_style_messages_and_decoding(http, vocab) -> None:
     [
         ({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}, None),
         ({"input": "a", "messages": [{"role": "user", "content": "a"}]}, None),
-        ({"input": "a", "decoding": {"beam_size": 4}}, "decoding.beam_size"),
+        ({"input": "a", "decoding": {"beam_size": 4}}, "decoding.beam_size"),  # llama.cpp has no beam search
+        ({"input": "a", "decoding": {"beam_size": 0}}, "decoding.beam_size"),
+        ({"input": "a", "decoding": {"beam_size": 10**12}}, "decoding.beam_size"),
+        ({"input": "a", "decoding": {"beam_size": 4, "temperature": 0.7}}, "decoding.temperature"),
+        ({"input": "a", "decoding": {"beam_size": 4}, "top_p": 0.5}, "top_p"),
+        ({"input": "a", "decoding": {"length_penalty": 2.0}}, "decoding.length_penalty"),
         ({"input": "a", "thinking": "sometimes"}, "thinking"),
         ({"input": "a", "text": {"format": {"type": "json_schema"}}}, "text.format.json_schema.schema"),
         ({"input": "a", "text": {"format": {"type": "yaml"}}}, "text.format"),

@@ -10,6 +10,7 @@ from typing import Any
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
 from modelpool.inference import SamplingParams
+from modelpool.runtime.slot import ModelSlot
 
 
 def with_model_defaults(sampling: SamplingParams, defaults: SamplingDefaults) -> SamplingParams:
@@ -26,3 +27,23 @@ def with_model_defaults(sampling: SamplingParams, defaults: SamplingDefaults) ->
             param="min_tokens",
         )
     return resolved
+
+
+def check_beam(slot: ModelSlot, sampling: SamplingParams, *, tools: bool = False, output: bool = False) -> None:
+    """Beam search goes only to a model whose engine has it (`Capabilities.beam_search`),
+    and not with what it cannot give: logprobs (its tokens come from a search over whole
+    hypotheses, not from one distribution each), tool calls or structured output (both
+    steer tokens one at a time). Each refused naming the field."""
+    beam = sampling.beam
+    if beam is None:
+        return
+    if not slot.capabilities.declared.beam_search:
+        raise InvalidRequest(
+            f"model '{slot.id}' ({slot.config.backend}) has no beam search; use beam_size 1, or a ctranslate2 or "
+            "transformers model",
+            param=beam.param,
+        )
+    clashes = {"logprobs": sampling.logprobs is not None, "tools": tools, "response_format": output}
+    for field, asked in clashes.items():
+        if asked:
+            raise InvalidRequest(f"{field} cannot be combined with beam search (beam_size above 1)", param=field)

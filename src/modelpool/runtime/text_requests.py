@@ -38,7 +38,7 @@ from modelpool.pool_api.usage import RequestUsage
 from modelpool.runtime.keep_alive import check_keep_alive
 from modelpool.runtime.lease import Lease, LeasedStream, open_stream
 from modelpool.runtime.pool_base import PoolBase
-from modelpool.runtime.sampling import with_model_defaults
+from modelpool.runtime.sampling import check_beam, with_model_defaults
 from modelpool.runtime.slot import ModelSlot
 from modelpool.runtime.tasks.embedding import embed_on
 from modelpool.runtime.tasks.images import with_loaded_images
@@ -73,6 +73,7 @@ class TextRequests(PoolBase):
         """Every prompt's completion on one turn of the model, one after another, each
         chunk with its prompt's index. The first prompt starts before this returns, so a
         bad request still gets a 4xx; later ones start when reached."""
+        self._check_beams(name, requests, options)
         requests = self._defaulted(name, requests)
         lease = await self.lease(name, Task.COMPLETION, CompletionBackend, options)
         usage = RequestUsage()
@@ -139,6 +140,7 @@ class TextRequests(PoolBase):
         first that fails (or the caller leaving) stops all the others before this returns."""
         if any(r.output is not None for r in requests):
             _check_structured(self.slot_for(name, Task.COMPLETION, options), "json_schema")
+        self._check_beams(name, requests, options)
         requests = self._defaulted(name, requests)
         usage = RequestUsage()
         async with await self.lease(name, Task.COMPLETION, CompletionBackend, options, size=len(requests)) as lease:
@@ -155,6 +157,12 @@ class TextRequests(PoolBase):
                 raise
             finally:
                 self.observe.finished(lease.model_id, usage)(lease.timing)
+
+    def _check_beams(self, name: str, requests: list[CompletionRequest], options: CallOptions) -> None:
+        if any(r.sampling.beam is not None for r in requests):
+            slot = self.slot_for(name, Task.COMPLETION, options)
+            for request in requests:
+                check_beam(slot, request.sampling, output=request.output is not None)
 
     def _defaulted(self, name: str, requests: list[CompletionRequest]) -> list[CompletionRequest]:
         """The prompts with the model's sampling defaults where their client set nothing."""
@@ -188,6 +196,8 @@ def _check_chat_features(slot: ModelSlot, request: ChatRequest) -> None:
         raise InvalidRequest(f"model '{slot.id}' does not support tool calling", param="tools")
     if request.output is not None:
         _check_structured(slot, "response_format")
+    check_beam(slot, request.sampling, tools=bool(request.tools) and request.tool_choice.mode != "none",
+               output=request.output is not None)  # fmt: skip
 
 
 def _check_structured(slot: ModelSlot, param: str) -> None:

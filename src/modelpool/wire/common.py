@@ -9,9 +9,10 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from modelpool.config.durations import parse_duration
 from modelpool.errors import InvalidRequest
-from modelpool.inference import DEFAULTED, SamplingParams
+from modelpool.inference import DEFAULTED, MAX_BEAM_SIZE, SamplingParams
 from modelpool.owner import caller_is_admin
 from modelpool.pool_api.call import CallOptions
+from modelpool.wire.beam import DETERMINISTIC, MAX_LENGTH_PENALTY, MIN_LENGTH_PENALTY, beam_search
 
 MAX_STOP_SEQUENCES = 16
 MAX_MESSAGES = 10_000
@@ -123,6 +124,11 @@ class GenerationFields(PoolFields):
     """Keep generating past end-of-sequence until max_tokens (vLLM's extension)."""
     min_tokens: int = Field(default=0, ge=0)
     """Neither end-of-sequence nor a stop sequence ends the answer before this many tokens (vLLM's)."""
+    beam_size: int | None = Field(default=None, ge=1, le=MAX_BEAM_SIZE)
+    """Beam search with this many beams (modelpool's extension, llm-pool's `decoding.beam_size`):
+    on CTranslate2 and transformers models (`capabilities.beam_search`), greedy, one answer."""
+    length_penalty: float | None = Field(default=None, ge=MIN_LENGTH_PENALTY, le=MAX_LENGTH_PENALTY)
+    """Beam search only: hypotheses compare by log-probability / length ** length_penalty (1)."""
 
     @field_validator("n")
     @classmethod
@@ -165,9 +171,14 @@ class GenerationFields(PoolFields):
             "frequency_penalty": self.frequency_penalty,
         }
         check_min_tokens(self.min_tokens, max_tokens, param="min_tokens")
+        greedy = self.temperature == 0 or self.top_k == 1
+        beam = beam_search(self.beam_size, self.length_penalty, given, greedy=greedy)
+        if beam is not None:
+            given.update(DETERMINISTIC)
         return SamplingParams(
             max_tokens=max_tokens,
             seed=self.seed,
+            beam=beam,
             stop=tuple(stops),
             logprobs=logprobs,
             ignore_eos=self.ignore_eos,

@@ -10,7 +10,9 @@ random seed (`set_random_seed` is process-wide and does not reseed its threads' 
 so a seed reproduces nothing), no presence/frequency penalty, no min-p, and no hook on the
 logits during generation, so no tool calling or structured output (declared False: the
 runtime refuses those requests). Greedy decoding, temperature/top-k/top-p, repetition
-penalty, stop strings, min_tokens/ignore_eos and logprobs with alternatives are supported.
+penalty, stop strings, min_tokens/ignore_eos and logprobs with alternatives are supported,
+and CT2's own beam search (`beam_size` > 1: a batch of its own, answered whole at its end;
+see `engine`).
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ class CTranslate2Backend(DeclaredBackend):
         tools=False,
         structured_output=False,
         tokenizer=True,
+        beam_search=True,
     )
     overridable = frozenset(
         {"compute_type", "inter_threads", "intra_threads", "max_batch_size", "max_prompt_spread", "batch_gather_ms",

@@ -34,10 +34,17 @@ class BatchKey:
     """Rows want their tokens' log-probabilities (CT2's `return_scores`)."""
     top_logprobs: bool
     """Rows want alternatives too: the whole distribution of every step (`return_logits_vocab`)."""
+    beam_size: int = 1
+    """CT2's own beam search with this many beams (1: token by token, streamed)."""
+    length_penalty: float = 1.0
+    beam_length: int = 0
+    """A beam row's `max_length`: which hypothesis wins depends on it, so beam rows share a
+    batch only with rows of the same cap (0 for other rows: each stops itself)."""
 
 
-def batch_key(params: SamplingParams) -> BatchKey:
+def batch_key(params: SamplingParams, max_new: int = 0) -> BatchKey:
     greedy = params.temperature == 0 or params.top_k == 1
+    beam = params.beam
     return BatchKey(
         greedy=greedy,
         temperature=1.0 if greedy else params.temperature,
@@ -48,6 +55,9 @@ def batch_key(params: SamplingParams) -> BatchKey:
         ignore_eos=params.ignore_eos,
         logprobs=params.logprobs is not None,
         top_logprobs=bool(params.logprobs),
+        beam_size=beam.width if beam is not None else 1,
+        length_penalty=beam.length_penalty if beam is not None else 1.0,
+        beam_length=max_new if beam is not None else 0,
     )
 
 

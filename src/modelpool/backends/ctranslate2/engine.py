@@ -148,6 +148,9 @@ class BatchEngine:
 
         try:  # whatever goes wrong fails this batch's requests, never the worker
             prompts = [[self.vocabulary[t] for t in row.prompt] for row in batch]
+            if key.beam_size > 1:
+                self._beam_search(prompts, key, batch)
+                return
             callback = _step_callback(batch, key.top_logprobs, self._stop)
             self.generator.generate_batch(prompts, **self._options(key, batch), callback=callback)
         except Exception as exc:  # the batch as a whole: which row caused it cannot be told
@@ -160,6 +163,20 @@ class BatchEngine:
                 row.fail(ModelUnloaded("the model was unloaded while this request ran"))
             else:
                 row.finish("length", hit_stop=False)
+
+    def _beam_search(self, prompts: list[list[str]], key: BatchKey, batch: list[Row]) -> None:
+        """CT2's own beam search over the batch. It takes no per-step callback (CT2 calls one
+        only when `beam_size` is 1), so each row's answer comes whole at the end and is
+        replayed through the row; a row whose client left meanwhile is dropped then (CT2
+        cannot stop a beam search early: it runs to the rows' shared `max_length`)."""
+        options = {**self._options(key, batch), "beam_size": key.beam_size, "length_penalty": key.length_penalty,
+                   "max_length": key.beam_length, "num_hypotheses": 1, "return_end_token": True}  # fmt: skip
+        results = self.generator.generate_batch(prompts, **options)
+        for row, result in zip(batch, results, strict=True):
+            if self._stop.is_set():
+                row.fail(ModelUnloaded("the model was unloaded while this request ran"))
+            else:
+                row.replay([int(token) for token in result.sequences_ids[0]])
 
     def _refuse_bad_prompts(self, batch: list[Row]) -> list[Row]:
         """A token id outside the vocabulary would fail the whole batch: its row fails alone

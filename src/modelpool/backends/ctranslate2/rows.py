@@ -36,7 +36,7 @@ class Row(TextSequence):
         self.tokenizer = tokenizer
         """For the text of logprob entries (decode of one id)."""
         self.arrived = time.monotonic()
-        self.key: BatchKey = batch_key(params)
+        self.key: BatchKey = batch_key(params, max_new)
         self._step_logprob: float | None = None
         self._step_logits: npt.NDArray[np.float32] | None = None
 
@@ -56,6 +56,15 @@ class Row(TextSequence):
             return True
         self._step_logprob, self._step_logits = log_prob, logits
         return self.accept(token)
+
+    def replay(self, tokens: list[int]) -> None:
+        """A beam search's answer, known whole at its end: its tokens go through the row one
+        by one, as if streamed (stops, max_tokens, text, usage), then the row ends; a
+        hypothesis that ran out without an end token ended at CT2's `max_length`."""
+        for token in tokens:
+            if self.step(token, None, None):
+                return
+        self.finish("length", hit_stop=False)
 
     def logprob(self, token: int) -> TokenLogprob:
         """The token's log-probability under the distribution CT2 chose it from (before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Mapping
+from concurrent.futures import Future
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -25,6 +26,7 @@ from modelpool.backends.textgen.pipeline import chat_output
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.torch_device import estimate_on, pick_device
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
+from modelpool.backends.transformers.beam import check_beam_sampling, run_beam_search
 from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
@@ -35,6 +37,7 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.inference import (
+    BeamSearch,
     ChatRequest,
     CompletionRequest,
     GenerationChunk,
@@ -89,6 +92,7 @@ class TransformersBackend(DeclaredBackend):
         tools=True,
         structured_output=True,
         tokenizer=True,
+        beam_search=True,
     )
     overridable = frozenset(
         {"max_batch_size", "max_batch_tokens", "prefill_chunk", "prefill_rows", "max_model_len", "dtype"}
@@ -223,6 +227,8 @@ class TransformersBackend(DeclaredBackend):
     ) -> AsyncGenerator[GenerationChunk, None]:
         engine = self._require_engine()
         max_new = self._check_fits(prompt, sampling.max_tokens, param)
+        if sampling.beam is not None:
+            self._check_beam(sampling, vision)
         yield GenerationChunk(prompt_tokens=len(prompt))  # the request fits: what follows is the generation
         if max_new == 0:
             yield GenerationChunk(finish_reason="length", usage=_usage(prompt, 0))
@@ -240,12 +246,34 @@ class TransformersBackend(DeclaredBackend):
             constraint=constraint,
             vision=vision,
         )
-        engine.submit(sequence)
+        if sampling.beam is None:
+            engine.submit(sequence)
+        else:
+            self._beam_search(engine, sequence, sampling.beam)
         try:
             async for chunk in chunk_stream(channel):
                 yield chunk
         finally:
             channel.cancelled.set()  # a consumer that leaves takes its sequence out of the batch
+
+    def _check_beam(self, sampling: SamplingParams, vision: dict[str, Any] | None) -> None:
+        assert sampling.beam is not None
+        if vision is not None:
+            raise InvalidRequest(f"model '{self.model.id}' has no beam search over images", param=sampling.beam.param)
+        check_beam_sampling(sampling, self.model.id)
+
+    @staticmethod
+    def _beam_search(engine: ContinuousBatcher, sequence: Sequence, beam: BeamSearch) -> None:
+        """The search runs on the engine thread between two steps (see `beam`); were the
+        engine closed first, the call fails and so does the sequence."""
+        future = engine.call(lambda: run_beam_search(engine.model, sequence, beam))
+
+        def failed(done: Future[Any]) -> None:
+            error = done.exception()
+            if error is not None:
+                sequence.fail(error)
+
+        future.add_done_callback(failed)
 
     async def _constraint(self, grammar: str | None, param: str) -> TokenConstraint | None:
         if grammar is None:

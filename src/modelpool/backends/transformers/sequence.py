@@ -35,6 +35,7 @@ class Sequence(TextSequence):
         super().__init__(sampling=params, max_new=max_new, output=out, detok=detok, end_ids=eos_ids,
                          prompt_tokens=len(prompt), constraint=constraint)  # fmt: skip
         self.prompt = prompt
+        self.eos_ids = eos_ids
         self.generator = generator
         self.tokenizer = tokenizer
         self.vision = vision

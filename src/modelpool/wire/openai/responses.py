@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from modelpool.errors import InvalidRequest
-from modelpool.inference import ChatMessage, ChatRequest, OutputFormat, SamplingParams, ToolCall
+from modelpool.inference import MAX_BEAM_SIZE, ChatMessage, ChatRequest, OutputFormat, SamplingParams, ToolCall
+from modelpool.wire.beam import DETERMINISTIC, MAX_LENGTH_PENALTY, MIN_LENGTH_PENALTY, beam_search
 from modelpool.wire.common import (
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
@@ -108,7 +109,10 @@ class PoolMessage(WireModel):
 
 
 class Decoding(WireModel):
-    beam_size: int = Field(default=1, ge=1)
+    beam_size: int = Field(default=1, ge=1, le=MAX_BEAM_SIZE)
+    """Above 1: the engine's own beam search (CTranslate2, transformers; see wire.beam)."""
+    length_penalty: float | None = Field(default=None, ge=MIN_LENGTH_PENALTY, le=MAX_LENGTH_PENALTY)
+    """Beam search only: hypotheses compare by log-probability / length ** length_penalty (1)."""
     top_k: int | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
@@ -119,13 +123,6 @@ class Decoding(WireModel):
     """As on chat completions: generate until max_tokens, past end-of-sequence."""
     min_tokens: int = Field(default=0, ge=0)
     """As on chat completions: no end-of-sequence or stop sequence before this many tokens."""
-
-    @field_validator("beam_size")
-    @classmethod
-    def _no_beams(cls, value: int) -> int:
-        if value != 1:
-            raise ValueError("beam search is not supported; use beam_size 1 (sampling or greedy)")
-        return value
 
 
 class TextFormat(WireModel):
@@ -222,11 +219,18 @@ class ResponsesBody(PoolFields):
         }
         max_tokens = first_given(decoding.max_tokens, self.max_output_tokens)
         check_min_tokens(decoding.min_tokens, max_tokens, param="decoding.min_tokens")
+        sampled = {"decoding.temperature": decoding.temperature, "decoding.top_p": decoding.top_p,
+                   "decoding.top_k": decoding.top_k, "temperature": self.temperature, "top_p": self.top_p}  # fmt: skip
+        greedy = chosen["temperature"] == 0 or decoding.top_k == 1
+        beam = beam_search(decoding.beam_size, decoding.length_penalty, sampled, greedy=greedy, prefix="decoding.")
+        if beam is not None:
+            chosen.update(DETERMINISTIC)
         return SamplingParams(
             max_tokens=max_tokens,
             stop=tuple(stop),
             ignore_eos=decoding.ignore_eos,
             min_tokens=decoding.min_tokens,
+            beam=beam,
             unset=left_out({**chosen, "max_tokens": max_tokens}),
             **{k: v for k, v in chosen.items() if v is not None},
         )
