@@ -253,7 +253,7 @@ CASES: list[tuple[str, str, str, Body, int, str, str | None]] = [
     # Beam search: bounds, sampling beside it, and an engine without it (llama.cpp) name the field.
     ("beam-on-llama-cpp", "POST", CHAT, chat(beam_size=4, temperature=0), 400, "invalid_value", "beam_size"),
     ("completion-beam-on-llama-cpp", "POST", COMPLETIONS, {"model": CHAT_MODEL, "prompt": "a", "beam_size": 2},
-     400, "invalid_value", "beam_size"),  # fmt: skip
+     400, "invalid_value", "beam_size"),
     ("beam-size-zero", "POST", CHAT, chat(beam_size=0), 400, "invalid_value", "beam_size"),
     ("beam-size-negative", "POST", CHAT, chat(beam_size=-1), 400, "invalid_value", "beam_size"),
     ("beam-size-huge", "POST", CHAT, chat(beam_size=10**12), 400, "invalid_value", "beam_size"),
@@ -263,7 +263,7 @@ CASES: list[tuple[str, str, str, Body, int, str, str | None]] = [
     ("beam-with-min-p", "POST", CHAT, chat(beam_size=4, min_p=0.2), 400, "invalid_value", "min_p"),
     ("length-penalty-without-beam", "POST", CHAT, chat(length_penalty=2.0), 400, "invalid_value", "length_penalty"),
     ("length-penalty-huge", "POST", CHAT, chat(beam_size=2, length_penalty=1e9), 400, "invalid_value",
-     "length_penalty"),  # fmt: skip
+     "length_penalty"),
     ("beam-with-n", "POST", CHAT, chat(beam_size=2, n=3), 400, "invalid_value", "n"),
     (
         "completion-bad-token-id",

@@ -112,7 +112,9 @@ async def test_max_tokens_ignore_eos_and_min_tokens(ct2) -> None:
     _, client = ct2
     oai = sdk(client)
     say_ok: dict[str, Any] = {
-        "model": CT2_MODEL, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 48
+        "model": CT2_MODEL,
+        "messages": [{"role": "user", "content": "Say OK."}],
+        "max_tokens": 48,
     }
     plain = await oai.chat.completions.create(**say_ok, temperature=0)
     answer_text = plain.choices[0].message.content
@@ -298,8 +300,14 @@ def direct_beam(direct: tuple[Any, Any], ids: list[int], end_ids: list[int], bea
     """CT2's own search on the same folder, run outside modelpool: the answer's ids, its
     end token dropped."""
     generator, tokenizer = direct
-    result = generator.generate_batch([tokenizer.convert_ids_to_tokens(ids)], max_length=max_new, beam_size=beam,
-                                      include_prompt_in_result=False, return_end_token=True, end_token=end_ids)  # fmt: skip
+    result = generator.generate_batch(
+        [tokenizer.convert_ids_to_tokens(ids)],
+        max_length=max_new,
+        beam_size=beam,
+        include_prompt_in_result=False,
+        return_end_token=True,
+        end_token=end_ids,
+    )
     return [t for t in result[0].sequences_ids[0] if t not in end_ids]
 
 
