@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -18,7 +19,7 @@ from fastapi import FastAPI
 
 from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.config.sources import HubLocation
-from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
+from modelpool.inference import BeamSearch, ChatMessage, ChatRequest, SamplingParams
 from modelpool.pool_api.generation import collect
 from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
@@ -237,7 +238,7 @@ def direct_transformers():
         logprobs = torch.log_softmax(logits, dim=-1)
         return [float(logprobs[i - 1, ids[i]]) for i in range(1, len(ids))]
 
-    return tokenizer, prompt_logprobs
+    return tokenizer, prompt_logprobs, model
 
 
 TEXT = "The capital of France is Paris. The capital of Italy is Rome."
@@ -245,7 +246,7 @@ TEXT = "The capital of France is Paris. The capital of Italy is Rome."
 
 async def test_echo_logprobs_equal_a_direct_transformers_computation(hf, direct_transformers) -> None:
     _, client = hf
-    tokenizer, prompt_logprobs = direct_transformers
+    tokenizer, prompt_logprobs, _ = direct_transformers
     reply = await sdk(client).completions.create(model=HF_MODEL, prompt=TEXT, echo=True, logprobs=1, max_tokens=0)
     assert reply.choices[0].logprobs is not None
     # cast: the first echoed token has no logprob; the server sends null, which the SDK's type leaves out.
@@ -259,7 +260,7 @@ async def test_echo_logprobs_equal_a_direct_transformers_computation(hf, direct_
 
 async def test_loglikelihood_on_both_engines(hf, direct_transformers) -> None:
     _, client = hf
-    tokenizer, prompt_logprobs = direct_transformers
+    tokenizer, prompt_logprobs, _ = direct_transformers
     prompts = ["1, 2, 3, 4,", "The capital of France is", "The capital of France is"]
     continuations = [" 5", " Paris", " a city of light"]
     results = {}
@@ -319,3 +320,59 @@ async def test_generate_batches_on_the_transformers_engine(hf) -> None:
     assert response.status_code == 200, response.text
     assert len(response.json()["completions"]) == 4
     assert engine.largest_batch >= 2  # the prompts ran side by side, not one after another
+
+
+# ----- beam search (issue 31): transformers' own generate(num_beams=N), compared directly -----
+
+BEAM_PROMPT = "The capital of France is"
+
+
+def direct_beam(model: Any, ids: list[int], end_ids: list[int], beams: int, max_new: int) -> list[int]:
+    """transformers' own search on the same weights, outside modelpool: the answer's ids
+    up to its end token."""
+    import torch
+
+    with torch.inference_mode():
+        output = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                num_beams=beams, do_sample=False, max_new_tokens=max_new, eos_token_id=end_ids,
+                                pad_token_id=end_ids[0])  # fmt: skip
+    answer = output[0, len(ids) :].tolist()
+    return next((answer[:i] for i, t in enumerate(answer) if t in end_ids), answer)
+
+
+async def test_beam_search_is_transformers_own_and_not_greedy(hf, direct_transformers) -> None:
+    app, client = hf
+    tokenizer, _, model = direct_transformers
+    backend = app.state.pool.slot(HF_MODEL).replicas.members[0].backend
+    ids, end_ids = await backend.tokenize(BEAM_PROMPT), sorted(engine_of(app).eos_ids)
+    beam, greedy = direct_beam(model, ids, end_ids, 4, 20), direct_beam(model, ids, end_ids, 1, 20)
+    assert beam != greedy  # else this test could not tell beam search from greedy decoding
+    body = {"model": HF_MODEL, "prompt": BEAM_PROMPT, "max_tokens": 20, "beam_size": 4, "temperature": 0}
+    whole = (await client.post("/v1/completions", json=body)).json()
+    assert whole["choices"][0]["text"] == tokenizer.decode(beam) and whole["usage"]["completion_tokens"] == len(beam)
+    plain = (await client.post("/v1/completions", json={**body, "beam_size": 1})).json()
+    assert plain["choices"][0]["text"] == tokenizer.decode(greedy)
+    # llm-pool's decoding object (its README's field table) on /v1/responses, streamed.
+    decoding = {"beam_size": 3, "top_k": 1, "max_tokens": 12}
+    stream = await sdk(client).responses.create(
+        model=HF_MODEL, input="Name three colors.", stream=True, extra_body={"decoding": decoding}
+    )
+    events = [event async for event in stream]
+    assert events[-1].type == "response.completed" and events[-1].response.output_text
+    listed = (await client.get(f"/v1/models/{HF_MODEL}")).json()
+    assert listed["capabilities"]["beam_search"] is True
+
+
+async def test_a_beam_search_stops_when_its_client_leaves(hf) -> None:
+    app, _ = hf
+    engine = engine_of(app)
+    long = request("Write a very long story.", max_tokens=4000, temperature=0, ignore_eos=True,
+                   beam=BeamSearch(4))  # fmt: skip
+    stream = await app.state.pool.chat(HF_MODEL, long)
+    reading = asyncio.ensure_future(anext(stream))  # submits the search; its answer would come at its end
+    await until(lambda: not engine._calls, "the engine thread to start the search")
+    reading.cancel()
+    await stream.aclose()
+    left = time.monotonic()
+    await asyncio.wait_for(asyncio.wrap_future(engine.call(lambda: None)), timeout=60)  # runs once the search stopped
+    assert time.monotonic() - left < 10  # 4000 steps of 4 beams would take minutes
