@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from modelpool.backends.ctranslate2.batching import BatchKey, batch_key, take_batch
-from modelpool.inference import SamplingParams
+from modelpool.inference import BeamSearch, SamplingParams
 
 GREEDY = batch_key(SamplingParams(temperature=0))
 SAMPLED = batch_key(SamplingParams(temperature=0.8, top_p=0.9))
@@ -43,6 +43,15 @@ def test_settings_that_ct2_applies_per_batch_split_keys() -> None:
     # Per-row settings never split a batch: each row applies them itself.
     assert batch_key(SamplingParams(temperature=0, max_tokens=3, stop=("x",))) == GREEDY
     assert batch_key(SamplingParams(temperature=0, logprobs=2)) == batch_key(SamplingParams(temperature=0, logprobs=5))
+
+
+def test_beam_rows_share_a_batch_only_with_the_same_search_and_cap() -> None:
+    beam = SamplingParams(temperature=0, beam=BeamSearch(4))
+    assert batch_key(beam, 16) == batch_key(beam, 16) != GREEDY
+    others = [batch_key(beam, 8), batch_key(replace(beam, beam=BeamSearch(2)), 16),
+              batch_key(replace(beam, beam=BeamSearch(4, 0.5)), 16)]  # fmt: skip
+    assert batch_key(beam, 16) not in others and len(set(others)) == 3
+    assert batch_key(SamplingParams(temperature=0), 8) == GREEDY  # a streamed row's cap never splits a batch
 
 
 def test_the_oldest_request_leads_and_only_its_kind_joins_in_arrival_order() -> None:

@@ -18,7 +18,7 @@ from modelpool.backends.ctranslate2.rows import Row
 from modelpool.backends.textgen.channel import Channel, chunk_stream
 from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
 from modelpool.errors import GenerationFailed, InvalidRequest, ModelUnloaded
-from modelpool.inference import GenerationChunk, SamplingParams
+from modelpool.inference import BeamSearch, GenerationChunk, SamplingParams
 from tests.backends.test_ctranslate2_rows import END, PIECES, Pieces
 from tests.polling import until
 
@@ -221,3 +221,46 @@ def test_a_free_worker_gathers_while_requests_keep_coming_up_to_a_cap() -> None:
     # A steady stream never holds the oldest request longer than ten gaps.
     assert gather_wait(oldest=1.000, newest=1.049, now=1.049, policy=every_5_ms) == pytest.approx(0.001)
     assert gather_wait(oldest=1.000, newest=1.0, now=1.0, policy=policy(gather_s=0.0)) == 0
+
+
+@dataclass
+class Hypothesis:
+    sequences_ids: list[list[int]]
+
+
+@dataclass
+class BeamGenerator:
+    """CT2's `generate_batch` as it does beam search: no callback, each row's best
+    hypothesis returned whole at the end (its end token included: `return_end_token`)."""
+
+    answers: list[list[int]]
+    batches: list[dict[str, Any]] = field(default_factory=list)
+
+    def generate_batch(self, prompts: list[list[str]], **options: Any) -> list[Hypothesis]:
+        self.batches.append(options)
+        assert options.get("callback") is None  # CT2 calls none when beam_size > 1
+        return [Hypothesis([answer]) for answer in self.answers[: len(prompts)]]
+
+
+async def text_and_end(channel: Channel[GenerationChunk]) -> tuple[str, str | None, int]:
+    chunks = [c async for c in chunk_stream(channel)]
+    usage = chunks[-1].usage
+    return "".join(c.text for c in chunks), chunks[-1].finish_reason, usage.completion_tokens if usage else -1
+
+
+async def test_a_beam_batch_runs_ct2s_search_and_replays_each_answer_through_its_row() -> None:
+    # "Hello world!<end>" and "Hello world! How are you?" (cut by a stop string, then by max_tokens)
+    generator = BeamGenerator([[1, 2, 3, 4, END], [1, 2, 3, 4, 5, 6, 7, 8]])
+    engine = BatchEngine(generator, VOCABULARY, frozenset({END}), policy(gather_s=0.05))
+    beam = BeamSearch(4, 0.5)
+    ended = submit(engine, max_new=8, beam=beam)
+    stopped = submit(engine, max_new=8, beam=beam, stop=(" are",))
+    assert await text_and_end(ended) == ("Hello world!", "stop", 4)
+    assert await text_and_end(stopped) == ("Hello world! How", "stop", 6)
+    [options] = generator.batches
+    assert (options["beam_size"], options["length_penalty"], options["max_length"]) == (4, 0.5, 8)
+    assert options["num_hypotheses"] == 1 and options["return_end_token"] is True
+    capped = submit(engine, max_new=3, beam=beam)  # another max_tokens: a batch of its own
+    assert await text_and_end(capped) == ("Hello world", "length", 3)
+    assert len(generator.batches) == 2 and generator.batches[1]["max_length"] == 3
+    engine.close()
