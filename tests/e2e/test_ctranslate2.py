@@ -332,6 +332,10 @@ async def test_beam_search_is_ct2s_own_and_not_greedy(ct2, direct) -> None:
     stop = expected[cut : cut + 5]
     stopped = (await client.post("/v1/completions", json={**body, "stop": [stop]})).json()["choices"][0]
     assert stopped["text"] == expected[: expected.index(stop)] and stopped["finish_reason"] == "stop"
+    # The HRM-style batch route takes it too: several prompts, each CT2's own search.
+    generate = {"model": CT2_MODEL, "prompts": [BEAM_PROMPT] * 2, "max_tokens": 24, "beam_size": 4, "top_k": 1}
+    batch = (await client.post("/generate", json=generate)).json()
+    assert batch["completions"] == [expected] * 2
 
 
 async def test_llm_pool_body_with_beams_equals_ct2s_own_search(ct2, direct) -> None:

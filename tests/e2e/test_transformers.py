@@ -361,6 +361,8 @@ async def test_beam_search_is_transformers_own_and_not_greedy(hf, direct_transfo
     assert events[-1].type == "response.completed" and events[-1].response.output_text
     listed = (await client.get(f"/v1/models/{HF_MODEL}")).json()
     assert listed["capabilities"]["beam_search"] is True
+    refused = await client.post("/v1/completions", json={**body, "presence_penalty": 0.5})  # not in HF beam search
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "presence_penalty"
 
 
 async def test_a_beam_search_stops_when_its_client_leaves(hf) -> None:
