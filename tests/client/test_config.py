@@ -99,9 +99,10 @@ def test_bad_endpoints_name_the_role_and_field(spec: dict[str, object], expected
 def test_an_unset_key_variable_is_named_and_the_role_too() -> None:
     with pytest.raises(ConfigError) as caught:
         parse({"llm": {"kind": "preset:smollm2", "base_url": URL, "api_key_env": "NOT_SET_ANYWHERE"}})
-    assert caught.value.message == (
-        "models.yaml: role 'llm': environment variable NOT_SET_ANYWHERE (api_key_env) is not set"
+    assert caught.value.message.startswith(
+        "models.yaml: role 'llm': environment variable NOT_SET_ANYWHERE (api_key_env) is not set: "
     )
+    assert "modelpool credentials set NOT_SET_ANYWHERE" in caught.value.message
 
 
 def test_unknown_role_lists_the_roles() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from modelpool.errors import ConfigError
 from modelpool.services.stack import COMMAND_KIND, MODELPOOL_KIND, load_stack
 
 
-def write_stack(directory: Path, services: dict[str, object], **top: object) -> Path:
+def write_stack(directory: Path, services: Mapping[str, object], **top: object) -> Path:
     path = directory / "stack.yaml"
     path.write_text(yaml.safe_dump({**top, "services": services}))
     return path
@@ -66,7 +67,10 @@ def test_placeholders_fill_own_and_dependency_addresses_and_leave_other_braces(t
     assert app.argv("127.0.0.1", 8102, peers) == [
         "app", "--port=8102", "http://127.0.0.1:8101", "8101", str(tmp_path / "app.yaml"), '{"json": {"a": 1}}', "{x}",
     ]  # fmt: skip
-    assert app.environment("127.0.0.1", 8102, peers) == {"LLM": "http://127.0.0.1:8101/v1", "SELF": "http://127.0.0.1:8102"}
+    assert app.environment("127.0.0.1", 8102, peers) == {
+        "LLM": "http://127.0.0.1:8101/v1",
+        "SELF": "http://127.0.0.1:8102",
+    }
 
 
 @pytest.mark.parametrize(
@@ -109,3 +113,26 @@ def test_closure_of_an_unknown_service_is_an_error(tmp_path: Path) -> None:
     stack = load_stack(write_stack(tmp_path, {"a": {"command": ["x"]}}))
     with pytest.raises(ConfigError, match="has no service 'b'"):
         stack.closure(["b"])
+
+
+def test_model_backend_leaves_out_what_it_replaces_and_its_placeholders_are_refused(tmp_path: Path) -> None:
+    services: dict[str, dict[str, object]] = {
+        "vlm": {"modelpool": {}, "replaced_by": ["nim"]},
+        "worker": {"command": ["run-worker"], "depends_on": ["vlm"]},
+    }
+    (tmp_path / "worker.yaml").write_text("model_backend: NIM\n")
+    path = write_stack(tmp_path, services, model_backend_file="worker.yaml", credentials={"nim": ["NGC_API_KEY"]})
+    nim = load_stack(path)
+    assert (nim.model_backend, list(nim.services), nim.replaced, nim.credentials) == (
+        "nim", ["worker"], ("vlm",), ("NGC_API_KEY",))  # fmt: skip
+    assert nim.services["worker"].spec.depends_on == []  # the hosted one is not waited for
+    local = load_stack(path, "local")
+    assert (list(local.services), local.replaced, local.credentials) == (["vlm", "worker"], (), ())
+    services["worker"]["command"] = ["run-worker", "{vlm.url}"]
+    with pytest.raises(ConfigError, match=r"uses \{vlm.url\}, but model_backend nim replaces 'vlm'"):
+        load_stack(write_stack(tmp_path, services, model_backend="nim"))
+    for bad in ({"model_backend": "../x"}, {"credentials": {"nim": ["NOT A NAME"]}}):
+        with pytest.raises(ConfigError, match="invalid stack file"):
+            load_stack(write_stack(tmp_path, services, **bad))
+    with pytest.raises(ConfigError, match="may hold only"):
+        load_stack(write_stack(tmp_path, {"w": {"command": ["x"]}}), "no/such")

@@ -12,6 +12,7 @@ import typer
 from modelpool import __version__
 from modelpool.cli import admin, processes, stack
 from modelpool.cli import cache as cache_cli
+from modelpool.cli import credentials as credentials_cli
 from modelpool.cli import pull as pull_cli
 from modelpool.cli import ray as ray_cli
 from modelpool.cli import ready as ready_cli
@@ -124,6 +125,7 @@ app.command("status")(status_cli.status)
 app.command("logs")(stack.logs)
 app.add_typer(ray_cli.app, name="ray")
 app.add_typer(cache_cli.app, name="cache")
+app.add_typer(credentials_cli.app, name="credentials")
 
 
 @ray_cli.app.command("deploy")

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -16,7 +17,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from modelpool.client.credentials import layered_environ
+from modelpool.client.errors import ConfigError as ClientConfigError
 from modelpool.errors import ConfigError
+from modelpool.services.by_port import stop_unregistered
 from modelpool.services.control import find_log, follow, resolve, started, stop_services
 from modelpool.services.launcher import FAILED, SKIPPED, Launcher, Outcome
 from modelpool.services.process import answers_health, file_tail
@@ -49,16 +53,39 @@ def up(
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Leave every service running and return at once.")
     ] = False,
+    model_backend: Annotated[
+        str | None,
+        typer.Option("--model-backend", help="Where the models run (`local`, `nim`): overrides the stack's."),
+    ] = None,
     state_dir: StateDirOpt = None,
 ) -> None:
     """Start a stack of services (running ones are reused).
 
     Dependencies first, each waited for until healthy. In the foreground (the default),
     Ctrl-C stops the services it started except the persistent ones; with --detach
-    everything keeps running until `modelpool down`."""
-    stack = _or_exit(lambda: load_stack(stack_file))
-    launcher = Launcher(stack, Registry(state_dir), detach=detach, on_event=_print_event)
+    everything keeps running until `modelpool down`. Every service gets the saved
+    credentials and the `.env` beside the stack file (never over a variable already set)."""
+    stack = _or_exit(lambda: load_stack(stack_file, model_backend))
+    extra_env = _or_exit(lambda: _service_environment(stack))
+    for name in stack.replaced:
+        console.print(f"[bold]{name}[/]: not started: model_backend {stack.model_backend} replaces it")
+    launcher = Launcher(stack, Registry(state_dir), detach=detach, on_event=_print_event, extra_env=extra_env)
     raise typer.Exit(asyncio.run(_up(launcher, service or None)))
+
+
+def _service_environment(stack: Stack) -> dict[str, str]:
+    """Saved credentials and the stack's `.env` for its services, without what the process
+    environment already sets (that reaches them anyway, and wins); refuses to go on
+    without a key the model backend needs, naming it (never a value)."""
+    layered = layered_environ(stack.file.parent, environ={})
+    missing = [name for name in stack.credentials if not (os.environ.get(name) or layered.get(name))]
+    if missing:
+        names = ", ".join(missing)
+        raise ConfigError(
+            f"model_backend {stack.model_backend} needs {names}: export it, put it in {stack.file.parent / '.env'}, "
+            f"or save it with `modelpool credentials set {missing[0]}`"
+        )
+    return {name: value for name, value in layered.items() if name not in os.environ}
 
 
 async def _up(launcher: Launcher, names: list[str] | None) -> int:
@@ -106,7 +133,15 @@ async def _watch(launcher: Launcher) -> int:
 
 
 def down(
-    targets: Annotated[list[str] | None, typer.Argument(help="Service ids or names.", show_default=False)] = None,
+    targets: Annotated[
+        list[str] | None, typer.Argument(help="Service ids or names, or :PORT.", show_default=False)
+    ] = None,
+    ports: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--port", "-p", min=1, max=65535, help="The server on this port (see docs/stacks.md).", show_default=False
+        ),
+    ] = None,
     all_services: Annotated[bool, typer.Option("--all", help="Every running stack service.")] = False,
     stack_file: Annotated[
         Path | None,
@@ -117,11 +152,20 @@ def down(
     ] = None,
     state_dir: StateDirOpt = None,
 ) -> None:
-    """Stop services (by id or name; without names: the stack's).
+    """Stop services (by id or name; without names: the stack's), or servers by port.
 
     SIGTERM to each process group, SIGKILL after the grace period, dependents first.
-    What is not running is skipped."""
+    What is not running is skipped. By port (`--port 8107` or `:8107`): the registered
+    service there, else the listening process if it is a modelpool or engine server of
+    this user that answers HTTP there; anything else is left running (exit status 1)."""
     registry = Registry(state_dir)
+    by_port = [*(ports or []), *(_port_of(t) for t in targets or [] if t.startswith(":"))]
+    targets = [t for t in targets or [] if not t.startswith(":")]
+    if by_port and (targets or all_services):
+        console.print("[red]error:[/] stop by port, or by name / --all, not both at once")
+        raise typer.Exit(2)
+    if by_port:
+        raise typer.Exit(asyncio.run(_stop_ports(registry, by_port, grace)))
     records: list[ServiceRecord] = []
     if all_services:
         records = [r for r in registry.records() if r.kind != ENGINE_KIND]
@@ -145,6 +189,32 @@ def down(
         console.print(f"{record.id}\tpid {record.pid}\t{outcome}")
 
     asyncio.run(stop_services(registry, records, grace, report))
+
+
+def _port_of(target: str) -> int:
+    if not target[1:].isdigit() or not 1 <= int(target[1:]) <= 65535:
+        console.print(f"[red]error:[/] {target[:20]!r} is not :PORT (1-65535)")
+        raise typer.Exit(2)
+    return int(target[1:])
+
+
+async def _stop_ports(registry: Registry, ports: list[int], grace: float | None) -> int:
+    """Each port's registered service, else its unregistered server (services/by_port.py)."""
+    status = 0
+    for port in dict.fromkeys(ports):
+        records = [r for r in registry.records() if r.port == port and r.kind != ENGINE_KIND]
+        if records:
+            await stop_services(registry, records, grace, lambda r, o: console.print(f"{r.id}\tpid {r.pid}\t{o}"))
+            continue
+        result = await stop_unregistered(port, grace if grace is not None else 20.0)
+        if result.outcome == "refused":
+            console.print(f"port {port}: [yellow]left running[/]: {result.reason}")
+            status = 1
+        elif result.outcome == "nothing":
+            console.print(f"port {port}: not running ({result.reason})")
+        else:
+            console.print(f"port {port}\tpid {result.pid}\t{result.outcome}")
+    return status
 
 
 def status(
@@ -223,6 +293,6 @@ def _print_outcomes(stack: Stack, outcomes: list[Outcome]) -> None:
 def _or_exit(call: Callable[[], T]) -> T:
     try:
         return call()
-    except ConfigError as exc:
+    except (ConfigError, ClientConfigError) as exc:
         console.print(f"[red]error:[/] {exc.message}")
         raise typer.Exit(2) from None

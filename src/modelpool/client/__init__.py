@@ -20,6 +20,7 @@ exceptions are drawn in `modelpool.client.errors`; presets in `modelpool.client.
 
 from modelpool.client.admin import AdminClient
 from modelpool.client.audio import STTClient, TTSClient
+from modelpool.client.backend import load_worker_models, models_file_of
 from modelpool.client.config import Endpoint, ModelsConfig, load_models_config, parse_models_config
 from modelpool.client.embedder import EmbedderClient
 from modelpool.client.errors import (
@@ -131,12 +132,14 @@ __all__ = [
     "VLMClient",
     "Voice",
     "load_models_config",
+    "load_worker_models",
     "make_embedder",
     "make_llm",
     "make_reranker",
     "make_stt",
     "make_tts",
     "make_vlm",
+    "models_file_of",
     "parse_models_config",
     "parse_structured",
     "tool_schema",

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from modelpool.client.credentials import layered_environ
 from modelpool.client.errors import ConfigError
 from modelpool.client.presets import STANDARD_REASONING_FIELDS, Capabilities, Preset, Role, Thinking, find_preset
 from modelpool.client.services import AmbiguousService, resolve, running_services
@@ -177,8 +178,12 @@ class ModelsConfig:
 def load_models_config(
     path: str | Path, *, environ: Mapping[str, str] | None = None, state_dir: Path | None = None
 ) -> ModelsConfig:
-    """Read and check models.yaml (see the module docstring)."""
+    """Read and check models.yaml (see the module docstring). Keys come from `environ` when
+    given, else from the process environment, a `.env` beside the file and the saved
+    credentials, in that order (credentials.py)."""
     path = Path(path)
+    if environ is None:
+        environ = layered_environ(path.parent)
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -275,7 +280,10 @@ def _read_key(name: str | None, environ: Mapping[str, str], role: str, source: s
         return None
     value = environ.get(name)
     if not value:
-        raise ConfigError(f"{source}: role {role!r}: environment variable {name} (api_key_env) is not set")
+        raise ConfigError(
+            f"{source}: role {role!r}: environment variable {name} (api_key_env) is not set: export it, put it "
+            f"in a .env beside the file, or save it with `modelpool credentials set {name}`"
+        )
     return value
 
 

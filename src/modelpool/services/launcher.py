@@ -9,7 +9,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +47,9 @@ class Launcher:
     detach: bool = False
     """False: non-persistent services die with this process (a foreground `up`)."""
     on_event: EventSink = lambda name, message: None
+    extra_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Given to every service under its own `env` (saved credentials, the stack's `.env`);
+    the caller leaves out what the process environment already sets."""
     progress_every_s: float = 10.0
     """How often a service that is still starting is reported."""
     started: dict[str, ManagedProcess] = field(default_factory=dict)
@@ -143,7 +146,7 @@ class Launcher:
         async with self._ports_lock:
             port = self._allocate_port(service)
             self._ports_claimed.add(port)
-        env = {STATE_DIR_ENV: str(self.registry.state_dir), **service.environment(host, port, peers)}
+        env = {**self.extra_env, STATE_DIR_ENV: str(self.registry.state_dir), **service.environment(host, port, peers)}
         spec = ProcessSpec(
             name=f"{self.stack.name}/{service.name}",
             argv=tuple(service.argv(host, port, peers)),
@@ -253,4 +256,3 @@ class Launcher:
 
 def record_id(stack: Stack, name: str, port: int) -> str:
     return f"{stack.name}/{name}@{port}"
-

@@ -15,6 +15,13 @@ commands), how to start each, on which port, and in which order.
         health_path: /ping
         depends_on: [llm, speech]
 
+`model_backend` (the agent sample's switch, `local` by default) says where the models run;
+a service with `replaced_by: [nim]` is not started when it is `nim` (a hosted overlay
+replaces it), and what depends on it no longer waits for it. `model_backend_file` reads the
+key from the worker's own YAML instead, so one line switches both, as in the sample;
+`modelpool up --model-backend` overrides both. `credentials: {nim: [NGC_API_KEY]}` names
+the keys a backend needs: `up` refuses to start without them (docs/stacks.md).
+
 Placeholders in `command` and `env` values: `{port}`, `{host}`, `{url}`, `{config}`, and
 `{<service>.url}` / `{<service>.port}` of the services it depends on. Other braces are
 left alone, so JSON arguments need no escaping.
@@ -36,6 +43,9 @@ from modelpool.config.loader import read_yaml_mapping, validation_problems
 from modelpool.errors import ConfigError
 
 DEFAULT_STACK_FILE = "stack.yaml"
+DEFAULT_BACKEND = "local"
+BACKEND_NAME = r"^[A-Za-z0-9_-]{1,32}$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 DEFAULT_PORT_BASE = 8100
 MODELPOOL_KIND = "modelpool"
 COMMAND_KIND = "command"
@@ -82,6 +92,8 @@ class ServiceSpec(_Strict):
     """How long to wait for health (default: 600 s for modelpool, which may load models; 120 s)."""
     stop_grace_s: float = Field(default=20.0, ge=0)
     """Between SIGTERM and SIGKILL on `down`."""
+    replaced_by: list[Annotated[str, Field(pattern=BACKEND_NAME)]] = Field(default_factory=list)
+    """Model backends that replace this service (`[nim]`): not started under them."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> ServiceSpec:
@@ -95,6 +107,15 @@ class ServiceSpec(_Strict):
 class StackFile(_Strict):
     name: str | None = None
     port_base: Annotated[int, Field(ge=1024, le=65000)] = DEFAULT_PORT_BASE
+    model_backend: Annotated[str, Field(pattern=BACKEND_NAME)] = DEFAULT_BACKEND
+    """Where the models run: `local`, or a hosted backend such as `nim`."""
+    model_backend_file: Path | None = None
+    """A YAML file (relative to the stack file) whose `model_backend` key decides instead:
+    the worker's config, which also picks its models file (`models.nim.yaml` for nim)."""
+    credentials: dict[Annotated[str, Field(pattern=BACKEND_NAME)], list[Annotated[str, Field(pattern=ENV_NAME)]]] = (
+        Field(default_factory=dict)
+    )
+    """Backend → the keys it needs (environment, `.env` beside the stack file, or saved)."""
     services: dict[str, ServiceSpec]
 
 
@@ -160,7 +181,13 @@ class Stack:
     file: Path
     port_base: int
     services: dict[str, Service]
-    """In dependency order: every service comes after those it depends on."""
+    """In dependency order: every service comes after those it depends on (those the model
+    backend replaces are left out)."""
+    model_backend: str = DEFAULT_BACKEND
+    replaced: tuple[str, ...] = ()
+    """Services the model backend replaces: not started, not waited for."""
+    credentials: tuple[str, ...] = ()
+    """Keys the model backend needs."""
 
     def closure(self, names: list[str]) -> list[Service]:
         """The named services and everything they depend on, in dependency order."""
@@ -177,8 +204,9 @@ class Stack:
         return [s for s in self.services.values() if s.name in wanted]
 
 
-def load_stack(path: Path) -> Stack:
-    """Read and check a stack file; ConfigError says what is wrong and where."""
+def load_stack(path: Path, model_backend: str | None = None) -> Stack:
+    """Read and check a stack file; ConfigError says what is wrong and where.
+    `model_backend` overrides the file's (`modelpool up --model-backend`)."""
     path = path.resolve()
     raw = read_yaml_mapping(path, "stack file")
     try:
@@ -186,11 +214,34 @@ def load_stack(path: Path) -> Stack:
     except ValidationError as exc:
         raise ConfigError(f"invalid stack file {path}: {validation_problems(exc)}") from None
     _check_names_and_ports(parsed, path)
-    order = _dependency_order({name: spec.depends_on for name, spec in parsed.services.items()}, path)
-    services = {name: _service(name, parsed.services[name], path) for name in order}
+    backend = model_backend or _backend_of(parsed, path)
+    if not re.fullmatch(BACKEND_NAME, backend):
+        raise ConfigError(f"model_backend {backend[:40]!r} may hold only letters, digits, '_' and '-'")
+    replaced = [name for name, spec in parsed.services.items() if backend in spec.replaced_by]
+    kept = {name: spec for name, spec in parsed.services.items() if name not in replaced}
+    for spec in kept.values():
+        spec.depends_on = [d for d in spec.depends_on if d not in replaced]  # the hosted one needs no waiting for
+    order = _dependency_order({name: spec.depends_on for name, spec in kept.items()}, path)
+    services = {name: _service(name, kept[name], path) for name in order}
     for service in services.values():
-        _check_placeholders(service, path)
-    return Stack(parsed.name or path.parent.name, path, parsed.port_base, services)
+        _check_placeholders(service, path, replaced, backend)
+    credentials = tuple(parsed.credentials.get(backend, ()))
+    return Stack(parsed.name or path.parent.name, path, parsed.port_base, services, backend, tuple(replaced),
+                 credentials)  # fmt: skip
+
+
+def _backend_of(parsed: StackFile, path: Path) -> str:
+    """The stack's model backend: the `model_backend` key of `model_backend_file` (absent
+    key: `local`, as the sample's worker reads it), else the stack file's own."""
+    if parsed.model_backend_file is None:
+        return parsed.model_backend
+    file = (
+        parsed.model_backend_file
+        if parsed.model_backend_file.is_absolute()
+        else path.parent / parsed.model_backend_file
+    )
+    value = read_yaml_mapping(file, "model_backend_file").get("model_backend", DEFAULT_BACKEND)
+    return str(value).lower()
 
 
 def _service(name: str, spec: ServiceSpec, path: Path) -> Service:
@@ -249,13 +300,18 @@ def _dependency_order(depends_on: dict[str, list[str]], path: Path) -> list[str]
     return order
 
 
-def _check_placeholders(service: Service, path: Path) -> None:
+def _check_placeholders(service: Service, path: Path, replaced: list[str], backend: str) -> None:
     texts = [*(service.spec.command or []), *service.spec.env.values()]
     if service.spec.modelpool is not None:
         texts += service.spec.modelpool.args
     for text in texts:
         for match in _PLACEHOLDER.finditer(text):
             name, field = match.group(1), match.group(2)
+            if field is not None and name in replaced:
+                raise ConfigError(
+                    f"stack file {path}: service {service.name!r} uses {match.group(0)}, but model_backend "
+                    f"{backend} replaces {name!r}: under {backend} it must find the hosted one another way"
+                )
             if field is not None and name not in service.spec.depends_on:
                 raise ConfigError(
                     f"stack file {path}: service {service.name!r} uses {match.group(0)} but does not depend on {name!r}"
