@@ -74,9 +74,9 @@ class Capabilities:
     image_urls_upstream: bool = False
     """Forwarding backends: the upstream fetches `http(s)://` image URLs itself, so they are
     sent as they are rather than fetched (and checked) by modelpool."""
-    beam_search: bool = False
-    """Generation may ask for beam search (`decoding.beam_size` > 1, `beam_size` on the
-    completions routes): the engine runs its own beam search, up to `MAX_BEAM_SIZE` beams."""
+    max_beam_size: int = 0
+    """Widest beam search a request may ask (`decoding.beam_size`, `beam_size` on the
+    completions routes), run as the engine's own; 0: the engine has none."""
     tokenizer: bool = False
     """The model's tokenizer is reachable here (POST /tokenize, /detokenize): the backend
     implements `TokenizerBackend`, checked at load like a task's Protocol."""
@@ -130,5 +130,6 @@ class ModelCapabilities:
             "languages": list(declared.languages) if declared.languages is not None else None,
             "max_images": declared.max_images if Modality.IMAGE in declared.modalities else None,
             "tokenizer": declared.tokenizer,
-            "beam_search": declared.beam_search and generates,
+            "beam_search": declared.max_beam_size > 1 and generates,
+            "max_beam_size": declared.max_beam_size if declared.max_beam_size > 1 and generates else None,
         }

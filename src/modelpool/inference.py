@@ -17,9 +17,12 @@ DEFAULTED = frozenset({"max_tokens", "temperature", "top_p", "top_k", "min_p", "
 """Sampling fields a model's config may give defaults for (`models: <id>: sampling:`)."""
 
 
-MAX_BEAM_SIZE = 16
-"""Widest beam search a request may ask (`beam_size`): each beam is a whole sequence's
-work and KV cache, so memory and time grow with the width."""
+MAX_BEAM_SIZE = 64
+"""Widest beam search any request may ask (`beam_size`), whatever a model's options allow:
+each beam is a whole sequence's work and KV cache, so memory and time grow with the width.
+A model's own limit (its engine's `max_beam_size` option, 16 by default) is usually lower."""
+DEFAULT_MAX_BEAM_SIZE = 16
+"""The `max_beam_size` option's default on the engines that have beam search."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class BeamSearch:
     hypothesis that scores best over the whole answer. Deterministic: it never samples."""
 
     width: int
-    """Beams kept at each step (2 .. MAX_BEAM_SIZE)."""
+    """Beams kept at each step (2 .. the model's `max_beam_size`)."""
     length_penalty: float = 1.0
     """A hypothesis's log-probability is divided by its length to this power before
     hypotheses are compared (CTranslate2's and transformers' same definition)."""

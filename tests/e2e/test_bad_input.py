@@ -257,7 +257,7 @@ CASES: list[tuple[str, str, str, Body, int, str, str | None]] = [
     ("beam-size-zero", "POST", CHAT, chat(beam_size=0), 400, "invalid_value", "beam_size"),
     ("beam-size-negative", "POST", CHAT, chat(beam_size=-1), 400, "invalid_value", "beam_size"),
     ("beam-size-huge", "POST", CHAT, chat(beam_size=10**12), 400, "invalid_value", "beam_size"),
-    ("beam-size-over-the-cap", "POST", CHAT, chat(beam_size=17), 400, "invalid_value", "beam_size"),
+    ("beam-size-over-the-cap", "POST", CHAT, chat(beam_size=65), 400, "invalid_value", "beam_size"),
     ("beam-with-sampling", "POST", CHAT, chat(beam_size=4, temperature=0.8), 400, "invalid_value", "temperature"),
     ("beam-with-top-p", "POST", CHAT, chat(beam_size=4, top_p=0.5), 400, "invalid_value", "top_p"),
     ("beam-with-min-p", "POST", CHAT, chat(beam_size=4, min_p=0.2), 400, "invalid_value", "min_p"),

@@ -350,7 +350,7 @@ async def test_llm_pool_body_with_beams_equals_ct2s_own_search(ct2, direct) -> N
     text = "".join(part["text"] for item in reply["output"] for part in item.get("content", []))
     assert text == direct[1].decode(beam) and reply["usage"]["output_tokens"] == len(beam)
     listed = (await client.get(f"/v1/models/{CT2_MODEL}")).json()
-    assert listed["capabilities"]["beam_search"] is True
+    assert listed["capabilities"]["beam_search"] is True and listed["capabilities"]["max_beam_size"] == 16
 
 
 @pytest.mark.parametrize(
@@ -358,7 +358,7 @@ async def test_llm_pool_body_with_beams_equals_ct2s_own_search(ct2, direct) -> N
     [
         ({"logprobs": True}, "logprobs"),
         ({"temperature": 0.8}, "temperature"),
-        ({"extra_body": {"beam_size": 17}}, "beam_size"),
+        ({"extra_body": {"beam_size": 17}}, "beam_size"),  # over the model's max_beam_size (16)
         ({"presence_penalty": 0.5, "temperature": 0}, "presence_penalty"),
     ],
 )
@@ -370,3 +370,20 @@ async def test_what_beam_search_cannot_combine_with_is_a_clear_400(ct2, fields: 
                                                   max_tokens=4, extra_body=extra, **fields)  # fmt: skip
     assert isinstance(refused.value.body, dict)
     assert refused.value.body["param"] == param
+
+
+async def test_max_beam_size_bounds_a_models_beams(ct2) -> None:
+    _, client = ct2
+    load = f"/v1/admin/models/{CT2_MODEL}/load"
+    refused = await client.post(load, json={"overrides": {"max_beam_size": 65}})
+    assert refused.status_code == 400 and "max_beam_size" in refused.text
+    assert (await client.post(load, json={"overrides": {"max_beam_size": 2}})).status_code == 200
+    try:
+        body = {"model": CT2_MODEL, "input": "Hi", "decoding": {"beam_size": 3, "top_k": 1, "max_tokens": 4}}
+        wide = await client.post("/v1/responses", json=body)
+        assert wide.status_code == 400 and wide.json()["error"]["param"] == "decoding.beam_size"
+        assert "at most 2 beams" in wide.json()["error"]["message"]
+        narrow = await client.post("/v1/responses", json={**body, "decoding": {**body["decoding"], "beam_size": 2}})
+        assert narrow.status_code == 200, narrow.text
+    finally:
+        await client.post(load, json={"overrides": {"max_beam_size": 16}})

@@ -63,7 +63,7 @@ def test_sampling_beside_beams_is_refused_by_its_name(fields: dict[str, Any], pa
     assert refused.value.param == param
 
 
-@pytest.mark.parametrize("size", [0, -1, 17, 10**12])
+@pytest.mark.parametrize("size", [0, -1, 65, 10**12])
 def test_beam_size_bounds(size: int) -> None:
     with pytest.raises(ValueError, match="beam_size"):
         responses(decoding={"beam_size": size})
@@ -84,7 +84,7 @@ class Beamless(FakeBackend):
 
 
 class Beamy(Beamless):
-    capabilities = replace(FakeBackend.capabilities, beam_search=True)
+    capabilities = replace(FakeBackend.capabilities, max_beam_size=3)
 
 
 def beam_chat(**sampling: Any) -> ChatRequest:
@@ -109,9 +109,12 @@ async def test_the_pool_sends_beams_only_to_engines_that_declare_them() -> None:
     with pytest.raises(InvalidRequest) as refused:
         await able.chat("fake", beam_chat(logprobs=2))
     assert refused.value.param == "logprobs"
+    with pytest.raises(InvalidRequest, match="at most 3 beams") as refused:  # the model's own bound
+        await able.chat("fake", beam_chat(beam=BeamSearch(4, param="decoding.beam_size")))
+    assert refused.value.param == "decoding.beam_size"
 
 
 def test_capabilities_show_beam_search() -> None:
-    declared = Capabilities(tasks=frozenset({Task.CHAT}), beam_search=True)
-    shown = [ModelCapabilities(declared.tasks, replace(declared, beam_search=b)).as_json() for b in (True, False)]
-    assert [entry["beam_search"] for entry in shown] == [True, False]
+    declared = Capabilities(tasks=frozenset({Task.CHAT}), max_beam_size=8)
+    shown = [ModelCapabilities(declared.tasks, replace(declared, max_beam_size=n)).as_json() for n in (8, 0)]
+    assert [(entry["beam_search"], entry["max_beam_size"]) for entry in shown] == [(True, 8), (False, None)]

@@ -30,18 +30,24 @@ def with_model_defaults(sampling: SamplingParams, defaults: SamplingDefaults) ->
 
 
 def check_beam(slot: ModelSlot, sampling: SamplingParams, *, tools: bool = False, output: bool = False) -> None:
-    """Beam search goes only to a model whose engine has it (`Capabilities.beam_search`),
+    """Beam search goes only to a model whose engine has it, as wide as it allows
+    (`Capabilities.max_beam_size`),
     and not with what it cannot give: logprobs (its tokens come from a search over whole
     hypotheses, not from one distribution each), tool calls or structured output (both
     steer tokens one at a time). Each refused naming the field."""
     beam = sampling.beam
     if beam is None:
         return
-    if not slot.capabilities.declared.beam_search:
+    widest = slot.capabilities.declared.max_beam_size
+    if widest < 2:
         raise InvalidRequest(
             f"model '{slot.id}' ({slot.config.backend}) has no beam search; use beam_size 1, or a ctranslate2 or "
             "transformers model",
             param=beam.param,
+        )
+    if beam.width > widest:
+        raise InvalidRequest(
+            f"model '{slot.id}' allows at most {widest} beams (its max_beam_size option)", param=beam.param
         )
     clashes = {"logprobs": sampling.logprobs is not None, "tools": tools, "response_format": output}
     for field, asked in clashes.items():

@@ -46,6 +46,8 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate, resolve_source
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.inference import (
+    DEFAULT_MAX_BEAM_SIZE,
+    MAX_BEAM_SIZE,
     ChatRequest,
     CompletionRequest,
     GenerationChunk,
@@ -98,6 +100,9 @@ class CTranslate2Options(BaseModel):
     tokenizer: str | None = None
     """Where the Hugging Face tokenizer is (a path, package: or hf: source), for a CT2 folder
     that has no tokenizer files of its own."""
+    max_beam_size: int = Field(default=DEFAULT_MAX_BEAM_SIZE, ge=1, le=MAX_BEAM_SIZE)
+    """Widest beam search a request may ask (`beam_size`; 1: none). A beam batch holds
+    this many sequences per request, so memory and time grow with it."""
     seeds: Literal["reject", "ignore"] = "reject"
     """CT2 has no per-request seed. reject: a sampled request with a `seed` is a 400;
     ignore: it is sampled unseeded (not reproducible). Greedy requests may always carry one."""
@@ -113,18 +118,19 @@ class CTranslate2Backend(DeclaredBackend):
         tools=False,
         structured_output=False,
         tokenizer=True,
-        beam_search=True,
+        max_beam_size=DEFAULT_MAX_BEAM_SIZE,
     )
     overridable = frozenset(
         {"compute_type", "inter_threads", "intra_threads", "max_batch_size", "max_prompt_spread", "batch_gather_ms",
-         "max_model_len", "chat_template", "seeds"}
+         "max_model_len", "chat_template", "seeds", "max_beam_size"}
     )  # fmt: skip
 
     @classmethod
     def capabilities_for(cls, options: CTranslate2Options) -> Capabilities:
         # Requests decoding at once: a full batch on every worker.
         running = options.max_batch_size * options.inter_threads
-        return replace(cls.capabilities, engine_concurrency=running, context_length=options.max_model_len)
+        return replace(cls.capabilities, engine_concurrency=running, context_length=options.max_model_len,
+                       max_beam_size=options.max_beam_size if options.max_beam_size > 1 else 0)  # fmt: skip
 
     def __init__(self, model: ModelConfig, options: CTranslate2Options, context: BackendContext) -> None:
         self.model = model

@@ -37,6 +37,8 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.inference import (
+    DEFAULT_MAX_BEAM_SIZE,
+    MAX_BEAM_SIZE,
     BeamSearch,
     ChatRequest,
     CompletionRequest,
@@ -80,6 +82,9 @@ class TransformersOptions(BaseModel):
     it reads images in chat messages."""
     max_images: int = Field(default=8, ge=1)
     """Most images one request may carry (vision models)."""
+    max_beam_size: int = Field(default=DEFAULT_MAX_BEAM_SIZE, ge=1, le=MAX_BEAM_SIZE)
+    """Widest beam search a request may ask (`beam_size`; 1: none). It runs on the engine
+    thread with this many sequences, the batch's streams waiting meanwhile."""
 
 
 class TransformersBackend(DeclaredBackend):
@@ -92,16 +97,20 @@ class TransformersBackend(DeclaredBackend):
         tools=True,
         structured_output=True,
         tokenizer=True,
-        beam_search=True,
+        max_beam_size=DEFAULT_MAX_BEAM_SIZE,
     )
     overridable = frozenset(
-        {"max_batch_size", "max_batch_tokens", "prefill_chunk", "prefill_rows", "max_model_len", "dtype"}
+        {"max_batch_size", "max_batch_tokens", "prefill_chunk", "prefill_rows", "max_model_len", "dtype",
+         "max_beam_size"}
     )
 
     @classmethod
     def capabilities_for(cls, options: TransformersOptions) -> Capabilities:
         declared = replace(
-            cls.capabilities, engine_concurrency=options.max_batch_size, context_length=options.max_model_len
+            cls.capabilities,
+            engine_concurrency=options.max_batch_size,
+            context_length=options.max_model_len,
+            max_beam_size=options.max_beam_size if options.max_beam_size > 1 else 0,
         )
         if not options.vision:
             return declared
