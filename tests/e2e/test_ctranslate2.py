@@ -379,11 +379,12 @@ async def test_max_beam_size_bounds_a_models_beams(ct2) -> None:
     assert refused.status_code == 400 and "max_beam_size" in refused.text
     assert (await client.post(load, json={"overrides": {"max_beam_size": 2}})).status_code == 200
     try:
-        body = {"model": CT2_MODEL, "input": "Hi", "decoding": {"beam_size": 3, "top_k": 1, "max_tokens": 4}}
-        wide = await client.post("/v1/responses", json=body)
+        body = {"model": CT2_MODEL, "input": "Hi"}
+        decoding = {"beam_size": 3, "top_k": 1, "max_tokens": 4}
+        wide = await client.post("/v1/responses", json={**body, "decoding": decoding})
         assert wide.status_code == 400 and wide.json()["error"]["param"] == "decoding.beam_size"
         assert "at most 2 beams" in wide.json()["error"]["message"]
-        narrow = await client.post("/v1/responses", json={**body, "decoding": {**body["decoding"], "beam_size": 2}})
+        narrow = await client.post("/v1/responses", json={**body, "decoding": {**decoding, "beam_size": 2}})
         assert narrow.status_code == 200, narrow.text
     finally:
         await client.post(load, json={"overrides": {"max_beam_size": 16}})
