@@ -81,3 +81,13 @@ async def test_the_interactive_docs_are_off_unless_asked_for() -> None:
         docs = await client.get("/docs")
     # What they load, and why they are off by default: scripts from a CDN on this origin.
     assert docs.status_code == 200 and "cdn.jsdelivr.net" in docs.text
+
+
+async def test_health_is_open_and_tells_a_caller_without_a_key_no_secret() -> None:
+    async with served(KEYED) as client:
+        anonymous = await client.get("/health")
+        holder = await client.get("/health", headers=KEY)
+    assert anonymous.status_code == holder.status_code == 503  # open: no 401, with keys configured
+    assert anonymous.json()["error"]["code"] == "model_load_error"
+    assert "10.0.0.7" not in anonymous.text and "ghost" not in anonymous.text and "fine" not in anonymous.text
+    assert SECRET in holder.json()["error"]["message"]

@@ -116,3 +116,15 @@ async def test_a_closing_pool_is_not_ready() -> None:
     await pool.close()
     problem = pool.readiness_problem("m")
     assert problem is not None and problem.code == "shutting_down"
+
+
+async def test_health_is_the_simple_inference_servers_check(pool_app) -> None:
+    """Its README: `GET /health` — liveness/readiness, 503 while not ready."""
+    client, gate, pool = pool_app
+    loading = await client.get("/health")
+    assert loading.status_code == 503 and loading.json()["status"] == "unavailable"
+    assert loading.json()["error"]["code"] == "model_not_ready" and "Retry-After" in loading.headers
+    gate.set()
+    await pool.slot("slow").ensure_ready(None)
+    ready = await client.get("/health")
+    assert ready.status_code == 200 and ready.json()["status"] == "ok"

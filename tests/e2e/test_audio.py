@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.audio_files import wav_bytes
-from tests.conftest import CHAT_MODEL, STT_MODEL, TTS_MODEL, serving
+from tests.conftest import CHAT_MODEL, KOKORO_MODEL, STT_MODEL, TTS_MODEL, serving
 from tests.speech_metrics import word_error_rate
 
 SENTENCES = "The quick brown fox jumps over the lazy dog. It was a sunny day in the city. We walked to the park."
@@ -109,6 +109,24 @@ async def test_voices_and_pool_listing(http: httpx.AsyncClient) -> None:
     metrics = (await http.get("/metrics")).text
     assert 'modelpool_audio_seconds_total{direction="in",model="whisper-tiny.en"}' in metrics
     assert "modelpool_real_time_factor_bucket" in metrics
+
+
+async def test_voices_honour_their_model_filter(http: httpx.AsyncClient) -> None:
+    """`GET /v1/audio/voices?model=` lists that model's voices only (issue 31: the simple
+    inference server's clients filter so); unknown → 404, not a speech model → 400."""
+    everyone = (await http.get("/v1/audio/voices")).json()["data"]
+    assert {v["model"] for v in everyone} >= {TTS_MODEL, KOKORO_MODEL}
+    piper = (await http.get("/v1/audio/voices", params={"model": TTS_MODEL})).json()["data"]
+    assert piper == [v for v in everyone if v["model"] == TTS_MODEL] and len(piper) == 1
+    kokoro = (await http.get("/v1/audio/voices", params={"model": KOKORO_MODEL})).json()["data"]
+    assert kokoro and {v["model"] for v in kokoro} == {KOKORO_MODEL}
+    unknown = await http.get("/v1/audio/voices", params={"model": "nope"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    mute = await http.get("/v1/audio/voices", params={"model": STT_MODEL})
+    assert mute.status_code == 400 and mute.json()["error"]["param"] == "model"
+    for bad in ("", "x" * 257):
+        refused = await http.get("/v1/audio/voices", params={"model": bad})
+        assert refused.status_code == 400, refused.text
 
 
 @pytest.mark.parametrize(

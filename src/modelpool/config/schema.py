@@ -348,6 +348,35 @@ class SamplingDefaults(_Strict):
     """Default cap on generated tokens for chat requests that set none."""
 
 
+MODELLESS_TASKS = (Task.COMPLETION, Task.SCORING)
+"""Tasks whose routes (`/generate`, `/loglikelihood`) accept a body
+without `model`, as the HRM serving contract's v1 bodies are."""
+
+
+class ServerDefaults(_Strict):
+    """What applies to every model unless the model or the request says otherwise."""
+
+    sampling: SamplingDefaults = Field(default_factory=SamplingDefaults)
+    """Server-wide sampling defaults (e.g. the HRM contract's `max_tokens: 128`,
+    `temperature: 0.7`): a field a model's own `sampling` leaves unset takes this value.
+    Precedence: the request, then the model's `sampling`, then this, then the protocol's
+    own default (OpenAI's: temperature 1.0; `/v1/completions` and `/generate`: 16 tokens)."""
+
+    models: dict[Task, str] = Field(default_factory=dict, max_length=len(MODELLESS_TASKS))
+    """Task → the model (id or alias) a body without `model` uses: `completion` for
+    `/generate`, `scoring` for `/loglikelihood`. Unset: the only
+    served model that does the task; with several, the request must name one (400 listing them)."""
+
+    @field_validator("models")
+    @classmethod
+    def _modelless_tasks_only(cls, value: dict[Task, str]) -> dict[Task, str]:
+        for task in value:
+            if task not in MODELLESS_TASKS:
+                can = ", ".join(t.value for t in MODELLESS_TASKS)
+                raise ValueError(f"defaults.models: no route takes a body without `model` for {task.value} ({can} do)")
+        return value
+
+
 class ModelConfig(_Strict):
     id: str = Field(pattern=MODEL_ID_PATTERN)
     """Public model id clients put in `model`. Taken from the key under `models:`."""
@@ -496,6 +525,9 @@ class Config(_Strict):
     ray: RaySettings = Field(default_factory=RaySettings)
     """Ray mode only (`modelpool serve --ray`): the cluster, the ingress and multiplexed groups."""
 
+    defaults: ServerDefaults = Field(default_factory=ServerDefaults)
+    """Server-wide defaults: sampling for every model, and the model a body without `model` uses."""
+
     state_dir: Path | None = None
     """Where modelpool keeps the registry of processes that outlive it (persistent engines,
     stack services) and their logs (default: $XDG_STATE_HOME/modelpool, i.e.
@@ -530,6 +562,23 @@ class Config(_Strict):
         for name in self.enabled_models or []:
             if name not in owner:
                 raise ValueError(f"enabled_models: unknown model '{name}' (known: {', '.join(sorted(owner))})")
+        return self
+
+    @model_validator(mode="after")
+    def _server_defaults_hold(self) -> Config:
+        """Each model takes the server-wide sampling defaults its own `sampling` leaves unset
+        (so the pool has one set per model); each default model is served and may do its task."""
+        server = self.defaults.sampling.model_dump(exclude_none=True)
+        for model in self.models.values():
+            own = model.sampling.model_dump(exclude_none=True)
+            model.sampling = SamplingDefaults(**{**server, **own})
+        served = {name: m for m in self.served_models() for name in (m.id, *m.aliases)}
+        for task, name in self.defaults.models.items():
+            chosen = served.get(name)
+            if chosen is None:
+                raise ValueError(f"defaults.models.{task.value}: '{name}' is not a served model")
+            if chosen.tasks is not None and task not in chosen.tasks:
+                raise ValueError(f"defaults.models.{task.value}: model '{chosen.id}' does not do {task.value}")
         return self
 
     @model_validator(mode="after")

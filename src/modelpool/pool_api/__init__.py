@@ -42,6 +42,7 @@ from modelpool.pool_api.results import (
 )
 from modelpool.pool_api.streams import ResultStream
 from modelpool.status import EngineLogs, ModelStatus, PoolMemory
+from modelpool.tasks import Task
 
 
 class MetricsExport(Protocol):
@@ -54,9 +55,14 @@ class PoolLookup(Protocol):
     """Answered at once, from the config: nothing loads."""
 
     def model_id(self, name: str) -> str: ...
+    def model_for(self, name: str | None, task: Task) -> str:
+        """`name`, or for a request that names no model, the one it uses (400 if several could)."""
+        ...
     def metrics_label(self, name: str) -> str: ...
     def transcription_rate(self, name: str, options: CallOptions = DEFAULT_CALL) -> int: ...
-    async def voices(self) -> list[ModelVoice]: ...
+    async def voices(self, name: str | None = None) -> list[ModelVoice]:
+        """Every text-to-speech model's voices, or only those of the model `name` names."""
+        ...
 
 
 class PoolRequests(Protocol):

@@ -73,6 +73,7 @@ from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.served import ServedPool
 from modelpool.runtime.tasks.tokenization import tokenizer_slot
 from modelpool.status import EngineLogs, ModelStatus, PoolMemory
+from modelpool.tasks import Task
 
 DEPLOY_WAIT_S = 300.0
 """How long an admin change waits for its redeploy when `server.model_wait_s` is unset."""
@@ -130,6 +131,9 @@ class RemotePool:
 
     def model_id(self, name: str) -> str:
         return self.catalog.model_id(name)
+
+    def model_for(self, name: str | None, task: Task) -> str:
+        return self.catalog.model_for(name, task)
 
     def metrics_label(self, name: str) -> str:
         return self.catalog.metrics_label(name)
@@ -260,8 +264,8 @@ class RemotePool:
         )
         return SpeechAudio(chunks, rate)
 
-    async def voices(self) -> list[ModelVoice]:
-        return await self.catalog.voices()  # read from the voices' files here: loads nothing anywhere
+    async def voices(self, name: str | None = None) -> list[ModelVoice]:
+        return await self.catalog.voices(name)  # read from the voices' files here: loads nothing anywhere
 
     async def loglikelihood(
         self, name: str, pairs: list[tuple[str, str]], options: CallOptions = DEFAULT_CALL

@@ -14,6 +14,7 @@ from modelpool.backends.base import (
     SpeechBackend,
     TranscriptionBackend,
 )
+from modelpool.errors import UnsupportedTask
 from modelpool.inference import (
     SpeechRequest,
     TranscriptionRequest,
@@ -104,11 +105,16 @@ class AudioRequests(PoolBase):
         )
         return SpeechAudio(chunks, rate)
 
-    async def voices(self) -> list[ModelVoice]:
-        """The voices of every text-to-speech model, read from each model's files by a
-        backend that is never started: listing voices loads and evicts nothing."""
+    async def voices(self, name: str | None = None) -> list[ModelVoice]:
+        """The voices of every text-to-speech model (or of the one `name` names: 404 if
+        unknown, 400 if it does not speak), read from each model's files by a backend that
+        is never started: listing voices loads and evicts nothing."""
         listed = []
-        for slot in self._slots.values():
+        slots = list(self._slots.values()) if name is None else [self.slot(name)]
+        if name is not None and Task.SPEECH not in slots[0].tasks:
+            why = f"model '{slots[0].id}' is not a text-to-speech model: it has no voices"
+            raise UnsupportedTask(why, param="model")
+        for slot in slots:
             if Task.SPEECH in slot.tasks:
                 listed += [ModelVoice(slot.id, voice) for voice in await slot.voices()]
         return listed

@@ -67,6 +67,7 @@ def build_pool(
         images=image_policy(config),
         max_audio_seconds=config.server.max_audio_seconds,
         audio_budget_s=config.server.audio_budget_seconds,
+        default_models=config.defaults.models,
     )
     metrics.registry.register(MemoryGauges(pool.memory))
     return pool

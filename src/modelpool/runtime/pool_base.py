@@ -14,6 +14,7 @@ from modelpool.backends.base import (
 from modelpool.capabilities import ModelCapabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import (
+    InvalidRequest,
     ModelNotFound,
     RemoteNotAllowed,
     UnsupportedTask,
@@ -62,6 +63,7 @@ class PoolBase:
         images: ImagePolicy | None = None,
         max_audio_seconds: float | None = None,
         audio_budget_s: float | None = None,
+        default_models: dict[Task, str] | None = None,
     ) -> None:
         """`resolve(config)` gives a config's capabilities (checking its options): admin
         overrides are checked with it before they replace a model's settings."""
@@ -84,6 +86,9 @@ class PoolBase:
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
         self._tasks: list[asyncio.Task[Any]] = []
         self._closing = False
+        self._default_models = dict(default_models or {})
+        for task, name in self._default_models.items():  # the config checked names; this, what each model does
+            self.slot_for(name, task)
 
     @property
     def closing(self) -> bool:
@@ -108,6 +113,25 @@ class PoolBase:
     def model_id(self, name: str) -> str:
         """The canonical id of the model `name` names (an id or an alias)."""
         return self.slot(name).id
+
+    def model_for(self, name: str | None, task: Task) -> str:
+        """The model a request for `task` uses: the one it names; else the server's default
+        for the task (`defaults.models`); else the only model that does the task. With
+        several and no default, a 400 naming them: the request must choose."""
+        if name is not None:
+            return name
+        if task in self._default_models:
+            return self._default_models[task]
+        able = [slot.id for slot in self._slots.values() if task in slot.tasks]
+        if len(able) == 1:
+            return able[0]
+        if not able:
+            raise InvalidRequest(f"no served model does {task.value}", param="model")
+        raise InvalidRequest(
+            f"name the model in `model`: several models do {task.value} and no default is configured "
+            f"(defaults.models.{task.value}); candidates: {', '.join(able)}",
+            param="model",
+        )
 
     def slot_for(self, name: str, task: Task, options: CallOptions = DEFAULT_CALL) -> ModelSlot:
         """The slot that serves `name` for `task`, once the request may use it."""

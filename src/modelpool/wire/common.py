@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -192,6 +193,13 @@ def left_out(fields: dict[str, Any]) -> frozenset[str]:
     """The sampling fields a request left out (None) that a model's config may give defaults
     for: the pool fills them as it receives the request (`SamplingParams.unset`)."""
     return frozenset(name for name, value in fields.items() if value is None and name in DEFAULTED)
+
+
+def protocol_default(sampling: SamplingParams, name: str) -> SamplingParams:
+    """`sampling` whose field `name` holds the protocol's own default (OpenAI's 16 tokens for
+    a completion), not a value its client sent: a model's or the server's configured default
+    still replaces it (`SamplingParams.unset`); without one, the protocol's stays."""
+    return replace(sampling, unset=sampling.unset | {name})
 
 
 def check_min_tokens(min_tokens: int, max_tokens: int | None, *, param: str) -> None:

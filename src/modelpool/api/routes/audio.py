@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
@@ -16,7 +16,7 @@ from modelpool.inference import Segment, TranscriptionRequest
 from modelpool.owner import owner_of
 from modelpool.pool_api.call import CallOptions
 from modelpool.pool_api.streams import ResultStream
-from modelpool.wire.contract import POOL_ERRORS, SSE, binary, declared, text
+from modelpool.wire.contract import LISTING_ERRORS, POOL_ERRORS, SSE, binary, declared, text
 from modelpool.wire.openai.speech import SpeechBody, encoded_speech, speech_events, transcript_events
 
 router = APIRouter()
@@ -128,12 +128,15 @@ async def speech(body: SpeechBody, request: Request) -> Response:
     return ClosingStreamingResponse(encoded_speech(chunks, encoder), MEDIA_TYPES[body.response_format], chunks.aclose)
 
 
-@router.get("/v1/audio/voices")
-async def voices(request: Request) -> JSONResponse:
-    """Voices of every text-to-speech model, read from the models' files (loads nothing)."""
+@router.get("/v1/audio/voices", responses=declared(LISTING_ERRORS))
+async def voices(
+    request: Request, model: str | None = Query(default=None, min_length=1, max_length=256)
+) -> JSONResponse:
+    """Voices of every text-to-speech model, or with `?model=` of that one only (unknown: 404;
+    not a text-to-speech model: 400), read from the models' files (loads nothing)."""
     listed = [
         {"model": item.model, "voice": item.voice.name, "language": item.voice.language,
          "sample_rate": item.voice.sample_rate, "speaker_id": item.voice.speaker_id}
-        for item in await pool_of(request).voices()
+        for item in await pool_of(request).voices(model)
     ]  # fmt: skip
     return JSONResponse({"object": "list", "data": listed})

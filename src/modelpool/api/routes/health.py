@@ -25,6 +25,19 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok", "version": request.app.version})
 
 
+@router.get("/health", responses=declared((503,)))
+async def health(request: Request) -> JSONResponse:
+    """The simple inference server's liveness/readiness check: 200 `{"status": "ok"}` once
+    every preloaded model is ready, else 503 `{"status": "unavailable"}` with the error
+    envelope `/readyz` gives. Open, as `/readyz` is, and as careful: no model ids, and the
+    reason only to a caller with a valid key."""
+    problem = pool_of(request).readiness_problem(None)
+    if problem is None:
+        return JSONResponse({"status": "ok", "version": request.app.version})
+    payload = _told(problem, is_keyless_caller(request.scope))
+    return JSONResponse({"status": "unavailable", **payload}, status_code=503, headers=problem.headers)
+
+
 @router.get("/readyz", responses=declared(LISTING_ERRORS) | {503: not_ready_response()})
 async def readyz(request: Request, model: str | None = None) -> JSONResponse:
     """200 once every preloaded model is ready (or, with `?model=ID`, once that model is

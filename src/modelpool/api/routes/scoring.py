@@ -1,4 +1,6 @@
-"""POST /loglikelihood and POST /generate: the batch endpoints evaluation harnesses want."""
+"""POST /loglikelihood and POST /generate: the batch endpoints evaluation harnesses want.
+A body without `model` (the HRM serving contract's v1 bodies) goes to the server's default
+model for the task, or the only one that does it (`PoolLookup.model_for`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.limits import limits_of
+from modelpool.tasks import Task
 from modelpool.wire.contract import POOL_ERRORS, declared
 from modelpool.wire.openai.scoring import GenerateBody, LoglikelihoodBody, generate_json, loglikelihood_json
 from modelpool.wire.sizes import translated
@@ -16,17 +19,19 @@ router = APIRouter(responses=declared(POOL_ERRORS))
 
 @router.post("/loglikelihood")
 async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONResponse:
-    note_model(request, body.model)
     pool = pool_of(request)
+    model = pool.model_for(body.model, Task.SCORING)
+    note_model(request, model)
     pairs = list(zip(body.prompts, body.continuations, strict=True))
-    results = (await unless_disconnected(request, pool.loglikelihood(body.model, pairs, body.call_options()))).value
-    return JSONResponse(loglikelihood_json(pool.model_id(body.model), results))
+    results = (await unless_disconnected(request, pool.loglikelihood(model, pairs, body.call_options()))).value
+    return JSONResponse(loglikelihood_json(pool.model_id(model), results))
 
 
 @router.post("/generate")
 async def generate(body: GenerateBody, request: Request) -> JSONResponse:
-    note_model(request, body.model)
     pool = pool_of(request)
+    model = pool.model_for(body.model, Task.COMPLETION)
+    note_model(request, model)
     requests = await translated(limits_of(request), body.to_requests)
-    results = (await unless_disconnected(request, pool.generate_all(body.model, requests, body.call_options()))).value
-    return JSONResponse(generate_json(pool.model_id(body.model), results))
+    results = (await unless_disconnected(request, pool.generate_all(model, requests, body.call_options()))).value
+    return JSONResponse(generate_json(pool.model_id(model), results))

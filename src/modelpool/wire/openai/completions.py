@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from modelpool.inference import CompletionRequest, GenerationChunk, Usage
 from modelpool.pool_api.generation import Generation
-from modelpool.wire.common import GenerationFields, Text
+from modelpool.wire.common import GenerationFields, Text, protocol_default
 from modelpool.wire.openai.render import ResponseMeta, completion_logprobs_json, envelope, usage_json
 from modelpool.wire.sse import DONE, sse
 
@@ -67,6 +67,8 @@ class CompletionBody(GenerationFields):
 
     def to_requests(self) -> list[CompletionRequest]:
         sampling = self.sampling(max_tokens=self.max_tokens, logprobs=self.logprobs)
+        if "max_tokens" not in self.model_fields_set:  # OpenAI's 16, unless a configured default says otherwise
+            sampling = protocol_default(sampling, "max_tokens")
         return [CompletionRequest(prompt, sampling, self.echo, streamed=self.stream) for prompt in self.prompts()]
 
 

@@ -10,14 +10,16 @@ from pydantic import Field, field_validator, model_validator
 from modelpool.inference import CompletionRequest
 from modelpool.pool_api.generation import Generation
 from modelpool.pool_api.results import Loglikelihood
-from modelpool.wire.common import GenerationFields, PoolFields, Text
+from modelpool.wire.common import GenerationFields, PoolFields, Text, protocol_default
 from modelpool.wire.tools import to_output
 
 MAX_ITEMS = 1024
 
 
 class LoglikelihoodBody(PoolFields):
-    model: str = Field(min_length=1)
+    model: str | None = Field(default=None, min_length=1)
+    """None (the HRM contract's v1 bodies carry no `model`): the server's default scoring
+    model, or the only one (`defaults.models`)."""
     prompts: list[Text] = Field(min_length=1, max_length=MAX_ITEMS)
     continuations: list[Text] = Field(min_length=1, max_length=MAX_ITEMS)
 
@@ -38,6 +40,9 @@ class LoglikelihoodBody(PoolFields):
 
 
 class GenerateBody(GenerationFields):
+    model: str | None = Field(default=None, min_length=1)  # type: ignore[assignment]
+    """None (the HRM contract's v1 bodies carry no `model`): the server's default completion
+    model, or the only one (`defaults.models`)."""
     prompts: list[Text | list[int]] = Field(min_length=1, max_length=MAX_ITEMS)
     max_tokens: int = Field(default=16, ge=1)
     json_schema: dict[str, Any] | None = None
@@ -53,6 +58,8 @@ class GenerateBody(GenerationFields):
 
     def to_requests(self) -> list[CompletionRequest]:
         sampling = self.sampling(max_tokens=self.max_tokens, logprobs=None)
+        if "max_tokens" not in self.model_fields_set:  # 16, unless a configured default says otherwise
+            sampling = protocol_default(sampling, "max_tokens")
         output = None if self.json_schema is None else to_output("json_schema", self.json_schema, "json_schema")
         return [CompletionRequest(p if isinstance(p, str) else tuple(p), sampling, output=output) for p in self.prompts]
 
