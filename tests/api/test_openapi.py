@@ -72,5 +72,5 @@ def test_with_keys_the_guarded_routes_declare_security_and_401(monkeypatch: pyte
     schema = published(monkeypatch, keys=True)
     assert set(schema["components"]["securitySchemes"]) == {"bearer", "x-api-key"}
     for path, method, op in operations(schema):
-        guarded = path not in ("/healthz", "/readyz", "/metrics", "/metrics/history")
+        guarded = path not in ("/healthz", "/health", "/readyz", "/metrics", "/metrics/history")
         assert ("security" in op) == guarded == ("401" in op["responses"]), f"{method} {path}"
