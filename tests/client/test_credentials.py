@@ -5,6 +5,7 @@ picks `models.nim.yaml`."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -63,13 +64,17 @@ def test_a_saved_key_is_used_and_a_readable_file_refused(tmp_path: Path) -> None
         load_models_config(models)
 
 
-def test_the_samples_own_credentials_cache_is_read(tmp_path: Path) -> None:
+def test_the_samples_own_credentials_cache_is_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cache = tmp_path / "home" / ".config" / "xr-ai" / "credentials.json"
     cache.parent.mkdir(parents=True)
     cache.write_text(f'{{"NGC_API_KEY": "{KEY}"}}')
     cache.chmod(0o600)
     assert saved_credentials() == {"NGC_API_KEY": KEY}
     assert load_models_config(_models(tmp_path / "sample")).endpoint("vlm").api_key == KEY
+    cache.chmod(0o644)  # as the sample's launcher leaves it: skipped with a warning, never fatal
+    with caplog.at_level(logging.WARNING):
+        assert saved_credentials() == {}
+    assert "chmod 600" in caplog.text and KEY not in caplog.text
 
 
 @pytest.mark.parametrize(("worker", "chosen"), [

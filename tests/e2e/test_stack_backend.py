@@ -112,7 +112,7 @@ def test_the_credentials_file_is_private_and_refused_when_it_is_not(tmp_path: Pa
     path = Path(cli_env["MODELPOOL_CREDENTIALS"])
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert json.loads(path.read_text()) == {"NGC_API_KEY": KEY}
-    for bad_name, value in (("1BAD", KEY), ("NGC API", KEY), ("EMPTY", "")):
+    for bad_name, value in (("1BAD", KEY), ("NGC API", KEY), ("EMPTY", ""), ("HUGE", KEY * 400)):
         refused = run_cli(cli_env, "credentials", "set", bad_name, stdin=value)
         assert refused.returncode == 2 and KEY not in refused.stdout + refused.stderr
     path.chmod(0o644)

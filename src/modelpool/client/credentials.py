@@ -9,13 +9,16 @@ Precedence, highest first (a real environment variable is never overridden):
 4. the agent sample's own cache, `~/.config/xr-ai/credentials.json`, read as it is.
 
 A credentials file is a JSON object of name → value that only its owner may read (mode
-0600): one that others can read is refused, with the chmod that fixes it. Values are never
-printed: errors name the variable and the file, not what it holds.
+0600): modelpool's own is refused when others can read it, with the chmod that fixes it;
+the sample's cache (which its launcher writes with the default umask) is then skipped with
+a warning that says the same. Values are never printed: errors name the variable and the
+file, not what it holds.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import stat
@@ -24,6 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from modelpool.client.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 CREDENTIALS_ENV = "MODELPOOL_CREDENTIALS"
 DOTENV = ".env"
@@ -52,7 +57,12 @@ def saved_credentials(path: Path | None = None) -> dict[str, str]:
     """The saved keys: the sample's cache under modelpool's own file (absent files: none)."""
     if path is not None:
         return _read_credentials(path)
-    return {**_read_credentials(sample_credentials_file()), **_read_credentials(credentials_file())}
+    try:
+        sample = _read_credentials(sample_credentials_file())
+    except ConfigError as exc:
+        log.warning("skipping the agent sample's credentials: %s", exc.message)
+        sample = {}
+    return {**sample, **_read_credentials(credentials_file())}
 
 
 def save_credential(name: str, value: str, path: Path | None = None) -> Path:
