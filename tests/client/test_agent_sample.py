@@ -245,3 +245,84 @@ async def test_the_samples_presets_on_a_modelpool_stand_in(pool_server: Server, 
     assert words(heard.text) == words("The quick brown fox jumps over the lazy dog.")
     assert heard.language is None and heard.segments == []  # plain `json`, as the parakeet preset asks
     assert answer.content
+
+
+# The sample's newer profile shape, verbatim from agent-sdk/xr-ai-models/README.md
+# ("Quickstart" models.local.json, "Profile contract", "Remote / hosted-NIM endpoints").
+LOCAL_JSON = """{
+  "models": {
+    "agent_llm": {
+      "category": "llm",
+      "adapter": {"preset": "nemotron_omni"},
+      "endpoint": {"base_url": "http://localhost:8108", "readiness": "health"},
+      "deployment": {"ownership": "reused", "service": "omni"}
+    }
+  }
+}"""
+CONTRACT_JSON = """{
+  "models": {
+    "agent_llm": {
+      "category": "llm",
+      "adapter": {
+        "kind": "openai_compat",
+        "model_name": "llm",
+        "capabilities": {"tool_calls": true, "reasoning": true},
+        "reasoning_field": "reasoning"
+      },
+      "endpoint": {
+        "base_url": "http://localhost:8107",
+        "timeout": 60.0,
+        "readiness": "health"
+      },
+      "deployment": {"ownership": "reused", "service": "agent-llm"}
+    }
+  }
+}"""
+HOSTED_JSON = """{
+  "models": {
+    "vlm": {
+      "category": "vlm",
+      "adapter": {
+        "kind": "openai_compat",
+        "model_name": "nvidia/cosmos3-nano-reasoner"
+      },
+      "endpoint": {
+        "base_url": "https://integrate.api.nvidia.com",
+        "api_key_env": "NGC_API_KEY",
+        "readiness": "none"
+      },
+      "deployment": {"ownership": "external"}
+    }
+  }
+}"""
+
+
+def test_the_samples_nested_json_profiles_load(tmp_path: Path) -> None:
+    local = load_models_config(_write(tmp_path, LOCAL_JSON), environ={}).endpoint("agent_llm")
+    assert (local.preset.name, local.model_name, local.health_check) == ("nemotron_omni", "llm", True)
+    assert local.reasoning_fields[0] == "reasoning_content" and local.capabilities.vision
+    contract = load_models_config(_write(tmp_path, CONTRACT_JSON), environ={}).endpoint("agent_llm")
+    assert (contract.kind, contract.timeout_s, contract.reasoning_fields[0]) == (Role.LLM, 60.0, "reasoning")
+    hosted = load_models_config(_write(tmp_path, HOSTED_JSON), environ={"NGC_API_KEY": NGC_KEY}).endpoint("vlm")
+    assert (hosted.kind, hosted.health_check, hosted.api_key) == (Role.VLM, False, NGC_KEY)
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [  # the refusals the sample's own loader tests for (tests/test_models_config.py)
+        ({"category": "llm", "adapter": [], "endpoint": {"base_url": "http://localhost"}}, "adapter must be a mapping"),
+        ({"category": "llm", "adapter": {"kind": "openai_compat", "model_name": "llm"},
+          "endpoint": {"base_url": "http://localhost", "readiness": "socket"}}, "unsupported readiness"),
+        ({"category": "stt", "adapter": {"kind": "openai_compat"}, "endpoint": {"base_url": "http://localhost"},
+          "deployment": {"ownership": "managed"}}, "require a service"),
+        ({"category": "stt", "adapter": {"kind": "openai_compat"}, "endpoint": {"base_url": "http://localhost"},
+          "deployment": {"ownership": "borrowed"}}, "unsupported deployment ownership"),
+        ({"category": "vlm", "api_key_env": "WRONG_LOCATION", "adapter": {"kind": "openai_compat", "model_name": "m"},
+          "endpoint": {"base_url": "https://example.test", "readiness": "none"}}, "must go in adapter, endpoint"),
+        ({"category": "llm", "adapter": {"preset": "nemotron3_nano", "colour": "red"},
+          "endpoint": {"base_url": "http://localhost"}}, "unknown adapter field"),
+    ],
+)  # fmt: skip
+def test_a_wrong_nested_profile_is_refused(tmp_path: Path, entry: dict[str, object], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        load_models_config(_write(tmp_path, yaml.safe_dump({"models": {"role": entry}})), environ={})

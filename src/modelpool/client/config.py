@@ -26,6 +26,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from modelpool.client.credentials import layered_environ
 from modelpool.client.errors import ConfigError
 from modelpool.client.presets import STANDARD_REASONING_FIELDS, Capabilities, Preset, Role, Thinking, find_preset
+from modelpool.client.profile import flatten_profile
 from modelpool.client.services import AmbiguousService, resolve, running_services
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -200,7 +201,12 @@ def parse_models_config(
     state_dir: Path | None = None,
     source: str = "<models config>",
 ) -> ModelsConfig:
-    """The same checks as load_models_config, on an already parsed mapping."""
+    """The same checks as load_models_config, on an already parsed mapping (flat entries,
+    or the agent sample's nested profile: profile.py)."""
+    try:
+        data = flatten_profile(data)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     if not isinstance(data, Mapping) or not data:
         raise ConfigError(f"{source}: expected a mapping of role → endpoint, got {type(data).__name__}")
     env = os.environ if environ is None else environ
