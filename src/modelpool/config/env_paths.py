@@ -39,6 +39,7 @@ RESERVED_ENV_NAMES = frozenset({
     "MODELPOOL_API_KEY",  # the key the CLI sends to it
     "MODELPOOL_STATE_DIR",  # the registry of services; config.state_dir falls back to it
     "MODELPOOL_STACK",  # the stack file of `up`/`down`, inherited by a stack's services
+    "MODELPOOL_CREDENTIALS",  # the saved-keys file (`modelpool credentials`), read by the SDK and `up`
     "MODELPOOL_UI_SCREENSHOTS",  # where the workbench tests save screenshots
     "MODELPOOL_CHROMIUM",  # the browser the workbench tests drive
 })  # fmt: skip
