@@ -107,6 +107,8 @@ class ModelStatus:
     overridable: list[str]
     override_options: list[OverrideOption] = field(default_factory=list)
     """`overridable` with each option's schema and current value (for forms)."""
+    dimensions: int | None = None
+    """An embedding model's vector size, once its vectors have shown it (None before)."""
     replicas_by_node: dict[str, int] = field(default_factory=dict)
     """Ray mode: running replicas per Ray node id."""
     download: DownloadStatus | None = None

@@ -79,3 +79,36 @@ async def test_over_long_input_is_rejected_unless_truncated(http) -> None:
     cut = await http.post("/v1/embeddings", json={"model": EMBED_MODEL, "input": long_text, "truncate": True})
     assert cut.status_code == 200
     assert cut.json()["usage"]["prompt_tokens"] == 256
+
+
+@pytest.mark.parametrize("encoding_format", ["float", "base64"])
+async def test_dimensions_truncates_and_renormalises_as_openai_does(
+    oai: openai.AsyncOpenAI, reference, encoding_format: str
+) -> None:
+    """OpenAI's `dimensions` (its own SDK sends it): the first N components, back to unit
+    length (Matryoshka truncation). The SDK decodes base64 itself when it asked for floats,
+    so base64 is read raw here: little-endian float32."""
+    expected = reference.encode(SENTENCES[:2], convert_to_numpy=True)[:, :64]
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    reply = await oai.embeddings.create(model=EMBED_MODEL, input=SENTENCES[:2], dimensions=64,
+                                        encoding_format=encoding_format)  # type: ignore[arg-type]  # fmt: skip
+    if encoding_format == "base64":
+        got = np.array([np.frombuffer(base64.b64decode(d.embedding), "<f4") for d in reply.data])  # type: ignore[arg-type]
+    else:
+        got = np.array([d.embedding for d in reply.data], dtype=np.float32)
+    assert got.shape == (2, 64)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    full = await oai.embeddings.create(model=EMBED_MODEL, input=SENTENCES[0], dimensions=384)
+    np.testing.assert_allclose(full.data[0].embedding, reference.encode(SENTENCES[:1])[0], atol=1e-5)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await oai.embeddings.create(model=EMBED_MODEL, input=SENTENCES[0], dimensions=385)
+    assert "1 to 384" in str(refused.value)
+
+
+async def test_the_model_listing_shows_an_embedding_models_dimensions(oai: openai.AsyncOpenAI) -> None:
+    """The simple inference server's `/v1/models` lists each embedding model's dimensions."""
+    await oai.embeddings.create(model=EMBED_MODEL, input="x")
+    listed = {m.id: m.model_dump() for m in (await oai.models.list()).data}
+    assert listed[EMBED_MODEL]["dimensions"] == 384
+    assert "dimensions" not in listed["smollm2-135m-instruct"]  # only embedding models carry it

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from modelpool import tracing
-from modelpool.backends.base import Backend, MemoryEstimate, SpeechBackend, contract_problem
+from modelpool.backends.base import Backend, EmbeddingBackend, MemoryEstimate, SpeechBackend, contract_problem
 from modelpool.backends.runtime_modules import runtime_modules
 from modelpool.capabilities import ModelCapabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
 from modelpool.errors import ModelLoadFailed, ModelNotReady, ModelpoolError, ShuttingDown
-from modelpool.inference import Voice
+from modelpool.inference import EmbeddingRequest, Voice
 from modelpool.pool_api.timing import RequestTiming
 from modelpool.runtime.admission import Admission
 from modelpool.runtime.clock import Clock
@@ -75,6 +75,9 @@ class ModelSlot:
         counted = metrics.cache_lookup_counter(config.id) if config.embedding_cache_size else None
         self.embedding_cache = EmbeddingCache(config.embedding_cache_size, counted)
         """Rows are only valid for the weights and options they came from: cleared on unload."""
+        self.dimensions: int | None = None
+        """An embedding model's vector size, as its vectors show it: probed as it loads (with
+        its warmup), and seen on every embedding; None until then (`/v1/models` shows it)."""
         self._make_backend = make_backend
         self._metrics = metrics
         self._clock = clock
@@ -285,6 +288,9 @@ class ModelSlot:
         for index in range(self.config.replicas):
             backend = first if index == 0 else self._new_backend()
             await self.replicas.start(index, backend, self.config, self.capabilities, self.record.estimate)
+        if self.config.warmup and Task.EMBEDDING in self.tasks and isinstance(first, EmbeddingBackend):
+            probe = await first.embed(EmbeddingRequest(("dimensions",)))  # one more tiny warmup request
+            self.dimensions = int(probe.vectors.shape[1])
 
     async def import_runtimes(self) -> None:
         """Import the runtimes this model's backend needs, each measured once for the process."""

@@ -40,7 +40,7 @@ def status_of(slot: ModelSlot) -> ModelStatus:
         allow_remote=config.allow_remote, options=redact(config.options),
         overridable=sorted(slot.capabilities.overridable),
         override_options=override_options(config, slot.capabilities.overridable),
-        download=slot.download.status() if slot.download else None,
+        download=slot.download.status() if slot.download else None, dimensions=slot.dimensions,
     )  # fmt: skip
 
 

@@ -95,8 +95,10 @@ class TextRequests(PoolBase):
         self, name: str, request: EmbeddingRequest, options: CallOptions = DEFAULT_CALL
     ) -> Outcome[EmbeddingResult]:
         slot = self.slot_for(name, Task.EMBEDDING, options)
-        return await self._timed(slot, EmbeddingBackend, options, len(request.inputs),
-                                 lambda lease: embed_on(lease, slot.embedding_cache, request))  # fmt: skip
+        outcome = await self._timed(slot, EmbeddingBackend, options, len(request.inputs),
+                                    lambda lease: embed_on(lease, slot.embedding_cache, request))  # fmt: skip
+        slot.dimensions = int(outcome.value.vectors.shape[1])  # what /v1/models shows
+        return outcome
 
     async def score_pairs(
         self, name: str, request: PairScoreRequest, options: CallOptions = DEFAULT_CALL

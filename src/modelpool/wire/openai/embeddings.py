@@ -15,13 +15,17 @@ from modelpool.wire.common import PoolFields, Text
 
 EmbeddingInput = Text | list[Text] | list[int] | list[list[int]]
 MAX_INPUTS = 2048
+MAX_DIMENSIONS = 65536
+"""Above any embedding model's size: `dimensions` past it is refused before any work."""
 
 
 class EmbeddingsBody(PoolFields):
     model: str = Field(min_length=1)
     input: EmbeddingInput
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(default=None, ge=1)
+    dimensions: int | None = Field(default=None, ge=1, le=MAX_DIMENSIONS)
+    """OpenAI's: the first `dimensions` components, re-normalised to unit length (Matryoshka
+    truncation, as text-embedding-3 does). 1 to the model's own size; above it, a 400."""
     user: str | None = None
     truncate: bool = False
     """modelpool extension: cut over-long inputs to the model's limit instead of a 400."""
@@ -51,21 +55,34 @@ class EmbeddingsBody(PoolFields):
 
 
 def embeddings_json(body: EmbeddingsBody, result: EmbeddingResult, model_id: str) -> dict[str, Any]:
-    """OpenAI's list of embeddings, floats or base64 little-endian float32 as asked; a model
-    cannot shorten its vectors, so `dimensions` other than its own is refused."""
-    dimensions = result.vectors.shape[1]
-    if body.dimensions is not None and body.dimensions != dimensions:
-        raise InvalidRequest(
-            f"model '{model_id}' makes {dimensions}-dimensional embeddings and cannot shorten them",
-            param="dimensions",
-        )
-    vectors = result.vectors.astype("<f4", copy=False)
+    """OpenAI's list of embeddings, floats or base64 little-endian float32 as asked,
+    shortened to `dimensions` when the request asks."""
+    vectors = shortened(result.vectors, body.dimensions, model_id).astype("<f4", copy=False)
     data = [
         {"object": "embedding", "index": i, "embedding": _encode(vector, body.encoding_format)}
         for i, vector in enumerate(vectors)
     ]
     usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
     return {"object": "list", "data": data, "model": model_id, "usage": usage}
+
+
+def shortened(vectors: npt.NDArray[np.float32], dimensions: int | None, model_id: str) -> npt.NDArray[np.float32]:
+    """The first `dimensions` components of each vector, scaled back to unit length (OpenAI's
+    `dimensions`: Matryoshka truncation). None or the model's own size: unchanged. More than
+    the model makes: a 400 naming `dimensions`. A row that truncates to all zeros stays zero."""
+    native = vectors.shape[1]
+    if dimensions is None or dimensions == native:
+        return vectors
+    if dimensions > native:
+        raise InvalidRequest(
+            f"dimensions ({dimensions}) exceeds the {native} dimensions model '{model_id}' makes; "
+            f"ask for 1 to {native}",
+            param="dimensions",
+        )
+    cut = vectors[:, :dimensions].astype(np.float32)
+    norms = np.linalg.norm(cut, axis=1, keepdims=True)
+    unit: npt.NDArray[np.float32] = np.divide(cut, norms, out=np.zeros_like(cut), where=norms > 0)
+    return unit
 
 
 def _encode(vector: npt.NDArray[np.float32], encoding_format: str) -> list[float] | str:

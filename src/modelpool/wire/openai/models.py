@@ -25,6 +25,8 @@ def model_json(status: ModelStatus) -> dict[str, Any]:
         "capabilities": capabilities,
         "error": status.last_error,
     }
+    if "embedding" in capabilities["tasks"]:  # the simple inference server lists it; None until known
+        shown["dimensions"] = status.dimensions
     if status.download is not None:  # state "downloading": how far the weights are
         shown["download"] = download_json(status.download)
     return shown
