@@ -91,3 +91,11 @@ async def test_health_is_open_and_tells_a_caller_without_a_key_no_secret() -> No
     assert anonymous.json()["error"]["code"] == "model_load_error"
     assert "10.0.0.7" not in anonymous.text and "ghost" not in anonymous.text and "fine" not in anonymous.text
     assert SECRET in holder.json()["error"]["message"]
+
+
+async def test_the_llama_server_and_hrm_routes_need_a_key() -> None:
+    """Inference routes new with issue 31 are guarded as every inference route is."""
+    async with served(KEYED) as client:
+        for path in ("/embedding", "/embeddings", "/reranking", "/v1/reranking", "/generate_stream"):
+            refused = await client.post(path, json={"content": "a"})
+            assert refused.status_code == 401, f"{path}: {refused.text}"

@@ -36,7 +36,7 @@ def test_a_default_model_must_be_served_and_do_its_task() -> None:
         load_config(
             None, environ={}, cli={"models": {CHAT: {"tasks": ["chat"]}}, "defaults": {"models": {"completion": CHAT}}}
         )
-    with pytest.raises(ConfigError, match="without `model` for embedding"):
-        load_config(None, environ={}, cli={"defaults": {"models": {"embedding": CHAT}}})
+    with pytest.raises(ConfigError, match="without `model` for transcription"):
+        load_config(None, environ={}, cli={"defaults": {"models": {"transcription": CHAT}}})
     with pytest.raises(ConfigError):
         load_config(None, environ={}, cli={"defaults": {"sampling": {"max_tokens": 0}}})

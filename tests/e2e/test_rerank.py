@@ -19,6 +19,9 @@ from tests.conftest import CHAT_MODEL, EMBED_MODEL, serving
 from tests.cross_encoders import tiny_cross_encoder
 
 RERANKER = "tiny-reranker"
+LLAMA_SERVER_MODEL = "some-model"
+"""The `model` llama-server's README example sends: named by an alias of the reranker, as a
+client's fixed model name is pointed at a modelpool model."""
 QUERY = "how do cats purr"
 DOCUMENTS = [
     "The stock market fell sharply on Tuesday.",
@@ -47,7 +50,8 @@ def predict(folder: Path) -> Any:
 @pytest.fixture(scope="module")
 async def http(folder: Path) -> AsyncIterator[httpx.AsyncClient]:
     # A wide batch window, so concurrent requests certainly meet in one engine call.
-    reranker = {"backend": "cross_encoder", "source": str(folder), "preload": True, "batch": {"window_ms": 200}}
+    reranker = {"backend": "cross_encoder", "source": str(folder), "preload": True, "batch": {"window_ms": 200},
+                "aliases": [LLAMA_SERVER_MODEL]}  # fmt: skip
     cli = {"enabled_models": [RERANKER, EMBED_MODEL, CHAT_MODEL], "models": {RERANKER: reranker}}
     async with serving(cli) as (app, client):
         await app.state.pool.slot(RERANKER).ensure_ready(None)
@@ -239,3 +243,82 @@ async def test_the_reranker_tokenizes_with_its_own_tokenizer(http: httpx.AsyncCl
     assert back.json()["prompt"] == text.lower()  # an uncased WordPiece vocabulary
     chat = await http.post("/tokenize", json={"model": RERANKER, "messages": [{"role": "user", "content": "hi"}]})
     assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages"
+
+
+# llama-server's tools/server/README.md ("POST /reranking"), its example body verbatim.
+README_RERANK: dict[str, Any] = {
+    "model": "some-model",
+    "query": "What is panda?",
+    "top_n": 3,
+    "documents": [
+        "hi",
+        "it is a bear",
+        "The giant panda (Ailuropoda melanoleuca), sometimes called a panda bear or simply panda, is a bear species endemic to China.",  # noqa: E501  # verbatim
+    ],
+}
+
+
+@pytest.mark.parametrize("path", ["/reranking", "/v1/reranking", "/rerank", "/v1/rerank"])
+async def test_llama_servers_reranking_body_on_each_of_its_routes(http: httpx.AsyncClient, predict, path: str) -> None:
+    reply = await http.post(path, json=README_RERANK)
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["model"] == RERANKER and len(body["results"]) == 3
+    expected = predict([(README_RERANK["query"], d) for d in README_RERANK["documents"]])
+    for result in body["results"]:  # the fields its clients read: index and relevance_score
+        assert result["relevance_score"] == pytest.approx(expected[result["index"]], abs=1e-5)
+    scores = [r["relevance_score"] for r in body["results"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+async def test_reranking_without_model_uses_the_only_reranker(http: httpx.AsyncClient) -> None:
+    """Its Options name `query` and `documents` only: a body without `model` is served."""
+    bare = {"query": README_RERANK["query"], "documents": README_RERANK["documents"]}
+    reply = await http.post("/reranking", json=bare)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["model"] == RERANKER and len(reply.json()["results"]) == 3
+
+
+async def test_llama_servers_embedding_routes(http: httpx.AsyncClient) -> None:
+    """`POST /embedding` (`content`, `embd_normalize`) and `POST /embeddings` (`/v1/embeddings`'
+    options): `[{index, embedding: [[...]]}]`, one pooled vector per input, in the list of
+    vectors llama-server returns for any pooling but none; no `model`: the only embedding model."""
+    oai = (await http.post("/v1/embeddings", json={"model": EMBED_MODEL, "input": ["hello", "a panda"]})).json()
+    expected = np.array([d["embedding"] for d in oai["data"]], dtype=np.float32)
+    one = await http.post("/embedding", json={"content": "hello"})
+    assert one.status_code == 200, one.text
+    assert [item["index"] for item in one.json()] == [0] and len(one.json()[0]["embedding"]) == 1
+    np.testing.assert_allclose(one.json()[0]["embedding"][0], expected[0], atol=1e-5)
+    both = (await http.post("/embeddings", json={"input": ["hello", "a panda"]})).json()
+    np.testing.assert_allclose([item["embedding"][0] for item in both], expected, atol=1e-5)
+    taxicab = (await http.post("/embedding", json={"content": ["a panda"], "embd_normalize": 1})).json()
+    vector = np.array(taxicab[0]["embedding"][0])
+    assert np.abs(vector).sum() == pytest.approx(1.0, abs=1e-5)
+    np.testing.assert_allclose(vector, expected[1] / np.abs(expected[1]).sum(), atol=1e-6)
+    int16 = (await http.post("/embedding", json={"content": "a panda", "embd_normalize": 0})).json()
+    assert np.abs(int16[0]["embedding"][0]).max() == pytest.approx(32760, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "needle"),
+    [
+        ("/embedding", {}, "content"),
+        ("/embedding", {"content": "a", "input": "b"}, "content"),
+        ("/embedding", {"content": ""}, "content"),
+        ("/embedding", {"content": ["a"] * 2049}, "content"),
+        ("/embedding", {"content": 5}, "content"),
+        ("/embedding", {"content": "a", "embd_normalize": 65}, "embd_normalize"),
+        ("/embedding", {"content": "a", "embd_normalize": -2}, "embd_normalize"),
+        ("/embeddings", {"content": "a", "model": CHAT_MODEL}, "model"),
+        ("/embeddings", {"content": "a", "model": "nope"}, "model"),
+        ("/reranking", {"query": "q", "documents": []}, "documents"),
+        ("/reranking", {"query": "q", "documents": ["d"] * 1001}, "documents"),
+        ("/reranking", {"query": "q", "documents": ["d"], "top_n": -1}, "top_n"),
+    ],
+)
+async def test_llama_server_routes_refuse_bad_bodies_in_the_envelope(
+    http: httpx.AsyncClient, path: str, body: dict[str, Any], needle: str
+) -> None:
+    reply = await http.post(path, json=body)
+    assert reply.status_code in (400, 404), reply.text
+    assert needle in reply.text and reply.json()["error"]["message"]

@@ -348,9 +348,10 @@ class SamplingDefaults(_Strict):
     """Default cap on generated tokens for chat requests that set none."""
 
 
-MODELLESS_TASKS = (Task.COMPLETION, Task.SCORING)
-"""Tasks whose routes (`/generate`, `/loglikelihood`) accept a body
-without `model`, as the HRM serving contract's v1 bodies are."""
+MODELLESS_TASKS = (Task.COMPLETION, Task.SCORING, Task.EMBEDDING, Task.RERANK)
+"""Tasks whose routes accept a body without `model`, as the HRM serving contract's v1
+bodies (`/generate`, `/loglikelihood`) and llama-server's (`/embedding`, `/embeddings`,
+`/reranking`) are."""
 
 
 class ServerDefaults(_Strict):
@@ -364,7 +365,8 @@ class ServerDefaults(_Strict):
 
     models: dict[Task, str] = Field(default_factory=dict, max_length=len(MODELLESS_TASKS))
     """Task → the model (id or alias) a body without `model` uses: `completion` for
-    `/generate`, `scoring` for `/loglikelihood`. Unset: the only
+    `/generate`, `scoring` for `/loglikelihood`, `embedding` for `/embedding` and
+    `/embeddings`, `rerank` for the rerank routes. Unset: the only
     served model that does the task; with several, the request must name one (400 listing them)."""
 
     @field_validator("models")

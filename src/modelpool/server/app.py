@@ -18,6 +18,7 @@ from modelpool.api.routes import (
     completions,
     embeddings,
     health,
+    llama_embeddings,
     messages,
     models,
     realtime,
@@ -48,7 +49,7 @@ from modelpool.server.ui import mount_ui
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-_ROUTERS = (chat, completions, responses, messages, embeddings, rerank, tokenize, audio, scoring,
+_ROUTERS = (chat, completions, responses, messages, embeddings, llama_embeddings, rerank, tokenize, audio, scoring,
             realtime, models, health, admin)  # fmt: skip
 
 

@@ -75,6 +75,7 @@ class KeyRing:
 
 _INFERENCE_ROOTS = (
     "/v1/", "/v2/", "/loglikelihood", "/generate", "/rerank", "/score", "/mcp", "/tokenize", "/detokenize",
+    "/embedding",  # and /embeddings: llama-server's
 )  # fmt: skip
 
 

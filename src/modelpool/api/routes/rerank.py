@@ -1,5 +1,7 @@
-"""POST /v1/rerank (and /rerank, /v2/rerank): Cohere's and Jina's rerank; POST /v1/score
-(and /score): vLLM's pair scores. Served by rerankers and by any embedding model."""
+"""POST /v1/rerank (and /rerank, /v2/rerank, and llama-server's /reranking and
+/v1/reranking): Cohere's and Jina's rerank; POST /v1/score (and /score): vLLM's pair
+scores. Served by rerankers and by any embedding model. A rerank body without `model`
+uses the server's default reranker, or the only one."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from fastapi.responses import JSONResponse
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.inference import PairScores
 from modelpool.pool_api.timing import RequestTiming
+from modelpool.tasks import Task
 from modelpool.wire.contract import POOL_ERRORS, declared
 from modelpool.wire.openai.rerank import RerankBody, ScoreBody, rerank_json, score_json
 
@@ -18,22 +21,25 @@ router = APIRouter(responses=declared(POOL_ERRORS))
 @router.post("/v1/rerank")
 @router.post("/v2/rerank")
 @router.post("/rerank")
+@router.post("/reranking")
+@router.post("/v1/reranking")
 async def rerank(body: RerankBody, request: Request) -> JSONResponse:
-    scored, timing = await _scores(body, request)
-    payload = rerank_json(body, scored, pool_of(request).model_id(body.model))
+    model = pool_of(request).model_for(body.model, Task.RERANK)
+    scored, timing = await _scores(model, body, request)
+    payload = rerank_json(body, scored, pool_of(request).model_id(model))
     return JSONResponse({**payload, **metrics_field(request, body.return_metrics, timing)})
 
 
 @router.post("/v1/score")
 @router.post("/score")
 async def score(body: ScoreBody, request: Request) -> JSONResponse:
-    scored, timing = await _scores(body, request)
+    scored, timing = await _scores(body.model, body, request)
     payload = score_json(scored, pool_of(request).model_id(body.model))
     return JSONResponse({**payload, **metrics_field(request, body.return_metrics, timing)})
 
 
-async def _scores(body: RerankBody | ScoreBody, request: Request) -> tuple[PairScores, RequestTiming]:
-    note_model(request, body.model)
-    work = pool_of(request).score_pairs(body.model, body.to_request(), body.call_options())
+async def _scores(model: str, body: RerankBody | ScoreBody, request: Request) -> tuple[PairScores, RequestTiming]:
+    note_model(request, model)
+    work = pool_of(request).score_pairs(model, body.to_request(), body.call_options())
     outcome = await unless_disconnected(request, work)
     return outcome.value, outcome.timing

@@ -22,7 +22,9 @@ class DocumentObject(BaseModel):
 
 
 class RerankBody(PoolFields):
-    model: str = Field(min_length=1)
+    model: str | None = Field(default=None, min_length=1)
+    """None (llama-server's `/reranking` bodies may name none): the server's default reranker
+    (`defaults.models.rerank`), or the only one."""
     query: Text = Field(min_length=1)
     documents: list[Text | DocumentObject] = Field(min_length=1, max_length=MAX_DOCUMENTS)
     top_n: int | None = Field(default=None, ge=0)
