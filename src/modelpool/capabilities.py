@@ -80,6 +80,11 @@ class Capabilities:
     tokenizer: bool = False
     """The model's tokenizer is reachable here (POST /tokenize, /detokenize): the backend
     implements `TokenizerBackend`, checked at load like a task's Protocol."""
+    thinking_in_template: bool = False
+    """`thinking` reaches the engine as its chat template's `enable_thinking`
+    (`chat_template_kwargs`), and the engine splits the reasoning from the answer itself
+    (vLLM's and llama-server's reasoning parsers, an upstream's `reasoning_content`): the
+    model's `thinking_modes` need no `reasoning_parser` here."""
 
     def served_tasks(self, asked: frozenset[Task] | None) -> frozenset[Task]:
         """The tasks a model serves: what its config asks, within `tasks`; else the default."""
@@ -98,6 +103,9 @@ class ModelCapabilities:
     """Values of `thinking` that change what the model does (`default`, `enabled`, `disabled`)."""
     overridable: frozenset[str] = frozenset()
     """Backend option names an admin may change for one load."""
+    thinking_default: bool | None = None
+    """The model's configured `enable_thinking`: what a request that does not say gets
+    (None: the chat template's own default)."""
 
     @property
     def remote(self) -> bool:
@@ -116,6 +124,7 @@ class ModelCapabilities:
             "modalities": sorted(modality.value for modality in declared.modalities),
             "multi_turn": self.multi_turn,
             "thinking_modes": list(self.thinking_modes),
+            "thinking_default": self.thinking_default,
             "tools": declared.tools and Task.CHAT in self.tasks,
             "structured_output": declared.structured_output and generates,
             "prompt_scoring": declared.prompt_scoring and Task.COMPLETION in self.tasks,

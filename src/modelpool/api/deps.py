@@ -26,12 +26,13 @@ def pool_of(request: Request) -> PoolApi:
 
 def metrics_field(request: Request, asked: bool, timing: RequestTiming) -> dict[str, Any]:
     """`{"metrics": {...}}` when the request asks for timing metrics or the config says to
-    always add them, else {}. `server_ms` is the time since the request reached the server."""
+    always add them, else {}. `server_ms` is the time since the request reached the server
+    (`pool_total_wall_ms` under llm-pool's name)."""
     if not (asked or request.app.state.config.server.timing_metrics):
         return {}
     received = getattr(request.state, "received_at", None)
     server_ms = None if received is None else round((time.monotonic() - received) * 1000, 3)
-    return {"metrics": {**timing.as_json(), "server_ms": server_ms}}
+    return {"metrics": {**timing.as_json(), "server_ms": server_ms, "pool_total_wall_ms": server_ms}}
 
 
 def note_model(request: Request, model: str) -> None:

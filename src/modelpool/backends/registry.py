@@ -56,8 +56,13 @@ def model_capabilities(model: ModelConfig) -> ModelCapabilities:
     tasks = declared.served_tasks(asked)
     if Task.TRANSCRIPTION in tasks and declared.audio_input_rate is None:
         raise ConfigError(f"backend '{model.backend}' declares transcription but no `audio_input_rate`")
-    thinking = ("default", "enabled", "disabled") if model.reasoning_parser and Task.CHAT in tasks else ()
-    return ModelCapabilities(tasks, declared, thinking_modes=thinking, overridable=cls.overridable)
+    splits = model.reasoning_parser is not None or declared.thinking_in_template
+    thinking = ("default", "enabled", "disabled") if splits and Task.CHAT in tasks else ()
+    if model.enable_thinking is not None and Task.CHAT not in tasks:
+        raise ConfigError(f"model '{model.id}': enable_thinking is set, but the model does not chat")
+    return ModelCapabilities(
+        tasks, declared, thinking_modes=thinking, overridable=cls.overridable, thinking_default=model.enable_thinking
+    )
 
 
 def parse_options(model: ModelConfig) -> BaseModel:

@@ -470,6 +470,13 @@ class ModelConfig(_Strict):
     install_hint: str | None = None
     """What to run when the source is missing (shown by `modelpool models` and in errors)."""
 
+    enable_thinking: bool | None = None
+    """The chat template's `enable_thinking` for a request that does not set it (`thinking:
+    "default"` on /v1/responses, no `chat_template_kwargs.enable_thinking` on chat
+    completions, no `thinking` on /v1/messages); `false` keeps a thinking model (Qwen3) to
+    plain answers unless asked. Unset: the template's own default. llm-pool's per-model
+    setting of the same name; shown as `capabilities.thinking_default`. Chat models only."""
+
     reasoning_parser: Literal["think", "think_open"] | None = None
     """Return <think>…</think> text as `reasoning_content`: `think` when the model opens the
     tag, `think_open` when the chat template already did."""

@@ -45,6 +45,15 @@ TranscriptSource = Annotated[
 TranscriptStart = Annotated[
     float, Field(description="Added to the segments' times when stored: the source's clock at the audio's start")
 ]
+ImageUrl = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        description="An image for the last (user) turn, as an HTTP chat request's image_url part takes it: "
+        "a data: URI, an http(s) URL (when the server allows remote images) or a file:// URL under "
+        "server.allowed_local_media_dirs. The model must take images (capabilities.modalities).",
+    ),
+]
 Deterministic = Annotated[bool, Field(description="No sampling noise: the same text gives the same audio")]
 
 
@@ -154,11 +163,12 @@ def _chat_tool(pool: PoolRequests) -> Callable[..., Awaitable[Any]]:
         seed: int | None = None,
         stop: list[str] | None = None,
         allow_remote: AllowRemote = False,
+        image_url: ImageUrl = None,
     ) -> ChatReply:
-        """A chat model's reply to `messages`."""
+        """A chat model's reply to `messages`; with `image_url`, about that image (a vision model)."""
         fields = {"max_tokens": max_tokens, "temperature": temperature, "seed": seed, "stop": stop}
         body = ChatCompletionBody.model_validate({
-            "model": model, "messages": [turn.model_dump() for turn in messages], "allow_remote": allow_remote,
+            "model": model, "messages": _wire_turns(messages, image_url), "allow_remote": allow_remote,
             **{name: value for name, value in fields.items() if value is not None},
         })  # fmt: skip
         request = body.to_request()
@@ -171,6 +181,20 @@ def _chat_tool(pool: PoolRequests) -> Callable[..., Awaitable[Any]]:
                          finish_reason=generation.finish_reason, usage=usage)  # fmt: skip
 
     return chat
+
+
+def _wire_turns(messages: list[ChatTurn], image_url: str | None) -> list[dict[str, Any]]:
+    """The turns as a chat request's `messages`, the image (if any) a part of the last one,
+    which must be the user's: from there the pool loads and checks it as for HTTP."""
+    turns: list[dict[str, Any]] = [turn.model_dump() for turn in messages]
+    if image_url is None:
+        return turns
+    if turns[-1]["role"] != "user":
+        raise InvalidRequest("image_url goes with the last turn, which must be the user's", param="image_url")
+    text = turns[-1]["content"]
+    parts = [{"type": "text", "text": text}] if text else []
+    turns[-1] = {"role": "user", "content": [*parts, {"type": "image_url", "image_url": {"url": image_url}}]}
+    return turns
 
 
 def _embed_tool(pool: PoolApi) -> Callable[..., Awaitable[Any]]:

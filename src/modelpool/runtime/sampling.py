@@ -9,8 +9,15 @@ from typing import Any
 
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
-from modelpool.inference import SamplingParams
+from modelpool.inference import ChatRequest, SamplingParams
 from modelpool.runtime.slot import ModelSlot
+
+
+def with_thinking_default(request: ChatRequest, default: bool | None) -> ChatRequest:
+    """`request` with the model's configured `enable_thinking` where its client did not set one."""
+    if default is None or "enable_thinking" in request.template_kwargs:
+        return request
+    return replace(request, template_kwargs={**request.template_kwargs, "enable_thinking": default})
 
 
 def with_model_defaults(sampling: SamplingParams, defaults: SamplingDefaults) -> SamplingParams:

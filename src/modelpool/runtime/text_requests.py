@@ -38,7 +38,7 @@ from modelpool.pool_api.usage import RequestUsage
 from modelpool.runtime.keep_alive import check_keep_alive
 from modelpool.runtime.lease import Lease, LeasedStream, open_stream
 from modelpool.runtime.pool_base import PoolBase
-from modelpool.runtime.sampling import check_beam, with_model_defaults
+from modelpool.runtime.sampling import check_beam, with_model_defaults, with_thinking_default
 from modelpool.runtime.slot import ModelSlot
 from modelpool.runtime.tasks.embedding import embed_on
 from modelpool.runtime.tasks.images import with_loaded_images
@@ -55,6 +55,7 @@ class TextRequests(PoolBase):
         slot = self.slot_for(name, Task.CHAT, options)
         _check_chat_features(slot, request)
         request = replace(request, sampling=with_model_defaults(request.sampling, slot.config.sampling))
+        request = with_thinking_default(request, slot.config.enable_thinking)
         request = await with_loaded_images(request, slot.id, slot.capabilities.declared, self.images)
         lease = await slot.lease(ChatBackend, self.model_wait_s, options.keep_alive)
 

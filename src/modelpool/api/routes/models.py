@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import pool_of
@@ -11,10 +13,16 @@ from modelpool.wire.openai.models import model_json
 
 router = APIRouter(responses=declared(LISTING_ERRORS))
 
+LOADED = Query(
+    description="true: only the models loaded now (state `ready`), as llm-pool's /v1/models lists them; "
+    "false (the default): every model served, loaded or not."
+)
+
 
 @router.get("/v1/models")
-async def list_models(request: Request) -> JSONResponse:
-    return JSONResponse({"object": "list", "data": [model_json(s) for s in pool_of(request).statuses()]})
+async def list_models(request: Request, loaded: Annotated[bool, LOADED] = False) -> JSONResponse:
+    statuses = [s for s in pool_of(request).statuses() if not loaded or s.state == "ready"]
+    return JSONResponse({"object": "list", "data": [model_json(s) for s in statuses]})
 
 
 @router.get("/v1/models/{model_id:path}")

@@ -55,6 +55,7 @@ MANAGED_CAPABILITIES = Capabilities(
     locality=Locality.ENGINE_PROCESS,
     tools=True,  # forwarded as they are: the engine renders, constrains and parses them
     structured_output=True,
+    thinking_in_template=True,  # chat_template_kwargs forwarded; the engine's reasoning parser splits
 )
 
 

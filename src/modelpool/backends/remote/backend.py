@@ -69,6 +69,7 @@ class OpenAIRemoteBackend(ForwardingBackend, DeclaredBackend):
         audio_input_rate=TRANSCRIPTION_RATE,
         tools=True,  # forwarded as they are: the upstream renders, constrains and parses them
         structured_output=True,
+        thinking_in_template=True,  # chat_template_kwargs forwarded; the upstream splits reasoning_content
     )
     """What the upstream can do is declared with `tasks:`; unsaid, a chat model."""
     overridable = frozenset({"timeout_s", "retries", "max_concurrency"})

@@ -114,6 +114,8 @@ class ResponseDraft:
             "usage": usage_json(usage) if usage is not None else None,
             "user": body.user,
             "metadata": body.metadata or {},
+            # llm-pool's field (and the property OpenAI's SDKs compute from `output`): the answer's text
+            "output_text": self.text if status != "in_progress" else "",
             **extra,
         }
 

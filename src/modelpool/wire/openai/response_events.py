@@ -1,6 +1,7 @@
 """The Responses API's stream: `response.created`, the output items' events as the model
-writes them, then `response.completed` (or `.incomplete`); a failure mid-stream is an
-`error` event."""
+writes them, then `response.metrics` (llm-pool's event: the request's timing, which also
+stays inside the final response) and `response.completed` (or `.incomplete`); a failure
+mid-stream is an `error` event."""
 
 from __future__ import annotations
 
@@ -43,8 +44,11 @@ async def response_events(
     for event in items.close(status):
         yield named_event(event)
     final = finish(usage, finish_reason)
+    if final.get("metrics") is not None:  # llm-pool sends it right before the final event
+        yield named_event(draft.event("response.metrics", response_id=draft.id, metrics=final["metrics"]))
     kind = "response.completed" if status == "completed" else "response.incomplete"
-    yield named_event(draft.event(kind, response=final))
+    # `output_text` beside `response`: llm-pool's clients read it at the final event's top level
+    yield named_event(draft.event(kind, response=final, output_text=final["output_text"]))
 
 
 class _ItemStream:

@@ -1,5 +1,7 @@
 """POST /v1/responses request body: OpenAI's text subset, plus the fields people bring from
-model-pool APIs (`messages`, `decoding`, `thinking`, language codes)."""
+model-pool APIs (`messages`, `decoding`, `thinking`, language codes, and llm-pool's flat
+content array as `input`: `[{"type": "text", ...}, {"type": "image_url", ...}]`, one user
+message)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,15 @@ from modelpool.wire.common import (
     first_given,
     left_out,
 )
-from modelpool.wire.openai.content import AnyPart, ResponsesPart, to_content
+from modelpool.wire.openai.content import (
+    AnyPart,
+    ChatImagePart,
+    ChatTextPart,
+    ResponsesImagePart,
+    ResponsesPart,
+    ResponsesTextPart,
+    to_content,
+)
 from modelpool.wire.tools import (
     FUNCTION_NAME,
     ChoiceMode,
@@ -68,6 +78,30 @@ def _item_kind(item: Any) -> str:
     kind = item.get("type", "message") if isinstance(item, dict) else getattr(item, "type", "message")
     return kind if isinstance(kind, str) else "message"
 
+
+FLAT_PART_TYPES = frozenset({"text", "input_text", "image_url", "input_image"})
+"""The `type`s of llm-pool's flat `input` parts (both APIs' spellings). None of them is an
+input item type of OpenAI's, so a list of them cannot be mistaken for an item list."""
+
+
+def _is_flat_part(item: Any) -> bool:
+    return isinstance(item, dict) and "role" not in item and item.get("type") in FLAT_PART_TYPES
+
+
+def check_not_mixed(items: list[Any]) -> None:
+    """A list is either llm-pool's flat content array or OpenAI's item list, never both:
+    a mixed one is refused naming its first element of the other kind."""
+    flat = [_is_flat_part(item) for item in items[: MAX_MESSAGES + 1]]  # longer lists fail their cap anyway
+    if any(flat) and not all(flat):
+        index = flat.index(not flat[0])
+        first, other = ("a content part", "an input item") if flat[0] else ("an input item", "a content part")
+        raise ValueError(
+            f"input[{index}] is {other} but input[0] is {first}: give either a flat content array "
+            "(parts of one user message: text, input_text, image_url, input_image) or a list of input items"
+        )
+
+
+_PARTS = (ChatTextPart, ChatImagePart, ResponsesTextPart, ResponsesImagePart)
 
 InputItem = Annotated[
     Annotated[InputMessage, Tag("message")]
@@ -137,7 +171,12 @@ class TextFormat(WireModel):
 
 class ResponsesBody(PoolFields):
     model: str = Field(min_length=1)
-    input: Text | Annotated[list[InputItem], Field(max_length=MAX_MESSAGES)] | None = None
+    input: (
+        Text
+        | Annotated[list[InputItem], Field(max_length=MAX_MESSAGES)]
+        | Annotated[list[AnyPart], Field(max_length=MAX_CONTENT_PARTS)]
+        | None
+    ) = None
     messages: list[PoolMessage] | None = Field(default=None, max_length=MAX_MESSAGES)
     instructions: Text | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
@@ -157,6 +196,13 @@ class ResponsesBody(PoolFields):
     parallel_tool_calls: bool | None = None
     text: TextFormat | None = None
     truncation: Literal["disabled", "auto"] | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _flat_or_items(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            check_not_mixed(value)
+        return value
 
     @model_validator(mode="after")
     def _one_input(self) -> ResponsesBody:
@@ -178,8 +224,12 @@ class ResponsesBody(PoolFields):
             if not self.input:
                 raise InvalidRequest("input must not be empty", param="input")
             return [ChatMessage("user", self.input)]
+        if self.input and isinstance(self.input[0], _PARTS):  # llm-pool's flat content array: one user message
+            return [_message("user", list(self.input), "input")]
         said: list[ChatMessage] = []
         for index, item in enumerate(self.input or []):
+            if isinstance(item, _PARTS):
+                continue  # not reached: a list is all parts or none (check_not_mixed)
             if isinstance(item, FunctionCallItem):
                 call = ToolCall(item.call_id, item.name, item.arguments)
                 last = said[-1] if said else None
