@@ -25,8 +25,10 @@ from modelpool.server.auth import KeyRing
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
 from tests.e2e.mcp_helpers import POOL_MODELS, call, mcp_client, mcp_config
 from tests.e2e.test_audio import SENTENCES
+from tests.e2e.test_vision import QUESTION, VLM, ask, data_uri, png, vlm_config
 from tests.live_server import live_server
 from tests.speech_metrics import word_error_rate
+from tests.vlm_models import tiny_llava
 
 TOOLS = {"list_models", "chat", "embed", "rerank", "transcribe", "speak",
          "add_transcript", "query_transcripts", "list_sources", "get_transcript_stats"}  # fmt: skip
@@ -42,7 +44,8 @@ class Served:
 @pytest.fixture(scope="module")
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
     store, media = tmp_path_factory.mktemp("transcripts"), tmp_path_factory.mktemp("media")
-    async with live_server(create_app(mcp_config(store, media))) as url:
+    vision = {VLM: {**vlm_config(tiny_llava()), "preload": False}}  # the chat tool's image
+    async with live_server(create_app(mcp_config(store, media, more=vision))) as url:
         yield Served(url, store, media)
 
 
@@ -68,7 +71,7 @@ async def test_list_models(served: Served) -> None:
     async with mcp_client(served.url) as client:
         listed = (await call(client, "list_models"))["models"]
     tasks = {model["id"]: model["tasks"] for model in listed}
-    assert set(tasks) == set(POOL_MODELS)
+    assert set(tasks) == {*POOL_MODELS, VLM}
     assert "chat" in tasks[CHAT_MODEL] and "embedding" in tasks[EMBED_MODEL]
     assert "transcription" in tasks[STT_MODEL] and "speech" in tasks[TTS_MODEL]
 
@@ -84,6 +87,24 @@ async def test_chat_answers_as_the_http_route_does(served: Served) -> None:
         body = {"model": CHAT_MODEL, "messages": messages, "max_tokens": 24, "temperature": 0}
         over_http = (await http.post("/v1/chat/completions", json=body)).json()
     assert reply["text"] == over_http["choices"][0]["message"]["content"]  # greedy: the same words
+
+
+async def test_chat_takes_an_image_as_the_http_route_does(served: Served) -> None:
+    """The agent sample's VLM MCP server answers questions about an image; so does `chat`
+    with `image_url`, on a (tiny, random-weight) vision model: the same answer as the HTTP
+    route's for the same image, and a different one for another image."""
+    (served.media / "blue.png").write_bytes(png("blue"))
+    answers = {}
+    async with mcp_client(served.url) as client, httpx.AsyncClient(base_url=served.url, timeout=120) as http:
+        for name, url in (("red", data_uri(png("red"))), ("blue", (served.media / "blue.png").as_uri())):
+            turn = [{"role": "user", "content": QUESTION}]
+            reply = await call(client, "chat", model=VLM, messages=turn, image_url=url, max_tokens=8, temperature=0)
+            body = {"model": VLM, "messages": ask(url), "max_tokens": 8, "temperature": 0}
+            over_http = (await http.post("/v1/chat/completions", json=body)).json()
+            assert reply["text"] == over_http["choices"][0]["message"]["content"]
+            assert reply["usage"]["prompt_tokens"] == over_http["usage"]["prompt_tokens"]  # the image's tokens
+            answers[name] = reply["text"]
+    assert answers["red"] != answers["blue"]
 
 
 async def test_embed_matches_the_http_route(served: Served) -> None:

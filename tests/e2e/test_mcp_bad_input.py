@@ -18,7 +18,9 @@ from modelpool.server.app import create_app
 from tests.audio_files import wav_bytes
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, STT_MODEL, TTS_MODEL
 from tests.e2e.mcp_helpers import mcp_client, mcp_config
+from tests.e2e.test_vision import VLM, data_uri, png, vlm_config
 from tests.live_server import live_server
+from tests.vlm_models import tiny_llava
 
 INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR = -32602, -32600, -32601, -32700
 MAX_UPLOAD = 40_000
@@ -41,7 +43,8 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
     (media / "escape.wav").symlink_to(outside / "speech.wav")
     (media / "notes.txt").write_bytes(b"not audio at all")
     broken = {BROKEN: {"backend": "sentence_transformers", "source": str(outside / "no-such-model"),
-                       "preload": False}}  # fmt: skip
+                       "preload": False},
+              VLM: {**vlm_config(tiny_llava()), "preload": False}}  # fmt: skip
     config = mcp_config(tmp_path_factory.mktemp("store"), media, preload=False, more=broken, max_body_bytes=200_000,
                         max_upload_bytes=MAX_UPLOAD)  # fmt: skip
     async with live_server(create_app(config)) as url:
@@ -53,6 +56,7 @@ def b64(data: bytes) -> str:
 
 
 TURN = [{"role": "user", "content": "hi"}]
+RED = data_uri(png("red", (8, 8)))
 # (tool, arguments, the `param` the error names, its `code` in data, a piece of its message)
 TOOL_CALLS: dict[str, tuple[str, dict[str, Any], str | None, str | None, str]] = {
     "unknown tool": ("launch_rockets", {}, "name", None, "Unknown tool"),
@@ -104,6 +108,21 @@ TOOL_CALLS: dict[str, tuple[str, dict[str, Any], str | None, str | None, str]] =
     "empty source id": ("add_transcript", {"source_id": "", "text": "t", "start": 0, "end": 1}, "source_id",
                         "invalid_value", "at least 1 character"),
     "limit 0": ("query_transcripts", {"limit": 0}, "limit", "invalid_value", "greater than or equal to 1"),
+    # chat's image: the HTTP route's image rules and errors (media/images.py), checked before any load
+    "image on a text-only model": ("chat", {"model": CHAT_MODEL, "messages": TURN, "image_url": RED},
+                                   "messages[0].content[1]", "modality_unsupported", "image"),
+    "image after an assistant turn": ("chat", {"model": VLM, "image_url": RED, "messages": [
+                                      *TURN, {"role": "assistant", "content": "hello"}]}, "image_url",
+                                      "invalid_value", "must be the user's"),
+    "empty image_url": ("chat", {"model": VLM, "messages": TURN, "image_url": ""}, "image_url", "invalid_value",
+                        "at least 1 character"),
+    "image file outside the allowed dirs": ("chat", {"model": VLM, "messages": TURN,
+                                            "image_url": "file:///etc/hostname"}, "messages[0].content[1]",
+                                            "invalid_value", "allowed_local_media_dirs"),
+    "remote image not allowed": ("chat", {"model": VLM, "messages": TURN, "image_url": "https://example.com/a.png"},
+                                 "messages[0].content[1]", "invalid_value", "allow_remote_images"),
+    "image that is not an image": ("chat", {"model": VLM, "messages": TURN, "image_url": data_uri(b"no image")},
+                                   "messages[0].content[1]", "invalid_value", "cannot be decoded"),
 }  # fmt: skip
 
 

@@ -211,6 +211,27 @@ async def test_responses_take_input_image_items(client: httpx.AsyncClient) -> No
     assert reply.output_text == chat.choices[0].message.content
 
 
+async def test_responses_take_llm_pools_flat_content_array(client: httpx.AsyncClient) -> None:
+    """llm-pool's image input (github.com/Bobcat/llm-pool tests/test_multimodal.py,
+    test_image_url_parses_from_json_payload): a flat content array as `input`, one user
+    message, answered as the same parts in a chat completion are."""
+    oai = sdk(client)
+    for color in ("red", "blue"):
+        body = {
+            "model": VLM,
+            "input": [
+                {"type": "text", "text": "What is in this image?"},
+                {"type": "image_url", "image_url": {"url": data_uri(png(color))}},
+            ],
+            "decoding": {"temperature": 0, "max_tokens": 8},
+        }
+        chat = await answer(oai, ask(data_uri(png(color)), "What is in this image?"))
+        reply = (await client.post("/v1/responses", json=body)).json()
+        assert chat.usage is not None
+        assert reply["output_text"] == chat.choices[0].message.content
+        assert reply["usage"]["input_tokens"] == chat.usage.prompt_tokens  # the image's tokens counted
+
+
 BAD_IMAGES = [
     ("undecodable", {"url": data_uri(b"not an image at all")}, 400, "invalid_value", "cannot be decoded"),
     ("bmp", {"url": "BMP"}, 400, "invalid_value", "not supported"),
