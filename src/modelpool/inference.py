@@ -234,6 +234,10 @@ class GenerationChunk:
     """The first chunk of a local engine: the prompt's token count, known once it is admitted
     (before any token is generated), for protocols that report it up front (Anthropic's
     `message_start`). The last chunk's `usage` stays the count to rely on."""
+    prompt_seconds: float | None = None
+    """On the chunk that has `prompt_tokens`, where the engine measures it: the seconds its
+    backend spent rendering the chat template and tokenizing the prompt (the request
+    timing's `tokenize_s`, llm-pool's `engine_tokenize_ms`)."""
     token_count: int = 0
     """Generated tokens this chunk accounts for: a local engine's tokens since its chunk
     before (some make no text of their own: held back for a stop sequence, or half a

@@ -54,6 +54,17 @@ async def test_a_body_of_too_many_messages_is_refused_before_its_items_are_valid
     assert took < LOOP_HELD_AT_MOST_S
 
 
+async def test_a_flat_content_array_of_too_many_parts_is_refused_fast(client: httpx.AsyncClient) -> None:
+    """llm-pool's flat `input` (parts of one user message) is capped as a message's parts are."""
+    payload = json.dumps({"model": "x", "input": [{"type": "text", "text": "a"}] * TOO_MANY}).encode()
+    started = time.perf_counter()
+    response = await client.post("/v1/responses", content=payload, headers={"content-type": "application/json"})
+    took = time.perf_counter() - started
+    assert response.status_code == 400, response.text
+    assert "at most" in response.text and response.json()["error"]["param"] == "input"
+    assert took < LOOP_HELD_AT_MOST_S
+
+
 async def test_one_message_of_too_many_parts_is_refused(client: httpx.AsyncClient) -> None:
     parts = [{"type": "text", "text": "a"}] * (MAX_CONTENT_PARTS + 1)
     payload = {"model": "x", "messages": [{"role": "user", "content": parts}]}

@@ -71,13 +71,14 @@ def check_engine_metrics(metrics: dict[str, Any], usage: dict[str, Any]) -> None
     assert total == pytest.approx(metrics["load_wait_ms"] + metrics["queue_wait_ms"] + backend, abs=0.01)
     assert metrics["engine_outside_backend_wall_ms"] == pytest.approx(total - backend, abs=0.01)
     assert metrics["pool_total_wall_ms"] == metrics["server_ms"] and metrics["pool_total_wall_ms"] >= total
-    tokenize = metrics["engine_tokenize_ms"]
-    assert tokenize is None or 0 < tokenize < backend
+    tokenize = metrics["engine_tokenize_ms"]  # measured by the in-process engines (SmolLM2 runs on llama.cpp)
+    assert tokenize is not None and 0 < tokenize < backend
     first = metrics["gpu_time_to_first_token_ms"]
     assert first is not None and 0 < first <= backend
-    assert first == pytest.approx(metrics["time_to_first_token_ms"] - (tokenize or 0), abs=0.01)
-    assert metrics["gpu_decode_after_first_token_ms"] == pytest.approx(backend - metrics["time_to_first_token_ms"], abs=0.01)
-    assert metrics["gpu_generate_total_ms"] == pytest.approx(backend - (tokenize or 0), abs=0.01)
+    assert first == pytest.approx(metrics["time_to_first_token_ms"] - tokenize, abs=0.01)
+    after_first = backend - metrics["time_to_first_token_ms"]
+    assert metrics["gpu_decode_after_first_token_ms"] == pytest.approx(after_first, abs=0.01)
+    assert metrics["gpu_generate_total_ms"] == pytest.approx(backend - tokenize, abs=0.01)
     assert metrics["engine_prompt_tokens"] == usage["input_tokens"]
     assert metrics["engine_output_tokens"] == usage["output_tokens"] > 0
     assert metrics["engine_tokens_per_second"] == pytest.approx(usage["output_tokens"] / backend * 1000, rel=0.01)
@@ -104,7 +105,8 @@ async def test_the_stream_sends_response_metrics_right_before_completed(http: ht
     metrics_payload = json.loads(events[-2].split("data: ", 1)[1])
     assert metrics_payload["type"] == "response.metrics"
     completed_payload = json.loads(events[-1].split("data: ", 1)[1])
-    assert completed_payload["type"] == "response.completed"
+    # sampled (temperature 0.3): it may run to max_tokens, which OpenAI's API calls incomplete (docs say so)
+    assert completed_payload["type"] in ("response.completed", "response.incomplete")
     deltas = [json.loads(e.split("data: ", 1)[1])["delta"] for e in events if "output_text.delta" in e]
     assert completed_payload["output_text"] == "".join(deltas) == completed_payload["response"]["output_text"]
     assert metrics_payload["metrics"] == completed_payload["response"]["metrics"]  # also kept where it was
@@ -151,7 +153,7 @@ MESSAGE = {"role": "user", "content": "hi"}
         ([FLAT_TEXT[0], IMAGE], 400, "input[1]", "image"),  # SmolLM2 reads no images
     ],
     ids=["part-then-item", "items-then-part", "too-many-parts", "image-without-url", "text-without-text",
-         "audio-part", "image-on-a-text-model"],  # fmt: skip
+         "audio-part", "image-on-a-text-model"],
 )
 async def test_bad_flat_arrays_get_a_clear_400(
     http: httpx.AsyncClient, flat: list[Any], status: int, param: str, words: str | None

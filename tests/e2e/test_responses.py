@@ -219,6 +219,7 @@ async def check_thinking_default_and_loaded_listing(client, vocab) -> None:
     assert await prompt_tokens("thinks") == await prompt_tokens("thinks", thinking="default") == plain + think
     assert await prompt_tokens("thinks", thinking="disabled") == plain
     assert await chat_tokens("thinks") == await chat_tokens("templated") + think
-    assert await chat_tokens("thinks", chat_template_kwargs={"enable_thinking": False}) == await chat_tokens("templated")
+    off = {"enable_thinking": False}
+    assert await chat_tokens("thinks", chat_template_kwargs=off) == await chat_tokens("templated")
     listed = (await client.get("/v1/models", params={"loaded": "true"})).json()["data"]
     assert sorted(m["id"] for m in listed) == ["templated", "thinks"]

@@ -39,7 +39,7 @@ from modelpool.backends.textgen.channel import Channel, chunk_stream
 from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
 from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
 from modelpool.backends.textgen.hf_text import chat_prompt_ids, encode_text
-from modelpool.backends.textgen.pipeline import chat_output
+from modelpool.backends.textgen.pipeline import chat_output, prompt_clock
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
@@ -173,12 +173,15 @@ class CTranslate2Backend(DeclaredBackend):
         self._require_engine()
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
+        started = prompt_clock()
         plan = await TEMPLATE_RENDERS.run(self._plan_chat, request, "model")
         if request.output is not None:
             raise InvalidRequest(f"model '{self.model.id}' does not support structured output", param="response_format")
         prompt = await self._thread.call(self._render_chat, plan, request.template_kwargs)
+        prompt_seconds = prompt_clock() - started
         chunks = self._generate(prompt, request.sampling, param="messages")
-        async for chunk in chat_output(chunks, reasoning=self.model.reasoning_parser, tools=None):  # no tools in CT2
+        reasoning = self.model.reasoning_parser  # and no tools in CT2
+        async for chunk in chat_output(chunks, reasoning=reasoning, tools=None, prompt_seconds=prompt_seconds):
             yield chunk
 
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:

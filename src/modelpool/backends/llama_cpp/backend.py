@@ -24,7 +24,7 @@ from modelpool.backends.llama_cpp.vision import ImageProjector, ImagePrompt, wit
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.textgen.channel import Channel, chunk_stream
 from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
-from modelpool.backends.textgen.pipeline import chat_output
+from modelpool.backends.textgen.pipeline import chat_output, prompt_clock
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
@@ -168,20 +168,24 @@ class LlamaCppBackend(DeclaredBackend):
             raise ModelLoadFailed(f"model '{self.model.id}' is not loaded")
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
+        started = prompt_clock()
         engine = self._require_engine()
         images = [image.image for message in request.messages for image in message.images]
         plan, prompt_text = await TEMPLATE_RENDERS.run(lambda: self._render_chat(request, "model", marker=True))
         projector = engine.projector
         constraint = await self._constraint(plan.grammar, grammar_param(request))
         add_bos = self._add_bos(prompt_text)
+        prompt_seconds = None  # an image prompt is tokenized by the engine, with its images: not timed here
         if images and projector is not None:
             chunks = self._generate([], request.sampling, "messages", constraint,
                                     images=ImagePrompt(prompt_text, images, add_bos))  # fmt: skip
         else:
             prompt = await self._tokenize(prompt_text, add_bos=add_bos)
+            prompt_seconds = prompt_clock() - started
             chunks = self._generate(prompt, request.sampling, "messages", constraint)
         tools = make_parser(plan.parser, live=plan.live) if plan.parser else None
-        async for chunk in chat_output(chunks, reasoning=self.model.reasoning_parser, tools=tools):
+        reasoning = self.model.reasoning_parser
+        async for chunk in chat_output(chunks, reasoning=reasoning, tools=tools, prompt_seconds=prompt_seconds):
             yield chunk
 
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:

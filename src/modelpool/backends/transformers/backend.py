@@ -22,7 +22,7 @@ from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, 
 from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
 from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.backends.textgen.hf_text import chat_prompt_ids, encode_text
-from modelpool.backends.textgen.pipeline import chat_output
+from modelpool.backends.textgen.pipeline import chat_output, prompt_clock
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.torch_device import estimate_on, pick_device
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
@@ -160,6 +160,7 @@ class TransformersBackend(DeclaredBackend):
         self._require_engine()
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
+        started = prompt_clock()
         plan = await TEMPLATE_RENDERS.run(self._plan_chat, request, "model")
         images = [image.image for message in request.messages for image in message.images]
         vision: dict[str, Any] | None = None
@@ -170,10 +171,12 @@ class TransformersBackend(DeclaredBackend):
             )  # fmt: skip
         else:
             prompt = await self._tokenizer_thread.call(self._render_chat, plan, request.template_kwargs)
+        prompt_seconds = prompt_clock() - started  # with images: their processing too
         constraint = await self._constraint(plan.grammar, grammar_param(request))
         chunks = self._generate(prompt, request.sampling, param="messages", constraint=constraint, vision=vision)
         tools = make_parser(plan.parser, live=plan.live) if plan.parser else None
-        async for chunk in chat_output(chunks, reasoning=self.model.reasoning_parser, tools=tools):
+        reasoning = self.model.reasoning_parser
+        async for chunk in chat_output(chunks, reasoning=reasoning, tools=tools, prompt_seconds=prompt_seconds):
             yield chunk
 
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:

@@ -82,6 +82,8 @@ def chunk_timer(
         nonlocal prompt_seen, output_seen
         if (chunk.text or chunk.tool_calls) and timing.time_to_first_token_s is None:
             timing.time_to_first_token_s = clock.monotonic() - timing.started
+        if chunk.prompt_seconds is not None:  # summed over the prompts of a multi-prompt request
+            timing.tokenize_s = (timing.tokenize_s or 0.0) + chunk.prompt_seconds
         if chunk.usage is not None:  # the generation's own count replaces what its chunks said
             more_prompt = chunk.usage.prompt_tokens - prompt_seen
             more_output = chunk.usage.completion_tokens - output_seen
