@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from modelpool.errors import InvalidRequest
 from modelpool.inference import MAX_BEAM_SIZE, ChatMessage, ChatRequest, OutputFormat, SamplingParams, ToolCall
