@@ -103,6 +103,22 @@ def test_a_stream_whose_client_leaves_stops_generating(server) -> None:
     assert time.monotonic() - started < 5
 
 
+def test_a_generate_stream_whose_client_leaves_stops_generating(server) -> None:
+    """HRM's `/generate_stream` (its body names no model: the only one serves it, with the
+    model's 3000-token default cap) stops within a token of its client leaving."""
+    _, url = server
+    body = {"prompts": ["Tell me a long story."], "ignore_eos": True}
+    with (
+        httpx.Client(base_url=url, timeout=30) as client,
+        client.stream("POST", "/generate_stream", json=body) as response,
+    ):
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        assert [next(lines) for _ in range(8)]  # a few tokens arrived: it is generating
+        assert in_flight(url) == 1
+    assert wait_until_free(url) < 5 and in_flight(url) == 0, "the model is still busy with a stream nobody reads"
+
+
 def test_a_non_streaming_request_whose_client_leaves_is_cancelled(server) -> None:
     _, url = server
     with pytest.raises(httpx.ReadTimeout):

@@ -9,7 +9,9 @@ generation run to its cap, so the cap in effect is what the usage counts."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -62,3 +64,48 @@ async def test_the_server_default_reaches_chat_completions_and_responses(client:
         model=CHAT_MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=1, extra_body={"ignore_eos": True}
     )
     assert own.usage is not None and own.usage.completion_tokens == 1
+
+
+async def read_events(client: httpx.AsyncClient, body: dict[str, Any]) -> list[Any]:
+    async with client.stream("POST", "/generate_stream", json=body) as reply:
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+        lines = [line async for line in reply.aiter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+
+
+async def test_generate_stream_streams_what_generate_returns(client: httpx.AsyncClient) -> None:
+    """HRM's `/generate_stream`: `/generate`'s body (no `model`), its text as server-sent
+    events per prompt `index`, then the usage; greedy, so the same text as `/generate`."""
+    body = {"prompts": ["Once upon a time", "The capital of France"], "temperature": 0, "ignore_eos": True}
+    whole = (await client.post("/generate", json=body)).json()
+    events = await read_events(client, body)
+    pieces, last = events[:-1], events[-1]
+    texts = ["".join(e["text"] for e in pieces if e["index"] == i) for i in range(2)]
+    assert texts == whole["completions"]
+    ends = [e["finish_reason"] for e in pieces if e["finish_reason"] is not None]
+    assert ends == whole["finish_reasons"] == ["length", "length"]
+    assert last == {"model": CHAT_MODEL, "usage": whole["usage"]}
+    assert last["usage"]["completion_tokens"] == 2 * SERVER_CAP  # the server's default reaches it too
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompts": []}, "prompts"),
+        ({"prompts": ["a"] * 1025}, "prompts"),
+        ({"prompts": [5]}, "prompts"),
+        ({"prompts": ["a"], "max_tokens": 0}, "max_tokens"),
+        ({"prompts": ["a"], "temperature": 9}, "temperature"),
+        ({"prompts": ["a"], "json_schema": {"type": "object"}}, "json_schema"),
+        ({"prompts": ["a"], "model": "nope"}, "model"),
+        ({"prompts": ["a"], "model": ""}, "model"),
+    ],
+)
+async def test_generate_stream_refuses_bad_bodies_before_streaming(
+    client: httpx.AsyncClient, body: dict[str, Any], param: str
+) -> None:
+    reply = await client.post("/generate_stream", json=body)
+    assert reply.status_code in (400, 404), reply.text
+    assert reply.headers["content-type"].startswith("application/json")
+    assert param in reply.text and reply.json()["error"]["message"]

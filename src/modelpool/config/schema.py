@@ -365,7 +365,7 @@ class ServerDefaults(_Strict):
 
     models: dict[Task, str] = Field(default_factory=dict, max_length=len(MODELLESS_TASKS))
     """Task → the model (id or alias) a body without `model` uses: `completion` for
-    `/generate`, `scoring` for `/loglikelihood`, `embedding` for `/embedding` and
+    `/generate` and `/generate_stream`, `scoring` for `/loglikelihood`, `embedding` for `/embedding` and
     `/embeddings`, `rerank` for the rerank routes. Unset: the only
     served model that does the task; with several, the request must name one (400 listing them)."""
 

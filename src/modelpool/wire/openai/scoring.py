@@ -3,14 +3,17 @@ bodies and their replies."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from modelpool.inference import CompletionRequest
-from modelpool.pool_api.generation import Generation
+from modelpool.pool_api.generation import ChoiceChunk, Generation
 from modelpool.pool_api.results import Loglikelihood
 from modelpool.wire.common import GenerationFields, PoolFields, Text, protocol_default
+from modelpool.wire.sse import DONE, sse
 from modelpool.wire.tools import to_output
 
 MAX_ITEMS = 1024
@@ -62,6 +65,47 @@ class GenerateBody(GenerationFields):
             sampling = protocol_default(sampling, "max_tokens")
         output = None if self.json_schema is None else to_output("json_schema", self.json_schema, "json_schema")
         return [CompletionRequest(p if isinstance(p, str) else tuple(p), sampling, output=output) for p in self.prompts]
+
+
+class GenerateStreamBody(GenerateBody):
+    """`/generate_stream`: `/generate`'s body, its prompts' text streamed as it comes. The
+    prompts run on one turn of the model, one after another (as a streamed
+    `/v1/completions` runs them); structured output is `/generate`'s alone."""
+
+    @field_validator("stream")
+    @classmethod
+    def _no_stream(cls, value: bool) -> bool:
+        return value  # this route always streams: the field says nothing more
+
+    @field_validator("json_schema")
+    @classmethod
+    def _no_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            raise ValueError("/generate_stream does not take json_schema; use /generate")
+        return value
+
+    def to_requests(self) -> list[CompletionRequest]:
+        return [replace(request, streamed=True) for request in super().to_requests()]
+
+
+async def generate_stream_events(
+    chunks: AsyncIterator[ChoiceChunk], model_id: str, end: Callable[[], Awaitable[None]]
+) -> AsyncIterator[bytes]:
+    """SSE: `{"index", "text", "finish_reason"}` for each piece of prompt `index`'s text
+    (`finish_reason` null until its last), then `{"model", "usage"}`, then `[DONE]`. `end`
+    runs after the last piece (the model's turn goes back before the usage is sent)."""
+    prompt_tokens = completion_tokens = 0
+    async for index, chunk in chunks:
+        if chunk.text or chunk.finish_reason:
+            yield sse({"index": index, "text": chunk.text, "finish_reason": chunk.finish_reason})
+        if chunk.usage:
+            prompt_tokens += chunk.usage.prompt_tokens
+            completion_tokens += chunk.usage.completion_tokens
+    await end()
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+             "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+    yield sse({"model": model_id, "usage": usage})
+    yield DONE
 
 
 def loglikelihood_json(model_id: str, results: list[Loglikelihood]) -> dict[str, Any]:
