@@ -295,6 +295,8 @@ async def test_llama_servers_embedding_routes(http: httpx.AsyncClient) -> None:
     vector = np.array(taxicab[0]["embedding"][0])
     assert np.abs(vector).sum() == pytest.approx(1.0, abs=1e-5)
     np.testing.assert_allclose(vector, expected[1] / np.abs(expected[1]).sum(), atol=1e-6)
+    long = await http.post("/embedding", json={"content": "panda " * 2000, "truncate": True})
+    assert long.status_code == 200, long.text  # a long text is the model's to bound, not the body's
     int16 = (await http.post("/embedding", json={"content": "a panda", "embd_normalize": 0})).json()
     assert np.abs(int16[0]["embedding"][0]).max() == pytest.approx(32760, rel=1e-6)
 

@@ -11,6 +11,7 @@ from asgi_lifespan import LifespanManager
 from modelpool.backends.registry import model_capabilities
 from modelpool.config import load_config
 from modelpool.errors import InvalidRequest, UnsupportedTask
+from modelpool.inference import EmbeddingRequest
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.eviction import Budget
 from modelpool.runtime.pool import ModelPool
@@ -74,3 +75,18 @@ async def test_the_routes_answer_a_body_without_model_with_the_candidates(path: 
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "model"
     assert "candidates: a, b" in reply.json()["error"]["message"]
     assert empty.status_code == 400  # an empty name is not "no name"
+
+
+async def test_an_embedding_model_learns_its_dimensions_as_it_loads() -> None:
+    """`/v1/models` shows `dimensions` (the simple inference server's field) once loaded:
+    probed with the warmup, before any request; a model without warmup learns it from its
+    first embedding."""
+    warmed = fake_slot(FakeBackend(), "warm", tasks=frozenset({Task.EMBEDDING}), warmup=True)
+    cold = fake_slot(FakeBackend(), "cold", tasks=frozenset({Task.EMBEDDING}))
+    pool = _pool(warmed, cold)
+    await warmed.ensure_ready(None)
+    await cold.ensure_ready(None)
+    assert pool.status("warm").dimensions == FakeBackend.dimensions and pool.status("cold").dimensions is None
+    await pool.embed("cold", EmbeddingRequest(("x",)))
+    assert pool.status("cold").dimensions == FakeBackend.dimensions
+    await pool.close()

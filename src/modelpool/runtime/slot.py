@@ -288,9 +288,15 @@ class ModelSlot:
         for index in range(self.config.replicas):
             backend = first if index == 0 else self._new_backend()
             await self.replicas.start(index, backend, self.config, self.capabilities, self.record.estimate)
-        if self.config.warmup and Task.EMBEDDING in self.tasks and isinstance(first, EmbeddingBackend):
+        if self._probes_dimensions() and isinstance(first, EmbeddingBackend):
             probe = await first.embed(EmbeddingRequest(("dimensions",)))  # one more tiny warmup request
             self.dimensions = int(probe.vectors.shape[1])
+
+    def _probes_dimensions(self) -> bool:
+        """An embedding model learns its vector size as it loads, with its warmup; a remote
+        upstream is not called before a request that allows it asks."""
+        local = not self.capabilities.remote
+        return local and self.config.warmup and Task.EMBEDDING in self.tasks
 
     async def import_runtimes(self) -> None:
         """Import the runtimes this model's backend needs, each measured once for the process."""

@@ -11,7 +11,7 @@ vectors, as most sentence-transformers do, is already at unit length before it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,8 @@ from modelpool.inference import EmbeddingRequest, EmbeddingResult
 from modelpool.wire.common import PoolFields, Text
 from modelpool.wire.openai.embeddings import MAX_INPUTS
 
+Texts = Annotated[list[Text], Field(max_length=MAX_INPUTS)]
+"""Several texts, each embedded on its own (a text's own length is bounded by the model)."""
 MAX_NORM_P = 64
 """The largest p-norm `embd_normalize` may ask for (a larger p is the max norm in all but name)."""
 INT16_SCALE = 32760.0
@@ -31,8 +33,8 @@ class LlamaEmbeddingBody(PoolFields):
     model: str | None = Field(default=None, min_length=1)
     """llama-server serves one model and its bodies name none: None is the server's default
     embedding model, or the only one (`defaults.models.embedding`)."""
-    content: Text | list[Text] | None = Field(default=None, max_length=MAX_INPUTS)
-    input: Text | list[Text] | None = Field(default=None, max_length=MAX_INPUTS)
+    content: Text | Texts | None = None
+    input: Text | Texts | None = None
     """`/embeddings` takes `/v1/embeddings`' options, `input` among them."""
     embd_normalize: int = Field(default=2, ge=-1, le=MAX_NORM_P)
     truncate: bool = False
