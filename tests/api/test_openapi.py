@@ -71,6 +71,27 @@ def test_with_keys_the_guarded_routes_declare_security_and_401(monkeypatch: pyte
     assert all("401" not in op["responses"] for _, _, op in operations(open_schema))
     schema = published(monkeypatch, keys=True)
     assert set(schema["components"]["securitySchemes"]) == {"bearer", "x-api-key"}
-    for path, method, op in operations(schema):
+    for path, _, op in operations(schema):
         guarded = path not in ("/healthz", "/health", "/readyz", "/metrics", "/metrics/history")
-        assert ("security" in op) == guarded == ("401" in op["responses"]), f"{method} {path}"
+        assert ("security" in op) == guarded == ("401" in op["responses"]) == ("429" in op["responses"]), path
+
+
+def test_constraints_the_server_enforces_are_stated(monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = published(monkeypatch)
+    bodies = schema["components"]["schemas"]
+    chat = bodies["ChatCompletionBody"]["properties"]
+    assert (chat["n"]["minimum"], chat["n"]["maximum"]) == (1, 1)
+    assert chat["logit_bias"]["maxProperties"] == 0 and chat["stop"]["maxItems"] == 16
+    assert chat["keep_alive"]["anyOf"][0]["maximum"] == 366 * 86400
+    assert bodies["CompletionBody"]["properties"]["best_of"]["maximum"] == 1
+    assert bodies["EmbeddingsBody"]["properties"]["input"]["items"] == {"minLength": 1, "minItems": 1}
+    assert bodies["LoglikelihoodBody"]["properties"]["continuations"]["items"]["minLength"] == 1
+    assert bodies["LlamaTokenize"]["properties"]["parse_special"]["const"] is True
+
+
+def test_rules_no_schema_can_state_are_listed_on_the_400(monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = published(monkeypatch)["paths"]
+    chat = paths["/v1/chat/completions"]["post"]["responses"]["400"]
+    assert any("tool_call_id" in rule for rule in chat["x-unstated-rules"]) and "tool_call_id" in chat["description"]
+    assert any("1:N" in rule for rule in paths["/score"]["post"]["responses"]["400"]["x-unstated-rules"])
+    assert "x-unstated-rules" not in paths["/v1/models/{model_id}"]["get"]["responses"]["400"]

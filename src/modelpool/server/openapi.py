@@ -52,8 +52,11 @@ def told_true(schema: dict[str, Any], *, keys_enabled: bool) -> None:
                 continue
             responses = operation.setdefault("responses", {})
             had_422 = responses.pop("422", None) is not None
-            scoped = keys_enabled and needed_scope(path) is not None
+            guarded = needed_scope(path) is not None  # behind a key when keys exist, and rate-limited
+            scoped = keys_enabled and guarded
             statuses = _middleware_statuses(method, had_422 or bool(operation.get("parameters")), scoped)
+            if guarded:
+                statuses.append(429)  # rate limits apply per key, or per address without keys
             for status in statuses:
                 responses.setdefault(str(status), error_response(status, _shape(path)))
             if scoped:
@@ -73,7 +76,7 @@ def _middleware_statuses(method: str, validates: bool, scoped: bool) -> list[int
     if method in _BODY_METHODS:
         statuses += [400, 408, 413]  # an unreadable body, one that stopped coming, one over server.max_body_bytes
     if scoped:
-        statuses += [401, 403, 429]  # the key, its scope, its rate limits
+        statuses += [401, 403]  # the key, its scope
     return statuses
 
 

@@ -6,7 +6,16 @@ import math
 from dataclasses import replace
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from modelpool.config.durations import parse_duration
 from modelpool.errors import InvalidRequest
@@ -14,6 +23,7 @@ from modelpool.inference import DEFAULTED, MAX_BEAM_SIZE, SamplingParams
 from modelpool.owner import caller_is_admin
 from modelpool.pool_api.call import CallOptions
 from modelpool.wire.beam import DETERMINISTIC, MAX_LENGTH_PENALTY, MIN_LENGTH_PENALTY, beam_search
+from modelpool.wire.numbers import as_integers, integer_fields
 
 MAX_STOP_SEQUENCES = 16
 MAX_MESSAGES = 10_000
@@ -42,6 +52,19 @@ class WireModel(BaseModel):
     # strict: "true" is not a bool and [true, false] is not a list of token ids.
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers(cls, data: Any) -> Any:
+        """JSON does not tell 2 from 2.0, nor does JSON Schema (the published OpenAPI's
+        `integer` admits both): an integer field takes a whole float as that integer, where
+        strict validation alone would refuse it."""
+        if not isinstance(data, dict):
+            return data
+        fields = integer_fields(cls)
+        if fields.isdisjoint(data):
+            return data
+        return {key: as_integers(value) if key in fields else value for key, value in data.items()}
+
 
 def _utf8_encodable(value: str) -> str:
     try:
@@ -67,7 +90,9 @@ def _request_duration(value: Any) -> float:
     return seconds
 
 
-RequestDuration = Annotated[float, BeforeValidator(_request_duration)]
+RequestDuration = Annotated[float, BeforeValidator(_request_duration),
+                            WithJsonSchema({"type": "number", "maximum": MAX_KEEP_ALIVE_S})]  # fmt: skip
+"""Seconds, or text like '5m' (the schema states the number; the text is a convenience)."""
 
 
 def _no_reserved_keys(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -117,9 +142,10 @@ class GenerationFields(PoolFields):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
-    stop: Text | list[Text] | None = None
-    n: int | None = None
-    logit_bias: dict[str, float] | None = None
+    stop: Text | list[Text] | None = Field(default=None, json_schema_extra={
+        "minLength": 1, "maxItems": MAX_STOP_SEQUENCES, "items": {"minLength": 1}})  # fmt: skip
+    n: int | None = Field(default=None, json_schema_extra={"minimum": 1, "maximum": 1})
+    logit_bias: dict[str, float] | None = Field(default=None, json_schema_extra={"maxProperties": 0})
     user: str | None = None
     ignore_eos: bool = False
     """Keep generating past end-of-sequence until max_tokens (vLLM's extension)."""

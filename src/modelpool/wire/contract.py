@@ -97,6 +97,8 @@ REASONS: dict[int, str] = {
 # an upstream's failure, a load that failed, a missing extra, the model's own limits).
 POOL_ERRORS = (400, 403, 404, 409, 413, 429, 501, 502, 503)
 """The statuses of a request a model serves."""
+MODEL_LIMITS = "what the model cannot take (its context length, a task or an input kind it does not serve)"
+"""The rule every route that hands a request to a model has, stated by the model, not the schema."""
 LISTING_ERRORS = (400, 404)
 """The statuses of a read of the pool's own state (listings, a model's status)."""
 
@@ -117,12 +119,23 @@ def declared(
     *,
     shape: ContractShape = "openai",
     media: Mapping[str, dict[str, Any]] | None = None,
+    rules: Iterable[str] = (),
 ) -> dict[int | str, dict[str, Any]]:
     """A route's `responses=`: the error statuses it answers itself, in its protocol's
     envelope, and its success's content types besides the route's default (`media`, e.g.
     `{SSE: {}}` for a route that streams when asked, `{"audio/wav": binary()}`). Every
-    route also gets the statuses of the middlewares when the schema is built."""
+    route also gets the statuses of the middlewares when the schema is built.
+
+    `rules`: what the route refuses with a 400 that no JSON Schema of its body can state
+    (a rule across fields, one that depends on the served models); they are listed in the
+    400's description and as its `x-unstated-rules`, which the schemathesis run reads: a
+    body the schema admits may get a 400 only on such a route."""
     responses: dict[int | str, dict[str, Any]] = {status: error_response(status, shape) for status in errors}
+    rules = list(rules)
+    if rules:
+        refused = responses.setdefault(400, error_response(400, shape))
+        refused["description"] += ". Also: " + "; ".join(rules)
+        refused["x-unstated-rules"] = rules
     if media:
         responses[200] = {"content": {kind: {"schema": schema} for kind, schema in media.items()}}
     return responses

@@ -16,18 +16,21 @@ from modelpool.inference import Segment, TranscriptionRequest
 from modelpool.owner import owner_of
 from modelpool.pool_api.call import CallOptions
 from modelpool.pool_api.streams import ResultStream
-from modelpool.wire.contract import LISTING_ERRORS, POOL_ERRORS, SSE, binary, declared, text
+from modelpool.wire.contract import LISTING_ERRORS, MODEL_LIMITS, POOL_ERRORS, SSE, binary, declared, text
 from modelpool.wire.openai.speech import SpeechBody, encoded_speech, speech_events, transcript_events
 
 router = APIRouter()
 _SPEECH_MEDIA = {kind: binary() for kind in MEDIA_TYPES.values()}  # as `response_format` asks, or SSE
 # A transcript is JSON, text or subtitles as `response_format` asks, or SSE with `stream`.
 _TRANSCRIPT_MEDIA = {"text/plain": text(), "text/vtt": text(), "application/x-subrip": text()}
+_TRANSCRIPT_RULES = (MODEL_LIMITS, "`file` is audio the server can decode",
+                     "timestamp_granularities only with response_format verbose_json")
 ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
 
 
 @router.post("/v1/audio/transcriptions", response_model=None,
-             responses=declared(POOL_ERRORS, media={**_TRANSCRIPT_MEDIA, SSE: text()}))  # fmt: skip
+             responses=declared(POOL_ERRORS, media={**_TRANSCRIPT_MEDIA, SSE: text()},
+                                rules=_TRANSCRIPT_RULES))  # fmt: skip
 async def transcriptions(
     request: Request,
     file: Annotated[UploadFile, File()],
@@ -64,7 +67,7 @@ def _store_target(request: Request, source: str | None, start: float) -> StoreTa
 
 
 @router.post("/v1/audio/translations", response_model=None,
-             responses=declared(POOL_ERRORS, media=_TRANSCRIPT_MEDIA))  # fmt: skip
+             responses=declared(POOL_ERRORS, media=_TRANSCRIPT_MEDIA, rules=_TRANSCRIPT_RULES))  # fmt: skip
 async def translations(
     request: Request,
     file: Annotated[UploadFile, File()],
@@ -115,7 +118,8 @@ async def _collect(segments: ResultStream[Segment]) -> list[Segment]:
 
 
 @router.post("/v1/audio/speech", response_model=None, response_class=Response,
-             responses=declared(POOL_ERRORS, media={**_SPEECH_MEDIA, SSE: text()}))  # fmt: skip
+             responses=declared(POOL_ERRORS, media={**_SPEECH_MEDIA, SSE: text()}, rules=(
+                 MODEL_LIMITS, "a voice the model has", "a response_format this server can encode")))  # fmt: skip
 async def speech(body: SpeechBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)

@@ -6,10 +6,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
-from modelpool.wire.contract import POOL_ERRORS, declared
+from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, declared
 from modelpool.wire.openai.embeddings import EmbeddingsBody, embeddings_json
 
-router = APIRouter(responses=declared(POOL_ERRORS))
+router = APIRouter(responses=declared(POOL_ERRORS, rules=(MODEL_LIMITS, "`dimensions` the model can make")))
 
 
 @router.post("/v1/embeddings")

@@ -25,10 +25,12 @@ from modelpool.pool_api.usage import UsageMeter
 from modelpool.tasks import Task
 from modelpool.wire.anthropic.events import MessageMeta, message_chunks, message_json, with_error_events
 from modelpool.wire.anthropic.messages import ConversationBody, MessagesBody
-from modelpool.wire.contract import POOL_ERRORS, SSE, declared, text
+from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, text
 from modelpool.wire.sizes import translated
 
-router = APIRouter(responses=declared(POOL_ERRORS, shape="anthropic"))
+router = APIRouter(responses=declared(POOL_ERRORS, shape="anthropic", rules=(
+    MODEL_LIMITS, "user and system turns have non-empty content", "no last assistant turn (a prefill)",
+    "a tool_result answers a tool_use made before it")))
 
 
 @router.post("/v1/messages", response_model=None, responses=declared(media={SSE: text()}))

@@ -23,8 +23,8 @@ class CompletionBody(GenerationFields):
     max_tokens: int | None = Field(default=16, ge=0)
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool = False
-    suffix: str | None = None
-    best_of: int | None = None
+    suffix: str | None = Field(default=None, json_schema_extra={"maxLength": 0})  # no fill-in-the-middle
+    best_of: int | None = Field(default=None, json_schema_extra={"minimum": 1, "maximum": 1})
 
     @field_validator("prompt")
     @classmethod

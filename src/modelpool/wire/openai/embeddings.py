@@ -21,7 +21,8 @@ MAX_DIMENSIONS = 65536
 
 class EmbeddingsBody(PoolFields):
     model: str = Field(min_length=1)
-    input: EmbeddingInput
+    input: EmbeddingInput = Field(json_schema_extra={"minLength": 1, "minItems": 1,
+                                                     "items": {"minLength": 1, "minItems": 1}})  # fmt: skip
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1, le=MAX_DIMENSIONS)
     """OpenAI's: the first `dimensions` components, re-normalised to unit length (Matryoshka

@@ -50,8 +50,8 @@ class RerankBody(PoolFields):
 
 class ScoreBody(PoolFields):
     model: str = Field(min_length=1)
-    text_1: Text | list[Text]
-    text_2: Text | list[Text]
+    text_1: Text | list[Text] = Field(json_schema_extra={"minItems": 1, "maxItems": MAX_DOCUMENTS})
+    text_2: Text | list[Text] = Field(json_schema_extra={"minItems": 1, "maxItems": MAX_DOCUMENTS})
     truncate: bool = True
     """Cut a pair longer than the model takes; false: a 400."""
 

@@ -24,7 +24,7 @@ class LoglikelihoodBody(PoolFields):
     """None (the HRM contract's v1 bodies carry no `model`): the server's default scoring
     model, or the only one (`defaults.models`)."""
     prompts: list[Text] = Field(min_length=1, max_length=MAX_ITEMS)
-    continuations: list[Text] = Field(min_length=1, max_length=MAX_ITEMS)
+    continuations: list[Text] = Field(min_length=1, max_length=MAX_ITEMS, json_schema_extra={"items": {"minLength": 1}})
 
     @model_validator(mode="after")
     def _same_length(self) -> LoglikelihoodBody:

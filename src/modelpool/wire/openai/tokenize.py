@@ -72,7 +72,7 @@ class VllmTokenizeChat(TokenizeFields):
 class LlamaTokenize(TokenizeFields):
     content: Text
     add_special: bool = False
-    parse_special: bool = True
+    parse_special: bool = Field(default=True, json_schema_extra={"const": True})
     with_pieces: bool = False
 
     @field_validator("parse_special")
