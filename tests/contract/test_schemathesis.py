@@ -25,8 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import CHAT_MODEL, EMBED_MODEL
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, HF_MODEL
 from tests.processes import Server, modelpool_serve
+
+pytestmark = pytest.mark.e2e  # a real server with real models: `-m "not e2e"` leaves it out
 
 KEY = "schemathesis-" + "k" * 24
 MAX_EXAMPLES = 12
@@ -51,7 +53,10 @@ auth:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     folder = tmp_path_factory.mktemp("contract")
     (folder / "modelpool.yaml").write_text(CONFIG)
-    args = ("--config", str(folder / "modelpool.yaml"), "--models", f"{CHAT_MODEL},{EMBED_MODEL}")
+    # Two models that generate and score (the transformers one loads only if named, and no
+    # generated body names it): a body without `model` is then the documented 400 naming
+    # the candidates, never a random body run on a model for as long as its max_tokens.
+    args = ("--config", str(folder / "modelpool.yaml"), "--models", f"{CHAT_MODEL},{EMBED_MODEL},{HF_MODEL}")
     with modelpool_serve(folder / "server.log", *args, env={"MODELPOOL_CONTRACT_KEY": KEY}) as running:
         yield running
 
