@@ -99,6 +99,8 @@ POOL_ERRORS = (400, 403, 404, 409, 413, 429, 501, 502, 503)
 """The statuses of a request a model serves."""
 MODEL_LIMITS = "what the model cannot take (its context length, a task or an input kind it does not serve)"
 """The rule every route that hands a request to a model has, stated by the model, not the schema."""
+MODEL_OPTIONAL = "`model` may be left out only when a default is configured or one served model can do the task"
+"""The rule of a route whose body may leave out `model` (another server's shape that has none)."""
 LISTING_ERRORS = (400, 404)
 """The statuses of a read of the pool's own state (listings, a model's status)."""
 

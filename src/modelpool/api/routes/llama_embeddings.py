@@ -9,10 +9,10 @@ from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.tasks import Task
-from modelpool.wire.contract import POOL_ERRORS, declared
+from modelpool.wire.contract import MODEL_LIMITS, MODEL_OPTIONAL, POOL_ERRORS, declared
 from modelpool.wire.openai.llama_embeddings import LlamaEmbeddingBody, llama_embeddings_json
 
-router = APIRouter(responses=declared(POOL_ERRORS))
+router = APIRouter(responses=declared(POOL_ERRORS, rules=(MODEL_LIMITS, MODEL_OPTIONAL)))
 
 
 @router.post("/embedding")

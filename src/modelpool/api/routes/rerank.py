@@ -12,12 +12,12 @@ from modelpool.api.deps import metrics_field, note_model, pool_of, unless_discon
 from modelpool.inference import PairScores
 from modelpool.pool_api.timing import RequestTiming
 from modelpool.tasks import Task
-from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, declared
+from modelpool.wire.contract import MODEL_LIMITS, MODEL_OPTIONAL, POOL_ERRORS, declared
 from modelpool.wire.openai.rerank import RerankBody, ScoreBody, rerank_json, score_json
 
 router = APIRouter(responses=declared(POOL_ERRORS, rules=(
     MODEL_LIMITS, "/score pairs text_1 with text_2 1:1, 1:N or N:N",
-    "`model` may be left out only when a default is configured or one served model can do the task")))
+    MODEL_OPTIONAL)))
 
 
 @router.post("/v1/rerank")

@@ -12,7 +12,7 @@ from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.limits import limits_of
 from modelpool.api.sse import EventStreamResponse
 from modelpool.tasks import Task
-from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, text
+from modelpool.wire.contract import MODEL_LIMITS, MODEL_OPTIONAL, POOL_ERRORS, SSE, declared, text
 from modelpool.wire.openai.scoring import (
     GenerateBody,
     GenerateStreamBody,
@@ -25,7 +25,7 @@ from modelpool.wire.sizes import translated
 
 router = APIRouter(responses=declared(POOL_ERRORS, rules=(
     MODEL_LIMITS, "/loglikelihood takes as many continuations as prompts",
-    "`model` may be left out only when a default is configured or one served model can do the task")))
+    MODEL_OPTIONAL)))
 
 
 @router.post("/loglikelihood")
