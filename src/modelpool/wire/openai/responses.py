@@ -85,7 +85,9 @@ input item type of OpenAI's, so a list of them cannot be mistaken for an item li
 
 
 def _is_flat_part(item: Any) -> bool:
-    return isinstance(item, dict) and "role" not in item and item.get("type") in FLAT_PART_TYPES
+    # `type` may be anything a client sends (a list is unhashable): only a string names a part.
+    kind = item.get("type") if isinstance(item, dict) and "role" not in item else None
+    return isinstance(kind, str) and kind in FLAT_PART_TYPES
 
 
 def check_not_mixed(items: list[Any]) -> None:
