@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 import schemathesis
 
@@ -95,3 +96,16 @@ def test_rules_no_schema_can_state_are_listed_on_the_400(monkeypatch: pytest.Mon
     assert any("tool_call_id" in rule for rule in chat["x-unstated-rules"]) and "tool_call_id" in chat["description"]
     assert any("1:N" in rule for rule in paths["/score"]["post"]["responses"]["400"]["x-unstated-rules"])
     assert "x-unstated-rules" not in paths["/v1/models/{model_id}"]["get"]["responses"]["400"]
+
+
+async def test_mcp_is_published_with_json_rpc_errors_and_refuses_other_bodies_in_them() -> None:
+    app = create_app(load_config(None, cli={"starter_models": False}, environ={}))
+    mcp = app.openapi()["paths"]["/mcp"]["post"]
+    for status in (400, 413, 415, 500):
+        assert error_ref(mcp, status) == "#/components/schemas/JsonRpcError"
+    assert "content" not in mcp["responses"]["202"]  # a notification's answer has no body
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        refused = await client.post("/mcp", content=b"{}", headers={"content-type": "text/plain"})
+    assert refused.status_code == 415 and refused.headers["content-type"] == "application/json"
+    assert refused.json()["error"]["code"] == -32600 and refused.json()["jsonrpc"] == "2.0"

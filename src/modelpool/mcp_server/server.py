@@ -14,6 +14,7 @@ model can read and retry on. Neither ever carries a traceback.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import FastAPI
@@ -25,14 +26,15 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from modelpool import __version__
 from modelpool.config.schema import Config
 from modelpool.errors import ModelpoolError
 from modelpool.mcp_server.pool_tools import add_pool_tools
 from modelpool.mcp_server.transcript_tools import add_transcript_tools
-from modelpool.wire.errors import MCP_PATH
-from modelpool.wire.openai.errors import validation_message
+from modelpool.wire.errors import MCP_PATH, jsonrpc_error
+from modelpool.wire.openai.errors import error_body, validation_message
 
 _CALLER_ERRORS = frozenset({400, 403, 404, 413})
 """Statuses that mean the request was wrong (as opposed to: the server could not do it now)."""
@@ -99,6 +101,26 @@ def mount_mcp(app: FastAPI, config: Config) -> StreamableHTTPSessionManager:
     manager = server.session_manager
     # POST only: with no sessions there is no stream to GET (the SDK would hold one open for
     # ever) and nothing to DELETE; both get 405, as the spec allows.
-    app.router.routes.append(Route(MCP_PATH, StreamableHTTPASGIApp(manager), methods=["POST"]))
+    app.router.routes.append(Route(MCP_PATH, _JsonOnly(StreamableHTTPASGIApp(manager)), methods=["POST"]))
     return manager
 
+
+class _JsonOnly:
+    """A body that is not JSON is a 415 in the JSON-RPC shape `/mcp` clients read (the SDK
+    answers it with a bare-text 400 and no content type). A class: Starlette's `Route`
+    treats a plain function as a request handler, an object as an ASGI app."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = dict(scope.get("headers", [])).get(b"content-type", b"").decode("latin-1")
+        if kind.split(";")[0].strip().lower() != "application/json":
+            body = error_body(f"Content-Type must be application/json, not '{kind[:60]}'", "invalid_request_error",
+                              "unsupported_media_type")  # fmt: skip
+            payload = json.dumps(jsonrpc_error(415, body)).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+            await send({"type": "http.response.start", "status": 415, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
+            return
+        await self.app(scope, receive, send)

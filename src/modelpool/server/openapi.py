@@ -16,7 +16,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from modelpool.server.auth import KeyRing, needed_scope
-from modelpool.wire.contract import ENVELOPES, ContractShape, NotReady, error_response
+from modelpool.wire.contract import ENVELOPES, ContractShape, NotReady, error_response, mcp_operation
 from modelpool.wire.errors import MCP_PATH, error_shape_for
 
 _BODY_METHODS = {"post", "put", "patch"}
@@ -33,6 +33,8 @@ def publish_contract(app: FastAPI, keys: KeyRing) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            if any(getattr(route, "path", None) == MCP_PATH for route in app.routes):  # mounted, not FastAPI's
+                schema["paths"][MCP_PATH] = {"post": mcp_operation()}
             told_true(schema, keys_enabled=keys.enabled)
             app.openapi_schema = schema
         return app.openapi_schema

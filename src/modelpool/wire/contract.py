@@ -83,6 +83,7 @@ REASONS: dict[int, str] = {
     404: "Unknown model or resource",
     408: "The request body stopped coming",
     409: "The model is not loaded and autoload is off",
+    415: "The body is not JSON",
     413: "The body, or a size inside it, is over the server's limit",
     421: "The Host header names a host this server does not serve",
     429: "The model's queue is full or the key's rate limit is reached (Retry-After)",
@@ -156,3 +157,32 @@ def text() -> dict[str, Any]:
 def not_ready_response() -> dict[str, Any]:
     ref = {"$ref": f"#/components/schemas/{NotReady.__name__}"}
     return {"description": REASONS[503], "content": {JSON: {"schema": ref}}}
+
+
+def mcp_operation() -> dict[str, Any]:
+    """`POST /mcp`, the MCP server (streamable HTTP, stateless, one JSON response per
+    request): a JSON-RPC request in, its response out (a tool's failure is a JSON-RPC error
+    or an `isError` result inside the 200); a notification is accepted with a 202 and no
+    body. Its refusals are JSON-RPC errors (`wire.errors.jsonrpc_error`)."""
+    message = {
+        "type": "object",
+        "required": ["jsonrpc", "method"],
+        "properties": {
+            "jsonrpc": {"const": "2.0"},
+            # A string or an integer; any other id (or none) makes the message a notification (202).
+            "id": {"description": "A string or an integer names a request; absent, a notification"},
+            "method": {"type": "string", "description": "initialize, tools/list, tools/call, ..."},
+            "params": {"type": ["object", "null"]},
+        },
+    }
+    answer = {"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}}}
+    return {
+        "summary": "The MCP server (JSON-RPC 2.0 over streamable HTTP)",
+        "operationId": "mcp",
+        "requestBody": {"required": True, "content": {JSON: {"schema": message}}},
+        "responses": {
+            "200": {"description": "The JSON-RPC response", "content": {JSON: {"schema": answer}}},
+            "202": {"description": "A notification, accepted"},
+            **{str(status): error_response(status, "jsonrpc") for status in (400, 415, 501)},
+        },
+    }
