@@ -109,3 +109,8 @@ async def test_mcp_is_published_with_json_rpc_errors_and_refuses_other_bodies_in
         refused = await client.post("/mcp", content=b"{}", headers={"content-type": "text/plain"})
     assert refused.status_code == 415 and refused.headers["content-type"] == "application/json"
     assert refused.json()["error"]["code"] == -32600 and refused.json()["jsonrpc"] == "2.0"
+
+
+def test_a_route_that_only_streams_lists_only_sse(monkeypatch: pytest.MonkeyPatch) -> None:
+    generate_stream = published(monkeypatch)["paths"]["/generate_stream"]["post"]["responses"]["200"]
+    assert set(generate_stream["content"]) == {"text/event-stream"}

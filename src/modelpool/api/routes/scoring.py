@@ -6,7 +6,7 @@ model for the task, or the only one that does it (`PoolLookup.model_for`)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.limits import limits_of
@@ -48,7 +48,8 @@ async def generate(body: GenerateBody, request: Request) -> JSONResponse:
     return JSONResponse(generate_json(pool.model_id(model), results))
 
 
-@router.post("/generate_stream", response_model=None, responses=declared(media={SSE: text()}))
+@router.post("/generate_stream", response_model=None, response_class=Response,  # SSE only, never JSON
+             responses=declared(media={SSE: text()}))  # fmt: skip
 async def generate_stream(body: GenerateStreamBody, request: Request) -> EventStreamResponse:
     """`/generate`'s body, streamed as server-sent events (`wire.openai.scoring`); a client
     that leaves stops the generation within a token, as on every stream."""
