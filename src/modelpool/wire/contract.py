@@ -153,6 +153,14 @@ def text() -> dict[str, Any]:
     return {"type": "string"}
 
 
+def sse_events() -> dict[str, Any]:
+    """The schema of one event of a `text/event-stream` (OpenAPI 3.1 reads a streamed media
+    type's `schema` as each event's): its `data` is a JSON object, or OpenAI's `[DONE]`."""
+    fields = {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"},
+              "retry": {"type": "integer", "minimum": 0}}  # fmt: skip
+    return {"type": "object", "properties": fields, "required": ["data"]}
+
+
 
 def not_ready_response() -> dict[str, Any]:
     ref = {"$ref": f"#/components/schemas/{NotReady.__name__}"}

@@ -16,7 +16,7 @@ from modelpool.inference import Segment, TranscriptionRequest
 from modelpool.owner import owner_of
 from modelpool.pool_api.call import CallOptions
 from modelpool.pool_api.streams import ResultStream
-from modelpool.wire.contract import LISTING_ERRORS, MODEL_LIMITS, POOL_ERRORS, SSE, binary, declared, text
+from modelpool.wire.contract import LISTING_ERRORS, MODEL_LIMITS, POOL_ERRORS, SSE, binary, declared, sse_events, text
 from modelpool.wire.openai.speech import SpeechBody, encoded_speech, speech_events, transcript_events
 
 router = APIRouter()
@@ -29,7 +29,7 @@ ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
 
 
 @router.post("/v1/audio/transcriptions", response_model=None,
-             responses=declared(POOL_ERRORS, media={**_TRANSCRIPT_MEDIA, SSE: text()},
+             responses=declared(POOL_ERRORS, media={**_TRANSCRIPT_MEDIA, SSE: sse_events()},
                                 rules=_TRANSCRIPT_RULES))  # fmt: skip
 async def transcriptions(
     request: Request,
@@ -118,7 +118,7 @@ async def _collect(segments: ResultStream[Segment]) -> list[Segment]:
 
 
 @router.post("/v1/audio/speech", response_model=None, response_class=Response,
-             responses=declared(POOL_ERRORS, media={**_SPEECH_MEDIA, SSE: text()}, rules=(
+             responses=declared(POOL_ERRORS, media={**_SPEECH_MEDIA, SSE: sse_events()}, rules=(
                  MODEL_LIMITS, "a voice the model has", "a response_format this server can encode")))  # fmt: skip
 async def speech(body: SpeechBody, request: Request) -> Response:
     note_model(request, body.model)

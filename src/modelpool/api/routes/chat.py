@@ -11,13 +11,13 @@ from modelpool.api.deps import metrics_field, note_model, pool_of, unless_discon
 from modelpool.api.limits import limits_of
 from modelpool.api.sse import EventStreamResponse
 from modelpool.pool_api.generation import collect
-from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, text
+from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, sse_events
 from modelpool.wire.openai.chat import ChatCompletionBody
 from modelpool.wire.openai.chat_reply import chat_chunks, chat_completion_json
 from modelpool.wire.openai.render import ResponseMeta
 from modelpool.wire.sizes import translated
 
-router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: text()}, rules=(  # JSON, or SSE with `stream`
+router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: sse_events()}, rules=(  # JSON, or SSE with `stream`
     MODEL_LIMITS, "a tool message needs the tool_call_id it answers, and answers a call made before it",
     "min_tokens at most max_tokens")))
 

@@ -11,11 +11,11 @@ from fastapi.responses import JSONResponse, Response
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.sse import EventStreamResponse
 from modelpool.pool_api.generation import collect_choices
-from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, text
+from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, sse_events
 from modelpool.wire.openai.completions import CompletionBody, completion_chunks, completion_json
 from modelpool.wire.openai.render import ResponseMeta
 
-router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: text()}, rules=(  # JSON, or SSE with `stream`
+router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: sse_events()}, rules=(  # JSON, or SSE with `stream`
     MODEL_LIMITS, "max_tokens 0 only with echo", "min_tokens at most max_tokens")))
 
 

@@ -25,7 +25,7 @@ from modelpool.pool_api.usage import UsageMeter
 from modelpool.tasks import Task
 from modelpool.wire.anthropic.events import MessageMeta, message_chunks, message_json, with_error_events
 from modelpool.wire.anthropic.messages import ConversationBody, MessagesBody
-from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, text
+from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, sse_events
 from modelpool.wire.sizes import translated
 
 router = APIRouter(responses=declared(POOL_ERRORS, shape="anthropic", rules=(
@@ -33,7 +33,7 @@ router = APIRouter(responses=declared(POOL_ERRORS, shape="anthropic", rules=(
     "a tool_result answers a tool_use made before it")))
 
 
-@router.post("/v1/messages", response_model=None, responses=declared(media={SSE: text()}))
+@router.post("/v1/messages", response_model=None, responses=declared(media={SSE: sse_events()}))
 async def create_message(body: MessagesBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)

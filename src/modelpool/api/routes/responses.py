@@ -17,14 +17,14 @@ from modelpool.inference import ChatMessage, Usage
 from modelpool.owner import Owner, owner_of
 from modelpool.pool_api.generation import collect
 from modelpool.pool_api.responses import ResponseStorage, StoredResponse
-from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, text
+from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, sse_events
 from modelpool.wire.openai.response_draft import ResponseDraft, status_of
 from modelpool.wire.openai.response_events import error_events, response_events
 from modelpool.wire.openai.responses import ResponsesBody
 from modelpool.wire.sizes import translated
 from modelpool.wire.tools import check_tool_results
 
-router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: text()}, rules=(  # JSON, or SSE with `stream`
+router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: sse_events()}, rules=(  # JSON, or SSE with `stream`
     MODEL_LIMITS, "exactly one of input or messages", "messages end with a user message",
     "a function_call_output answers a call made before it")))
 

@@ -12,7 +12,7 @@ from modelpool.api.deps import note_model, pool_of, unless_disconnected
 from modelpool.api.limits import limits_of
 from modelpool.api.sse import EventStreamResponse
 from modelpool.tasks import Task
-from modelpool.wire.contract import MODEL_LIMITS, MODEL_OPTIONAL, POOL_ERRORS, SSE, declared, text
+from modelpool.wire.contract import MODEL_LIMITS, MODEL_OPTIONAL, POOL_ERRORS, SSE, declared, sse_events
 from modelpool.wire.openai.scoring import (
     GenerateBody,
     GenerateStreamBody,
@@ -49,7 +49,7 @@ async def generate(body: GenerateBody, request: Request) -> JSONResponse:
 
 
 @router.post("/generate_stream", response_model=None, response_class=Response,  # SSE only, never JSON
-             responses=declared(media={SSE: text()}))  # fmt: skip
+             responses=declared(media={SSE: sse_events()}))  # fmt: skip
 async def generate_stream(body: GenerateStreamBody, request: Request) -> EventStreamResponse:
     """`/generate`'s body, streamed as server-sent events (`wire.openai.scoring`); a client
     that leaves stops the generation within a token, as on every stream."""
