@@ -1,6 +1,6 @@
 """The published OpenAPI against the server that publishes it: schemathesis (its CLI, a real
 subprocess) with ALL its checks, against a real `modelpool serve` subprocess serving the
-starter chat and embedding models with API keys configured, over every route of the schema
+starter chat, embedding, speech and transcription models with API keys configured, over every route of the schema
 (the inference routes, the listings, health, metrics and the admin routes, with a key that
 may use them). It must find 0 failures.
 
@@ -26,7 +26,8 @@ import httpx
 import pytest
 import schemathesis
 
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, HF_MODEL
+from tests.audio_files import wav_bytes
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, HF_MODEL, STT_MODEL, TTS_MODEL
 from tests.processes import Server, modelpool_serve
 
 pytestmark = pytest.mark.e2e  # a real server with real models: `-m "not e2e"` leaves it out
@@ -57,7 +58,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     # Two models that generate and score (the transformers one loads only if named, and no
     # generated body names it): a body without `model` is then the documented 400 naming
     # the candidates, never a random body run on a model for as long as its max_tokens.
-    args = ("--config", str(folder / "modelpool.yaml"), "--models", f"{CHAT_MODEL},{EMBED_MODEL},{HF_MODEL}")
+    served = ",".join((CHAT_MODEL, EMBED_MODEL, HF_MODEL, TTS_MODEL, STT_MODEL))
+    args = ("--config", str(folder / "modelpool.yaml"), "--models", served)
     with modelpool_serve(folder / "server.log", *args, env={"MODELPOOL_CONTRACT_KEY": KEY}) as running:
         yield running
 
@@ -118,6 +120,9 @@ DOCUMENTED: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/generate_stream", {"model": CHAT_MODEL, "prompts": ["Hi"], "max_tokens": 2}),
     ("POST", "/loglikelihood", {"model": CHAT_MODEL, "prompts": ["The sky is"], "continuations": [" blue"]}),
     ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    ("POST", "/v1/audio/speech", {"model": TTS_MODEL, "input": "Hi.", "response_format": "wav"}),
+    ("POST", "/v1/audio/speech", {"model": TTS_MODEL, "input": "Hi.", "response_format": "mp3"}),
+    ("POST", "/v1/audio/speech", {"model": TTS_MODEL, "input": "Hi.", "stream_format": "sse"}),
 ]
 READS = ["/v1/models", "/healthz", "/health", "/readyz", "/metrics", "/metrics/history", "/v1/audio/voices",
          "/v1/admin/models", "/v1/admin/memory", "/v1/admin/usage", "/v1/admin/gpu-memory"]  # fmt: skip
@@ -132,6 +137,10 @@ def test_ordinary_requests_get_what_the_schema_says(server: Server) -> None:
     cases = [schema[path][method].Case(body=body) for method, path, body in DOCUMENTED]
     cases += [schema[path]["GET"].Case() for path in READS]
     cases += [schema[path]["GET"].Case(path_parameters={"model_id": CHAT_MODEL}) for path in MODEL_READS]
+    transcribe = schema["/v1/audio/transcriptions"]["POST"]
+    for kind in ("json", "text", "vtt", "srt"):  # JSON, then the text formats, each its own content type
+        form: Any = {"file": wav_bytes(seconds=1.0), "model": STT_MODEL, "response_format": kind}
+        cases.append(transcribe.Case(body=form, media_type="multipart/form-data"))
     for case in cases:
         method, path = case.method, case.path
         response = case.call_and_validate(headers=auth, timeout=120)
