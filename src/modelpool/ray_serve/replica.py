@@ -13,7 +13,7 @@ from typing import Any
 import ray
 from ray import serve
 
-from modelpool.config.schema import Config
+from modelpool.config.schema import Config, ModelConfig, ServerDefaults
 from modelpool.errors import InvalidRequest, ModelpoolError
 from modelpool.logs import configure_logging, current_request_id
 from modelpool.pool_api.results import Outcome, SpeechAudio, Transcription
@@ -52,7 +52,16 @@ def replica_config(config: Config, model_ids: list[str], max_loaded: int | None)
             update={"replicas": 1, "replica_max": 1, "preload": model.preload and max_loaded is None}
         )
     pool = config.pool.model_copy(update={"max_loaded_models": max_loaded}) if max_loaded else config.pool
-    return config.model_copy(update={"models": models, "enabled_models": None, "pool": pool})
+    return config.model_copy(update={"models": models, "enabled_models": None, "pool": pool, "defaults": _own_defaults(config, models)})
+
+
+def _own_defaults(config: Config, models: dict[str, ModelConfig]) -> ServerDefaults:
+    """`defaults.models` narrowed to the models this replica serves: the whole config was
+    checked at load, and a replica's pool checks each default it is given against its own
+    models (another application's default would stop this replica from starting)."""
+    names = {name for model in models.values() for name in (model.id, *model.aliases)}
+    own = {task: name for task, name in config.defaults.models.items() if name in names}
+    return config.defaults.model_copy(update={"models": own})
 
 
 class ModelReplica:
