@@ -74,8 +74,10 @@ def normalised(vectors: npt.NDArray[np.float32], how: int) -> npt.NDArray[np.flo
         norms = magnitude.max(axis=1, keepdims=True) / INT16_SCALE
     elif how == 1:
         norms = magnitude.sum(axis=1, keepdims=True)
-    else:
-        norms = (magnitude**how).sum(axis=1, keepdims=True) ** (1.0 / how)
+    else:  # scaled by the largest component first: a small one raised to p would underflow to 0
+        largest = magnitude.max(axis=1, keepdims=True)
+        ratios = np.divide(magnitude, largest, out=np.zeros(magnitude.shape), where=largest > 0)
+        norms = largest * (ratios**how).sum(axis=1, keepdims=True) ** (1.0 / how)
     scaled = np.divide(vectors, norms, out=np.zeros(vectors.shape), where=norms > 0)
     out: npt.NDArray[np.float32] = scaled.astype(np.float32)
     return out
