@@ -106,6 +106,16 @@ async def test_dimensions_truncates_and_renormalises_as_openai_does(
     assert "1 to 384" in str(refused.value)
 
 
+async def test_too_many_dimensions_is_refused_before_the_model_runs(http) -> None:
+    """Once the model's size is known (learned as it loads), `dimensions` past it is the 400,
+    not whatever running the inputs would have found (here: an over-long input)."""
+    assert (await http.post("/v1/embeddings", json={"model": EMBED_MODEL, "input": "x"})).status_code == 200
+    body = {"model": EMBED_MODEL, "input": ["ok", "word " * 400], "dimensions": 385}
+    refused = await http.post("/v1/embeddings", json=body)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "dimensions"
+
+
 async def test_the_model_listing_shows_an_embedding_models_dimensions(oai: openai.AsyncOpenAI) -> None:
     """The simple inference server's `/v1/models` lists each embedding model's dimensions."""
     await oai.embeddings.create(model=EMBED_MODEL, input="x")

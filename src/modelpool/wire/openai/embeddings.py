@@ -74,16 +74,22 @@ def shortened(vectors: npt.NDArray[np.float32], dimensions: int | None, model_id
     native = vectors.shape[1]
     if dimensions is None or dimensions == native:
         return vectors
-    if dimensions > native:
+    refuse_dimensions_beyond(native, dimensions, model_id)
+    cut = vectors[:, :dimensions].astype(np.float32)
+    norms = np.linalg.norm(cut, axis=1, keepdims=True)
+    unit: npt.NDArray[np.float32] = np.divide(cut, norms, out=np.zeros_like(cut), where=norms > 0)
+    return unit
+
+
+def refuse_dimensions_beyond(native: int | None, dimensions: int | None, model_id: str) -> None:
+    """A 400 naming `dimensions` when it asks for more than the model's `native` size
+    (None: not known yet, as before an embedding model first loads)."""
+    if native is not None and dimensions is not None and dimensions > native:
         raise InvalidRequest(
             f"dimensions ({dimensions}) exceeds the {native} dimensions model '{model_id}' makes; "
             f"ask for 1 to {native}",
             param="dimensions",
         )
-    cut = vectors[:, :dimensions].astype(np.float32)
-    norms = np.linalg.norm(cut, axis=1, keepdims=True)
-    unit: npt.NDArray[np.float32] = np.divide(cut, norms, out=np.zeros_like(cut), where=norms > 0)
-    return unit
 
 
 def _encode(vector: npt.NDArray[np.float32], encoding_format: str) -> list[float] | str:
