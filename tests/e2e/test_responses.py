@@ -200,6 +200,9 @@ async def check_thinking_default_and_loaded_listing(client, vocab) -> None:
     routes; a request's own choice wins. `/v1/models?loaded=true` lists the loaded only."""
     loaded = await client.get("/v1/models", params={"loaded": "true"})
     assert [m["id"] for m in loaded.json()["data"]] == ["templated"]  # "thinks" is not loaded yet
+    # llm-pool's own read of its listing: `payload == {"models": ["test-model"]}` (Bobcat/llm-pool,
+    # tests/test_api.py, test_models_endpoint_returns_enabled_models), an extra field beside `data`
+    assert loaded.json()["models"] == ["templated"]
     every = {m["id"]: m for m in (await client.get("/v1/models")).json()["data"]}
     assert set(every) == {"templated", "thinks"} and every["thinks"]["state"] == "unloaded"
     assert every["thinks"]["capabilities"]["thinking_default"] is True
@@ -221,5 +224,18 @@ async def check_thinking_default_and_loaded_listing(client, vocab) -> None:
     assert await chat_tokens("thinks") == await chat_tokens("templated") + think
     off = {"enable_thinking": False}
     assert await chat_tokens("thinks", chat_template_kwargs=off) == await chat_tokens("templated")
-    listed = (await client.get("/v1/models", params={"loaded": "true"})).json()["data"]
-    assert sorted(m["id"] for m in listed) == ["templated", "thinks"]
+    listed = (await client.get("/v1/models", params={"loaded": "true"})).json()
+    assert sorted(m["id"] for m in listed["data"]) == sorted(listed["models"]) == ["templated", "thinks"]
+    await check_counts_take_the_thinking_default(client, await chat_tokens("thinks"), think)
+
+
+async def check_counts_take_the_thinking_default(client, real: int, think: int) -> None:
+    """Counting a chat renders the template as the call does, the model's `enable_thinking`
+    default included (its `<think>` opening counted); a request's own choice still wins."""
+    hello = [{"role": "user", "content": "Bonjour"}]
+    counted = await client.post("/v1/messages/count_tokens", json={"model": "thinks", "messages": hello})
+    assert counted.json()["input_tokens"] == real
+    tokenized = await client.post("/tokenize", json={"model": "thinks", "messages": hello})
+    assert len(tokenized.json()["tokens"]) == real
+    off = {"model": "thinks", "messages": hello, "chat_template_kwargs": {"enable_thinking": False}}
+    assert len((await client.post("/tokenize", json=off)).json()["tokens"]) == real - think

@@ -175,8 +175,13 @@ class TextRequests(PoolBase):
     async def tokenize(
         self, name: str | None, job: TokenizeJob, options: CallOptions = DEFAULT_CALL
     ) -> Outcome[Tokenized]:
-        """Token ids by the tokenizer of the model `name` names (None: the only model with one)."""
+        """Token ids by the tokenizer of the model `name` names (None: the only model with one).
+        A chat takes the model's `enable_thinking` default, as a real call does: on a
+        thinking-aware template the count would differ from the call's otherwise."""
         async with await self._tokenizer_lease(name, options) as lease:
+            if job.chat is not None:
+                chat = with_thinking_default(job.chat, self.slot(lease.model_id).config.enable_thinking)
+                job = replace(job, chat=chat)
             return Outcome(await tokenize_on(lease.model_id, lease.backend, job), lease.timing, RequestUsage())
 
     async def detokenize(

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import pool_of
 from modelpool.wire.contract import LISTING_ERRORS, declared
-from modelpool.wire.openai.models import model_json
+from modelpool.wire.openai.models import model_json, models_json
 
 router = APIRouter(responses=declared(LISTING_ERRORS))
 
@@ -22,7 +22,7 @@ LOADED = Query(
 @router.get("/v1/models")
 async def list_models(request: Request, loaded: Annotated[bool, LOADED] = False) -> JSONResponse:
     statuses = [s for s in pool_of(request).statuses() if not loaded or s.state == "ready"]
-    return JSONResponse({"object": "list", "data": [model_json(s) for s in statuses]})
+    return JSONResponse(models_json(statuses))
 
 
 @router.get("/v1/models/{model_id:path}")

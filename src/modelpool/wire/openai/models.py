@@ -9,6 +9,12 @@ from typing import Any
 from modelpool.status import DownloadStatus, ModelStatus
 
 
+def models_json(statuses: list[ModelStatus]) -> dict[str, Any]:
+    """OpenAI's list (`data`), plus `models`: the same ids alone, as llm-pool's clients read
+    its `/v1/models` (`{"models": [ids]}`); an extra field OpenAI's clients ignore."""
+    return {"object": "list", "data": [model_json(s) for s in statuses], "models": [s.id for s in statuses]}
+
+
 def model_json(status: ModelStatus) -> dict[str, Any]:
     capabilities = status.capabilities.as_json()
     shown = {
