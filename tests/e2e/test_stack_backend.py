@@ -1,7 +1,8 @@
 """The agent sample's launcher contract on `modelpool up / down` (real CLI subprocesses, cheap
 `http.server`-style services): `model_backend: nim` read from the worker's YAML skips the
-services the hosted overlay replaces; saved credentials and the stack's `.env` reach every
-service without overriding the real environment and without ever being printed; a backend's
+services the hosted overlay replaces; the stack's `.env` and the saved keys its backend lists
+(no other saved key) reach every service without overriding the real environment and without
+ever being printed; a backend's
 missing key stops `up` before anything starts; `down --port` stops a registered service, a
 real unregistered modelpool server, and refuses anything else."""
 
@@ -32,7 +33,8 @@ REPORTER = (
     "import hashlib, http.server, json, os, sys\n"
     "key = os.environ.get('NGC_API_KEY', '')\n"
     "report = {'key_sha256': hashlib.sha256(key.encode()).hexdigest() if key else None,\n"
-    "          'from_dotenv': os.environ.get('FROM_DOTENV'), 'env_wins': os.environ.get('ENV_WINS')}\n"
+    "          'from_dotenv': os.environ.get('FROM_DOTENV'), 'env_wins': os.environ.get('ENV_WINS'),\n"
+    "          'unlisted': os.environ.get('UNLISTED_SAVED_KEY')}\n"
     "open(sys.argv[2], 'w').write(json.dumps(report))\n"
     "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()\n"
 )
@@ -89,18 +91,20 @@ def test_nim_backend_skips_what_it_replaces_and_hands_on_saved_keys(tmp_path: Pa
 
     saved = run_cli(cli_env, "credentials", "set", "NGC_API_KEY", stdin=KEY + "\n")
     assert saved.returncode == 0, saved.stderr
+    unlisted = run_cli(cli_env, "credentials", "set", "UNLISTED_SAVED_KEY", stdin="another service's key\n")
+    assert unlisted.returncode == 0, unlisted.stderr  # saved, but the stack lists only NGC_API_KEY
     up = run_cli(cli_env, "up", str(stack), "-d")
     assert up.returncode == 0, up.stdout + up.stderr
     assert "vlm: not started: model_backend nim replaces it" in up.stdout
     assert [r.name for r in Registry(tmp_path / "state").records()] == ["worker"]
     report = json.loads((tmp_path / "sample" / "report.json").read_text())
     assert report == {"key_sha256": hashlib.sha256(KEY.encode()).hexdigest(), "from_dotenv": "dotenv value",
-                      "env_wins": "from the real environment"}  # fmt: skip
+                      "env_wins": "from the real environment", "unlisted": None}  # fmt: skip
     listed = run_cli(cli_env, "credentials", "list")
     logs = "".join(p.read_text() for p in (tmp_path / "state").rglob("*.log"))
     for text in (missing.stdout, missing.stderr, saved.stdout, up.stdout, up.stderr, listed.stdout, logs):
         assert KEY not in text
-    assert listed.stdout.strip() == "NGC_API_KEY"
+    assert listed.stdout.split() == ["NGC_API_KEY", "UNLISTED_SAVED_KEY"]
 
     local = run_cli(cli_env, "up", str(stack), "-d", "--model-backend", "local")  # the override: vlm starts too
     assert local.returncode == 0, local.stdout
@@ -115,6 +119,11 @@ def test_the_credentials_file_is_private_and_refused_when_it_is_not(tmp_path: Pa
     for bad_name, value in (("1BAD", KEY), ("NGC API", KEY), ("EMPTY", ""), ("HUGE", KEY * 400)):
         refused = run_cli(cli_env, "credentials", "set", bad_name, stdin=value)
         assert refused.returncode == 2 and KEY not in refused.stdout + refused.stderr
+    argv = [sys.executable, "-m", "modelpool", "credentials", "set", "BYTES"]
+    for stdin in (b"\xff\xfe" + KEY.encode() + b"\n", None):  # not text; no stdin at all
+        odd = subprocess.run(argv, input=stdin, stdin=subprocess.DEVNULL if stdin is None else None,
+                             capture_output=True, timeout=UP_TIMEOUT_S, env=cli_env, check=False)  # fmt: skip
+        assert odd.returncode == 2 and b"Traceback" not in odd.stderr and KEY.encode() not in odd.stdout + odd.stderr
     path.chmod(0o644)
     listed = run_cli(cli_env, "credentials", "list")
     assert listed.returncode == 2 and f"chmod 600 {path}" in listed.stdout + listed.stderr

@@ -32,13 +32,28 @@ NameArg = Annotated[str, typer.Argument(help="The environment variable it stands
 @app.command("set")
 def set_credential(name: NameArg) -> None:
     """Save a key: typed at a no-echo prompt, or piped on stdin (its first line)."""
-    value = getpass.getpass(f"{name}: ") if sys.stdin.isatty() else sys.stdin.readline(MAX_VALUE + 2).rstrip("\r\n")
     try:
+        value = _read_value(name)
         path = save_credential(name, value)
+    except (EOFError, KeyboardInterrupt):
+        echo_err(f"error: no value given for {name}: nothing saved")
+        raise typer.Exit(2) from None
     except ConfigError as exc:
         echo_err(f"error: {exc.message}")
         raise typer.Exit(2) from None
     typer.echo(f"saved {name} in {path} (mode 0600)")
+
+
+def _read_value(name: str) -> str:
+    """A no-echo prompt on a terminal, else stdin's first line (undecodable bytes: refused)."""
+    if sys.stdin is None:
+        raise EOFError
+    if sys.stdin.isatty():
+        return getpass.getpass(f"{name}: ")
+    try:
+        return sys.stdin.readline(MAX_VALUE + 2).rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise ConfigError(f"the value for {name} is not text in the terminal's encoding") from None
 
 
 @app.command("list")

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from modelpool.client.credentials import layered_environ
+from modelpool.client.credentials import KeyEnvironment
 from modelpool.client.errors import ConfigError as ClientConfigError
 from modelpool.errors import ConfigError
 from modelpool.services.by_port import stop_unregistered
@@ -63,8 +63,9 @@ def up(
 
     Dependencies first, each waited for until healthy. In the foreground (the default),
     Ctrl-C stops the services it started except the persistent ones; with --detach
-    everything keeps running until `modelpool down`. Every service gets the saved
-    credentials and the `.env` beside the stack file (never over a variable already set)."""
+    everything keeps running until `modelpool down`. Every service gets the `.env` beside
+    the stack file and, of the saved credentials, only the keys the model backend's
+    `credentials:` list names (never over a variable already set)."""
     stack = _or_exit(lambda: load_stack(stack_file, model_backend))
     extra_env = _or_exit(lambda: _service_environment(stack))
     for name in stack.replaced:
@@ -74,18 +75,20 @@ def up(
 
 
 def _service_environment(stack: Stack) -> dict[str, str]:
-    """Saved credentials and the stack's `.env` for its services, without what the process
-    environment already sets (that reaches them anyway, and wins); refuses to go on
-    without a key the model backend needs, naming it (never a value)."""
-    layered = layered_environ(stack.file.parent, environ={})
-    missing = [name for name in stack.credentials if not (os.environ.get(name) or layered.get(name))]
+    """The stack's `.env` and the keys its model backend lists (`credentials:`), for its
+    services, without what the process environment already sets (that reaches them anyway,
+    and wins). Least privilege: a saved key the stack does not list stays out of every
+    service's environment. Refuses to go on without a listed key, naming it (never a value)."""
+    keys = KeyEnvironment(stack.file.parent)
+    missing = [name for name in stack.credentials if not keys.get(name)]
     if missing:
         names = ", ".join(missing)
         raise ConfigError(
             f"model_backend {stack.model_backend} needs {names}: export it, put it in {stack.file.parent / '.env'}, "
             f"or save it with `modelpool credentials set {missing[0]}`"
         )
-    return {name: value for name, value in layered.items() if name not in os.environ}
+    passed = {**keys.dotenv(), **{name: keys[name] for name in stack.credentials}}
+    return {name: value for name, value in passed.items() if name not in os.environ}
 
 
 async def _up(launcher: Launcher, names: list[str] | None) -> int:

@@ -25,6 +25,8 @@ def models_file_of(worker_config: str | Path) -> Path:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read worker config {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"worker config {path} is not UTF-8 text") from None
     if not isinstance(data, dict):
         raise ConfigError(f"worker config {path} must hold a mapping")
     backend = str(data.get("model_backend", LOCAL)).lower()

@@ -181,14 +181,17 @@ def load_models_config(
 ) -> ModelsConfig:
     """Read and check models.yaml (see the module docstring). Keys come from `environ` when
     given, else from the process environment, a `.env` beside the file and the saved
-    credentials, in that order (credentials.py)."""
+    credentials, in that order; the last two are read only for a key the environment
+    lacks (credentials.py)."""
     path = Path(path)
     if environ is None:
         environ = layered_environ(path.parent)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read models config {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"models config {path} is not UTF-8 text") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     return parse_models_config(data, environ=environ, state_dir=state_dir, source=str(path))

@@ -8,6 +8,11 @@ Precedence, highest first (a real environment variable is never overridden):
    (`~/.config/modelpool/credentials.json`), written by `modelpool credentials set NAME`;
 4. the agent sample's own cache, `~/.config/xr-ai/credentials.json`, read as it is.
 
+Lazily: the `.env` and the credentials files are read only when a name is not in the
+process environment, so a models.yaml that needs no key (or finds it exported) never
+depends on them. A `.env` line that is not `NAME=value` is skipped with a warning naming
+the file and the line number (as python-dotenv does), never guessed at and never shown.
+
 A credentials file is a JSON object of name → value that only its owner may read (mode
 0600): modelpool's own is refused when others can read it, with the chmod that fixes it;
 the sample's cache (which its launcher writes with the default umask) is then skipped with
@@ -23,7 +28,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from modelpool.client.errors import ConfigError
@@ -69,8 +74,8 @@ def save_credential(name: str, value: str, path: Path | None = None) -> Path:
     """Add or replace one key in the credentials file, written 0600 in a 0700 folder and
     swapped in whole (a crash never leaves half a file). Returns the file's path."""
     check_name(name)
-    if not value or len(value) > MAX_VALUE or any(c in value for c in "\r\n\0"):
-        raise ConfigError(f"the value for {name} must be one line of 1 to {MAX_VALUE} characters")
+    if not value or len(value) > MAX_VALUE or not value.isprintable():  # control characters, undecodable bytes
+        raise ConfigError(f"the value for {name} must be one line of 1 to {MAX_VALUE} printable characters")
     target = path or credentials_file()
     entries = _read_credentials(target)
     entries[name] = value
@@ -95,8 +100,8 @@ def check_name(name: str) -> None:
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
-    """`NAME=value` lines (`export NAME=value`, quotes, `#` comments); a line that is none of
-    these is an error naming its number (never its text: it may hold a key)."""
+    """`NAME=value` lines (`export NAME=value`, quotes, `#` comments). A line that is none
+    of these is skipped with a warning naming its number (never its text: it may hold a key)."""
     text = _read_bounded(path, ".env file")
     values: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
@@ -104,30 +109,76 @@ def read_dotenv(path: Path) -> dict[str, str]:
             continue
         match = _LINE.fullmatch(line)
         if match is None:
-            raise ConfigError(f"{path}: line {number} is not NAME=value")
+            log.warning("%s: line %d is not NAME=value; skipped", path, number)
+            continue
         values[match.group(1)] = _unquote(match.group(2))
     return values
 
 
 def dotenv_beside(folder: Path) -> Path | None:
     """The `.env` a models or stack file in `folder` uses: its own, else the working directory's."""
-    for candidate in (folder / DOTENV, Path.cwd() / DOTENV):
-        if candidate.is_file():
-            return candidate
+    for candidate in (folder / DOTENV, _cwd() / DOTENV):
+        try:
+            if candidate.is_file():
+                return candidate
+        except OSError as exc:  # a folder this user may not search
+            raise ConfigError(f"cannot look for {candidate}: {exc.strerror or type(exc).__name__}") from None
     return None
 
 
-def layered_environ(folder: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a models file in `folder` reads keys from (precedence above)."""
-    found = dotenv_beside(folder)
-    dotenv = read_dotenv(found) if found is not None else {}
-    return {**saved_credentials(), **dotenv, **(os.environ if environ is None else environ)}
+class KeyEnvironment(Mapping[str, str]):
+    """The environment a models or stack file in `folder` reads keys from (precedence in
+    the module docstring). The `.env` and the saved credentials are read on the first
+    name the environment lacks, once; their problems surface then, naming the file."""
+
+    def __init__(self, folder: Path, environ: Mapping[str, str] | None = None) -> None:
+        self._folder = folder
+        self._environ = os.environ if environ is None else environ
+        self._dotenv: dict[str, str] | None = None
+        self._saved: dict[str, str] | None = None
+
+    def __getitem__(self, name: str) -> str:
+        if name in self._environ:
+            return self._environ[name]
+        dotenv = self.dotenv()
+        if name in dotenv:
+            return dotenv[name]
+        return self.saved()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self.saved(), **self.dotenv(), **self._environ})
+
+    def __len__(self) -> int:
+        return len({**self.saved(), **self.dotenv(), **self._environ})
+
+    def dotenv(self) -> dict[str, str]:
+        """The variables of the `.env` beside the file (none when there is none)."""
+        if self._dotenv is None:
+            found = dotenv_beside(self._folder)
+            self._dotenv = read_dotenv(found) if found is not None else {}
+        return self._dotenv
+
+    def saved(self) -> dict[str, str]:
+        if self._saved is None:
+            self._saved = saved_credentials()
+        return self._saved
+
+
+def layered_environ(folder: Path, environ: Mapping[str, str] | None = None) -> KeyEnvironment:
+    """The environment a models file in `folder` reads keys from (lazy: KeyEnvironment)."""
+    return KeyEnvironment(folder, environ)
 
 
 def _read_credentials(path: Path) -> dict[str, str]:
-    if not path.is_file():
-        return {}
-    mode = stat.S_IMODE(path.stat().st_mode)
+    try:
+        if not path.exists():
+            return {}
+        info = path.stat()
+    except OSError as exc:
+        raise ConfigError(f"cannot read credentials file {path}: {exc.strerror or type(exc).__name__}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"credentials file {path} is not a regular file")
+    mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077:
         raise ConfigError(
             f"credentials file {path} can be read by other users (mode {mode:04o}): run `chmod 600 {path}`"
@@ -139,6 +190,13 @@ def _read_credentials(path: Path) -> dict[str, str]:
     if not isinstance(data, dict) or not all(isinstance(v, str) and NAME.fullmatch(k) for k, v in data.items()):
         raise ConfigError(f"credentials file {path} is not a JSON object of name → value")
     return dict(data)
+
+
+def _cwd() -> Path:
+    try:
+        return Path.cwd()
+    except OSError:  # the working directory was removed: it has no .env then
+        return Path("/nonexistent")
 
 
 def _read_bounded(path: Path, what: str) -> str:
@@ -153,15 +211,29 @@ def _read_bounded(path: Path, what: str) -> str:
 
 
 def _write_private(path: Path, entries: Mapping[str, str]) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".credentials-")  # created 0600
+    """Swap in a new file, created 0600 by mkstemp, in a folder created 0700 (every folder
+    this creates: a new `~/.config` is private too)."""
+    try:
+        _private_folder(path.parent)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".credentials-")
+    except OSError as exc:
+        raise ConfigError(f"cannot write credentials file {path}: {exc.strerror or type(exc).__name__}") from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             json.dump(dict(entries), file, indent=2)
         os.replace(temporary, path)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise ConfigError(f"cannot write credentials file {path}: {exc.strerror or type(exc).__name__}") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _private_folder(folder: Path) -> None:
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    for created in reversed(missing):
+        created.mkdir(mode=0o700, exist_ok=True)
 
 
 def _unquote(value: str) -> str:
