@@ -107,6 +107,12 @@ def test_a_missing_or_malformed_stack_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("services: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_stack(tmp_path / "bad.yaml")
+    (tmp_path / "latin1.yaml").write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"latin1\.yaml is not UTF-8 text"):
+        load_stack(tmp_path / "latin1.yaml")
+    folder = write_stack(tmp_path, {"app": {"command": ["run-app"]}}, model_backend_file=".")
+    with pytest.raises(ConfigError, match=f"cannot read model_backend_file {tmp_path}: Is a directory"):
+        load_stack(folder)  # the worker's YAML named as a folder: an error naming it, not a traceback
 
 
 def test_closure_of_an_unknown_service_is_an_error(tmp_path: Path) -> None:
@@ -136,3 +142,17 @@ def test_model_backend_leaves_out_what_it_replaces_and_its_placeholders_are_refu
             load_stack(write_stack(tmp_path, services, **bad))
     with pytest.raises(ConfigError, match="may hold only"):
         load_stack(write_stack(tmp_path, {"w": {"command": ["x"]}}), "no/such")
+
+
+def test_an_unreadable_config_changes_the_fingerprint_instead_of_raising(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "llm.yaml").write_text("{}\n")
+    llm = load_stack(write_stack(tmp_path, {"llm": {"modelpool": {}}})).services["llm"]
+    readable = llm.fingerprint()
+
+    def denied(self: Path) -> bytes:  # as chmod 000 would for a user other than root
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    assert llm.fingerprint() != readable  # `up` goes on; the server names the file it cannot read

@@ -132,6 +132,10 @@ def read_yaml_mapping(path: Path, what: str = "config file") -> dict[str, Any]:
         data = yaml.safe_load(path.read_text("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{what} not found: {path}") from None
+    except OSError as exc:  # a folder, a file this user may not read
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or type(exc).__name__}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {path} is not UTF-8 text") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} {path} is not valid YAML: {exc}") from None
     if data is None:

@@ -141,8 +141,11 @@ class Service:
         """Changes when the definition or its config file does: a reused service that no
         longer matches is pointed out instead of silently kept."""
         digest = hashlib.sha256(self.spec.model_dump_json().encode())
-        if self.config_file is not None and self.config_file.is_file():
-            digest.update(self.config_file.read_bytes())
+        if self.config_file is not None:
+            try:
+                digest.update(self.config_file.read_bytes())
+            except OSError:  # gone or unreadable: the service itself reports it, naming the file
+                digest.update(b"(unreadable)")
         return digest.hexdigest()[:16]
 
     def argv(self, host: str, port: int, peers: Mapping[str, tuple[str, int]]) -> list[str]:
