@@ -17,6 +17,7 @@ from modelpool.errors import ConfigError
 
 ALL_MODES = ["default", "enabled", "disabled"]
 GGUF = "/models/smollm2.Q4_1.gguf"  # never opened: capabilities come from the config alone
+NATIVE = {"binary": "/opt/llama.cpp/llama-server"}  # never run either
 
 
 def listed(**config: Any) -> dict[str, Any]:
@@ -27,7 +28,7 @@ def listed(**config: Any) -> dict[str, Any]:
     "config",
     [
         {"backend": "vllm_serve", "source": GGUF},
-        {"backend": "llama_server", "source": GGUF},
+        {"backend": "llama_server", "source": GGUF, "options": NATIVE},
         {"backend": "openai_remote", "options": {"base_url": "https://upstream.example/v1"}},
         {"backend": "llama_cpp", "source": GGUF, "reasoning_parser": "think"},
     ],
@@ -41,8 +42,20 @@ def test_an_in_process_engine_without_a_reasoning_parser_offers_none() -> None:
     assert listed(backend="llama_cpp", source=GGUF)["thinking_modes"] == []
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{}, {**NATIVE, "jinja": False}],
+    ids=["llama_cpp.server", "llama-server-without-jinja"],
+)
+def test_a_llama_server_that_neither_renders_kwargs_nor_splits_reasoning_offers_none(options: dict[str, Any]) -> None:
+    """llama-cpp-python's server (the default, no `binary`) ignores `chat_template_kwargs` and
+    returns the reasoning in the text; llama-server without `--jinja` does not render them."""
+    assert listed(backend="llama_server", source=GGUF, options=options)["thinking_modes"] == []
+
+
 def test_a_managed_engine_that_does_not_chat_offers_none() -> None:
-    capabilities = listed(backend="llama_server", source=GGUF, tasks=["embedding"], options={"embedding": True})
+    options = {**NATIVE, "embedding": True}
+    capabilities = listed(backend="llama_server", source=GGUF, tasks=["embedding"], options=options)
     assert capabilities["thinking_modes"] == []
 
 

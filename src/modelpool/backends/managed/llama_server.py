@@ -74,7 +74,9 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
         """Started for embeddings it does not chat; llama_cpp.server (no `binary`) runs one
         request at a time, llama-server `parallel` of them. Only llama-server has tokenizer
         routes that keep modelpool's contract (llama_cpp.server's always add BOS and abort
-        on an id outside the vocabulary)."""
+        on an id outside the vocabulary). Thinking goes through the template only on llama-server
+        with Jinja on: it renders `chat_template_kwargs` and splits the reasoning apart;
+        llama_cpp.server ignores those kwargs and returns the reasoning inside the text."""
         modalities = {Modality.TEXT, Modality.IMAGE} if options.mmproj else {Modality.TEXT}
         return replace(
             cls.capabilities,
@@ -84,6 +86,7 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
             modalities=frozenset(modalities),  # with its projector, the engine reads images
             max_images=options.max_images if options.mmproj else None,
             tokenizer=options.binary is not None,
+            thinking_in_template=options.binary is not None and options.jinja,
         )
 
     def __init__(self, model: ModelConfig, options: LlamaServerOptions, context: BackendContext) -> None:
