@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from modelpool.inference import DEFAULT_MAX_BEAM_TOKENS
 from modelpool.tasks import Task
 
 
@@ -77,6 +78,9 @@ class Capabilities:
     max_beam_size: int = 0
     """Widest beam search a request may ask (`decoding.beam_size`, `beam_size` on the
     completions routes), run as the engine's own; 0: the engine has none."""
+    max_beam_tokens: int = DEFAULT_MAX_BEAM_TOKENS
+    """Longest answer (`max_tokens`) a beam search request may ask; a beam request that
+    sets none is cut there. Meaningful with `max_beam_size`."""
     tokenizer: bool = False
     """The model's tokenizer is reachable here (POST /tokenize, /detokenize): the backend
     implements `TokenizerBackend`, checked at load like a task's Protocol."""

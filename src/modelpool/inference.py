@@ -23,6 +23,13 @@ each beam is a whole sequence's work and KV cache, so memory and time grow with 
 A model's own limit (its engine's `max_beam_size` option, 16 by default) is usually lower."""
 DEFAULT_MAX_BEAM_SIZE = 16
 """The `max_beam_size` option's default on the engines that have beam search."""
+MAX_BEAM_TOKENS = 4096
+"""Longest answer any beam search may run to (`max_tokens`), whatever a model's options
+allow: a search cannot be stopped once started (CTranslate2's runs to its end when the
+client leaves, the model unloads or the server stops; transformers' holds the engine thread,
+every other stream waiting), and its work grows with length × width."""
+DEFAULT_MAX_BEAM_TOKENS = 512
+"""The `max_beam_tokens` option's default on the engines that have beam search."""
 
 
 @dataclass(frozen=True)

@@ -377,7 +377,10 @@ async def test_max_beam_size_bounds_a_models_beams(ct2) -> None:
     load = f"/v1/admin/models/{CT2_MODEL}/load"
     refused = await client.post(load, json={"overrides": {"max_beam_size": 65}})
     assert refused.status_code == 400 and "max_beam_size" in refused.text
-    assert (await client.post(load, json={"overrides": {"max_beam_size": 2}})).status_code == 200
+    too_long = await client.post(load, json={"overrides": {"max_beam_tokens": 4097}})
+    assert too_long.status_code == 400 and "max_beam_tokens" in too_long.text
+    bounds = {"max_beam_size": 2, "max_beam_tokens": 4}
+    assert (await client.post(load, json={"overrides": bounds})).status_code == 200
     try:
         body = {"model": CT2_MODEL, "input": "Hi"}
         decoding = {"beam_size": 3, "top_k": 1, "max_tokens": 4}
@@ -386,5 +389,12 @@ async def test_max_beam_size_bounds_a_models_beams(ct2) -> None:
         assert "at most 2 beams" in wide.json()["error"]["message"]
         narrow = await client.post("/v1/responses", json={**body, "decoding": {**decoding, "beam_size": 2}})
         assert narrow.status_code == 200, narrow.text
+        # A search cannot be stopped once started: its length is bounded (max_beam_tokens)
+        longer = {**decoding, "beam_size": 2, "max_tokens": 5}
+        long = await client.post("/v1/responses", json={**body, "decoding": longer})
+        assert long.status_code == 400 and long.json()["error"]["param"] == "decoding.max_tokens", long.text
+        unbounded = {"model": CT2_MODEL, "prompt": "Once upon a time", "beam_size": 2, "ignore_eos": True}
+        cut = (await client.post("/v1/completions", json=unbounded)).json()
+        assert cut["usage"]["completion_tokens"] == 4 and cut["choices"][0]["finish_reason"] == "length"
     finally:
-        await client.post(load, json={"overrides": {"max_beam_size": 16}})
+        await client.post(load, json={"overrides": {"max_beam_size": 16, "max_beam_tokens": 512}})

@@ -114,6 +114,30 @@ async def test_the_pool_sends_beams_only_to_engines_that_declare_them() -> None:
     assert refused.value.param == "decoding.beam_size"
 
 
+class ShortBeams(Beamy):
+    capabilities = replace(Beamy.capabilities, max_beam_tokens=8)
+
+
+async def test_a_beam_search_is_as_long_as_the_models_max_beam_tokens_at_most() -> None:
+    """It cannot be stopped once started: a longer ask is a 400 naming the client's field;
+    one that asks no length, or gets the model's longer default, is cut at the bound."""
+    tasks = frozenset({Task.CHAT, Task.COMPLETION})
+    backend = ShortBeams()
+    pool = pool_of(fake_slot(backend, tasks=tasks, sampling=SamplingDefaults(max_tokens=100)))
+    with pytest.raises(InvalidRequest, match="at most 8 tokens") as refused:
+        await pool.chat("fake", beam_chat(max_tokens=9, unset=frozenset()))
+    assert refused.value.param == "decoding.max_tokens"
+    completion = CompletionRequest("x", replace(beam_chat().sampling, max_tokens=9, unset=frozenset()))
+    with pytest.raises(InvalidRequest, match="at most 8 tokens"):
+        await pool.generate_all("fake", [completion])
+    for asked in ({"max_tokens": 8, "unset": frozenset()}, {"max_tokens": None, "unset": frozenset({"max_tokens"})}):
+        async with await pool.chat("fake", beam_chat(**asked)) as stream:
+            await collect(stream)
+        assert backend.seen[-1].max_tokens == 8  # the model's default (100) is cut too
+    await pool.generate_all("fake", [CompletionRequest("x", replace(beam_chat().sampling, max_tokens=None))])
+    assert backend.seen[-1].max_tokens == 8
+
+
 def test_capabilities_show_beam_search() -> None:
     declared = Capabilities(tasks=frozenset({Task.CHAT}), max_beam_size=8)
     shown = [ModelCapabilities(declared.tasks, replace(declared, max_beam_size=n)).as_json() for n in (8, 0)]

@@ -36,6 +36,18 @@ def with_model_defaults(sampling: SamplingParams, defaults: SamplingDefaults) ->
     return resolved
 
 
+def beam_bounded(sampling: SamplingParams, slot: ModelSlot) -> SamplingParams:
+    """A beam request (its own `max_tokens` checked by `check_beam`) whose cap came from
+    nowhere or from the model's default runs to the model's `max_beam_tokens` at most: a
+    search cannot be stopped once started."""
+    if sampling.beam is None:
+        return sampling
+    longest = slot.capabilities.declared.max_beam_tokens
+    if sampling.max_tokens is not None and sampling.max_tokens <= longest:
+        return sampling
+    return replace(sampling, max_tokens=longest)
+
+
 def check_beam(slot: ModelSlot, sampling: SamplingParams, *, tools: bool = False, output: bool = False) -> None:
     """Beam search goes only to a model whose engine has it, as wide as it allows
     (`Capabilities.max_beam_size`),
@@ -55,6 +67,14 @@ def check_beam(slot: ModelSlot, sampling: SamplingParams, *, tools: bool = False
     if beam.width > widest:
         raise InvalidRequest(
             f"model '{slot.id}' allows at most {widest} beams (its max_beam_size option)", param=beam.param
+        )
+    longest = slot.capabilities.declared.max_beam_tokens
+    asked = sampling.max_tokens if "max_tokens" not in sampling.unset else None  # a default is cut, not refused
+    if asked is not None and asked > longest:
+        raise InvalidRequest(
+            f"model '{slot.id}' runs a beam search to at most {longest} tokens (its max_beam_tokens option): "
+            f"ask for fewer, or leave beam_size at 1",
+            param=beam.param.removesuffix("beam_size") + "max_tokens",
         )
     clashes = {"logprobs": sampling.logprobs is not None, "tools": tools, "response_format": output}
     for field, asked in clashes.items():

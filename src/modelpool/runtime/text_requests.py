@@ -38,7 +38,7 @@ from modelpool.pool_api.usage import RequestUsage
 from modelpool.runtime.keep_alive import check_keep_alive
 from modelpool.runtime.lease import Lease, LeasedStream, open_stream
 from modelpool.runtime.pool_base import PoolBase
-from modelpool.runtime.sampling import check_beam, with_model_defaults, with_thinking_default
+from modelpool.runtime.sampling import beam_bounded, check_beam, with_model_defaults, with_thinking_default
 from modelpool.runtime.slot import ModelSlot
 from modelpool.runtime.tasks.embedding import embed_on
 from modelpool.runtime.tasks.images import with_loaded_images
@@ -54,7 +54,8 @@ class TextRequests(PoolBase):
     ) -> LeasedStream[GenerationChunk]:
         slot = self.slot_for(name, Task.CHAT, options)
         _check_chat_features(slot, request)
-        request = replace(request, sampling=with_model_defaults(request.sampling, slot.config.sampling))
+        sampling = beam_bounded(with_model_defaults(request.sampling, slot.config.sampling), slot)
+        request = replace(request, sampling=sampling)
         request = with_thinking_default(request, slot.config.enable_thinking)
         request = await with_loaded_images(request, slot.id, slot.capabilities.declared, self.images)
         lease = await slot.lease(ChatBackend, self.model_wait_s, options.keep_alive)
@@ -168,9 +169,13 @@ class TextRequests(PoolBase):
                 check_beam(slot, request.sampling, output=request.output is not None)
 
     def _defaulted(self, name: str, requests: list[CompletionRequest]) -> list[CompletionRequest]:
-        """The prompts with the model's sampling defaults where their client set nothing."""
-        defaults = self.slot(name).config.sampling
-        return [replace(r, sampling=with_model_defaults(r.sampling, defaults)) for r in requests]
+        """The prompts with the model's sampling defaults where their client set nothing (and
+        a beam search's length bounded)."""
+        slot = self.slot(name)
+        return [
+            replace(r, sampling=beam_bounded(with_model_defaults(r.sampling, slot.config.sampling), slot))
+            for r in requests
+        ]
 
     async def tokenize(
         self, name: str | None, job: TokenizeJob, options: CallOptions = DEFAULT_CALL

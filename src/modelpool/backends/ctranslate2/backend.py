@@ -47,7 +47,9 @@ from modelpool.config.sources import files_size, locate, resolve_source
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.inference import (
     DEFAULT_MAX_BEAM_SIZE,
+    DEFAULT_MAX_BEAM_TOKENS,
     MAX_BEAM_SIZE,
+    MAX_BEAM_TOKENS,
     ChatRequest,
     CompletionRequest,
     GenerationChunk,
@@ -103,6 +105,10 @@ class CTranslate2Options(BaseModel):
     max_beam_size: int = Field(default=DEFAULT_MAX_BEAM_SIZE, ge=1, le=MAX_BEAM_SIZE)
     """Widest beam search a request may ask (`beam_size`; 1: none). A beam batch holds
     this many sequences per request, so memory and time grow with it."""
+    max_beam_tokens: int = Field(default=DEFAULT_MAX_BEAM_TOKENS, ge=1, le=MAX_BEAM_TOKENS)
+    """Longest answer a beam search request may ask (`max_tokens`; more: a 400 naming it;
+    none set: cut here). It cannot be stopped midway: a
+    client that leaves, an unload or a shutdown waits for its end."""
     seeds: Literal["reject", "ignore"] = "reject"
     """CT2 has no per-request seed. reject: a sampled request with a `seed` is a 400;
     ignore: it is sampled unseeded (not reproducible). Greedy requests may always carry one."""
@@ -119,10 +125,11 @@ class CTranslate2Backend(DeclaredBackend):
         structured_output=False,
         tokenizer=True,
         max_beam_size=DEFAULT_MAX_BEAM_SIZE,
+        max_beam_tokens=DEFAULT_MAX_BEAM_TOKENS,
     )
     overridable = frozenset(
         {"compute_type", "inter_threads", "intra_threads", "max_batch_size", "max_prompt_spread", "batch_gather_ms",
-         "max_model_len", "chat_template", "seeds", "max_beam_size"}
+         "max_model_len", "chat_template", "seeds", "max_beam_size", "max_beam_tokens"}
     )  # fmt: skip
 
     @classmethod
@@ -130,7 +137,8 @@ class CTranslate2Backend(DeclaredBackend):
         # Requests decoding at once: a full batch on every worker.
         running = options.max_batch_size * options.inter_threads
         return replace(cls.capabilities, engine_concurrency=running, context_length=options.max_model_len,
-                       max_beam_size=options.max_beam_size if options.max_beam_size > 1 else 0)  # fmt: skip
+                       max_beam_size=options.max_beam_size if options.max_beam_size > 1 else 0,
+                       max_beam_tokens=options.max_beam_tokens)  # fmt: skip
 
     def __init__(self, model: ModelConfig, options: CTranslate2Options, context: BackendContext) -> None:
         self.model = model

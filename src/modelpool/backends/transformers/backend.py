@@ -38,7 +38,9 @@ from modelpool.config.sources import files_size, locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.inference import (
     DEFAULT_MAX_BEAM_SIZE,
+    DEFAULT_MAX_BEAM_TOKENS,
     MAX_BEAM_SIZE,
+    MAX_BEAM_TOKENS,
     BeamSearch,
     ChatRequest,
     CompletionRequest,
@@ -85,6 +87,10 @@ class TransformersOptions(BaseModel):
     max_beam_size: int = Field(default=DEFAULT_MAX_BEAM_SIZE, ge=1, le=MAX_BEAM_SIZE)
     """Widest beam search a request may ask (`beam_size`; 1: none). It runs on the engine
     thread with this many sequences, the batch's streams waiting meanwhile."""
+    max_beam_tokens: int = Field(default=DEFAULT_MAX_BEAM_TOKENS, ge=1, le=MAX_BEAM_TOKENS)
+    """Longest answer a beam search request may ask (`max_tokens`; more: a 400 naming it;
+    none set: cut here). It cannot be stopped midway, and
+    every other stream of the engine waits for it."""
 
 
 class TransformersBackend(DeclaredBackend):
@@ -98,10 +104,11 @@ class TransformersBackend(DeclaredBackend):
         structured_output=True,
         tokenizer=True,
         max_beam_size=DEFAULT_MAX_BEAM_SIZE,
+        max_beam_tokens=DEFAULT_MAX_BEAM_TOKENS,
     )
     overridable = frozenset(
         {"max_batch_size", "max_batch_tokens", "prefill_chunk", "prefill_rows", "max_model_len", "dtype",
-         "max_beam_size"}
+         "max_beam_size", "max_beam_tokens"}
     )
 
     @classmethod
@@ -111,6 +118,7 @@ class TransformersBackend(DeclaredBackend):
             engine_concurrency=options.max_batch_size,
             context_length=options.max_model_len,
             max_beam_size=options.max_beam_size if options.max_beam_size > 1 else 0,
+            max_beam_tokens=options.max_beam_tokens,
         )
         if not options.vision:
             return declared
