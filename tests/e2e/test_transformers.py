@@ -5,6 +5,8 @@ prefill, and scoring against a direct transformers computation."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -18,6 +20,8 @@ import pytest
 from fastapi import FastAPI
 
 from modelpool.backends.textgen.hf_convert import hf_folder_for
+from modelpool.backends.transformers import backend as transformers_backend
+from modelpool.backends.transformers.beam import run_beam_search
 from modelpool.config.sources import HubLocation
 from modelpool.inference import BeamSearch, ChatMessage, ChatRequest, SamplingParams
 from modelpool.pool_api.generation import collect
@@ -31,7 +35,9 @@ PROMPTS = ["Write a poem about the sea.", "What is 2+2?", "Name three animals.",
 
 @pytest.fixture(scope="module")
 async def hf() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    cli = {"enabled_models": [HF_MODEL, CHAT_MODEL], "models": {HF_MODEL: {"preload": True}}}
+    # a long beam search (test_a_beam_search_stops_when_its_client_leaves) needs more than 512 tokens
+    hf_model = {"preload": True, "options": {"max_beam_tokens": 4000}}
+    cli = {"enabled_models": [HF_MODEL, CHAT_MODEL], "models": {HF_MODEL: hf_model}}
     async with serving(cli) as (app, client):
         await app.state.pool.slot(HF_MODEL).ensure_ready(None)
         yield app, client
@@ -365,16 +371,37 @@ async def test_beam_search_is_transformers_own_and_not_greedy(hf, direct_transfo
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "presence_penalty"
 
 
-async def test_a_beam_search_stops_when_its_client_leaves(hf) -> None:
+def _started_or_done(started: threading.Event, reading: asyncio.Future[Any]) -> bool:
+    return started.is_set() or reading.done()
+
+
+async def test_a_beam_search_stops_when_its_client_leaves(hf, monkeypatch: pytest.MonkeyPatch) -> None:
     app, _ = hf
     engine = engine_of(app)
+    started = threading.Event()
+
+    def searching(*args: Any) -> Any:
+        started.set()
+        return run_beam_search(*args)
+
+    monkeypatch.setattr(transformers_backend, "run_beam_search", searching)
     long = request("Write a very long story.", max_tokens=4000, temperature=0, ignore_eos=True,
                    beam=BeamSearch(4))  # fmt: skip
     stream = await app.state.pool.chat(HF_MODEL, long)
-    reading = asyncio.ensure_future(anext(stream))  # submits the search; its answer would come at its end
-    await until(lambda: not engine._calls, "the engine thread to start the search")
-    reading.cancel()
-    await stream.aclose()
+    reading = asyncio.ensure_future(anext(stream))
+    for _ in range(3):  # what comes before the search (the prompt's timing) holds no text
+        await until(functools.partial(_started_or_done, started, reading), "the engine thread to start the search")
+        if started.is_set():
+            break
+        assert not reading.result().text
+        reading = asyncio.ensure_future(anext(stream))  # submits the search; its answer would come at its end
+    assert started.is_set()
+    behind = engine.call(lambda: None)  # the engine thread is in the search: this waits for it to stop
+    assert not reading.done() and not behind.done()  # the search runs: nothing yielded, nothing else ran
     left = time.monotonic()
+    reading.cancel()  # the client leaves mid-search
+    with contextlib.suppress(asyncio.CancelledError):
+        await reading
+    await stream.aclose()
     await asyncio.wait_for(asyncio.wrap_future(engine.call(lambda: None)), timeout=60)  # runs once the search stopped
     assert time.monotonic() - left < 10  # 4000 steps of 4 beams would take minutes
