@@ -63,6 +63,19 @@ def test_sampling_beside_beams_is_refused_by_its_name(fields: dict[str, Any], pa
     assert refused.value.param == param
 
 
+def test_llm_pools_sampled_stream_body_with_beams_stays_a_400() -> None:
+    """llm-pool's own streamed body (Bobcat/llm-pool tests/test_api.py,
+    test_streaming_mode_returns_sse_events) with beam_size raised: CTranslate2 would draw the
+    beams at random among the top 5, unseeded here; refused by name (docs/compatibility.md,
+    llm-pool's "What differs in beam search")."""
+    decoding = {"beam_size": 2, "top_k": 5, "top_p": 0.9, "temperature": 0.3, "repetition_penalty": 1.0,
+                "max_tokens": 128, "stop": ["<|im_end|>"]}  # fmt: skip
+    with pytest.raises(InvalidRequest) as refused:
+        responses(input="Hello world", stream=True, decoding=decoding).sampling()
+    assert refused.value.param in {"decoding.top_k", "decoding.top_p", "decoding.temperature"}
+    assert "beam search does not sample" in refused.value.message
+
+
 @pytest.mark.parametrize("size", [0, -1, 65, 10**12])
 def test_beam_size_bounds(size: int) -> None:
     with pytest.raises(ValueError, match="beam_size"):
