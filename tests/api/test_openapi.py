@@ -96,6 +96,13 @@ def test_rules_no_schema_can_state_are_listed_on_the_400(monkeypatch: pytest.Mon
     assert any("tool_call_id" in rule for rule in chat["x-unstated-rules"]) and "tool_call_id" in chat["description"]
     assert any("1:N" in rule for rule in paths["/score"]["post"]["responses"]["400"]["x-unstated-rules"])
     assert "x-unstated-rules" not in paths["/v1/models/{model_id}"]["get"]["responses"]["400"]
+    # A route lists its own rules only: /score's body has a `model` it must name, /rerank's may not.
+    rules = {path: paths[path]["post"]["responses"]["400"]["x-unstated-rules"] for path in
+             ("/score", "/v1/rerank", "/generate", "/loglikelihood", "/generate_stream")}  # fmt: skip
+    assert not any("left out" in rule for rule in rules["/score"])
+    assert any("left out" in rule for rule in rules["/v1/rerank"]) and not any("1:N" in r for r in rules["/v1/rerank"])
+    assert any("continuations" in rule for rule in rules["/loglikelihood"])
+    assert not any("continuations" in rule for rule in rules["/generate"] + rules["/generate_stream"])
 
 
 async def test_mcp_is_published_with_json_rpc_errors_and_refuses_other_bodies_in_them() -> None:

@@ -15,16 +15,17 @@ from modelpool.tasks import Task
 from modelpool.wire.contract import MODEL_LIMITS, MODEL_OPTIONAL, POOL_ERRORS, declared
 from modelpool.wire.openai.rerank import RerankBody, ScoreBody, rerank_json, score_json
 
-router = APIRouter(responses=declared(POOL_ERRORS, rules=(
-    MODEL_LIMITS, "/score pairs text_1 with text_2 1:1, 1:N or N:N",
-    MODEL_OPTIONAL)))
+router = APIRouter(responses=declared(POOL_ERRORS))
+# Each route lists its own rules: a router's would be listed on every route it holds.
+RERANK = declared(rules=(MODEL_LIMITS, MODEL_OPTIONAL))
+SCORE = declared(rules=(MODEL_LIMITS, "text_1 and text_2 pair 1:1, 1:N or N:N"))
 
 
-@router.post("/v1/rerank")
-@router.post("/v2/rerank")
-@router.post("/rerank")
-@router.post("/reranking")
-@router.post("/v1/reranking")
+@router.post("/v1/rerank", responses=RERANK)
+@router.post("/v2/rerank", responses=RERANK)
+@router.post("/rerank", responses=RERANK)
+@router.post("/reranking", responses=RERANK)
+@router.post("/v1/reranking", responses=RERANK)
 async def rerank(body: RerankBody, request: Request) -> JSONResponse:
     model = pool_of(request).model_for(body.model, Task.RERANK)
     scored, timing = await _scores(model, body, request)
@@ -32,8 +33,8 @@ async def rerank(body: RerankBody, request: Request) -> JSONResponse:
     return JSONResponse({**payload, **metrics_field(request, body.return_metrics, timing)})
 
 
-@router.post("/v1/score")
-@router.post("/score")
+@router.post("/v1/score", responses=SCORE)
+@router.post("/score", responses=SCORE)
 async def score(body: ScoreBody, request: Request) -> JSONResponse:
     scored, timing = await _scores(body.model, body, request)
     payload = score_json(scored, pool_of(request).model_id(body.model))

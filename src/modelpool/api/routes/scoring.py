@@ -23,12 +23,13 @@ from modelpool.wire.openai.scoring import (
 )
 from modelpool.wire.sizes import translated
 
-router = APIRouter(responses=declared(POOL_ERRORS, rules=(
-    MODEL_LIMITS, "/loglikelihood takes as many continuations as prompts",
-    MODEL_OPTIONAL)))
+router = APIRouter(responses=declared(POOL_ERRORS))
+# Each route lists its own rules: a router's would be listed on every route it holds.
+GENERATE_RULES = (MODEL_LIMITS, MODEL_OPTIONAL)
 
 
-@router.post("/loglikelihood")
+@router.post("/loglikelihood", responses=declared(rules=(
+    *GENERATE_RULES, "as many continuations as prompts")))
 async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONResponse:
     pool = pool_of(request)
     model = pool.model_for(body.model, Task.SCORING)
@@ -38,7 +39,7 @@ async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONRespon
     return JSONResponse(loglikelihood_json(pool.model_id(model), results))
 
 
-@router.post("/generate")
+@router.post("/generate", responses=declared(rules=GENERATE_RULES))
 async def generate(body: GenerateBody, request: Request) -> JSONResponse:
     pool = pool_of(request)
     model = pool.model_for(body.model, Task.COMPLETION)
@@ -49,7 +50,7 @@ async def generate(body: GenerateBody, request: Request) -> JSONResponse:
 
 
 @router.post("/generate_stream", response_model=None, response_class=Response,  # SSE only, never JSON
-             responses=declared(media={SSE: sse_events()}))  # fmt: skip
+             responses=declared(media={SSE: sse_events()}, rules=GENERATE_RULES))  # fmt: skip
 async def generate_stream(body: GenerateStreamBody, request: Request) -> EventStreamResponse:
     """`/generate`'s body, streamed as server-sent events (`wire.openai.scoring`); a client
     that leaves stops the generation within a token, as on every stream."""
