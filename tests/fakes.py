@@ -19,9 +19,11 @@ from modelpool.capabilities import Capabilities, Locality, ModelCapabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.inference import (
     ChatRequest,
+    CompletionRequest,
     EmbeddingRequest,
     EmbeddingResult,
     GenerationChunk,
+    SamplingParams,
     Segment,
     TranscriptionRequest,
     Usage,
@@ -183,6 +185,23 @@ class FakeBackend:
 def model_config(model_id: str = "fake", **fields: object) -> ModelConfig:
     return ModelConfig.model_validate({"id": model_id, "backend": "tests.fakes:FakeBackend", "source": "/nowhere",
                                        **fields})  # fmt: skip
+
+
+class SamplingRecorder(FakeBackend):
+    """Answers "ok" and keeps the sampling of every chat and completion it was sent: what
+    the pool's defaults and checks made of the request's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[SamplingParams] = []
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
+        self.seen.append(request.sampling)
+        yield GenerationChunk("ok", finish_reason="stop")
+
+    async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
+        self.seen.append(request.sampling)
+        yield GenerationChunk("ok", finish_reason="stop")
 
 
 def fake_slot(

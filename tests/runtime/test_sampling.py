@@ -3,17 +3,15 @@ receives the request: callers never look the defaults up first."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-
 import pytest
 
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
-from modelpool.inference import ChatMessage, ChatRequest, CompletionRequest, GenerationChunk, SamplingParams
+from modelpool.inference import ChatMessage, ChatRequest, CompletionRequest, SamplingParams
 from modelpool.pool_api.generation import collect
 from modelpool.runtime.sampling import with_model_defaults
 from modelpool.tasks import Task
-from tests.fakes import FakeBackend, fake_slot, pool_of
+from tests.fakes import SamplingRecorder, fake_slot, pool_of
 
 DEFAULTS = SamplingDefaults(temperature=0.2, top_k=40, max_tokens=64)
 
@@ -36,22 +34,8 @@ def test_a_floor_above_the_models_default_cap_is_refused() -> None:
     assert with_model_defaults(SamplingParams(min_tokens=100), DEFAULTS).min_tokens == 100  # no default cap asked
 
 
-class Recording(FakeBackend):
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[SamplingParams] = []
-
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        self.seen.append(request.sampling)
-        yield GenerationChunk("ok", finish_reason="stop")
-
-    async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
-        self.seen.append(request.sampling)
-        yield GenerationChunk("ok", finish_reason="stop")
-
-
 async def test_the_pool_applies_the_models_defaults_on_receipt() -> None:
-    backend = Recording()
+    backend = SamplingRecorder()
     pool = pool_of(fake_slot(backend, tasks=frozenset({Task.CHAT, Task.COMPLETION}), sampling=DEFAULTS))
     unset = frozenset({"temperature", "max_tokens"})
     async with await pool.chat("fake", ChatRequest((ChatMessage("user", "hi"),), SamplingParams(unset=unset))) as s:

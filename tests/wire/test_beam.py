@@ -4,21 +4,20 @@ the client used; the pool sends it only to engines that declare it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from modelpool.capabilities import Capabilities, ModelCapabilities
 from modelpool.config.schema import SamplingDefaults
 from modelpool.errors import InvalidRequest
-from modelpool.inference import BeamSearch, ChatMessage, ChatRequest, CompletionRequest, GenerationChunk
+from modelpool.inference import BeamSearch, ChatMessage, ChatRequest, CompletionRequest
 from modelpool.pool_api.generation import collect
 from modelpool.tasks import Task
 from modelpool.wire.openai.chat import ChatCompletionBody
 from modelpool.wire.openai.responses import ResponsesBody
-from tests.fakes import FakeBackend, fake_slot, pool_of
+from tests.fakes import FakeBackend, SamplingRecorder, fake_slot, pool_of
 
 # llm-pool's documented body (its README's "Inference Example"), beam_size raised from 1.
 LLM_POOL_DECODING = {"beam_size": 4, "top_k": 1, "top_p": 1.0, "temperature": 0.1, "repetition_penalty": 1.0,
@@ -84,16 +83,8 @@ def test_beam_size_bounds(size: int) -> None:
         chat(beam_size=size)
 
 
-class Beamless(FakeBackend):
-    seen: ClassVar[list[Any]] = []
-
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        self.seen.append(request.sampling)
-        yield GenerationChunk("ok", finish_reason="stop")
-
-    async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
-        self.seen.append(request.sampling)
-        yield GenerationChunk("ok", finish_reason="stop")
+class Beamless(SamplingRecorder):
+    """An engine without beam search (FakeBackend declares none)."""
 
 
 class Beamy(Beamless):
