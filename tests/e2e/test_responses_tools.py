@@ -73,6 +73,7 @@ async def test_streamed_calls_send_argument_deltas_then_done(oai: openai.AsyncOp
     assert kinds[3 + len(deltas) :] == [
         "response.function_call_arguments.done",
         "response.output_item.done",
+        "response.metrics",  # llm-pool's event, before the final one (the SDK passes it through)
         "response.completed",
     ]
     added, done = events[2], events[3 + len(deltas)]
