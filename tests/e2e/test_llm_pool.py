@@ -99,13 +99,14 @@ async def test_the_stream_sends_response_metrics_right_before_completed(http: ht
         text = (await response.aread()).decode()
     # Read as llm-pool's test reads it: events split on blank lines, the metrics second to last.
     assert response.status_code == 200 and response.headers["content-type"] == "text/event-stream; charset=utf-8"
-    for name in ("response.created", "response.output_text.delta", "response.metrics", "response.completed"):
+    for name in ("response.created", "response.output_text.delta", "response.metrics"):
         assert f"event: {name}" in text
+    # sampled (temperature 0.3): it may run to max_tokens, which OpenAI's API calls incomplete (docs say so)
+    assert "event: response.completed" in text or "event: response.incomplete" in text
     events = [item for item in text.strip().split("\n\n") if item.strip()]
     metrics_payload = json.loads(events[-2].split("data: ", 1)[1])
     assert metrics_payload["type"] == "response.metrics"
     completed_payload = json.loads(events[-1].split("data: ", 1)[1])
-    # sampled (temperature 0.3): it may run to max_tokens, which OpenAI's API calls incomplete (docs say so)
     assert completed_payload["type"] in ("response.completed", "response.incomplete")
     deltas = [json.loads(e.split("data: ", 1)[1])["delta"] for e in events if "output_text.delta" in e]
     assert completed_payload["output_text"] == "".join(deltas) == completed_payload["response"]["output_text"]
