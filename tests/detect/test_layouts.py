@@ -148,10 +148,22 @@ def test_an_unknown_layout_lists_what_was_looked_for(tmp_path: Path) -> None:
     assert "Found: notes.txt, weights.pt" in message
 
 
-def test_an_unknown_architecture_and_hf_whisper_say_so(tmp_path: Path) -> None:
-    config = {"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper"}
-    with pytest.raises(ModelSourceError, match=r"WhisperForConditionalGeneration.*ct2-transformers-converter"):
-        detected(make(tmp_path / "w", {"config.json": config}))
+def test_a_hugging_face_whisper_is_speech_to_text_for_faster_whisper(tmp_path: Path) -> None:
+    english = {"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper", "vocab_size": 51864,
+               "max_position_embeddings": 448}  # fmt: skip
+    found = detected(make(tmp_path / "w", {"config.json": english, "model.safetensors": b""}))
+    assert (found.backend, found.tasks) == ("faster_whisper", (Task.TRANSCRIPTION,))
+    assert dict(found.options) == {"languages": ["en"]}
+    assert "converted to CTranslate2" in found.reason and found.context_length is None
+    multilingual = {**english, "vocab_size": 51865}
+    found = detected(make(tmp_path / "m", {"config.json": multilingual, "model.safetensors": b""}))
+    assert (found.backend, dict(found.options)) == ("faster_whisper", {})
+
+
+def test_an_unknown_architecture_says_so(tmp_path: Path) -> None:
+    config = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"}
+    with pytest.raises(ModelSourceError, match=r"T5ForConditionalGeneration.*no rule recognises"):
+        detected(make(tmp_path / "t", {"config.json": config}))
     with pytest.raises(ModelSourceError, match="is not valid JSON"):
         detected(make(tmp_path / "j", {"config.json": "{not json"}))
 

@@ -1,4 +1,6 @@
-"""FasterWhisperBackend: CTranslate2 Whisper models for speech-to-text."""
+"""FasterWhisperBackend: CTranslate2 Whisper models for speech-to-text. A Hugging Face
+Whisper folder (`WhisperForConditionalGeneration`, e.g. a fine-tune) is converted to
+CTranslate2 once, at the compute type, by the CT2 LLM backend's cached conversion."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import asyncio
 import threading
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from modelpool.audio.windows import quiet_windows
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
+from modelpool.backends.ctranslate2.convert import ct2_folder_for, is_ct2_folder
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.capabilities import Capabilities, Modality
@@ -65,6 +69,7 @@ class FasterWhisperBackend(DeclaredBackend):
         self.model = model
         self.options = options
         self.hub = context.hub
+        self.work_dir = context.hub.work_dir
         self.languages = frozenset(options.languages) if options.languages else None
         self._thread = EngineThread(model.id)
         self._whisper: Any = None
@@ -76,7 +81,7 @@ class FasterWhisperBackend(DeclaredBackend):
     async def start(self) -> None:
         require_engine(self.model.id, ("faster_whisper",), "speech")
         path = await locate(self.model, self.hub)
-        self._whisper = await self._thread.call(self._load, str(path))
+        self._whisper = await self._thread.call(self._load, path)
         if self.options.languages is None:  # a request naming another language gets 400
             self.languages = frozenset(self._whisper.supported_languages)
 
@@ -134,7 +139,8 @@ class FasterWhisperBackend(DeclaredBackend):
             vad_filter=self.options.vad_filter,
         )
 
-    def _load(self, path: str) -> Any:
+    def _load(self, source: Path) -> Any:
+        """On the engine thread: convert a Hugging Face folder (once), then load the CT2 one."""
         from faster_whisper import WhisperModel
 
         device = self.options.device
@@ -144,9 +150,15 @@ class FasterWhisperBackend(DeclaredBackend):
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         compute_type = self.options.compute_type or ("int8" if device == "cpu" else "float16")
         try:
-            return WhisperModel(path, device=device, compute_type=compute_type, cpu_threads=self.options.cpu_threads)
+            folder = ct2_whisper_folder(source, self.work_dir, compute_type)
+        except ModelLoadFailed as exc:
+            raise ModelLoadFailed(f"model '{self.model.id}': {exc.message}") from exc
+        try:
+            return WhisperModel(
+                str(folder), device=device, compute_type=compute_type, cpu_threads=self.options.cpu_threads
+            )
         except (RuntimeError, ValueError, OSError) as exc:
-            raise ModelLoadFailed(f"model '{self.model.id}': faster-whisper could not load {path}: {exc}") from exc
+            raise ModelLoadFailed(f"model '{self.model.id}': faster-whisper could not load {folder}: {exc}") from exc
 
     def _check_language(self, language: str | None) -> None:
         if language is not None and self.languages is not None and language not in self.languages:
@@ -157,6 +169,19 @@ class FasterWhisperBackend(DeclaredBackend):
 
     def _default_language(self) -> str | None:
         return next(iter(self.languages)) if self.languages is not None and len(self.languages) == 1 else None
+
+
+def ct2_whisper_folder(source: Path, work_dir: Path, compute_type: str) -> Path:
+    """The CT2 folder faster-whisper loads: `source` itself, or a Hugging Face Whisper
+    converted once (cached under `work_dir`). A Hugging Face folder must carry its
+    `tokenizer.json`: CTranslate2 converts without it, and faster-whisper would then fetch
+    openai's tokenizer from the hub, which need not be this model's (or reachable)."""
+    if not is_ct2_folder(source) and source.is_dir() and not (source / "tokenizer.json").is_file():
+        raise ModelLoadFailed(
+            f"{source} has no tokenizer.json: a Hugging Face Whisper folder needs its fast tokenizer "
+            "(transformers writes it with the tokenizer's save_pretrained)"
+        )
+    return ct2_folder_for(source, work_dir, compute_type)
 
 
 def _segment(index: int, segment: Any, language: str, language_probability: float | None, *, offset: float) -> Segment:

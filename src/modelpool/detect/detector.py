@@ -15,8 +15,9 @@ from modelpool.errors import ModelSourceError
 
 LOOKED_FOR = (
     "a .gguf file (llama_cpp; an encoder GGUF: llama_server embeddings; mmproj*.gguf beside it: vision)",
-    "config.json with *ForCausalLM (transformers), a vision_config (transformers, vision), "
-    "*ForSequenceClassification with one label (cross_encoder) or an encoder model_type (sentence_transformers)",
+    "config.json with *ForCausalLM (transformers), Whisper (faster_whisper, converted to CT2), "
+    "a vision_config (transformers, vision), *ForSequenceClassification with one label (cross_encoder) "
+    "or an encoder model_type (sentence_transformers)",
     "modules.json / sentence_bert_config.json (sentence_transformers)",
     "model.bin + config.json without architectures (CTranslate2: Whisper → faster_whisper, else ctranslate2)",
     "NAME.onnx + NAME.onnx.json (piper)",

@@ -3,7 +3,8 @@
 A Hugging Face config names `architectures` (and `model_type`); CTranslate2's converter
 writes a config without them beside `model.bin`. Read in this order, first match wins:
 a CT2 folder (Whisper when the config carries Whisper's alignment heads or language ids,
-else a decoder LLM); a one-label sequence classifier (a cross-encoder); a
+else a decoder LLM); a Hugging Face Whisper (`faster_whisper`, which converts it to CT2
+once); a one-label sequence classifier (a cross-encoder); a
 sentence-transformers folder (`modules.json`, `sentence_bert_config.json`); a
 vision-language model (a `vision_config`); a causal LM; a bare text encoder (embeddings
 through sentence-transformers' default mean pooling)."""
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from modelpool.detect.result import Detected
@@ -58,6 +60,8 @@ def detect_config_folder(view: FileView, config: Mapping[str, Any], *, label: st
     model_type = str(config.get("model_type") or "")
     if "model.bin" in names and not architectures and not model_type:
         return _ct2(view, config, label=label)
+    if model_type == "whisper" or "WhisperForConditionalGeneration" in architectures:
+        return _hf_whisper(config)
     if any(a.endswith("ForSequenceClassification") for a in architectures) or _st_cross_encoder(view, label):
         return _classifier(config, architectures, label)
     if names.intersection(SENTENCE_TRANSFORMERS_FILES):
@@ -88,6 +92,16 @@ def _ct2(view: FileView, config: Mapping[str, Any], *, label: str) -> Detected:
     return Detected(
         "ctranslate2", tasks, {}, "CTranslate2 decoder (model.bin, no architectures)", architecture="ctranslate2"
     )
+
+
+def _hf_whisper(config: Mapping[str, Any]) -> Detected:
+    vocabulary = config.get("vocab_size")
+    english = isinstance(vocabulary, int) and vocabulary < WHISPER_MULTILINGUAL_VOCABULARY
+    options: dict[str, Any] = {"languages": ["en"]} if english else {}
+    kind = "English-only" if english else "multilingual"
+    detected = _hf("faster_whisper", (Task.TRANSCRIPTION,), options, f"Hugging Face Whisper ({kind}), converted to "
+                   "CTranslate2 once at load", config)  # fmt: skip
+    return replace(detected, context_length=None)  # max_position_embeddings is the decoder's, not a context
 
 
 def _classifier(config: Mapping[str, Any], architectures: Sequence[str], label: str) -> Detected:
@@ -160,14 +174,8 @@ def _first(items: Sequence[str], default: str) -> str:
 
 def _unknown_architecture(label: str, architectures: Sequence[str], model_type: str) -> str:
     named = ", ".join(architectures) or "no architectures"
-    hint = (
-        " Whisper in Hugging Face format needs converting for faster_whisper "
-        "(ct2-transformers-converter --model FOLDER --output_dir OUT)."
-        if model_type == "whisper"
-        else ""
-    )
     return (
         f"{label}: config.json names {named} (model_type '{model_type or '?'}'), which no rule recognises "
-        "(looked for *ForCausalLM, a vision_config, *ForSequenceClassification with one label, "
-        f"sentence-transformers files, an encoder model_type).{hint} Set `backend:` in a config entry."
+        "(looked for *ForCausalLM, Whisper, a vision_config, *ForSequenceClassification with one label, "
+        "sentence-transformers files, an encoder model_type). Set `backend:` in a config entry."
     )

@@ -1,21 +1,29 @@
 """A model's source as a CTranslate2 folder: a CT2 folder is used as it is; a Hugging Face
-causal LM folder (or a GGUF, de-quantised to one first) is converted once into the work
+folder (a causal LM for the `ctranslate2` backend, a `WhisperForConditionalGeneration` for
+`faster_whisper`; a GGUF is de-quantised to one first) is converted once into the work
 dir and reused. The converted folder is keyed by the source's files, the quantization and
-CTranslate2's version, so a changed source or quantization converts again.
+CTranslate2's version, so a changed source or quantization converts again. One
+conversion of a target runs at a time, across threads (replicas) and processes (an
+exclusive `flock` beside it): a second load waits for the first and takes its folder.
 
-The tokenizer files (and the chat template) are copied next to the CT2 weights, and what
-the runtime needs from the Hugging Face config (context length, end tokens) is kept in
+The tokenizer files (and the chat template, and Whisper's `preprocessor_config.json`,
+where faster-whisper reads its mel size) are copied next to the CT2 weights, and what the
+runtime needs from the Hugging Face config (context length, end tokens) is kept in
 `modelpool.json`, since CT2 writes its own `config.json`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,11 +45,14 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
     "chat_template.json",
     "generation_config.json",
+    "preprocessor_config.json",
 )
 FACTS_FILE = "modelpool.json"
 """Facts from the Hugging Face config that the CT2 folder does not keep."""
 _CONVERT_BYTES_PER_S = 30e6
 """Float32 source weights converted per second on 2 CPU cores (SmolLM2-135M: ~18 s)."""
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -67,8 +78,23 @@ def ct2_folder_for(source: Path, work_dir: Path, quantization: str) -> Path:
     target = work_dir / "ct2" / f"{hf.name}-{_fingerprint(hf)}-{quantization}-ct2-{_ct2_version()}"
     if is_ct2_folder(target):
         return target
-    _convert(hf, target, quantization)
+    with _conversion_lock(target):
+        if not is_ct2_folder(target):  # another load may have converted it while this one waited
+            _convert(hf, target, quantization)
     return target
+
+
+@contextlib.contextmanager
+def _conversion_lock(target: Path) -> Iterator[None]:
+    """Held while `target` is converted: a thread lock (flock does not exclude threads of
+    one process sharing no descriptor reliably) and an exclusive flock for other processes."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault(target, threading.Lock())
+    with lock:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.with_name(target.name + ".lock"), "a+b") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released when the file closes
+            yield
 
 
 def read_facts(folder: Path) -> ModelFacts:
@@ -84,6 +110,7 @@ def read_facts(folder: Path) -> ModelFacts:
 def _convert(hf: Path, target: Path, quantization: str) -> None:
     try:
         from ctranslate2.converters import TransformersConverter
+        from safetensors import SafetensorError
     except ImportError as exc:
         raise ModelLoadFailed("converting a model for CTranslate2 needs ctranslate2: "
                               "pip install 'modelpool[ctranslate2]'") from exc  # fmt: skip
@@ -103,8 +130,10 @@ def _convert(hf: Path, target: Path, quantization: str) -> None:
         (partial / FACTS_FILE).write_text(json.dumps(_facts_of(hf)), encoding="utf-8")
         if not is_ct2_folder(target):
             partial.rename(target)
-    # NotImplementedError: CTranslate2's converter has no loader for this architecture.
-    except (OSError, ValueError, RuntimeError, NotImplementedError) as exc:
+    # NotImplementedError: CTranslate2's converter has no loader for this architecture;
+    # KeyError/AttributeError: a config missing what the converter reads; SafetensorError:
+    # a truncated weight file (a broken or half-copied folder).
+    except (OSError, ValueError, RuntimeError, NotImplementedError, KeyError, AttributeError, SafetensorError) as exc:
         raise ModelLoadFailed(f"cannot convert {hf} for CTranslate2: {exc}") from exc
     finally:
         shutil.rmtree(partial, ignore_errors=True)
