@@ -12,8 +12,28 @@ from modelpool.capabilities import ModelCapabilities
 @dataclass(frozen=True)
 class GpuMemory:
     device: str
+    """`cuda:<index>`, as PyTorch and the configs name it."""
     total_bytes: int
     free_bytes: int
+    used_bytes: int = -1
+    """As NVML counts it (its reserved memory is in neither used nor free); -1: total - free."""
+    index: int = 0
+    name: str = ""
+    """The GPU's product name ("NVIDIA H100 80GB HBM3"); empty when only PyTorch saw it."""
+    uuid: str = ""
+
+    def __post_init__(self) -> None:
+        if self.used_bytes < 0:
+            object.__setattr__(self, "used_bytes", self.total_bytes - self.free_bytes)
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process's use of the GPUs, from NVML's per-process lists."""
+
+    pid: int
+    used_bytes: int
+    devices: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -44,6 +64,36 @@ class MemoryStatus:
     counted_gpu_bytes: int
     measured_gpu_bytes: int = 0
     """Its share of the GPUs' growth while it loaded (0 without a GPU)."""
+
+
+@dataclass(frozen=True)
+class ReplicaGpu:
+    """One replica's GPU memory: measured, and how."""
+
+    replica: int
+    measured_bytes: int
+    source: str
+    """`nvml`: its engine processes' use in NVML's per-process list, now; `load`: its share of
+    the GPUs' growth while it loaded in modelpool's process (an in-process model: NVML
+    cannot tell models in one process apart); `none`: nothing measured (no GPU use seen)."""
+    pids: tuple[int, ...] = ()
+    """The processes NVML lists with GPU memory (the engine and its children; modelpool's own
+    for an in-process model)."""
+    devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelGpu:
+    """A model's row in `/v1/admin/gpu-memory`: per replica, what it was estimated to need on
+    the GPUs before it loaded and what it holds."""
+
+    model: str
+    state: str
+    estimate_bytes: int | None
+    """Per replica, judged from its files and options before the load (None: never judged)."""
+    counted_bytes: int
+    """What the GPU budget counts for the whole model (measured when loaded, else estimated)."""
+    replicas: list[ReplicaGpu] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -210,6 +260,8 @@ class PoolMemory:
     """Runtime (top-level module) → what its first import cost the process."""
     gpu: GpuAccount | None = None
     """None without a GPU."""
+    gpu_models: list[ModelGpu] = field(default_factory=list)
+    """Each model holding (or about to hold) GPU memory, by replica; empty without a GPU."""
 
 
 class MetricsHistoryView(Protocol):

@@ -51,8 +51,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     # The protocols: OpenAI and Anthropic shapes <-> the pool's requests and results.
     "wire": BASE,
     # Engines. The remote backend speaks OpenAI to its upstream through `wire`; managed
-    # engines supervise their process through `services`.
-    "backends": BASE | {"wire", "services"},
+    # engines supervise their process through `services`; GGUF engines size their KV cache
+    # from the header `detect` parses.
+    "backends": BASE | {"wire", "services", "detect"},
     # The pool's implementation. It never knows a protocol, a route or the app.
     "runtime": BASE | {"backends", "services"},
     # The leaves the root assembles: they know the pool only through `pool_api`.

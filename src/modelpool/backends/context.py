@@ -3,10 +3,16 @@ and the state that the pool owns and shares among its backends."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from modelpool.config.sources import HubLocation
+from modelpool.status import GpuMemory
 from modelpool.tasks import Task
+
+
+def no_gpus() -> list[GpuMemory]:
+    return []
 
 
 class ClaimedProcesses:
@@ -33,3 +39,6 @@ class BackendContext:
     tasks: frozenset[Task] = frozenset()
     """What this model serves (resolved from its config and its backend's capabilities)."""
     claimed: ClaimedProcesses = field(default_factory=ClaimedProcesses)
+    gpus: Callable[[], list[GpuMemory]] = no_gpus
+    """The GPUs the pool sees now (NVML's totals): an engine that takes a share of each GPU
+    (vLLM's `gpu_memory_utilization`) is estimated from them before it starts."""

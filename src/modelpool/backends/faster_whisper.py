@@ -76,7 +76,17 @@ class FasterWhisperBackend(DeclaredBackend):
 
     async def estimate_memory(self) -> MemoryEstimate:
         path = await locate(self.model, self.hub)
-        return MemoryEstimate(ram_bytes=files_size(path) * 2 + 64 * 1024 * 1024)
+        working = files_size(path) * 2 + 64 * 1024 * 1024
+        if self._device() == "cuda":  # the weights and the decoder's buffers sit on the GPU
+            return MemoryEstimate(ram_bytes=64 * 1024 * 1024, gpu_bytes=working)
+        return MemoryEstimate(ram_bytes=working)
+
+    def _device(self) -> str:
+        if self.options.device != "auto":
+            return self.options.device.split(":")[0]
+        import ctranslate2
+
+        return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
 
     async def start(self) -> None:
         require_engine(self.model.id, ("faster_whisper",), "speech")
@@ -143,11 +153,7 @@ class FasterWhisperBackend(DeclaredBackend):
         """On the engine thread: convert a Hugging Face folder (once), then load the CT2 one."""
         from faster_whisper import WhisperModel
 
-        device = self.options.device
-        if device == "auto":
-            import ctranslate2
-
-            device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        device = self.options.device if self.options.device != "auto" else self._device()
         compute_type = self.options.compute_type or ("int8" if device == "cpu" else "float16")
         try:
             folder = ct2_whisper_folder(source, self.work_dir, compute_type)

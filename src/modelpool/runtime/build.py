@@ -14,6 +14,7 @@ from modelpool.media.images import ImagePolicy
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock, SystemClock
 from modelpool.runtime.eviction import Budget
+from modelpool.runtime.gpu_probe import probe_gpus
 from modelpool.runtime.machine import MachineMemory, machine_memory
 from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.runtime.memory_budget import resolve_budgets, startup_lines
@@ -53,7 +54,7 @@ def build_pool(
             capabilities = model_capabilities(model)
 
         def make(cfg: ModelConfig) -> Backend:
-            return build_backend(cfg, BackendContext(hub, model_capabilities(cfg).tasks, claimed))
+            return build_backend(cfg, BackendContext(hub, model_capabilities(cfg).tasks, claimed, probe_gpus))
 
         slots.append(ModelSlot(model, capabilities, make, metrics, clock, capacity, hub, accounts))
     pool = ModelPool(

@@ -1,59 +1,102 @@
-"""What GPUs this machine has and how much of their memory is in use, read through NVML
-(libnvidia-ml, the library nvidia-smi uses) with ctypes, so no Python package is needed and
-torch is never imported for it. Without NVML, PyTorch answers if it is already imported."""
+"""What GPUs this machine has, how much of their memory is in use, and by which processes,
+read through NVML (the library nvidia-smi uses) with its maintained binding `nvidia-ml-py`
+(module `pynvml`), so torch is never imported for it. Without NVML (no binding, no
+library, no driver) there is "no GPU" as far as NVML goes, said once in the log; PyTorch
+answers the totals then if it is already imported.
+
+The binding is obtained in one place (`nvml()`, from `sys.modules`/import of `pynvml`):
+tests put a stand-in with the same functions and `NVMLError` there, fed numbers."""
 
 from __future__ import annotations
 
-import ctypes
+import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
+from typing import Any
 
 from modelpool.runtime.memory import imported_torch
-from modelpool.status import GpuMemory
+from modelpool.status import GpuMemory, GpuProcess
 
 log = logging.getLogger("modelpool.runtime")
 GpuProbe = Callable[[], list[GpuMemory]]
 """Each visible GPU's memory now (an empty list: no GPU)."""
-_NVML_NAMES = ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll")
-
-
-class _NvmlMemory(ctypes.Structure):
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
 
 @cache
-def _nvml() -> ctypes.CDLL | None:
-    """NVML, initialised once; None when the library or a driver is missing."""
-    for name in _NVML_NAMES:
-        try:
-            library = ctypes.CDLL(name)
-        except OSError:
-            continue
-        init = getattr(library, "nvmlInit_v2", None) or getattr(library, "nvmlInit", None)
-        if init is not None and init() == 0:
-            return library
-        log.debug("NVML found but not initialised (no driver?)", extra={"library": name})
-    return None
+def nvml() -> Any | None:
+    """The `pynvml` module, initialised once; None (logged once) when it cannot answer."""
+    try:
+        binding = importlib.import_module("pynvml")
+    except ImportError:
+        log.info("NVML binding not installed (pip install nvidia-ml-py): no GPU seen through NVML")
+        return None
+    try:
+        binding.nvmlInit()
+    except binding.NVMLError as exc:  # no libnvidia-ml, no driver, a driver/library mismatch
+        log.info("NVML not available: no GPU seen through NVML", extra={"reason": str(exc)})
+        return None
+    return binding
+
+
+def _text(value: str | bytes) -> str:
+    """Old bindings answer bytes, new ones str."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def nvml_gpus() -> list[GpuMemory]:
-    library = _nvml()
-    if library is None:
+    binding = nvml()
+    if binding is None:
         return []
-    count = ctypes.c_uint(0)
-    if library.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+    try:
+        devices = []
+        for index in range(binding.nvmlDeviceGetCount()):
+            handle = binding.nvmlDeviceGetHandleByIndex(index)
+            memory = binding.nvmlDeviceGetMemoryInfo(handle)
+            devices.append(GpuMemory(
+                f"cuda:{index}", int(memory.total), int(memory.free), int(memory.used), index,
+                _text(binding.nvmlDeviceGetName(handle)), _text(binding.nvmlDeviceGetUUID(handle)),
+            ))  # fmt: skip
+        return devices
+    except binding.NVMLError as exc:  # a GPU fell off the bus, the driver went away
+        log.warning("NVML could not read the GPUs", extra={"reason": str(exc)})
         return []
-    devices = []
-    for index in range(count.value):
-        handle = ctypes.c_void_p()
-        memory = _NvmlMemory()
-        if library.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
-            continue
-        if library.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0:
-            continue
-        devices.append(GpuMemory(f"cuda:{index}", int(memory.total), int(memory.free)))
-    return devices
+
+
+def nvml_processes() -> dict[int, GpuProcess]:
+    """Every process NVML sees on the GPUs (compute and graphics contexts), by PID, with the
+    memory it holds summed over the devices. PIDs are the host's: a process in a container
+    shows under its host PID. Empty without NVML."""
+    binding = nvml()
+    if binding is None:
+        return {}
+    used: dict[int, int] = {}
+    devices: dict[int, list[str]] = {}
+    try:
+        for index in range(binding.nvmlDeviceGetCount()):
+            handle = binding.nvmlDeviceGetHandleByIndex(index)
+            seen: dict[int, int] = {}
+            for reader in (binding.nvmlDeviceGetComputeRunningProcesses, binding.nvmlDeviceGetGraphicsRunningProcesses):
+                for process in reader(handle):
+                    # A process with both contexts is listed twice with the same memory;
+                    # usedGpuMemory is None where NVML may not say (some containers, Windows WDDM).
+                    seen[int(process.pid)] = max(seen.get(int(process.pid), 0), int(process.usedGpuMemory or 0))
+            for pid, size in seen.items():
+                used[pid] = used.get(pid, 0) + size
+                devices.setdefault(pid, []).append(f"cuda:{index}")
+    except binding.NVMLError as exc:
+        log.warning("NVML could not list the GPUs' processes", extra={"reason": str(exc)})
+        return {}
+    return {pid: GpuProcess(pid, used[pid], tuple(devices[pid])) for pid in used}
+
+
+def processes_use(pids: Iterable[int], seen: dict[int, GpuProcess]) -> GpuProcess | None:
+    """What `pids` together hold on the GPUs (None: none of them is on a GPU)."""
+    mine = [seen[pid] for pid in pids if pid in seen]
+    if not mine:
+        return None
+    devices = sorted({device for process in mine for device in process.devices})
+    return GpuProcess(mine[0].pid, sum(process.used_bytes for process in mine), tuple(devices))
 
 
 def torch_gpus() -> list[GpuMemory]:
@@ -64,7 +107,8 @@ def torch_gpus() -> list[GpuMemory]:
     devices = []
     for index in range(torch.cuda.device_count()):
         free, total = torch.cuda.mem_get_info(index)
-        devices.append(GpuMemory(f"cuda:{index}", int(total), int(free)))
+        name = str(torch.cuda.get_device_name(index))
+        devices.append(GpuMemory(f"cuda:{index}", int(total), int(free), index=index, name=name))
     return devices
 
 
@@ -74,4 +118,4 @@ def probe_gpus() -> list[GpuMemory]:
 
 
 def used_bytes(gpus: list[GpuMemory]) -> int:
-    return sum(gpu.total_bytes - gpu.free_bytes for gpu in gpus)
+    return sum(gpu.used_bytes for gpu in gpus)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from modelpool.capabilities import Locality
 from modelpool.runtime.capacity import Capacity
-from modelpool.runtime.gpu_probe import probe_gpus, used_bytes
+from modelpool.runtime.gpu_probe import nvml_processes, probe_gpus, used_bytes
 from modelpool.runtime.memory import system_memory
 from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.runtime.slot import ModelSlot
-from modelpool.status import BudgetStatus, GpuAccount, ModelMemory, PoolMemory, ProcessMemory
+from modelpool.status import BudgetStatus, GpuAccount, ModelGpu, ModelMemory, PoolMemory, ProcessMemory
 
 
 def pool_memory(slots: list[ModelSlot], capacity: Capacity) -> PoolMemory:
@@ -28,7 +28,21 @@ def pool_memory(slots: list[ModelSlot], capacity: Capacity) -> PoolMemory:
             accounts.gpu.start, used_bytes(gpus), sum(m.measured_gpu_bytes for m in models.values()),
             sum(accounts.gpu_runtimes.values()),
         ) if accounts.gpu is not None else None,
+        gpu_models=gpu_models(slots) if gpus else [],
     )  # fmt: skip
+
+
+def gpu_models(slots: list[ModelSlot]) -> list[ModelGpu]:
+    """Every model's GPU row, its engine processes found in one reading of NVML's lists."""
+    seen = nvml_processes()
+    rows = []
+    for slot in slots:
+        estimate = slot.record.estimate
+        rows.append(ModelGpu(
+            slot.id, slot.state.value, estimate.gpu_bytes if estimate else None, slot.gpu_bytes(),
+            slot.replicas.gpu_uses(seen),
+        ))  # fmt: skip
+    return rows
 
 
 def model_memory(slot: ModelSlot) -> ModelMemory:

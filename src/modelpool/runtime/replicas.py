@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -14,9 +15,11 @@ from modelpool.config.schema import ModelConfig
 from modelpool.inference import EncodedPair
 from modelpool.runtime.batching import Batcher
 from modelpool.runtime.clock import Clock
+from modelpool.runtime.gpu_probe import nvml_processes, processes_use
 from modelpool.runtime.memory import release_freed_memory
 from modelpool.runtime.memory_accounts import MemoryAccounts
-from modelpool.status import EngineOutput, ReplicaStatus
+from modelpool.services.pids import tree_pids
+from modelpool.status import EngineOutput, GpuProcess, ReplicaGpu, ReplicaStatus
 from modelpool.tasks import Task
 
 log = logging.getLogger("modelpool.runtime")
@@ -65,6 +68,24 @@ class Replica:
         if isinstance(self.backend, ProcessBackend):
             self.memory_bytes = self.backend.resident_bytes() or self.memory_bytes
         return self.memory_bytes
+
+    def gpu_use(self, seen: dict[int, GpuProcess] | None = None) -> ReplicaGpu:
+        """Its GPU memory now. An engine process (with its children: vLLM's workers, a
+        container's processes) is found by PID in NVML's per-process list (`seen`, else read
+        now); an in-process model keeps what its load measured (NVML lists one modelpool)."""
+        seen = nvml_processes() if seen is None else seen
+        if isinstance(self.backend, ProcessBackend) and self.backend.pid is not None:
+            tree = tree_pids(self.backend.pid)
+            use = processes_use(tree, seen)
+            if use is None:
+                return ReplicaGpu(self.index, 0, "none")
+            self.gpu_memory_bytes = use.used_bytes
+            return ReplicaGpu(self.index, use.used_bytes, "nvml", tuple(p for p in tree if p in seen), use.devices)
+        if self.gpu_memory_bytes <= 0:
+            return ReplicaGpu(self.index, 0, "none")
+        mine = seen.get(os.getpid())
+        devices = mine.devices if mine is not None else ()
+        return ReplicaGpu(self.index, self.gpu_memory_bytes, "load", (os.getpid(),), devices)
 
     def status(self) -> ReplicaStatus:
         process = self.backend if isinstance(self.backend, ProcessBackend) else None
@@ -191,7 +212,12 @@ class ReplicaSet:
         return sum(r.current_memory() for r in self.members)
 
     def measured_gpu_bytes(self) -> int:
-        return sum(r.gpu_memory_bytes for r in self.members)
+        """In-process replicas as their loads measured; engine processes as NVML sees them now."""
+        seen = nvml_processes() if any(isinstance(r.backend, ProcessBackend) for r in self.members) else {}
+        return sum(r.gpu_use(seen).measured_bytes for r in self.members)
+
+    def gpu_uses(self, seen: dict[int, GpuProcess]) -> list[ReplicaGpu]:
+        return [r.gpu_use(seen) for r in self.members]
 
     def output(self, count: int) -> list[EngineOutput]:
         """The last output lines of each replica's engine process."""

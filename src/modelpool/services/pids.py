@@ -38,6 +38,16 @@ async def wait_gone(pid: int, timeout_s: float) -> bool:
     return True
 
 
+def tree_pids(pid: int) -> list[int]:
+    """A process and all its descendants (vLLM's workers, a container's processes under its
+    init as the host sees them); [] when it is gone."""
+    try:
+        root = psutil.Process(pid)
+        return [pid, *(child.pid for child in root.children(recursive=True))]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
 def tree_rss(pid: int) -> int:
     """Resident memory of a process and all its descendants (an engine's workers count)."""
     try:

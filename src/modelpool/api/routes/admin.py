@@ -68,6 +68,14 @@ async def usage(request: Request) -> JSONResponse:
 
 @router.get("/gpu-memory")
 async def gpu_memory(request: Request) -> JSONResponse:
-    """The GPU part of /memory, under the name llm-pool's clients use."""
-    gpus = [asdict(gpu) for gpu in pool_of(request).memory().gpus]
-    return JSONResponse({"object": "list", "gpus": gpus, "available": bool(gpus)})
+    """The GPU part of /memory, under the name llm-pool's clients use: each GPU (NVML's
+    totals), each model's estimate and measured use by replica (with the engine PIDs), and
+    the GPU budget."""
+    memory = pool_of(request).memory()
+    budget = {"gpu_memory_bytes": memory.budget.gpu_memory_bytes,
+              "models_gpu_memory_bytes": memory.budget.models_gpu_memory_bytes,
+              "gpu_memory_from": memory.budget.gpu_memory_from}  # fmt: skip
+    return JSONResponse({
+        "object": "list", "available": bool(memory.gpus), "gpus": [asdict(gpu) for gpu in memory.gpus],
+        "models": [asdict(model) for model in memory.gpu_models], "budget": budget,
+    })  # fmt: skip

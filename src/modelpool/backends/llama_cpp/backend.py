@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.context import BackendContext
+from modelpool.backends.gpu_estimates import llama_split
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.llama_cpp.model import GgufModel, grammar_tokenizer
@@ -27,7 +28,7 @@ from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, 
 from modelpool.backends.textgen.pipeline import chat_output, prompt_clock
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import files_size, locate
+from modelpool.config.sources import locate
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.inference import (
     ChatRequest,
@@ -46,7 +47,6 @@ from modelpool.tools.prompt import ChatPlan, plan_chat
 
 # Rough: small models need ~25 KiB of f16 KV cache per token, 7B ones ~500 KiB. A
 # measurement after loading replaces the estimate; set `memory_bytes` to be exact.
-_KV_BYTES_PER_TOKEN_GUESS = 64 * 1024
 PARALLEL_CPU, PARALLEL_GPU = 8, 32
 BATCH_INVARIANT_UBATCH = 63  # ggml-cpu's flash attention tiles queries from GGML_FA_TILE_Q = 64 rows
 
@@ -137,14 +137,14 @@ class LlamaCppBackend(DeclaredBackend):
         self._template: ChatTemplate | None = None
 
     async def estimate_memory(self) -> MemoryEstimate:
-        """The GGUF plus a KV cache for every parallel context, before loading (a measurement
-        replaces the RAM part). With layers offloaded, the GPU holds them (all of them for -1)."""
+        """The GGUF plus its KV cache for every parallel context (from the file's layers and
+        KV heads, at the cache's type), before loading: with layers offloaded, the GPU holds
+        their share (`gpu_estimates.llama_split`). A measurement replaces the RAM part."""
         path = await locate(self.model, self.hub)
-        kv = self.options.n_ctx * self.options.sequences * _KV_BYTES_PER_TOKEN_GUESS
-        total = files_size(path) + kv + 32 * 1024 * 1024
-        if self.options.n_gpu_layers == 0:
-            return MemoryEstimate(ram_bytes=total)
-        return MemoryEstimate(ram_bytes=32 * 1024 * 1024, gpu_bytes=total)
+        o = self.options
+        kv_types = (getattr(o, "type_k", None) or "f16", getattr(o, "type_v", None) or "f16")
+        split = await asyncio.to_thread(llama_split, path, o.n_gpu_layers, o.n_ctx * o.sequences, *kv_types)
+        return MemoryEstimate(ram_bytes=split.ram_bytes + 32 * 1024 * 1024, gpu_bytes=split.gpu_bytes)
 
     async def warmup(self) -> None:
         prompt = await self._tokenize("Hello", add_bos=True)

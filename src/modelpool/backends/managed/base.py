@@ -119,6 +119,7 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
         self.options = options
         self.hub = context.hub
         self._claimed = context.claimed
+        self.gpus = context.gpus
         self.upstream_model = model.id
         self.registry = Registry(context.hub.state_dir)
         self.process: EngineProcess | None = None

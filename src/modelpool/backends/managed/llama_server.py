@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
 from pydantic import Field, ValidationInfo, model_validator
 
+from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.context import BackendContext
+from modelpool.backends.gpu_estimates import llama_split
 from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
 from modelpool.backends.managed.engine_flags import LLAMA_CPP_PYTHON, LLAMA_SERVER, configured_options
 from modelpool.backends.managed.tokenizing import LlamaServerTokenizer
@@ -99,6 +102,15 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
 
     def files(self, weights: Path) -> list[Path]:
         return [weights, *([Path(self.options.mmproj)] if self.options.mmproj else [])]
+
+    async def estimate_memory(self) -> MemoryEstimate:
+        """The engine process (~256 MiB), and from the GGUF its weights and KV cache for every
+        slot, the offloaded layers' share on the GPU (`gpu_estimates.llama_split`)."""
+        weights, o = await self.weights(), self.options
+        tokens = o.context_length * (o.parallel if o.binary else 1)
+        kv_types = (getattr(o, "type_k", None) or "f16", getattr(o, "type_v", None) or "f16")
+        split = await asyncio.to_thread(llama_split, weights, o.gpu_layers, tokens, *kv_types)
+        return MemoryEstimate(ram_bytes=split.ram_bytes + 256 * 1024 * 1024, gpu_bytes=split.gpu_bytes)
 
     def command(self, weights: Path) -> list[str]:
         return self._native(weights) if self.options.binary else self._python(weights)

@@ -16,6 +16,7 @@ from modelpool.backends.managed.engine_flags import VLLM, configured_options
 from modelpool.backends.managed.tokenizing import VllmTokenizer
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.sources import files_size
+from modelpool.status import GpuMemory
 from modelpool.tasks import Task
 
 
@@ -96,16 +97,27 @@ class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
         return await super().weights()
 
     async def estimate_memory(self) -> MemoryEstimate:
-        """Weights, the vLLM process itself (~2 GiB of Python and torch), and on CPU its KV
-        cache (VLLM_CPU_KVCACHE_SPACE GiB, vLLM's default 4). GPU memory is vLLM's own
-        business (`gpu_memory_utilization`) and is not estimated here."""
+        """Weights, the vLLM process itself (~2 GiB of Python and torch), and its KV cache:
+        on CPU in RAM (VLLM_CPU_KVCACHE_SPACE GiB, vLLM's default 4); on GPUs vLLM takes
+        `gpu_memory_utilization` (default 0.9) of each of its `tensor_parallel_size` GPUs'
+        total at start, or with `kv_cache_memory_bytes` the weights and that cache."""
         weights = await self.weights()
         size = files_size(weights) if weights.exists() else 0
+        gpus = self.gpus()[: self.options.tensor_parallel_size] if self._on_gpu() else []
+        if gpus:
+            return MemoryEstimate(ram_bytes=2 * 1024**3, gpu_bytes=vllm_gpu_bytes(self.options, gpus, size))
         if self.options.kv_cache_memory_bytes is not None:
             kv_cache = int(self.options.kv_cache_memory_bytes)
         else:
             kv_cache = int(float(self.options.env.get("VLLM_CPU_KVCACHE_SPACE", "4")) * 1024**3)
         return MemoryEstimate(ram_bytes=size + 2 * 1024**3 + kv_cache)
+
+    def _on_gpu(self) -> bool:
+        """vLLM runs on the GPUs when the pool sees one, the engine is not hidden from them
+        (an empty CUDA_VISIBLE_DEVICES) and, in a container, GPUs are handed in."""
+        container = self.options.container
+        hidden = self.options.env.get("CUDA_VISIBLE_DEVICES") == ""
+        return not hidden and (container is None or container.gpus is not None)
 
     def command(self, weights: Path) -> list[str]:
         o = self.options
@@ -135,3 +147,13 @@ class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
         argv += ["--trust-remote-code"] if o.trust_remote_code else []
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", o.tool_call_parser] if o.tool_call_parser else []
         return argv + o.extra_args
+
+
+def vllm_gpu_bytes(options: VllmOptions, gpus: list[GpuMemory], weights_bytes: int) -> int:
+    """What vLLM holds on its GPUs once started: it preallocates its KV cache up to
+    `gpu_memory_utilization` of each GPU's total, or the weights, `kv_cache_memory_bytes` and
+    ~1 GiB per GPU (CUDA context, activations, graphs) when that is set."""
+    if options.kv_cache_memory_bytes is not None:
+        return weights_bytes + int(options.kv_cache_memory_bytes) + len(gpus) * 1024**3
+    share = options.gpu_memory_utilization or 0.9
+    return sum(int(gpu.total_bytes * share) for gpu in gpus)

@@ -16,6 +16,7 @@ from modelpool.backends import hf_tokens
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.context import BackendContext
+from modelpool.backends.gpu_estimates import parameters_at, safetensors_parameters
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.textgen.channel import Channel, chunk_stream
 from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
@@ -136,9 +137,17 @@ class TransformersBackend(DeclaredBackend):
         self._max_len = 0
 
     async def estimate_memory(self) -> MemoryEstimate:
+        """The parameters at the dtype they load in (from the safetensors headers: a float32
+        checkpoint loaded in bfloat16 on a GPU takes half its files), plus 10% and 128 MiB
+        of working memory (activations, the KV cache of a short batch)."""
         path = await locate(self.model, self.hub)
-        weights = files_size(path) * (4 if path.suffix == ".gguf" else 1)  # GGUF is de-quantised to float32
-        return estimate_on(self.options.device, int(weights * 1.3) + _MiB(128), host_bytes=_MiB(128))
+        dtype_bytes = _dtype_bytes(self.options.dtype, self.options.device)
+        counts = await asyncio.to_thread(safetensors_parameters, path)
+        if counts:
+            weights = parameters_at(counts, dtype_bytes)
+        else:  # GGUF is de-quantised (to float32 on the CPU); .bin checkpoints: as stored
+            weights = files_size(path) * (dtype_bytes if path.suffix == ".gguf" else 1)
+        return estimate_on(self.options.device, int(weights * 1.1) + _MiB(128), host_bytes=_MiB(128))
 
     async def start(self) -> None:
         require_engine(self.model.id, ("torch", "transformers"), "transformers")
@@ -402,6 +411,13 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
 def _model_limit(model: Any) -> int:
     config = model.config.get_text_config()  # a vision model's language part; the config itself otherwise
     return int(getattr(config, "max_position_embeddings", 0) or 8192)
+
+
+def _dtype_bytes(dtype: str, device: str) -> int:
+    """Bytes per floating parameter once loaded, as `_dtype` picks it (auto: float32 on CPU)."""
+    if dtype == "auto":
+        return 4 if pick_device(device) == "cpu" else 2
+    return 4 if dtype == "float32" else 2
 
 
 def _dtype(dtype: str, device: str) -> Any:
