@@ -34,6 +34,30 @@ class MemoryGauges(Collector):
         yield runtimes
         yield self._models(memory)
         yield self._budgets(memory)
+        if memory.gpus:
+            yield from self._gpus(memory)
+
+    @staticmethod
+    def _gpus(memory: PoolMemory) -> Iterator[Metric]:
+        """Each GPU's memory as NVML counts it, and each model replica's measured use (its
+        engine processes by PID, or an in-process load's share), with where it came from."""
+        gpus = GaugeMetricFamily(
+            "modelpool_gpu_memory_bytes", "Each GPU's memory: total, used (by anyone) and free.",
+            labels=["device", "name", "kind"],
+        )  # fmt: skip
+        for gpu in memory.gpus:
+            for kind, value in (("total", gpu.total_bytes), ("used", gpu.used_bytes), ("free", gpu.free_bytes)):
+                gpus.add_metric([gpu.device, gpu.name, kind], value)
+        yield gpus
+        replicas = GaugeMetricFamily(
+            "modelpool_model_gpu_memory_bytes",
+            "Each model replica's measured GPU memory: `nvml` (its engine processes), `load` (in process).",
+            labels=["model", "replica", "source"],
+        )
+        for model in memory.gpu_models:
+            for replica in model.replicas:
+                replicas.add_metric([model.model, str(replica.replica), replica.source], replica.measured_bytes)
+        yield replicas
 
     @staticmethod
     def _models(memory: PoolMemory) -> Metric:

@@ -1,0 +1,232 @@
+"""VRAM measured and budgeted, on a machine without a GPU: NVML's numbers come from the
+stand-in binding (`tests/nvml_standin.py`), the engine processes are real processes found
+by PID, the estimates are the real backends' from real files."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from modelpool.backends.base import MemoryEstimate
+from modelpool.backends.context import BackendContext
+from modelpool.backends.gpu_estimates import gguf_shape, kv_cache_bytes, llama_split, parameters_at
+from modelpool.backends.llama_cpp.backend import LlamaCppBackend, LlamaCppOptions
+from modelpool.backends.managed.llama_server import LlamaServerBackend, LlamaServerOptions
+from modelpool.backends.managed.vllm_serve import VllmOptions, VllmServeBackend
+from modelpool.config.schema import ModelConfig
+from modelpool.errors import InsufficientCapacity
+from modelpool.inference import ChatMessage, ChatRequest
+from modelpool.pool_api.generation import collect
+from modelpool.runtime.gpu_probe import nvml_gpus, nvml_processes, probe_gpus
+from modelpool.runtime.memory_report import pool_memory
+from modelpool.runtime.metrics.memory_gauges import MemoryGauges
+from modelpool.status import GpuMemory
+from tests.e2e.conftest import smollm2_gguf
+from tests.fakes import FakeBackend, FakePool, FakeProcessBackend
+from tests.nvml_standin import GiB, StandinNvml, nvml_standin, one_gpu
+from tests.polling import until
+
+__all__ = ["nvml_standin"]  # the fixture, used by name
+MiB = 1024**2
+Install = Callable[..., StandinNvml]
+REQUEST = ChatRequest((ChatMessage("user", "hello"),))
+
+
+@pytest.fixture
+def engine_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A real process with a child, as an engine and its worker (vLLM forks them)."""
+    worker = "import time; time.sleep(60)"
+    code = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {worker!r}]); time.sleep(60)"
+    process = subprocess.Popen([sys.executable, "-c", code])
+    yield process
+    for child in psutil.Process(process.pid).children(recursive=True):
+        child.kill()
+    process.kill()
+    process.wait()
+
+
+def test_nvml_gives_each_gpu_with_its_name_uuid_and_memory(nvml_standin: Install) -> None:
+    nvml_standin(one_gpu(used=2 * GiB, processes=[{"gpu": 0, "pid": 4242, "used": 3 * GiB}]))
+    (gpu,) = nvml_gpus()
+    assert (gpu.device, gpu.index, gpu.name, gpu.uuid) == ("cuda:0", 0, "Stand-in H100", "GPU-standin-0")
+    assert (gpu.total_bytes, gpu.used_bytes, gpu.free_bytes) == (80 * GiB, 5 * GiB, 75 * GiB)
+    assert probe_gpus() == [gpu]
+    (process,) = nvml_processes().values()
+    assert (process.pid, process.used_bytes, process.devices) == (4242, 3 * GiB, ("cuda:0",))
+
+
+def test_no_driver_is_no_gpu_said_once(nvml_standin: Install, caplog: pytest.LogCaptureFixture) -> None:
+    standin = nvml_standin({"fail": "Driver Not Loaded", "gpus": []})
+    with caplog.at_level(logging.INFO, logger="modelpool.runtime"):
+        assert nvml_gpus() == [] and nvml_processes() == {} and nvml_gpus() == []
+    assert standin.inits == 1
+    assert [r.message for r in caplog.records].count("NVML not available: no GPU seen through NVML") == 1
+
+
+def test_a_missing_binding_is_no_gpu(nvml_standin: Install, monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml_standin(one_gpu())
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    from modelpool.runtime import gpu_probe
+
+    gpu_probe.nvml.cache_clear()
+    assert nvml_gpus() == [] and nvml_processes() == {}
+
+
+def test_an_nvml_error_while_reading_is_no_gpu_not_a_crash(nvml_standin: Install) -> None:
+    standin = nvml_standin(one_gpu())
+
+    def fails(handle: int) -> Any:
+        raise standin.NVMLError("GPU is lost")
+
+    standin.nvmlDeviceGetMemoryInfo = fails  # type: ignore[method-assign]
+    standin.nvmlDeviceGetComputeRunningProcesses = fails  # type: ignore[method-assign]
+    assert nvml_gpus() == [] and nvml_processes() == {}
+
+
+async def test_an_engine_process_and_its_children_are_measured_by_pid(
+    nvml_standin: Install, engine_process: subprocess.Popen[bytes]
+) -> None:
+    """The engine's tree is found in NVML's per-process list; the budget then counts that
+    measurement, not the estimate, and the report names its source and PIDs."""
+    numbers = one_gpu(descendants_of={"pid": engine_process.pid, "gpu": 0, "used": 0})
+    nvml_standin(lambda: numbers)
+    backend = FakeProcessBackend()
+    fakes = FakePool(gpu_bytes=60 * GiB)
+    slot = fakes.slot(backend, "engine")
+    await collect(await fakes.pool().chat("engine", REQUEST))
+    backend.pid = engine_process.pid  # the fake's start() gave it a made-up one
+    engine = psutil.Process(engine_process.pid)
+    await until(lambda: len(engine.children()) == 1, "the engine's worker to start")
+    assert slot.gpu_bytes() == 0  # not on the GPU yet: nothing measured (the estimate is 0)
+    numbers["processes"] = [{"gpu": 0, "pid": engine_process.pid, "used": 5 * GiB}]
+    numbers["descendants_of"]["used"] = 2 * GiB  # the worker
+    assert slot.gpu_bytes() == 5 * GiB + 2 * GiB
+    (row,) = pool_memory([slot], fakes.capacity).gpu_models
+    (replica,) = row.replicas
+    assert (row.model, row.state, replica.source, replica.measured_bytes) == ("engine", "ready", "nvml", 7 * GiB)
+    assert replica.pids[0] == engine_process.pid and len(replica.pids) == 2 and replica.devices == ("cuda:0",)
+
+
+async def test_an_engine_estimate_over_the_gpu_budget_evicts_or_is_refused(nvml_standin: Install) -> None:
+    """A llama_server engine's GPU estimate (from the GGUF, all layers offloaded) counts at
+    admission: the idle model on the GPU is evicted for it; with no room at all, the clear
+    capacity error."""
+    nvml_standin(one_gpu())
+    gguf = smollm2_gguf()
+    config = ModelConfig(id="engine", backend="llama_server", source=str(gguf))
+    real = LlamaServerBackend(config, LlamaServerOptions(gpu_layers=-1, context_length=2048), BackendContext())
+    estimate = await real.estimate_memory()
+    assert estimate.gpu_bytes > gguf.stat().st_size
+
+    class Sized(FakeProcessBackend):
+        async def estimate_memory(self) -> MemoryEstimate:
+            return estimate
+
+    class Resident(FakeBackend):
+        async def estimate_memory(self) -> MemoryEstimate:
+            return MemoryEstimate(ram_bytes=10, gpu_bytes=estimate.gpu_bytes // 2)
+
+    fakes = FakePool(gpu_bytes=estimate.gpu_bytes + estimate.gpu_bytes // 4)
+    other, engine = fakes.slot(Resident(), "other"), fakes.slot(Sized(), "engine")
+    pool = fakes.pool()
+    await collect(await pool.chat("other", REQUEST))
+    fakes.clock.advance(1)
+    await collect(await pool.chat("engine", REQUEST))
+    assert (other.state.value, engine.state.value) == ("unloaded", "ready")
+
+    tight = FakePool(gpu_bytes=estimate.gpu_bytes - 1)
+    tight.slot(Sized(), "engine")
+    with pytest.raises(InsufficientCapacity) as refused:
+        await tight.pool().chat("engine", REQUEST)
+    assert f"{estimate.gpu_bytes // MiB} MiB of GPU memory" in str(refused.value)
+
+
+def test_the_kv_cache_estimate_is_what_llama_cpp_allocates(capfd: pytest.CaptureFixture[str]) -> None:
+    """llama.cpp says its KV buffer's size when it makes a context: the estimate from the
+    GGUF's layers and KV heads equals it, for f16 and a quantised cache type."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    gguf = smollm2_gguf()
+    shape = gguf_shape(gguf)
+    assert shape is not None and (shape.layers, shape.kv_heads, shape.key_length) == (30, 3, 64)
+    for type_k, ggml_type in (("f16", 1), ("q8_0", 8)):
+        capfd.readouterr()
+        model = llama_cpp.Llama(str(gguf), n_ctx=512, verbose=True, type_k=ggml_type, type_v=ggml_type,
+                                flash_attn=type_k != "f16")  # fmt: skip
+        del model
+        said = next(line for line in capfd.readouterr().err.splitlines() if "KV buffer size" in line)
+        reported_mib = float(said.split("=")[1].split("MiB")[0])
+        assert kv_cache_bytes(shape, 512, type_k, type_k) / MiB == pytest.approx(reported_mib, abs=0.01)
+
+
+def test_offloaded_layers_put_their_share_on_the_gpu() -> None:
+    gguf = smollm2_gguf()
+    size = gguf.stat().st_size
+    shape = gguf_shape(gguf)
+    assert shape is not None
+    kv = kv_cache_bytes(shape, 4096)
+    on_cpu, half, whole = llama_split(gguf, 0, 4096), llama_split(gguf, 15, 4096), llama_split(gguf, -1, 4096)
+    assert (on_cpu.gpu_bytes, on_cpu.ram_bytes) == (0, size + kv)
+    assert whole.ram_bytes == 0 and whole.gpu_bytes == size + kv + 256 * MiB
+    assert half.gpu_bytes + half.ram_bytes == size + kv + 256 * MiB  # split, nothing lost or counted twice
+    assert half.gpu_bytes == size * 15 // 31 + kv // 2 + 256 * MiB
+
+
+async def test_the_in_process_llama_cpp_estimate_reads_the_kv_type(nvml_standin: Install) -> None:
+    config = ModelConfig(id="chat", backend="llama_cpp", source=str(smollm2_gguf()))
+    offloaded = LlamaCppOptions(n_gpu_layers=-1, n_ctx=2048, parallel=2)
+    estimate = await LlamaCppBackend(config, offloaded, BackendContext()).estimate_memory()
+    shape = gguf_shape(smollm2_gguf())
+    assert shape is not None
+    assert estimate.gpu_bytes == smollm2_gguf().stat().st_size + kv_cache_bytes(shape, 4096) + 256 * MiB
+    on_cpu = await LlamaCppBackend(config, LlamaCppOptions(n_ctx=2048), BackendContext()).estimate_memory()
+    assert on_cpu.gpu_bytes == 0
+
+
+async def test_vllm_takes_its_share_of_each_gpu_it_runs_on(tmp_path: Path) -> None:
+    weights = tmp_path / "model"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes(b"x" * 1000)
+    gpus = [GpuMemory("cuda:0", 80 * GiB, 80 * GiB), GpuMemory("cuda:1", 40 * GiB, 40 * GiB)]
+    config = ModelConfig(id="v", backend="vllm_serve", source=str(weights))
+
+    def backend(seen: list[GpuMemory], **options: object) -> VllmServeBackend:
+        return VllmServeBackend(config, VllmOptions.model_validate(options), BackendContext(gpus=lambda: seen))
+
+    assert (await backend(gpus).estimate_memory()).gpu_bytes == int(80 * GiB * 0.9)
+    two = await backend(gpus, tensor_parallel_size=2, gpu_memory_utilization=0.5).estimate_memory()
+    assert two.gpu_bytes == 40 * GiB + 20 * GiB and two.ram_bytes == 2 * GiB
+    sized = await backend(gpus, kv_cache_memory_bytes=GiB).estimate_memory()
+    assert sized.gpu_bytes == 1000 + GiB + GiB
+    hidden = await backend(gpus, env={"CUDA_VISIBLE_DEVICES": ""}).estimate_memory()
+    assert hidden.gpu_bytes == 0 and hidden.ram_bytes > 4 * GiB  # the CPU build: its KV cache in RAM
+    assert (await backend([]).estimate_memory()).gpu_bytes == 0
+
+
+def test_parameters_count_at_the_dtype_they_load_in() -> None:
+    counts = {"F32": 1_000_000, "I64": 10}
+    assert parameters_at(counts, 2) == 2_000_000 + 80  # floats in bfloat16, integers as stored
+    assert parameters_at(counts, None) == 4_000_000 + 80
+
+
+def test_gpu_gauges_and_per_model_rows(nvml_standin: Install) -> None:
+    nvml_standin(one_gpu(used=GiB))
+    fakes = FakePool()
+    fakes.slot(FakeBackend(), "cpu-model")
+    memory = pool_memory(fakes.slots, fakes.capacity)
+    assert [row.model for row in memory.gpu_models] == ["cpu-model"]
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in MemoryGauges(lambda: memory).collect()
+        for s in family.samples
+    }
+    gpu = (("device", "cuda:0"), ("kind", "{}"), ("name", "Stand-in H100"))
+    for kind, value in (("total", 80 * GiB), ("used", GiB), ("free", 79 * GiB)):
+        key = tuple((k, v.format(kind)) for k, v in gpu)
+        assert samples[("modelpool_gpu_memory_bytes", key)] == value
