@@ -8,11 +8,13 @@ MODELPOOL_TEST_NVML).
 Numbers: `{"gpus": [{"name", "uuid", "total", "used"}], "processes": [{"gpu", "pid",
 "used"}], "descendants_of": {"pid", "gpu", "used"}, "fail": "..."}`. A GPU's used memory is
 its `used` (other users' memory) plus what its listed processes hold; `descendants_of` lists
-every living descendant of that PID (a server's engine processes) with `used` bytes each;
+every living descendant of that PID (`"self"`: the process reading, a server whose engine
+processes are its descendants) with `used` bytes each;
 `fail` makes nvmlInit raise (no driver)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
@@ -65,7 +67,8 @@ class StandinNvml:
         listed = [(int(p["pid"]), int(p["used"])) for p in numbers.get("processes", []) if p["gpu"] == handle]
         tree = numbers.get("descendants_of")
         if tree is not None and tree["gpu"] == handle:
-            listed += [(pid, int(tree["used"])) for pid in _descendants(int(tree["pid"]))]
+            root = os.getpid() if tree["pid"] == "self" else int(tree["pid"])
+            listed += [(pid, int(tree["used"])) for pid in _descendants(root)]
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in listed]
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[SimpleNamespace]:

@@ -230,3 +230,32 @@ def test_gpu_gauges_and_per_model_rows(nvml_standin: Install) -> None:
     for kind, value in (("total", 80 * GiB), ("used", GiB), ("free", 79 * GiB)):
         key = tuple((k, v.format(kind)) for k, v in gpu)
         assert samples[("modelpool_gpu_memory_bytes", key)] == value
+
+
+async def test_an_unload_gives_pytorchs_cached_gpu_memory_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unloading any model collects its garbage, then empties PyTorch's CUDA cache when torch
+    is imported and CUDA started (never starting CUDA for it)."""
+    import types
+
+    calls: list[str] = []
+    cuda = types.SimpleNamespace(is_initialized=lambda: True, empty_cache=lambda: calls.append("empty_cache"))
+    torch = types.ModuleType("torch")
+    torch.cuda = cuda  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    def collected(*args: object) -> int:
+        calls.append("gc")
+        return 0
+
+    monkeypatch.setattr("gc.collect", collected)
+    fakes = FakePool()
+    fakes.slot(FakeBackend(), "torch-model")
+    pool = fakes.pool()
+    await collect(await pool.chat("torch-model", REQUEST))
+    calls.clear()
+    await pool.unload("torch-model")
+    assert calls == ["gc", "empty_cache"]
+    cuda.is_initialized = lambda: False
+    calls.clear()
+    await collect(await pool.chat("torch-model", REQUEST))
+    await pool.unload("torch-model")
+    assert calls == ["gc"]
