@@ -10,8 +10,9 @@ from collections.abc import AsyncGenerator
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
@@ -22,6 +23,13 @@ from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.llama_cpp.model import GgufModel, grammar_tokenizer
 from modelpool.backends.llama_cpp.sequence import Job, ScoringJob
 from modelpool.backends.llama_cpp.vision import ImageProjector, ImagePrompt, with_markers
+from modelpool.backends.llama_knobs import (
+    AttentionSettings,
+    FlashAttention,
+    KvCacheType,
+    flash_attention_value,
+    quantized_v_problem,
+)
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.textgen.channel import Channel, chunk_stream
 from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
@@ -87,10 +95,46 @@ class LlamaCppOptions(BaseModel):
     """A GGUF vision projector (`mmproj-*.gguf`) for the model: it then reads images."""
     max_images: int = Field(default=4, ge=1)
     """Most images one request may carry (with `mmproj`)."""
+    image_min_tokens: int | None = Field(default=None, ge=1, le=16384)
+    """With `mmproj`: fewest tokens one image becomes, for projectors of dynamic resolution
+    (Qwen2-VL and later); default: the projector's own."""
+    image_max_tokens: int | None = Field(default=None, ge=1, le=16384)
+    """With `mmproj`: most tokens one image becomes, the budget that bounds an image's
+    share of the context and its encode time; default: the projector's own."""
+    type_k: KvCacheType | None = None
+    """KV-cache type of K: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 (default f16).
+    q8_0 halves the cache; its output differs slightly from f16's."""
+    type_v: KvCacheType | None = None
+    """KV-cache type of V (default f16); a quantized one needs flash attention on or auto."""
+    flash_attention: FlashAttention = "auto"
+    """Flash attention: `on`, `off` or `auto` (llama.cpp decides per device; on for CPU).
+    The batch-invariance measurements were taken with it on (docs/engines.md)."""
     reuse_prompt_cache: bool = False
     """Keep a finished request's KV cells and start a later request that shares its prefix
     (a system prompt, a multi-turn history) from there. Faster for long shared prompts, but
     greedy or seeded output may then differ slightly from a fresh evaluation (see docs/engines.md)."""
+
+    @field_validator("flash_attention", mode="before")
+    @classmethod
+    def _flash_attention_bool(cls, value: Any) -> Any:
+        return flash_attention_value(value)
+
+    @model_validator(mode="after")
+    def _knobs_fit(self) -> LlamaCppOptions:
+        budget = {"image_min_tokens": self.image_min_tokens, "image_max_tokens": self.image_max_tokens}
+        if self.mmproj is None and (set_ := [name for name, value in budget.items() if value is not None]):
+            raise ValueError(f"{', '.join(set_)}: an image-token budget needs a vision projector (`mmproj`)")
+        low, high = self.image_min_tokens, self.image_max_tokens
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"image_min_tokens ({low}) is above image_max_tokens ({high})")
+        problem = quantized_v_problem(self.type_v, self.flash_attention)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    @property
+    def attention(self) -> AttentionSettings:
+        return AttentionSettings(self.type_k, self.type_v, self.flash_attention)
 
     @property
     def sequences(self) -> int:
@@ -118,7 +162,8 @@ class LlamaCppBackend(DeclaredBackend):
     )
     overridable = frozenset({
         "n_ctx", "parallel", "n_threads", "n_batch", "n_ubatch", "batch_invariant", "n_gpu_layers",
-        "chat_template", "reuse_prompt_cache", "max_images",
+        "chat_template", "reuse_prompt_cache", "max_images", "image_min_tokens", "image_max_tokens", "type_k", "type_v",
+        "flash_attention",
     })  # fmt: skip
 
     @classmethod
@@ -311,14 +356,17 @@ class LlamaCppBackend(DeclaredBackend):
         try:
             engine = LlamaEngine(model, n_ctx=opts.n_ctx, parallel=opts.sequences, n_batch=opts.n_batch,
                                  n_ubatch=opts.micro_batch, n_threads=threads, batch_invariant=opts.invariant,
-                                 reuse_prompt_cache=opts.reuse_prompt_cache, model_id=self.model.id)  # fmt: skip
+                                 reuse_prompt_cache=opts.reuse_prompt_cache, model_id=self.model.id,
+                                 attention=opts.attention)  # fmt: skip
         except BaseException:
             model.close()
             raise
         if opts.mmproj is not None:
             try:
                 engine.projector = ImageProjector(model, _beside(path, opts.mmproj), n_threads=threads,
-                                                  use_gpu=opts.n_gpu_layers != 0, model_id=self.model.id)  # fmt: skip
+                                                  use_gpu=opts.n_gpu_layers != 0, model_id=self.model.id,
+                                                  image_tokens=(opts.image_min_tokens, opts.image_max_tokens),
+                                                  flash_attention=opts.flash_attention)  # fmt: skip
             except BaseException:
                 engine.close()
                 raise

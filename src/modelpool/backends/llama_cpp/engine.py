@@ -25,6 +25,7 @@ import numpy as np
 
 from modelpool.backends.llama_cpp.model import GgufModel
 from modelpool.backends.llama_cpp.sequence import Job, ScoringJob, scored_token
+from modelpool.backends.llama_knobs import DEFAULT_ATTENTION, AttentionSettings
 from modelpool.backends.textgen.engine_loop import EngineLoop
 from modelpool.backends.textgen.logprobs import log_softmax
 from modelpool.backends.textgen.step_failure import sequence_failed
@@ -63,6 +64,7 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         reuse_prompt_cache: bool,
         batch_invariant: bool,
         model_id: str,
+        attention: AttentionSettings = DEFAULT_ATTENTION,
     ) -> None:
         import llama_cpp
 
@@ -87,9 +89,11 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         params.kv_unified = not batch_invariant
         params.n_threads = params.n_threads_batch = n_threads
         params.no_perf = True
+        attention.apply(params)
         context = llama_cpp.llama_init_from_model(model.model, params)
         if not context:
-            raise ModelLoadFailed(f"model '{model_id}': llama.cpp could not make a context of {params.n_ctx} tokens")
+            raise ModelLoadFailed(f"model '{model_id}': llama.cpp could not make a context of {params.n_ctx} tokens "
+                                  f"({attention.describe()})")  # fmt: skip
         self.context: Any = context
         self._memory = llama_cpp.llama_get_memory(context)
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)

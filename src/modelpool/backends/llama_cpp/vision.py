@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from modelpool.backends.llama_knobs import FLASH_ATTN_TYPE
 from modelpool.errors import GenerationFailed, InvalidRequest, ModelLoadFailed
 
 if TYPE_CHECKING:
@@ -22,7 +23,17 @@ if TYPE_CHECKING:
 
 
 class ImageProjector:
-    def __init__(self, model: GgufModel, path: str, *, n_threads: int, use_gpu: bool, model_id: str) -> None:
+    def __init__(
+        self,
+        model: GgufModel,
+        path: str,
+        *,
+        n_threads: int,
+        use_gpu: bool,
+        model_id: str,
+        image_tokens: tuple[int | None, int | None] = (None, None),
+        flash_attention: str = "auto",
+    ) -> None:
         import llama_cpp.mtmd_cpp as mtmd
 
         self._mtmd = mtmd
@@ -30,6 +41,9 @@ class ImageProjector:
         params.use_gpu = use_gpu
         params.print_timings = False
         params.n_threads = n_threads
+        params.flash_attn_type = FLASH_ATTN_TYPE[flash_attention]
+        # The image-token budget of projectors with dynamic resolution (-1: the projector's own).
+        params.image_min_tokens, params.image_max_tokens = (-1 if n is None else n for n in image_tokens)
         context = mtmd.mtmd_init_from_file(path.encode(), model.model, params)
         if not context:
             raise ModelLoadFailed(f"model '{model_id}': llama.cpp could not load the projector {path}")

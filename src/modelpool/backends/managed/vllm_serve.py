@@ -14,6 +14,7 @@ from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
 from modelpool.backends.managed.engine_flags import VLLM, configured_options
 from modelpool.backends.managed.tokenizing import VllmTokenizer
+from modelpool.backends.managed.vllm_knobs import KvCacheDtype, ReasoningParser, VllmSpeculative
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.sources import files_size
 from modelpool.status import GpuMemory
@@ -48,8 +49,24 @@ class VllmOptions(ManagedOptions):
     """Most images/videos/audios per prompt, e.g. `{image: 2}` (`--limit-mm-per-prompt`)."""
     mm_processor_kwargs: dict[str, Any] | None = None
     """Multimodal processor settings (`--mm-processor-kwargs`)."""
+    max_pixels: int | None = Field(default=None, ge=1, le=1 << 28)
+    """Most pixels an image is resized to before it becomes tokens (Qwen-VL style processors;
+    sent in `--mm-processor-kwargs`): the image-token budget."""
+    min_pixels: int | None = Field(default=None, ge=1, le=1 << 28)
+    """Fewest pixels an image is resized to (`--mm-processor-kwargs`)."""
+    kv_cache_dtype: KvCacheDtype | None = None
+    """KV-cache storage type (`--kv-cache-dtype`): `auto` (the model's dtype), `fp8`,
+    `fp8_e5m2`, ... as vLLM names them; what a device supports is vLLM's to say."""
+    reasoning_parser: ReasoningParser | None = None
+    """vLLM's parser that splits the thinking into `reasoning_content` (`--reasoning-parser`:
+    `qwen3`, `deepseek_r1`, ...)."""
+    speculative: VllmSpeculative | None = None
+    """Speculative decoding, typed (`--speculative-config`): `method`, draft `model`,
+    `num_speculative_tokens`, `prompt_lookup_min/max`. An override may change the numbers,
+    not the method or the model."""
     speculative_config: dict[str, Any] | None = None
-    """Speculative decoding, as vLLM's JSON (`--speculative-config`)."""
+    """Speculative decoding as vLLM's raw JSON (`--speculative-config`), for a field
+    `speculative` lacks; not with `speculative`."""
     enforce_eager: bool = False
     """Disable CUDA graphs (`--enforce-eager`): faster start, slower decode."""
     trust_remote_code: bool = False
@@ -65,20 +82,49 @@ class VllmOptions(ManagedOptions):
     changes the model, the address, files, trust, keys or templates (400 naming the flag)."""
 
     @model_validator(mode="after")
+    def _knobs_fit(self) -> VllmOptions:
+        if self.speculative is not None and self.speculative_config is not None:
+            raise ValueError("speculative and speculative_config: set speculative decoding once")
+        if self.min_pixels is not None and self.max_pixels is not None and self.min_pixels > self.max_pixels:
+            raise ValueError(f"min_pixels ({self.min_pixels}) is above max_pixels ({self.max_pixels})")
+        if clash := sorted({"min_pixels", "max_pixels"} & set(self.mm_processor_kwargs or {})):
+            raise ValueError(f"{', '.join(clash)}: set as an option and in mm_processor_kwargs; set it once")
+        given = {self.canonical_flag(arg) for arg in self.extra_args}
+        typed = {"--kv-cache-dtype": self.kv_cache_dtype, "--reasoning-parser": self.reasoning_parser}
+        if clash := sorted(flag for flag, value in typed.items() if value is not None and flag in given):
+            raise ValueError(f"{', '.join(clash)}: set as an option and in extra_args; set it once")
+        return self
+
+    @staticmethod
+    def canonical_flag(arg: str) -> str:
+        return VLLM.canonical(arg.partition("=")[0])
+
+    @model_validator(mode="after")
     def _override_keeps_config(self, info: ValidationInfo) -> VllmOptions:
         configured = configured_options(info)
         if isinstance(configured, VllmOptions):
             problem = VLLM.problem(configured.extra_args, self.extra_args)
             if problem is not None:
                 raise ValueError(f"extra_args: {problem}")
+            if _proposer(self.speculative) != _proposer(configured.speculative):
+                raise ValueError("speculative: an override may change the numbers, not the method or the model "
+                                 "(the config's word)")  # fmt: skip
         return self
+
+
+def _proposer(speculative: VllmSpeculative | None) -> tuple[str | None, str | None] | None:
+    """What proposes the tokens: the method and the draft model, which only the config sets."""
+    return None if speculative is None else (speculative.method, speculative.model)
 
 
 class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
     Options = VllmOptions
     capabilities = replace(MANAGED_CAPABILITIES, default_tasks=frozenset({Task.CHAT, Task.COMPLETION}), tokenizer=True)
     """A generative model by default; an embedding one is declared with `tasks: [embedding]`."""
-    overridable = frozenset({"max_model_len", "gpu_memory_utilization", "max_num_seqs", "extra_args"})
+    overridable = frozenset({
+        "max_model_len", "gpu_memory_utilization", "max_num_seqs", "extra_args", "kv_cache_dtype", "max_pixels",
+        "min_pixels", "reasoning_parser", "speculative",
+    })  # fmt: skip
     api_key_env = "VLLM_API_KEY"  # what `--api-key` reads when not given (it guards the /v1 routes)
     options: VllmOptions
 
@@ -136,16 +182,20 @@ class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
         }
         for flag, value in numbers.items():
             argv += [flag, str(value)] if value is not None else []
+        pixels = {key: value for key, value in (("min_pixels", o.min_pixels), ("max_pixels", o.max_pixels)) if value}
+        speculative = o.speculative.model_dump(exclude_none=True) if o.speculative else o.speculative_config
         documents = {
             "--limit-mm-per-prompt": o.limit_mm_per_prompt,
-            "--mm-processor-kwargs": o.mm_processor_kwargs,
-            "--speculative-config": o.speculative_config,
+            "--mm-processor-kwargs": {**(o.mm_processor_kwargs or {}), **pixels} or o.mm_processor_kwargs,
+            "--speculative-config": speculative,
         }
         for flag, document in documents.items():
             argv += [flag, json.dumps(document, separators=(",", ":"))] if document is not None else []
         argv += ["--enforce-eager"] if o.enforce_eager else []
         argv += ["--trust-remote-code"] if o.trust_remote_code else []
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", o.tool_call_parser] if o.tool_call_parser else []
+        argv += ["--kv-cache-dtype", o.kv_cache_dtype] if o.kv_cache_dtype else []
+        argv += ["--reasoning-parser", o.reasoning_parser] if o.reasoning_parser else []
         return argv + o.extra_args
 
 
