@@ -117,6 +117,16 @@ async def test_the_admin_load_route_refuses_a_widening_override_before_starting(
         (NATIVE, {"extra_args": ["--no-webui", "--host", "0.0.0.0"]}, "'--host'"),
         (NATIVE, {"extra_args": ["--slots"]}, "keeps the configured extra_args"),
         (VLLM_MODEL, {"extra_args": ["--trust-remote-code", "--model", "other/repo"]}, "'--trust-remote-code'"),
+        # The typed knobs (issue 32): out of bounds, missing their runner's flag, or a file only the config names.
+        (ENGINE, {"type_k": "q9_0"}, "type_k"),
+        (ENGINE, {"flash_attention": "auto"}, "flash_attention: llama_cpp.server takes on or off"),
+        (ENGINE, {"type_v": "q8_0"}, "needs flash attention"),
+        (NATIVE, {"draft_max_tokens": 8}, "need `draft_model`"),
+        (NATIVE, {"draft_p_min": 2}, "draft_p_min"),
+        (NATIVE, {"draft_model": "/other.gguf"}, "cannot override draft_model"),
+        (NATIVE, {"mmproj": "/other.gguf"}, "cannot override mmproj"),
+        (VLLM_MODEL, {"kv_cache_dtype": "fp9"}, "kv_cache_dtype"),
+        (VLLM_MODEL, {"speculative": {"model": "other/draft"}}, "not the method or the model"),
     ]
     async with serving(models(tmp_path)) as (app, client):
         for model, overrides, named in cases:
@@ -130,9 +140,10 @@ async def test_the_admin_load_route_refuses_a_widening_override_before_starting(
 
 
 async def test_an_allowed_override_loads_and_the_engine_stays_on_loopback(tmp_path: Path) -> None:
+    # With typed knobs too: q8_0 KV caches (a quantized V cache needs flash attention) reach llama.cpp.
+    overrides = {"extra_args": ["--n_batch", "64"], "type_k": "q8_0", "type_v": "q8_0", "flash_attention": "on"}
     async with serving(models(tmp_path)) as (_, client):
-        answer = await client.post(f"/v1/admin/models/{ENGINE}/load",
-                                   json={"overrides": {"extra_args": ["--n_batch", "64"]}})  # fmt: skip
+        answer = await client.post(f"/v1/admin/models/{ENGINE}/load", json={"overrides": overrides})
         assert answer.status_code == 200, answer.text
         reply = await sdk(client).chat.completions.create(
             model=ENGINE, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
@@ -142,6 +153,7 @@ async def test_an_allowed_override_loads_and_the_engine_stays_on_loopback(tmp_pa
         engine = psutil.Process(replica["pid"])
         argv = engine.cmdline()
         assert argv[argv.index("--n_batch") + 1] == "64" and argv[argv.index("--host") + 1] == "127.0.0.1"
+        assert [argv[argv.index(flag) + 1] for flag in ("--type_k", "--type_v", "--flash_attn")] == ["8", "8", "true"]
         listening = {c.laddr.ip for c in engine.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
         assert listening == {"127.0.0.1"}
         await client.post(f"/v1/admin/models/{ENGINE}/unload")

@@ -252,7 +252,7 @@ def test_llama_options_map_to_each_servers_flags(option: str, value: Any, native
 
 @pytest.mark.parametrize(
     ("option", "off"),
-    [("mmproj", None), ("flash_attention", False), ("threads", None), ("embedding", False)],
+    [("mmproj", None), ("flash_attention", None), ("threads", None), ("embedding", False)],
 )
 def test_llama_optional_flags_are_absent_when_off(option: str, off: object) -> None:
     assert native_argv(**{option: off}) == native_argv()
