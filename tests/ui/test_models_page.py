@@ -194,9 +194,21 @@ async def test_an_admin_key_loads_an_engine_model_and_reads_its_logs(keyed_tab: 
     # Valid JSON but not a list: the API's 400 names it, next to the form.
     await expect(detail.get_by_role("alert")).to_contain_text(re.compile(r"extra_args.*list"), timeout=10_000)
     await extra.fill("[]")
+    # The typed knobs (issue 32) with their choices and bounds from the backend's Options.
+    type_v = detail.get_by_label("type_v")
+    await expect(type_v.locator("option")).to_have_text(["(automatic)", "f32", "f16", "bf16", "q8_0", "q4_0",
+                                                          "q4_1", "iq4_nl", "q5_0", "q5_1"])  # fmt: skip
+    await expect(detail.get_by_label("draft_max_tokens")).to_have_attribute("max", "128")
+    await type_v.select_option(label="q8_0")
+    await detail.get_by_label("flash_attention").select_option(label="off")
+    await detail.get_by_role("button", name="Load", exact=True).click()
+    await expect(detail.get_by_role("alert")).to_contain_text("needs flash attention", timeout=10_000)
+    await detail.get_by_label("type_k").select_option(label="q8_0")
+    await detail.get_by_label("flash_attention").select_option(label="on")
     await detail.get_by_label("context_length").fill("1024")
     await detail.get_by_role("button", name="Load", exact=True).click()
     await expect(cell(page, ENGINE, "state")).to_have_text("ready", timeout=LOAD_S)
+    await expect(detail.get_by_label("type_v")).to_have_value('"q8_0"')
     await expect(detail.locator(".logs h4")).to_contain_text(re.compile(r"Replica 0 · pid \d+"), timeout=10_000)
     await expect(detail.locator(".logs pre")).to_contain_text("Uvicorn running", timeout=10_000)
     await expect(detail.get_by_label("context_length")).to_have_value("1024")
