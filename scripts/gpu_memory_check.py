@@ -35,13 +35,10 @@ CHATML = (
 )
 
 
-def build_model(folder: Path) -> Path:
-    """A seeded random Llama and a tokenizer trained here: no download, same bytes every run."""
-    if (folder / "config.json").is_file():
-        return folder
-    import torch
+def train_tokenizer() -> Any:
+    """A byte-level BPE tokenizer (1024 tokens, ChatML specials) trained here: no download."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -56,6 +53,17 @@ def build_model(folder: Path) -> Path:
         tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token="<|im_start|>"
     )
     fast.chat_template = CHATML
+    return fast
+
+
+def build_model(folder: Path) -> Path:
+    """A seeded random Llama and a tokenizer trained here: no download, same bytes every run."""
+    if (folder / "config.json").is_file():
+        return folder
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fast = train_tokenizer()
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(fast), hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
