@@ -88,6 +88,13 @@ def test_llama_cpp_server_gets_its_own_flags_and_its_parser_reads_them() -> None
     assert off == ["--flash_attn", "false"] and parser.parse_args(["--model", "x", *off]).flash_attn is False
 
 
+def test_prompt_lookup_is_each_runners_own_ngram_drafting() -> None:
+    assert tail(llama_server({"prompt_lookup_tokens": 4}).command(GGUF), "--n_gpu_layers") == [
+        "--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", "4"]  # fmt: skip
+    assert tail(llama_server({"binary": BINARY, "jinja": False, "prompt_lookup_tokens": 4}).command(GGUF), "-np") == [
+        "--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "4"]  # fmt: skip
+
+
 def test_unset_knobs_add_nothing_and_the_boolean_form_still_reads() -> None:
     assert tail(llama_server({"binary": BINARY, "jinja": False}).command(GGUF), "-np") == []
     assert llama_server({"flash_attention": False}).options.flash_attention == "off"
@@ -120,6 +127,10 @@ REFUSED_LLAMA_SERVER: list[tuple[dict[str, Any], str]] = [
     ({"binary": BINARY, "draft_max_tokens": 8}, "draft_max_tokens: speculative decoding settings need `draft_model`"),
     ({"binary": BINARY, "draft_model": "/d", "draft_min_tokens": 9, "draft_max_tokens": 8}, "draft_min_tokens (9)"),
     ({"binary": BINARY, "image_max_tokens": 256}, "image_max_tokens: an image-token budget needs a vision projector"),
+    ({"prompt_lookup_tokens": 0}, "prompt_lookup_tokens"),
+    ({"prompt_lookup_tokens": 65}, "prompt_lookup_tokens"),
+    ({"binary": BINARY, "draft_model": "/d", "prompt_lookup_tokens": 4}, "choose one way to draft tokens"),
+    ({"prompt_lookup_tokens": 4, "extra_args": ["--draft_model", "x"]}, "prompt_lookup_tokens is set and extra_args"),
     ({"binary": BINARY, "mmproj": "/p", "image_min_tokens": 9, "image_max_tokens": 8}, "image_min_tokens (9)"),
     ({"draft_model": "/d.gguf"}, "draft_model: llama_cpp.server (the runner without `binary`) has no such setting"),
     ({"mmproj": "/p.gguf", "image_max_tokens": 256}, "image_max_tokens: llama_cpp.server"),

@@ -194,3 +194,22 @@ async def test_a_persistent_engine_survives_a_restart_and_is_adopted_not_duplica
     assert not is_alive(first["pid"]) and Registry(tmp_path).records() == []
     again = subprocess.run(stop, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and again.stdout == ""  # nothing running: skipped silently
+
+
+async def test_prompt_lookup_decoding_keeps_greedy_output(tmp_path: Path) -> None:
+    """llama_cpp.server's speculative decoding (`prompt_lookup_tokens`: drafts from the
+    context, verified by the model) gives the greedy text it gives without; set as a
+    load-time override, which restarts the engine with the flags."""
+    text = "The quick brown fox jumps over the lazy dog."
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": f"Repeat this sentence twice: {text}"}]
+    async with serving(engine_config(tmp_path)) as (_, client):
+        oai = sdk(client)
+        answers = []
+        for overrides in ({}, {"prompt_lookup_tokens": 8}):
+            loaded_now = await client.post(f"/v1/admin/models/{ENGINE}/load", json={"overrides": overrides})
+            assert loaded_now.status_code == 200, loaded_now.text
+            reply = await oai.chat.completions.create(model=ENGINE, messages=ask, max_tokens=16, temperature=0)
+            answers.append(reply.choices[0].message.content)
+            argv = psutil.Process(loaded_now.json()["replicas"][0]["pid"]).cmdline()
+            assert ("prompt-lookup-decoding" in argv) == bool(overrides)
+        assert answers[0] and answers[1] == answers[0]

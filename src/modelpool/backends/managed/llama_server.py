@@ -70,6 +70,11 @@ class LlamaServerOptions(ManagedOptions):
     (`--spec-draft-p-min`; default 0.75)."""
     draft_gpu_layers: int | None = Field(default=None, ge=-1, le=1024)
     """With `draft_model`: the draft's layers on the GPU; -1: all (`-ngld`)."""
+    prompt_lookup_tokens: int | None = Field(default=None, ge=1, le=64)
+    """Speculative decoding without a draft model: up to this many tokens proposed from an
+    earlier occurrence of the last tokens in the context (`--draft_model
+    prompt-lookup-decoding --draft_model_num_pred_tokens`; llama-server: `--spec-type
+    ngram-simple --spec-ngram-simple-size-m`). Pays off when the answer repeats the prompt."""
     image_min_tokens: int | None = Field(default=None, ge=1, le=16384)
     """llama-server only, with `mmproj`: fewest tokens one image becomes, for projectors of
     dynamic resolution (`--image-min-tokens`; default: the projector's)."""
@@ -129,8 +134,8 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
     capabilities = MANAGED_CAPABILITIES
     overridable = frozenset({
         "context_length", "gpu_layers", "parallel", "threads", "flash_attention", "extra_args", "type_k", "type_v",
-        "draft_max_tokens", "draft_min_tokens", "draft_p_min", "draft_gpu_layers", "image_min_tokens",
-        "image_max_tokens", "reasoning_format", "reasoning_budget",
+        "draft_max_tokens", "draft_min_tokens", "draft_p_min", "draft_gpu_layers", "prompt_lookup_tokens",
+        "image_min_tokens", "image_max_tokens", "reasoning_format", "reasoning_budget",
     })  # fmt: skip
     """Not `draft_model`, `mmproj` or `binary`: files and programs are the config's word."""
     options: LlamaServerOptions

@@ -25,6 +25,9 @@ class Knob:
     """llama_cpp.server's flag; None: it has none."""
     render: Callable[[Any], str] = str
     render_python: Callable[[Any], str] = str
+    native_prefix: tuple[str, ...] = ()
+    """Flags rendered before the knob's own on llama-server (`--spec-type ngram-simple`)."""
+    python_prefix: tuple[str, ...] = ()
 
 
 def _bool_flag(value: Any) -> str:
@@ -44,6 +47,9 @@ KNOBS: dict[str, Knob] = {
     "draft_min_tokens": Knob(("--spec-draft-n-min",)),
     "draft_p_min": Knob(("--spec-draft-p-min", "--draft-p-min")),
     "draft_gpu_layers": Knob(("-ngld", "--spec-draft-ngl", "--gpu-layers-draft"), render=_layers),
+    "prompt_lookup_tokens": Knob(("--spec-ngram-simple-size-m",), "--draft_model_num_pred_tokens",
+                                 native_prefix=("--spec-type", "ngram-simple"),
+                                 python_prefix=("--draft_model", "prompt-lookup-decoding")),
     "image_min_tokens": Knob(("--image-min-tokens",)),
     "image_max_tokens": Knob(("--image-max-tokens",)),
     "reasoning_format": Knob(("--reasoning-format",)),
@@ -63,9 +69,9 @@ def knob_argv(values: Mapping[str, Any], *, native: bool) -> list[str]:
         if value is None:
             continue
         if native:
-            argv += [knob.native[0], knob.render(value)]
+            argv += [*knob.native_prefix, knob.native[0], knob.render(value)]
         elif knob.python is not None:
-            argv += [knob.python, knob.render_python(value)]
+            argv += [*knob.python_prefix, knob.python, knob.render_python(value)]
     return argv
 
 
@@ -87,6 +93,8 @@ def pairing_problem(values: Mapping[str, Any], *, has_mmproj: bool) -> str | Non
     drafting = [name for name in DRAFT_SETTINGS if values.get(name) is not None]
     if values.get("draft_model") is None and (set_ := drafting):
         return f"{', '.join(set_)}: speculative decoding settings need `draft_model`"
+    if values.get("draft_model") is not None and values.get("prompt_lookup_tokens") is not None:
+        return "draft_model and prompt_lookup_tokens: choose one way to draft tokens"
     if not has_mmproj and (set_ := [name for name in IMAGE_BUDGET if values.get(name) is not None]):
         return f"{', '.join(set_)}: an image-token budget needs a vision projector (`mmproj`)"
     for low, high in (("draft_min_tokens", "draft_max_tokens"), IMAGE_BUDGET):
@@ -100,7 +108,7 @@ def duplicate_problem(values: Mapping[str, Any], extra_args: list[str], *, nativ
     silently): set it once."""
     given = {arg.partition("=")[0] for arg in extra_args}
     for name, knob in KNOBS.items():
-        flags = knob.native if native else (knob.python,)
+        flags = (*knob.native, *knob.native_prefix[:1]) if native else (knob.python, *knob.python_prefix[:1])
         if values.get(name) is not None and (clash := given.intersection(f for f in flags if f)):
             return f"{name} is set and extra_args give {', '.join(sorted(clash))} too: set it once"
     return None
