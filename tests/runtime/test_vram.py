@@ -259,3 +259,31 @@ async def test_an_unload_gives_pytorchs_cached_gpu_memory_back(monkeypatch: pyte
     await collect(await pool.chat("torch-model", REQUEST))
     await pool.unload("torch-model")
     assert calls == ["gc"]
+
+
+async def test_the_transformers_estimate_is_the_parameter_count_at_the_load_dtype() -> None:
+    """SmolLM2 as a float32 safetensors folder: its parameters (counted by transformers on
+    the meta device) at 2 bytes on a GPU (bfloat16, half the files' size: the old estimate
+    took the files whole, twice too high) and at 4 on the CPU, + 10% and 128 MiB."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from modelpool.backends.textgen.hf_convert import hf_folder_for
+    from modelpool.backends.transformers.backend import TransformersBackend, TransformersOptions
+    from modelpool.config.sources import HubLocation
+
+    folder = hf_folder_for(smollm2_gguf(), HubLocation.work_dir)
+    with torch.device("meta"):
+        params = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(folder))
+    count = params.num_parameters()
+    config = ModelConfig(id="hf", backend="transformers", source=str(folder))
+
+    async def estimate(**options: str) -> MemoryEstimate:
+        return await TransformersBackend(config, TransformersOptions.model_validate(options), BackendContext()).estimate_memory()
+
+    on_gpu = await estimate(device="cuda")
+    assert on_gpu.gpu_bytes == int(count * 2 * 1.1) + 128 * MiB and on_gpu.ram_bytes == 128 * MiB
+    files = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    assert on_gpu.gpu_bytes < (int(files * 1.3) + 128 * MiB) * 0.55  # the old estimate: about twice this
+    assert (await estimate(device="cuda", dtype="float32")).gpu_bytes == int(count * 4 * 1.1) + 128 * MiB
+    on_cpu = await estimate(device="cpu")
+    assert on_cpu.gpu_bytes == 0 and on_cpu.ram_bytes == int(count * 4 * 1.1) + 128 * MiB
