@@ -4,10 +4,10 @@ import { formatBytes, formatDuration, h } from "./lib.js";
 
 const COLUMNS = [
   ["model", "Model"], ["state", "State"], ["backend", "Backend"], ["tasks", "Tasks"], ["replicas", "Replicas"],
-  ["in-flight", "In flight"], ["queued", "Queued"], ["memory", "Memory"], ["keep-alive", "Keep-alive"],
+  ["in-flight", "In flight"], ["queued", "Queued"], ["memory", "Memory"], ["vram", "VRAM"], ["keep-alive", "Keep-alive"],
   ["error", "Last error"],
 ];
-const NUMERIC = new Set(["replicas", "in-flight", "queued", "memory"]);
+const NUMERIC = new Set(["replicas", "in-flight", "queued", "memory", "vram"]);
 
 /** "4 min 05 s" for a countdown: whole seconds, rounded up (0 only when it is due). */
 export function countdown(seconds) {
@@ -55,7 +55,8 @@ export function stateCell(model) {
 
 function tableIn(label, headings) {
   const numeric = (key) => (NUMERIC.has(key) ? "num" : null);
-  const head = h("tr", {}, ...headings.map(([key, title]) => h("th", { scope: "col", class: numeric(key), text: title })));
+  const head = h("tr", {}, ...headings.map(([key, title]) =>
+    h("th", { scope: "col", class: numeric(key), "data-col": key, text: title })));
   const tbody = h("tbody");
   const table = h("table", { class: "models-table" }, h("thead", {}, head), tbody);
   const element = h("section", { class: "panel table-panel", "aria-label": label }, h("div", { class: "table-scroll" }, table));
@@ -81,6 +82,10 @@ function fillRow(entry, model, receivedAt) {
   const { measured_bytes: measured, estimate_bytes: estimate } = model.memory;
   cells.memory.replaceChildren(h("span", { text: measured ? formatBytes(measured) : "–" }),
     estimate ? h("small", { class: "muted block", text: `est. ${formatBytes(estimate)}` }) : "");
+  // GPU memory: measured (an engine's processes through NVML, an in-process load's share), else the estimate.
+  const { measured_gpu_bytes: gpu, estimate_gpu_bytes: gpuEstimate } = model.memory;
+  cells.vram.replaceChildren(h("span", { text: gpu ? formatBytes(gpu) : "–" }),
+    gpuEstimate ? h("small", { class: "muted block", text: `est. ${formatBytes(gpuEstimate)}` }) : "");
   // The server says how long is left; the countdown runs on locally until the next poll.
   entry.deadline = model.expires_in_s == null ? null : receivedAt + model.expires_in_s;
   cells["keep-alive"].textContent = keepAliveText(entry);
@@ -89,8 +94,9 @@ function fillRow(entry, model, receivedAt) {
 }
 
 /**
- * The admin table. update(models) fills it (rows are made once per model and then only
- * changed); tick() moves the countdowns; mark(id) shows which row is selected.
+ * The admin table. update(models, gpuSeen) fills it (rows are made once per model and then
+ * only changed; the VRAM column shows only when the server sees a GPU); tick() moves the
+ * countdowns; mark(id) shows which row is selected.
  */
 export function adminTable(onSelect) {
   const { element, tbody } = tableIn("Models (admin view)", COLUMNS);
@@ -110,7 +116,8 @@ export function adminTable(onSelect) {
     return entry;
   }
 
-  function update(models) {
+  function update(models, gpuSeen = false) {
+    element.querySelector("table").classList.toggle("no-gpu", !gpuSeen);
     const receivedAt = performance.now() / 1000;
     for (const model of models) fillRow(rows.get(model.id) || newRow(model), model, receivedAt);
   }

@@ -18,7 +18,18 @@ function adminSummary(models, memory) {
   for (const model of models) states[model.state] = (states[model.state] || 0) + 1;
   const counted = models.reduce((sum, m) => sum + (m.state === "unloaded" ? 0 : m.memory.counted_bytes), 0);
   const stateText = Object.entries(states).map(([state, n]) => `${n} ${state}`).join(", ");
-  return `${models.length} models (${stateText}) · ${memoryText(memory, counted)} · ${updatedAt()}`;
+  return `${models.length} models (${stateText}) · ${memoryText(memory, counted)}${gpuText(memory)} · ${updatedAt()}`;
+}
+
+/** With a GPU seen: the GPUs' used memory (NVML, by anyone) of their total, and the GPU budget. */
+function gpuText(memory) {
+  const gpus = memory?.gpus || [];
+  if (!gpus.length) return "";
+  const used = gpus.reduce((sum, g) => sum + g.used_bytes, 0);
+  const total = gpus.reduce((sum, g) => sum + g.total_bytes, 0);
+  const budget = memory.budget.gpu_memory_bytes;
+  const of = budget === null ? "no GPU budget" : `GPU budget ${formatBytes(budget)}`;
+  return ` · VRAM ${formatBytes(used)} of ${formatBytes(total)} used on ${gpus.length} GPU${gpus.length > 1 ? "s" : ""} · ${of}`;
 }
 
 /** The process's RSS and its parts, which add up (docs/memory.md), against the budget. */
@@ -75,7 +86,7 @@ export function mount(root) {
       view = { kind: "admin", table: adminTable((id) => select(id, true)) };
       body.replaceChildren(view.table.element);
     }
-    view.table.update(models);
+    view.table.update(models, Boolean(memory?.gpus?.length));
     summary.textContent = adminSummary(models, memory);
     if (!selected) return;
     if (!detail || detail.id() !== selected) select(selected, false);
