@@ -287,3 +287,15 @@ async def test_the_transformers_estimate_is_the_parameter_count_at_the_load_dtyp
     assert (await estimate(device="cuda", dtype="float32")).gpu_bytes == int(count * 4 * 1.1) + 128 * MiB
     on_cpu = await estimate(device="cpu")
     assert on_cpu.gpu_bytes == 0 and on_cpu.ram_bytes == int(count * 4 * 1.1) + 128 * MiB
+
+
+def test_a_kv_type_is_read_as_the_options_name_it() -> None:
+    import enum
+
+    from modelpool.backends.gpu_estimates import kv_type_bytes
+
+    class KvType(enum.Enum):
+        Q8_0 = "q8_0"
+
+    assert kv_type_bytes(KvType.Q8_0) == kv_type_bytes("q8_0") == kv_type_bytes("Q8_0") == 34 / 32
+    assert kv_type_bytes(None) == kv_type_bytes("f16") == 2.0 and kv_type_bytes("q4_0") == 18 / 32

@@ -179,7 +179,7 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
         slot, the offloaded layers' share on the GPU (`gpu_estimates.llama_split`)."""
         weights, o = await self.weights(), self.options
         tokens = o.context_length * (o.parallel if o.binary else 1)
-        kv_types = (getattr(o, "type_k", None) or "f16", getattr(o, "type_v", None) or "f16")
+        kv_types = (getattr(o, "type_k", None), getattr(o, "type_v", None))  # typed by the knobs' options
         split = await asyncio.to_thread(llama_split, weights, o.gpu_layers, tokens, *kv_types)
         return MemoryEstimate(ram_bytes=split.ram_bytes + 256 * 1024 * 1024, gpu_bytes=split.gpu_bytes)
 
