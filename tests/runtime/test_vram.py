@@ -278,7 +278,8 @@ async def test_the_transformers_estimate_is_the_parameter_count_at_the_load_dtyp
     config = ModelConfig(id="hf", backend="transformers", source=str(folder))
 
     async def estimate(**options: str) -> MemoryEstimate:
-        return await TransformersBackend(config, TransformersOptions.model_validate(options), BackendContext()).estimate_memory()
+        backend = TransformersBackend(config, TransformersOptions.model_validate(options), BackendContext())
+        return await backend.estimate_memory()
 
     on_gpu = await estimate(device="cuda")
     assert on_gpu.gpu_bytes == int(count * 2 * 1.1) + 128 * MiB and on_gpu.ram_bytes == 128 * MiB
