@@ -28,6 +28,7 @@ from modelpool.config.schema import ModelConfig
 from modelpool.errors import ConfigError, InvalidRequest
 from modelpool.runtime.option_schema import check_override, override_options
 from modelpool.server.app import create_app
+from tests.e2e.conftest import smollm2_gguf
 from tests.e2e.test_vllm_serve import VLLM_PYTHON
 
 GGUF = Path("/models/target.gguf")
@@ -167,6 +168,20 @@ def test_the_draft_model_resolves_like_a_source_and_is_mounted_into_a_container(
     missing = llama_server({"binary": BINARY, "draft_model": str(tmp_path / "absent.gguf")})
     with pytest.raises(Exception, match=r"absent\.gguf does not exist"):
         missing.command(GGUF)
+
+
+async def test_the_draft_models_weights_count_in_the_estimate_where_its_layers_go() -> None:
+    gguf = smollm2_gguf()
+
+    async def estimate(**options: Any) -> tuple[int, int]:
+        config = ModelConfig(id="m", backend="llama_server", source=str(gguf), options={"binary": BINARY, **options})
+        backend = LlamaServerBackend(config, LlamaServerOptions.model_validate(config.options), BackendContext())
+        found = await backend.estimate_memory()
+        return found.ram_bytes, found.gpu_bytes
+
+    ram, gpu = await estimate()
+    assert await estimate(draft_model=str(gguf)) == (ram + gguf.stat().st_size, gpu)
+    assert await estimate(draft_model=str(gguf), draft_gpu_layers=-1) == (ram, gpu + gguf.stat().st_size)
 
 
 # ----- vllm_serve ------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from modelpool.backends.managed.llama_server_knobs import (
 from modelpool.backends.managed.tokenizing import LlamaServerTokenizer
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import resolve_source
+from modelpool.config.sources import files_size, resolve_source
 from modelpool.tasks import Task
 
 
@@ -181,7 +181,12 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
         tokens = o.context_length * (o.parallel if o.binary else 1)
         kv_types = (getattr(o, "type_k", None), getattr(o, "type_v", None))  # typed by the knobs' options
         split = await asyncio.to_thread(llama_split, weights, o.gpu_layers, tokens, *kv_types)
-        return MemoryEstimate(ram_bytes=split.ram_bytes + 256 * 1024 * 1024, gpu_bytes=split.gpu_bytes)
+        ram, gpu = split.ram_bytes + 256 * 1024 * 1024, split.gpu_bytes
+        if self.draft_weights is not None:  # the draft's weights, where its layers go (its cache is small)
+            draft = files_size(self.draft_weights)
+            on_gpu = o.draft_gpu_layers != 0 and (o.draft_gpu_layers is not None or o.gpu_layers != 0)
+            ram, gpu = (ram, gpu + draft) if on_gpu else (ram + draft, gpu)
+        return MemoryEstimate(ram_bytes=ram, gpu_bytes=gpu)
 
     def command(self, weights: Path) -> list[str]:
         return self._native(weights) if self.options.binary else self._python(weights)
