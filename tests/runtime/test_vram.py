@@ -187,6 +187,13 @@ async def test_the_in_process_llama_cpp_estimate_reads_the_kv_type(nvml_standin:
     assert estimate.gpu_bytes == smollm2_gguf().stat().st_size + kv_cache_bytes(shape, 4096) + 256 * MiB
     on_cpu = await LlamaCppBackend(config, LlamaCppOptions(n_ctx=2048), BackendContext()).estimate_memory()
     assert on_cpu.gpu_bytes == 0
+    quantized = LlamaCppOptions(n_gpu_layers=-1, n_ctx=2048, parallel=2, type_k="q8_0", type_v="q8_0")
+    q8 = await LlamaCppBackend(config, quantized, BackendContext()).estimate_memory()
+    f16_kv = kv_cache_bytes(shape, 4096)
+    assert q8.gpu_bytes == estimate.gpu_bytes - f16_kv + kv_cache_bytes(shape, 4096, "q8_0", "q8_0")
+    engine = LlamaServerOptions(gpu_layers=-1, context_length=2048, binary="llama-server", parallel=2, type_k="q8_0")
+    served = await LlamaServerBackend(config, engine, BackendContext()).estimate_memory()
+    assert served.gpu_bytes == estimate.gpu_bytes - f16_kv + kv_cache_bytes(shape, 4096, "q8_0")
 
 
 async def test_vllm_takes_its_share_of_each_gpu_it_runs_on(tmp_path: Path) -> None:

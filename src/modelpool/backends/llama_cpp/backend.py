@@ -187,7 +187,7 @@ class LlamaCppBackend(DeclaredBackend):
         their share (`gpu_estimates.llama_split`). A measurement replaces the RAM part."""
         path = await locate(self.model, self.hub)
         o = self.options
-        kv_types = (getattr(o, "type_k", None), getattr(o, "type_v", None))  # typed by the knobs' options
+        kv_types = (o.type_k, o.type_v)  # None: f16, llama.cpp's default
         split = await asyncio.to_thread(llama_split, path, o.n_gpu_layers, o.n_ctx * o.sequences, *kv_types)
         return MemoryEstimate(ram_bytes=split.ram_bytes + 32 * 1024 * 1024, gpu_bytes=split.gpu_bytes)
 

@@ -179,7 +179,7 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
         slot, the offloaded layers' share on the GPU (`gpu_estimates.llama_split`)."""
         weights, o = await self.weights(), self.options
         tokens = o.context_length * (o.parallel if o.binary else 1)
-        kv_types = (getattr(o, "type_k", None), getattr(o, "type_v", None))  # typed by the knobs' options
+        kv_types = (o.type_k, o.type_v)  # None: f16, llama.cpp's default
         split = await asyncio.to_thread(llama_split, weights, o.gpu_layers, tokens, *kv_types)
         ram, gpu = split.ram_bytes + 256 * 1024 * 1024, split.gpu_bytes
         if self.draft_weights is not None:  # the draft's weights, where its layers go (its cache is small)
