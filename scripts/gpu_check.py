@@ -135,25 +135,33 @@ def backend_of(pool: Any, model: str) -> Any:
 # --- the checks ----------------------------------------------------------------------------
 
 
-@check("nvml_vs_nvidia_smi", "NVML through modelpool's probe: each GPU's total and used memory equal nvidia-smi's")
+@check("nvml_vs_nvidia_smi", "NVML through modelpool's probe: each GPU's total, used and UUID equal nvidia-smi's")
 async def nvml_vs_nvidia_smi(work: Path) -> Result:
     from modelpool.runtime.gpu_probe import nvml_gpus
 
+    query = "--query-gpu=index,uuid,memory.total,memory.used"
+    first = {int(row[0]): row for row in smi(query)}
     gpus = nvml_gpus()
-    rows = {int(row[0]): (int(row[1]), int(row[2])) for row in smi("--query-gpu=index,memory.total,memory.used")}
+    last = {int(row[0]): row for row in smi(query)}  # NVML's reading lies between these two
     problems, numbers = [], {}
-    if len(gpus) != len(rows):
-        problems.append(f"NVML sees {len(gpus)} GPUs, nvidia-smi {len(rows)}")
+    if len(gpus) != len(first):
+        problems.append(f"NVML sees {len(gpus)} GPUs, nvidia-smi {len(first)}")
     for gpu in gpus:
-        total_mib, used_mib = rows.get(gpu.index, (-1, -1))
+        if gpu.index not in first or gpu.index not in last:
+            problems.append(f"{gpu.device}: not in nvidia-smi's list")
+            continue
+        (_, uuid, total, used), (*_, used_after) = first[gpu.index], last[gpu.index]
+        low, high = sorted((int(used), int(used_after)))
         mine = (gpu.total_bytes // MiB, gpu.used_bytes // MiB)
-        numbers[gpu.device] = {"nvml_total_mib": mine[0], "smi_total_mib": total_mib,
-                               "nvml_used_mib": mine[1], "smi_used_mib": used_mib, "name": gpu.name}  # fmt: skip
-        if abs(mine[0] - total_mib) > 1:
-            problems.append(f"{gpu.device}: total {mine[0]} MiB by NVML, {total_mib} by nvidia-smi")
-        if abs(mine[1] - used_mib) > SMI_DRIFT_MIB:
-            problems.append(f"{gpu.device}: used {mine[1]} MiB by NVML, {used_mib} by nvidia-smi")
-    return verdict(problems, "totals equal, used within drift", **numbers)
+        numbers[gpu.device] = {"name": gpu.name, "nvml_total_mib": mine[0], "smi_total_mib": int(total),
+                               "nvml_used_mib": mine[1], "smi_used_mib": [low, high], "uuid": gpu.uuid}  # fmt: skip
+        if abs(mine[0] - int(total)) > 1:
+            problems.append(f"{gpu.device}: total {mine[0]} MiB by NVML, {total} by nvidia-smi")
+        if not low - 1 <= mine[1] <= high + 1:
+            problems.append(f"{gpu.device}: used {mine[1]} MiB by NVML, {low}..{high} by nvidia-smi around it")
+        if uuid != gpu.uuid:
+            problems.append(f"{gpu.device}: UUID {gpu.uuid} by NVML, {uuid} by nvidia-smi")
+    return verdict(problems, "totals, used (within 1 MiB) and UUIDs equal", **numbers)
 
 
 @check("nvml_per_process", "NVML per-process memory (modelpool's nvml_processes) equals nvidia-smi's compute apps")
@@ -229,24 +237,142 @@ async def llama_server_cuda(work: Path) -> Result:
     try:
         await pool.load("server-gpu")
         reply = await greedy(pool, "server-gpu")
-        measured = pool.memory().models["server-gpu"].measured_gpu_bytes
+        memory = pool.memory()
+        measured = memory.models["server-gpu"].measured_gpu_bytes
+        row = next((m for m in memory.gpu_models if m.model == "server-gpu"), None)
         pids = [r.pid for r in pool.slot("server-gpu").status().replicas if r.pid]
+        apps = {int(r[0]): int(r[1]) for r in smi("--query-compute-apps=pid,used_memory") if r[0].isdigit()}
         engine = my_gpu_bytes(pids)
         await pool.unload("server-gpu")
         after = my_gpu_bytes(pids)
     finally:
         await pool.close()
-    weights = gguf.stat().st_size
-    numbers = {"weights_mib": weights // MiB, "engine_pids": pids, "engine_nvml_mib": engine // MiB,
-               "measured_gpu_mib": measured // MiB, "after_unload_mib": after // MiB, "reply": reply}  # fmt: skip
+    return _engine_verdict(gguf.stat().st_size, reply, measured, row, pids, apps, engine, after)
+
+
+def _engine_verdict(weights: int, reply: str, measured: int, row: Any, pids: list[int], apps: dict[int, int],
+                    engine: int, after: int) -> Result:  # fmt: skip
+    """An engine process's VRAM: the pool's /v1/admin/gpu-memory row against nvidia-smi."""
+    replica = row.replicas[0] if row is not None and row.replicas else None
+    row_pids = list(replica.pids) if replica else []
+    smi_mib = sum(apps.get(pid, 0) for pid in row_pids)
+    numbers = {"weights_mib": weights // MiB, "engine_pids": pids, "row_pids": row_pids,
+               "row_source": replica.source if replica else None, "measured_gpu_mib": measured // MiB,
+               "row_measured_mib": replica.measured_bytes // MiB if replica else None, "smi_mib_for_row_pids": smi_mib,
+               "estimate_mib": row.estimate_bytes // MiB if row and row.estimate_bytes else None,
+               "engine_nvml_mib": engine // MiB, "after_unload_mib": after // MiB, "reply": reply}  # fmt: skip
     problems = []
     if not reply:
         problems.append("no answer")
     if measured < weights // 2:
         problems.append(f"the pool measured {measured // MiB} MiB for {weights // MiB} MiB of weights")
+    if replica is None or replica.source != "nvml":
+        problems.append(f"the gpu-memory row's source is {replica.source if replica else 'missing'}, not nvml")
+    elif not set(pids) <= set(row_pids):
+        problems.append(f"the row's PIDs {row_pids} miss the engine's {pids}")
+    elif abs(replica.measured_bytes // MiB - smi_mib) > 1:
+        problems.append(f"the row measured {replica.measured_bytes // MiB} MiB, nvidia-smi lists {smi_mib} MiB")
     if after:
         problems.append(f"{after // MiB} MiB still held by the engine's PIDs after unload")
-    return verdict(problems, "engine on CUDA, measured by PID, gone on unload", **numbers)
+    return verdict(problems, "engine on CUDA, measured by PID as nvidia-smi says, gone on unload", **numbers)
+
+
+@check("llama_cpp_kv_q8_flash_attention", "in-process llama.cpp on CUDA with q8_0 K/V caches and flash attention "
+       "on, then auto (CUDA's FA kernels): greedy answers")  # fmt: skip
+async def llama_cpp_kv_q8_flash_attention(work: Path) -> Result:
+    import llama_cpp
+
+    if not llama_cpp.llama_supports_gpu_offload():
+        return failed("llama-cpp-python was built without GPU offload (see llama_build.log)")
+    gguf, replies = random_gguf(work), {}
+    for mode in ("on", "auto"):
+        entry = {"backend": "llama_cpp", "source": str(gguf), "tasks": ["chat", "completion"],
+                 "options": {"n_gpu_layers": -1, "n_ctx": 1024, "type_k": "q8_0", "type_v": "q8_0",
+                             "flash_attention": mode}}  # fmt: skip
+        pool = pool_for({"kv-q8": entry}, work)
+        try:
+            replies[mode] = await greedy(pool, "kv-q8")
+        finally:
+            await pool.close()
+    problems = [f"flash_attention {mode}: no answer" for mode, reply in replies.items() if not reply]
+    return verdict(problems, "q8_0 caches with flash attention on and auto answered", replies=replies)
+
+
+@check("llama_server_native_draft", "llama.cpp's native llama-server (CUDA) with a draft model on the GPU: answers, "
+       "and its log shows the draft loaded with no ignored option")  # fmt: skip
+async def llama_server_native_draft(work: Path) -> Result:
+    binary = os.environ.get("LLAMA_SERVER_BINARY") or shutil.which("llama-server")
+    if binary is None:
+        return skipped("no native llama-server binary (LLAMA_SERVER_BINARY or PATH): this check builds "
+                       "llama-cpp-python only, whose server has no draft-model flags")  # fmt: skip
+    gguf = random_gguf(work)
+    options = {"binary": binary, "gpu_layers": -1, "draft_model": str(gguf), "draft_gpu_layers": -1,
+               "draft_max_tokens": 8, "flash_attention": "on", "type_v": "q8_0", "context_length": 1024}  # fmt: skip
+    entry = {"backend": "llama_server", "source": str(gguf), "tasks": ["chat", "completion"], "options": options}
+    pool = pool_for({"drafted": entry}, work)
+    try:
+        await pool.load("drafted")
+        reply = await greedy(pool, "drafted")
+        log = "\n".join(backend_of(pool, "drafted").log_tail(400))
+    finally:
+        await pool.close()
+    problems = [] if reply else ["no answer"]
+    if "will be ignored" in log:
+        problems.append("llama-server ignored an option (a build without GPU support?)")
+    return verdict(problems, "answered with a draft model on the GPU", reply=reply, log_tail=log[-1500:])
+
+
+@check("transformers_unload_frees_vram", "transformers on cuda: after unload the GPU's used memory is back within "
+       "50 MiB of before the load (CUDA context made first: it stays)")  # fmt: skip
+async def transformers_unload_frees_vram(work: Path) -> Result:
+    import torch
+
+    from modelpool.runtime.gpu_probe import nvml_gpus
+
+    folder = hf_llama(work)
+    torch.zeros(1, device="cuda")  # the CUDA context first: what stays after an unload
+    before = nvml_gpus()[0].used_bytes
+    entry = {"backend": "transformers", "source": str(folder), "tasks": ["chat", "completion"],
+             "options": {"device": "cuda", "max_model_len": 512}}  # fmt: skip
+    pool = pool_for({"freed": entry}, work)
+    try:
+        await pool.load("freed")
+        loaded = nvml_gpus()[0].used_bytes
+        reply = await greedy(pool, "freed")
+        await pool.unload("freed")
+        after = nvml_gpus()[0].used_bytes
+        reported = pool.memory().gpus[0].used_bytes if pool.memory().gpus else None
+    finally:
+        await pool.close()
+    numbers = {"before_mib": before // MiB, "loaded_mib": loaded // MiB, "after_unload_mib": after // MiB,
+               "pool_reports_used_mib": reported // MiB if reported is not None else None, "reply": reply}  # fmt: skip
+    problems = []
+    if loaded - before < 100 * MiB:
+        problems.append(f"the load took only {(loaded - before) // MiB} MiB on the GPU")
+    if after - before > 50 * MiB:
+        problems.append(f"{(after - before) // MiB} MiB more in use after the unload than before the load")
+    if reported is not None and abs(reported - after) > 8 * MiB:
+        problems.append(f"the pool reports {reported // MiB} MiB used, NVML {after // MiB} MiB")
+    return verdict(problems, "given back to the driver on unload", **numbers)
+
+
+@check("vllm_serve_fp8_kv_speculative", "vllm_serve on the GPU with kv_cache_dtype fp8 and ngram speculative "
+       "decoding: starts and answers")  # fmt: skip
+async def vllm_serve_fp8_kv_speculative(work: Path) -> Result:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return skipped("vLLM is not installed in this image (see vllm_in_process)")
+    speculative = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+    entry = {"backend": "vllm_serve", "source": str(hf_llama(work)), "tasks": ["chat", "completion"],
+             "options": {"kv_cache_dtype": "fp8", "speculative": speculative, "max_model_len": 512}}  # fmt: skip
+    pool = pool_for({"vllm-fp8": entry}, work)
+    try:
+        await pool.load("vllm-fp8")
+        reply = await greedy(pool, "vllm-fp8")
+    finally:
+        await pool.close()
+    return verdict([] if reply else ["no answer"], "fp8 KV cache with ngram speculation answered", reply=reply)
 
 
 @check("transformers_cuda", "transformers on cuda, two models at once (scripts/gpu_memory_check.py): measured "

@@ -28,6 +28,12 @@ REQUIRED = {
     "transformers_cuda": "transformers on cuda, torch's cache released on unload",
     "transformers_device_map_auto": "device_map: auto",
     "vllm_in_process": "the in-process vLLM path (skipped with its reason where vLLM is missing)",
+    # the helpers' notes (/tmp/brief32/gpu_notes.md): knobs
+    "llama_cpp_kv_q8_flash_attention": "q8_0 K/V caches with flash attention on and auto, in process on CUDA",
+    "llama_server_native_draft": "native llama-server with a draft model on the GPU (-ngld)",
+    "vllm_serve_fp8_kv_speculative": "vllm_serve with an fp8 KV cache and ngram speculation",
+    # vram
+    "transformers_unload_frees_vram": "used memory back within 50 MiB of before the load",
     # issue 32 item 5 (the GPU side of faster_whisper)
     "faster_whisper_cuda": "CTranslate2 on CUDA",
 }
@@ -58,6 +64,8 @@ def test_every_required_check_exists() -> None:
     checks = script("gpu_check").CHECKS
     assert set(REQUIRED) <= set(checks), sorted(set(REQUIRED) - set(checks))
     assert all(check.what for check in checks.values())
+    documented = (ROOT / "docs" / "gpu.md").read_text()
+    assert [name for name in checks if f"| `{name}` |" not in documented] == []
 
 
 @pytest.mark.parametrize("argv", [["scripts/gpu_check.sh", "--dry-run"], ["scripts/gpu_check.sh"]])
@@ -90,8 +98,9 @@ def test_the_random_gguf_loads_and_answers_in_llama_cpp(tmp_path: Path) -> None:
 def test_the_llama_cpp_checks_reach_a_verdict_on_the_cpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    """With GPU offload claimed and NVML reading 0, the checks run their whole path (a load,
-    two greedy answers, the pool's memory, an unload) and fail only on the GPU numbers."""
+    """With GPU offload claimed and NVML and nvidia-smi reading nothing, the checks run their
+    whole path (a load, greedy answers, the pool's memory rows, an unload) and fail only on
+    the GPU numbers."""
     pytest.importorskip("gguf")
     llama_cpp = pytest.importorskip("llama_cpp")
     writer, checks = script("gpu_check_gguf"), script("gpu_check")
@@ -99,12 +108,26 @@ def test_the_llama_cpp_checks_reach_a_verdict_on_the_cpu(
     tiny = writer.Shape(2, 64, 128, 4)
     monkeypatch.setattr(checks, "random_gguf", lambda work: writer.write_llama_gguf(work / "t.gguf", tiny))
     monkeypatch.setattr(checks, "my_gpu_bytes", lambda pids=None: 0)
+    monkeypatch.setattr(checks, "smi", lambda *query: [])  # nvidia-smi lists no process
     result = checks.run_one(name, tmp_path)
     assert result.status == "fail" and "Error" not in result.detail, result
     assert result.numbers["reply"] and result.numbers["measured_gpu_mib"] == 0
     assert "MiB" in result.detail and "greedy" not in result.detail
     if name == "llama_cpp_cuda":
         assert result.numbers["batch_invariant"] is False  # n_gpu_layers -1: off, as documented
+
+
+def test_the_kv_cache_check_runs_its_two_loads_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """q8_0 caches with flash attention on and auto: nothing in it is GPU-only but the build."""
+    pytest.importorskip("gguf")
+    llama_cpp = pytest.importorskip("llama_cpp")
+    writer, checks = script("gpu_check_gguf"), script("gpu_check")
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)
+    tiny = writer.Shape(2, 64, 128, 2)  # heads of 32: a q8_0 V cache takes blocks of 32
+    monkeypatch.setattr(checks, "random_gguf", lambda work: writer.write_llama_gguf(work / "t.gguf", tiny))
+    result = checks.run_one("llama_cpp_kv_q8_flash_attention", tmp_path)
+    assert result.status == "pass", result
+    assert set(result.numbers["replies"]) == {"on", "auto"} and all(result.numbers["replies"].values())
 
 
 def test_what_the_prepare_script_downloads_is_pinned_and_ignored() -> None:
