@@ -395,3 +395,95 @@ def _build_qwen2_vl(folder: Path) -> None:
         image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN2_VL_CHAT_TEMPLATE
     )
     _save(folder, model, processor, tokenizer)
+
+
+# Qwen3-VL: Qwen2-VL's dynamic resolution with 16x16 patches (factor 32), DeepStack (vision
+# features added into the first text layers) and interleaved M-RoPE. A 64x64 image is scaled
+# up to 128x128 (min_pixels): 8x8 patches, 4x4 = 16 <|image_pad|>. Video frames are groups of
+# two (temporal_patch_size), each group preceded by its timestamp, `<0.5 seconds>`.
+QWEN3_VL_PATCH_SIZE = 16
+QWEN3_VL_MIN_PIXELS = 128 * 128
+QWEN3_VL_MAX_PIXELS = 256 * 256
+
+
+def tiny_qwen3_vl(cache_dir: Path | None = None) -> Path:
+    """A Qwen3-VL model folder: Qwen3-VL vision (hidden 64, 2 layers, DeepStack at layer 0) +
+    Qwen3 text (hidden 128, 2 layers, interleaved M-RoPE). Its processor is
+    `PaddleOCRVLProcessor` around Qwen2-VL's PIL image processor, as for the tiny Qwen2-VL
+    (`Qwen3VLProcessor` needs a torchvision video processor)."""
+    return _cached(cache_dir, f"tiny-qwen3-vl-v{BUILD_VERSION}", _build_qwen3_vl)
+
+
+def _qwen_tokenizer(chat_template: str) -> tuple[PreTrainedTokenizerBase, dict[str, int]]:
+    tokenizer = _smollm2_tokenizer(QWEN2_VL_SPECIAL_TOKENS)
+    tokenizer._set_model_specific_special_tokens(
+        {
+            "image_token": QWEN2_VL_IMAGE_PAD,
+            "video_token": QWEN2_VL_VIDEO_PAD,
+            "vision_start_token": QWEN2_VL_VISION_START,
+            "vision_end_token": QWEN2_VL_VISION_END,
+        }
+    )
+    tokenizer.chat_template = chat_template
+    return tokenizer, {token: token_id(tokenizer, token) for token in QWEN2_VL_SPECIAL_TOKENS}
+
+
+def _build_qwen3_vl(folder: Path) -> None:
+    import torch
+    from transformers import PaddleOCRVLProcessor, Qwen3VLConfig, Qwen3VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tokenizer, ids = _qwen_tokenizer(QWEN2_VL_CHAT_TEMPLATE)
+    vision = {
+        "depth": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_heads": 2,
+        "patch_size": QWEN3_VL_PATCH_SIZE,
+        "spatial_merge_size": QWEN2_VL_MERGE_SIZE,
+        "temporal_patch_size": 2,
+        "out_hidden_size": 128,  # the text model's hidden size
+        "num_position_embeddings": 64,
+        "deepstack_visual_indexes": [0],
+    }
+    text = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
+        "rope_parameters": {
+            "rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [8, 12, 12], "mrope_interleaved": True,
+        },
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    config = Qwen3VLConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=ids[QWEN2_VL_IMAGE_PAD],
+        video_token_id=ids[QWEN2_VL_VIDEO_PAD],
+        vision_start_token_id=ids[QWEN2_VL_VISION_START],
+        vision_end_token_id=ids[QWEN2_VL_VISION_END],
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = Qwen3VLForConditionalGeneration(config).eval()
+    image_processor = Qwen2VLImageProcessorPil(
+        min_pixels=QWEN3_VL_MIN_PIXELS,
+        max_pixels=QWEN3_VL_MAX_PIXELS,
+        patch_size=QWEN3_VL_PATCH_SIZE,
+        merge_size=QWEN2_VL_MERGE_SIZE,
+        temporal_patch_size=2,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    )
+    processor = PaddleOCRVLProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN2_VL_CHAT_TEMPLATE
+    )
+    _save(folder, model, processor, tokenizer)

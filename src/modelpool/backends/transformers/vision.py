@@ -19,20 +19,11 @@ from modelpool.backends.textgen.hf_text import render_chat_text
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.tools.prompt import ChatPlan
 
-UNSUPPORTED = ("qwen3_vl", "qwen3_vl_moe")
-"""Model types whose rotary positions differ from Qwen2-VL's and that this backend has not
-been checked against: refused at load rather than risk wrong answers."""
-
-
 def load_vision_model(path: Path, dtype: Any, trust_remote_code: bool, model_id: str) -> tuple[Any, Any]:
     """(model, processor) from an image-text-to-text folder."""
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        if config.model_type in UNSUPPORTED:
-            raise ModelLoadFailed(f"model '{model_id}': {config.model_type} models are not supported by the "
-                                  "transformers backend yet; serve it with vllm_serve or llama_server")  # fmt: skip
         processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)  # type: ignore[no-untyped-call]
         model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
