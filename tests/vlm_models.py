@@ -457,7 +457,10 @@ def _build_qwen3_vl(folder: Path) -> None:
         "max_position_embeddings": 2048,
         "rms_norm_eps": 1e-5,
         "rope_parameters": {
-            "rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [8, 12, 12], "mrope_interleaved": True,
+            "rope_type": "default",
+            "rope_theta": 5_000_000.0,
+            "mrope_section": [8, 12, 12],
+            "mrope_interleaved": True,
         },
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,

@@ -19,6 +19,7 @@ from modelpool.backends.textgen.hf_text import render_chat_text
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.tools.prompt import ChatPlan
 
+
 def load_vision_model(path: Path, dtype: Any, trust_remote_code: bool, model_id: str) -> tuple[Any, Any]:
     """(model, processor) from an image-text-to-text folder."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
