@@ -24,6 +24,7 @@ class Modality(str, Enum):
     TEXT = "text"
     IMAGE = "image"
     AUDIO = "audio"
+    VIDEO = "video"
 
 
 class Locality(str, Enum):
@@ -75,6 +76,11 @@ class Capabilities:
     image_urls_upstream: bool = False
     """Forwarding backends: the upstream fetches `http(s)://` image URLs itself, so they are
     sent as they are rather than fetched (and checked) by modelpool."""
+    video_fps: float | None = None
+    """In-process video models: frames a second a video is sampled into (with
+    `max_video_frames`); None: a video is forwarded whole to the engine or upstream."""
+    max_video_frames: int | None = None
+    """In-process video models: most frames one video is sampled into."""
     max_beam_size: int = 0
     """Widest beam search a request may ask (`decoding.beam_size`, `beam_size` on the
     completions routes), run as the engine's own; 0: the engine has none."""

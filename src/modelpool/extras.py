@@ -40,4 +40,5 @@ class Extra:
 
 
 AUDIO = Extra("audio", "av", "Decoding uploaded audio and encoding speech as mp3, opus, flac or aac (PyAV)")
+VIDEO = Extra("video", "av", "Reading video content parts (video_url), checked and sampled into frames (PyAV)")
 MCP = Extra("mcp", "mcp", "The MCP server at /mcp")

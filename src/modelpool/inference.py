@@ -110,11 +110,30 @@ class ImageInput:
 
 
 @dataclass(frozen=True)
+class VideoInput:
+    """A video part of a message (`video_url`), as the client sent it, and once the pool has
+    loaded it: sampled into `frames` (RGB PIL images at `timestamps` seconds) for a model
+    that reads frames in process, or kept whole as `data_uri` for an engine or upstream
+    that takes the video itself."""
+
+    url: str
+    """data:, http(s): or file: (as sent)."""
+    param: str
+    """Where it was in the request (`messages[0].content[1]`), for errors about it."""
+    frames: tuple[Any, ...] = ()
+    timestamps: tuple[float, ...] = ()
+    fps: float = 0.0
+    """The video's own frame rate (0: unknown)."""
+    data_uri: str | None = None
+    """The video's bytes as a data URI, for forwarding (None: forwarded by its URL)."""
+
+
+@dataclass(frozen=True)
 class TextPart:
     text: str
 
 
-ContentPart = TextPart | ImageInput
+ContentPart = TextPart | ImageInput | VideoInput
 
 
 @dataclass(frozen=True)
@@ -128,12 +147,16 @@ class ChatMessage:
     tool_call_id: str | None = None
     """For a `tool` message: the call whose result it carries."""
     parts: tuple[ContentPart, ...] = ()
-    """Set when the message carries images: its text and images in order (`content` holds
-    the text alone)."""
+    """Set when the message carries images or videos: its text and media in order (`content`
+    holds the text alone)."""
 
     @property
     def images(self) -> tuple[ImageInput, ...]:
         return tuple(part for part in self.parts if isinstance(part, ImageInput))
+
+    @property
+    def videos(self) -> tuple[VideoInput, ...]:
+        return tuple(part for part in self.parts if isinstance(part, VideoInput))
 
 
 @dataclass(frozen=True)

@@ -202,6 +202,9 @@ IMAGE_DECODES = BoundedExecutor("image-decodes", workers=2)
 """base64 and Pillow decodes of request images. Two at a time in the whole server, so the
 pixels being decoded at once are at most twice `server.max_image_pixels`."""
 
+VIDEO_DECODES = BoundedExecutor("video-decodes", workers=2)
+"""PyAV reads of request videos: the header checks, and the decodes into sampled frames."""
+
 AUDIO_DECODES = BoundedExecutor("audio-decodes", workers=2)
 """PyAV decodes of uploaded audio (the counting pass and the fill pass of each upload)."""
 

@@ -190,6 +190,19 @@ class ServerConfig(_Strict):
     """Most pixels all the images of one request may have together, read from their headers
     before any is decoded (413 above it). Bounds the memory one request's images take."""
 
+    max_video_bytes: int = Field(default=64 * 1024 * 1024, gt=0, le=2 * 1024**3)
+    """Largest video (`video_url` part) accepted (413 above it). Videos come from the same
+    places as images (data URIs, `allow_remote_images`, `allowed_local_media_dirs`)."""
+
+    max_video_seconds: float = Field(default=600.0, gt=0, le=86_400)
+    """Longest video, as its header declares it and as it decodes (413 above it)."""
+
+    max_video_pixels: int = Field(default=3840 * 2160, gt=0, le=100_000_000)
+    """Most pixels one video frame may have, read from the header before decoding (413 above it)."""
+
+    max_videos_per_request: int = Field(default=2, ge=1, le=64)
+    """Most videos one request may carry; 400 above it, before any is read."""
+
     max_schema_bytes: int = Field(default=256 * 1024, gt=0)
     """Most bytes of JSON schema one request may carry, its tools' `parameters` and its
     `response_format` together (counted as compact JSON); 413 above it, before the schemas

@@ -56,6 +56,10 @@ class ImagePolicy:
     """Most pixels all the images of one request may have together."""
     fetch_timeout_s: float = 10.0
     max_redirects: int = 5
+    kind: str = "image"
+    """What is read under this policy, for messages ("image", "video")."""
+    bytes_setting: str = "server.max_image_bytes"
+    """The setting that sets `max_bytes`, named by a 413."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ async def image_bytes(url: str, policy: ImagePolicy, param: str) -> bytes:
     try:
         return await _image_bytes(url, policy, param)
     except ValueError as exc:  # a URL or path that cannot even be parsed (`http://[::1/`, a NUL byte)
-        raise InvalidRequest(f"the image URL is malformed: {exc}", param=param) from None
+        raise InvalidRequest(f"the {policy.kind} URL is malformed: {exc}", param=param) from None
 
 
 async def _image_bytes(url: str, policy: ImagePolicy, param: str) -> bytes:
@@ -91,24 +95,27 @@ async def _image_bytes(url: str, policy: ImagePolicy, param: str) -> bytes:
         return await IMAGE_DECODES.run(data_uri_bytes, url, policy, param)
     if scheme in ("http", "https"):
         if not policy.allow_remote:
-            raise InvalidRequest("remote image URLs are off on this server (server.allow_remote_images); "
-                                 "send the image as a data: URI", param=param)  # fmt: skip
+            raise InvalidRequest(f"remote {policy.kind} URLs are off on this server (server.allow_remote_images); "
+                                 f"send the {policy.kind} as a data: URI", param=param)  # fmt: skip
         return await fetch(url, policy, param)
     if scheme == "file":
         return await asyncio.to_thread(read_local, url, policy, param)
-    raise InvalidRequest(f"an image URL must be data:, http(s): or file:, not {scheme or 'empty'}:", param=param)
+    raise InvalidRequest(f"a {policy.kind} URL must be data:, http(s): or file:, not {scheme or 'empty'}:",
+                         param=param)  # fmt: skip
 
 
 def data_uri_bytes(url: str, policy: ImagePolicy, param: str) -> bytes:
     header, comma, payload = url.partition(",")
     if not comma or not header.lower().endswith(";base64"):
-        raise InvalidRequest("an image data URI must be base64: data:image/png;base64,...", param=param)
+        raise InvalidRequest(f"a {policy.kind} data URI must be base64: data:{policy.kind}/...;base64,...", param=param)
     if len(payload) * 3 // 4 > policy.max_bytes:
-        raise RequestTooLarge(f"the image is over {policy.max_bytes} bytes (server.max_image_bytes)", param=param)
+        raise RequestTooLarge(
+            f"the {policy.kind} is over {policy.max_bytes} bytes ({policy.bytes_setting})", param=param
+        )
     try:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidRequest("the image data URI is not valid base64", param=param) from None
+        raise InvalidRequest(f"the {policy.kind} data URI is not valid base64", param=param) from None
 
 
 def pixels(data: bytes, max_pixels: int, param: str) -> int:
@@ -155,14 +162,17 @@ def read_local(url: str, policy: ImagePolicy, param: str) -> bytes:
     """A file:// image, only under one of `policy.local_dirs` (after resolving links)."""
     path = Path(unquote(urlsplit(url).path)).resolve()
     if not any(path.is_relative_to(root.resolve()) for root in policy.local_dirs):
-        raise InvalidRequest("file:// images are allowed only under server.allowed_local_media_dirs", param=param)
+        raise InvalidRequest(f"file:// {policy.kind}s are allowed only under server.allowed_local_media_dirs",
+                             param=param)  # fmt: skip
     try:
         size = path.stat().st_size
         if size > policy.max_bytes:
-            raise RequestTooLarge(f"the image is over {policy.max_bytes} bytes (server.max_image_bytes)", param=param)
+            raise RequestTooLarge(
+                f"the {policy.kind} is over {policy.max_bytes} bytes ({policy.bytes_setting})", param=param
+            )
         return path.read_bytes()
     except OSError as exc:
-        raise InvalidRequest(f"the image file cannot be read: {exc.strerror}", param=param) from None
+        raise InvalidRequest(f"the {policy.kind} file cannot be read: {exc.strerror}", param=param) from None
 
 
 def is_public(address: str) -> bool:
@@ -202,20 +212,22 @@ async def fetch(url: str, policy: ImagePolicy, param: str) -> bytes:
                         target = urljoin(target, response.headers["Location"])
                         continue
                     if response.status != 200:
-                        raise InvalidRequest(f"fetching the image gave HTTP {response.status}", param=param)
-                    return await _read_limited(response, policy.max_bytes, param)
-            raise InvalidRequest(f"fetching the image took more than {policy.max_redirects} redirects", param=param)
+                        raise InvalidRequest(f"fetching the {policy.kind} gave HTTP {response.status}", param=param)
+                    return await _read_limited(response, policy, param)
+            raise InvalidRequest(
+                f"fetching the {policy.kind} took more than {policy.max_redirects} redirects", param=param
+            )
 
     try:  # one deadline for the whole fetch, redirects included (aiohttp's is per request)
         return await asyncio.wait_for(follow(), policy.fetch_timeout_s)
     except asyncio.TimeoutError:
-        raise InvalidRequest(f"fetching the image took longer than {policy.fetch_timeout_s:g} s",
+        raise InvalidRequest(f"fetching the {policy.kind} took longer than {policy.fetch_timeout_s:g} s",
                              param=param) from None  # fmt: skip
     except (aiohttp.ClientError, OSError) as exc:
         refused = _refusal_in(exc)
         if refused is not None:
-            raise InvalidRequest(f"image URL refused: {refused}", param=param) from None
-        raise InvalidRequest(f"the image could not be fetched: {exc}", param=param) from None
+            raise InvalidRequest(f"{policy.kind} URL refused: {refused}", param=param) from None
+        raise InvalidRequest(f"the {policy.kind} could not be fetched: {exc}", param=param) from None
 
 
 def _refusal_in(exc: BaseException) -> _Refused | None:
@@ -238,7 +250,7 @@ def _check_literal_host(url: str, policy: ImagePolicy, param: str) -> None:
     parsed = URL(url)
     host = parsed.raw_host
     if parsed.scheme not in ("http", "https") or not host:
-        raise InvalidRequest("an image URL (or its redirect) must be http(s) with a host", param=param)
+        raise InvalidRequest(f"a {policy.kind} URL (or its redirect) must be http(s) with a host", param=param)
     if host in policy.allowed_hosts or not is_ip_address(host):
         return  # a name: the guarded resolver checks what it resolves to
     try:
@@ -246,18 +258,19 @@ def _check_literal_host(url: str, policy: ImagePolicy, param: str) -> None:
     except ValueError:  # aiohttp would take it for an address that ipaddress does not read
         public = False
     if not public:
-        raise InvalidRequest(f"image URL refused: {host} is not a public address", param=param)
+        raise InvalidRequest(f"{policy.kind} URL refused: {host} is not a public address", param=param)
 
 
-async def _read_limited(response: Any, limit: int, param: str) -> bytes:
+async def _read_limited(response: Any, policy: ImagePolicy, param: str) -> bytes:
+    limit, too_large = policy.max_bytes, f"the {policy.kind} is over {policy.max_bytes} bytes ({policy.bytes_setting})"
     declared = response.content_length
     if declared is not None and declared > limit:
-        raise RequestTooLarge(f"the image is over {limit} bytes (server.max_image_bytes)", param=param)
+        raise RequestTooLarge(too_large, param=param)
     body = bytearray()
     async for piece in response.content.iter_chunked(64 * 1024):
         body += piece
         if len(body) > limit:
-            raise RequestTooLarge(f"the image is over {limit} bytes (server.max_image_bytes)", param=param)
+            raise RequestTooLarge(too_large, param=param)
     return bytes(body)
 
 

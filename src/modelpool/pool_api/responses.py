@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from modelpool.inference import ChatMessage, ImageInput, TextPart
+from modelpool.inference import ChatMessage, ImageInput, TextPart, VideoInput
 from modelpool.owner import Owner
 
 _OBJECT_BYTES = 200
@@ -56,5 +56,7 @@ def _message_bytes(message: ChatMessage) -> int:
             strings.append(part.text)
         elif isinstance(part, ImageInput):
             strings += [part.url, part.param, part.detail or "", part.data_uri or ""]
+        elif isinstance(part, VideoInput):
+            strings += [part.url, part.param, part.data_uri or ""]
     objects = 1 + len(message.tool_calls) + len(message.parts)
     return sum(sys.getsizeof(text) for text in strings) + objects * _OBJECT_BYTES

@@ -4,6 +4,7 @@ checked before anything loads, so a bad config fails at start, not at the first 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from modelpool.backends.base import Backend
 from modelpool.backends.context import BackendContext, ClaimedProcesses
@@ -11,6 +12,7 @@ from modelpool.backends.registry import build_backend, model_capabilities
 from modelpool.config.schema import Config, ModelConfig
 from modelpool.config.sources import HubLocation
 from modelpool.media.images import ImagePolicy
+from modelpool.media.video import VideoPolicy
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock, SystemClock
 from modelpool.runtime.eviction import Budget
@@ -66,12 +68,23 @@ def build_pool(
         resolve=model_capabilities,
         reap_interval_s=config.pool.reap_interval_s,
         images=image_policy(config),
+        videos=video_policy(config),
         max_audio_seconds=config.server.max_audio_seconds,
         audio_budget_s=config.server.audio_budget_seconds,
         default_models=config.defaults.models,
     )
     metrics.registry.register(MemoryGauges(pool.memory))
     return pool
+
+
+def video_policy(config: Config) -> VideoPolicy:
+    """Videos come from where images do; their own limits on size, length and resolution."""
+    server = config.server
+    source = replace(image_policy(config), max_bytes=server.max_video_bytes, kind="video",
+                     bytes_setting="server.max_video_bytes")  # fmt: skip
+    return VideoPolicy(source=source, max_seconds=server.max_video_seconds, max_frame_pixels=server.max_video_pixels,
+                       max_videos=server.max_videos_per_request,
+                       max_frames_pixels=server.max_request_image_pixels)  # fmt: skip
 
 
 def image_policy(config: Config) -> ImagePolicy:

@@ -20,6 +20,7 @@ from modelpool.errors import (
     UnsupportedTask,
 )
 from modelpool.media.images import ImagePolicy
+from modelpool.media.video import VideoPolicy
 from modelpool.pool_api.call import DEFAULT_CALL, CallOptions
 from modelpool.pool_api.results import Outcome
 from modelpool.pool_api.usage import RequestUsage
@@ -61,6 +62,7 @@ class PoolBase:
         resolve: Callable[[ModelConfig], ModelCapabilities],
         reap_interval_s: float = 1.0,
         images: ImagePolicy | None = None,
+        videos: VideoPolicy | None = None,
         max_audio_seconds: float | None = None,
         audio_budget_s: float | None = None,
         default_models: dict[Task, str] | None = None,
@@ -75,6 +77,8 @@ class PoolBase:
         self.reap_interval_s = reap_interval_s
         self.images = images or ImagePolicy()
         """Where images in requests may come from, and their limits."""
+        self.videos = videos or VideoPolicy()
+        """Where videos in requests may come from, and their limits."""
         self.max_audio_seconds = max_audio_seconds
         """Longest audio one transcription may decode to (None: no limit)."""
         self.audio_budget = AudioBudget(audio_budget_s) if audio_budget_s is not None else None

@@ -45,6 +45,7 @@ from modelpool.runtime.tasks.images import with_loaded_images
 from modelpool.runtime.tasks.pairs import cosine_on, cross_encode_on
 from modelpool.runtime.tasks.scoring import loglikelihood
 from modelpool.runtime.tasks.tokenization import tokenize_on, tokenizer_slot
+from modelpool.runtime.tasks.videos import with_loaded_videos
 from modelpool.tasks import Task
 
 
@@ -58,6 +59,7 @@ class TextRequests(PoolBase):
         request = replace(request, sampling=sampling)
         request = with_thinking_default(request, slot.config.enable_thinking)
         request = await with_loaded_images(request, slot.id, slot.capabilities.declared, self.images)
+        request = await with_loaded_videos(request, slot.id, slot.capabilities.declared, self.videos)
         lease = await slot.lease(ChatBackend, self.model_wait_s, options.keep_alive)
 
         def run(backend: ChatBackend) -> AsyncGenerator[GenerationChunk, None]:

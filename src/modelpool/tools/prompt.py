@@ -19,7 +19,7 @@ from typing import Any
 
 from jinja2 import Environment, TemplateSyntaxError, meta
 
-from modelpool.inference import ChatMessage, ChatRequest, TextPart, Tool
+from modelpool.inference import ChatMessage, ChatRequest, ContentPart, TextPart, Tool, VideoInput
 from modelpool.tools.grammar import chat_grammar, output_grammar
 
 GENERIC_INSTRUCTIONS = (
@@ -144,11 +144,17 @@ def with_generic_tools(messages: Sequence[ChatMessage], tools: Sequence[Tool]) -
 
 
 def _content(message: ChatMessage) -> Any:
-    """Text, or for a message with images the parts in order, as vision models' templates
-    (and processors) take them: `{"type": "image"}` where each image goes."""
+    """Text, or for a message with images or videos the parts in order, as vision models'
+    templates (and processors) take them: `{"type": "image"}` where each image goes,
+    `{"type": "video"}` where each video does."""
     if not message.parts:
         return message.content
-    return [{"type": "text", "text": p.text} if isinstance(p, TextPart) else {"type": "image"} for p in message.parts]
+    return [{"type": "text", "text": p.text} if isinstance(p, TextPart) else {"type": _media_type(p)}
+            for p in message.parts]  # fmt: skip
+
+
+def _media_type(part: ContentPart) -> str:
+    return "video" if isinstance(part, VideoInput) else "image"
 
 
 def _function(tool: Tool) -> dict[str, Any]:

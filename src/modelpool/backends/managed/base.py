@@ -98,6 +98,7 @@ class ManagedOptions(BaseModel):
     see docs/engines.md. `env` and `pass_env` are then set inside the container;
     `library_path` does not apply. An admin's load-time override cannot change it."""
 
+
 EngineProcess = ManagedProcess | ContainerProcess
 EngineSpec = ProcessSpec | ContainerSpec
 
@@ -373,4 +374,3 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             if client is not None:
                 await client.close()
         self.upstream = self.engine_root = None
-

@@ -50,5 +50,5 @@ async def tokenize_on(model: str, backend: TokenizerBackend, job: TokenizeJob) -
 def _check_text_only(chat: ChatRequest) -> None:
     """An image's tokens come from the model's projector at generation time, not from its tokenizer."""
     for index, message in enumerate(chat.messages):
-        if message.images:
+        if message.parts:  # images or videos
             raise InvalidRequest("only text messages can be tokenized", param=f"messages[{index}].content")

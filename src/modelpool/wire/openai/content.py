@@ -1,5 +1,7 @@
 """Content parts of messages, as Chat Completions and the Responses API send them: text and
-images (audio parts are named, and refused: no chat model here reads audio)."""
+images, and on Chat Completions videos (`video_url`, as vLLM and llm-pool take them; the
+Responses API documents no video item); audio parts are named, and refused: no chat model
+here reads audio."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from modelpool.errors import InvalidRequest, ModalityUnsupported
-from modelpool.inference import ContentPart, ImageInput
+from modelpool.inference import ContentPart, ImageInput, VideoInput
 from modelpool.inference import TextPart as TextContent
 from modelpool.wire.common import Text, WireModel
 
@@ -31,12 +33,23 @@ class ChatImagePart(WireModel):
     image_url: ImageUrl
 
 
+class VideoUrl(WireModel):
+    url: str = Field(min_length=1)
+
+
+class ChatVideoPart(WireModel):
+    """`{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,..." | "https://..."}}`."""
+
+    type: Literal["video_url"]
+    video_url: VideoUrl
+
+
 class ChatAudioPart(WireModel):
     type: Literal["input_audio"]
     input_audio: dict[str, Any]
 
 
-ChatPart = Annotated[ChatTextPart | ChatImagePart | ChatAudioPart, Field(discriminator="type")]
+ChatPart = Annotated[ChatTextPart | ChatImagePart | ChatVideoPart | ChatAudioPart, Field(discriminator="type")]
 
 
 class ResponsesTextPart(WireModel):
@@ -77,13 +90,17 @@ def to_content(
         elif isinstance(part, ChatAudioPart):
             raise ModalityUnsupported("audio content parts are not read by chat models; transcribe the audio "
                                       "with /v1/audio/transcriptions first", param=param)  # fmt: skip
+        elif isinstance(part, ChatVideoPart):
+            if not images_allowed:
+                raise InvalidRequest("videos go in user messages only", param=param)
+            parts.append(VideoInput(part.video_url.url, param))
         else:
             url, detail = _image_source(part, param)
             if not images_allowed:
                 raise InvalidRequest("images go in user messages only", param=param)
             parts.append(ImageInput(url, param, detail))
-    has_image = any(isinstance(p, ImageInput) for p in parts)
-    return separator.join(texts), tuple(parts) if has_image else ()
+    has_media = any(not isinstance(p, TextContent) for p in parts)
+    return separator.join(texts), tuple(parts) if has_media else ()
 
 
 def _image_source(part: ChatImagePart | ResponsesImagePart, param: str) -> tuple[str, str | None]:

@@ -28,6 +28,7 @@ from modelpool.inference import (
     ToolCallDelta,
     TopLogprob,
     Usage,
+    VideoInput,
 )
 
 
@@ -59,6 +60,8 @@ def _wire_content(part: ContentPart) -> dict[str, Any]:
     or by its URL when the upstream fetches it."""
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
+    if isinstance(part, VideoInput):  # vLLM's and llm-pool's part, the video as it came
+        return {"type": "video_url", "video_url": {"url": part.data_uri or part.url}}
     image_url: dict[str, Any] = {"url": part.data_uri or part.url}
     if part.detail is not None:
         image_url["detail"] = part.detail
