@@ -54,7 +54,7 @@ def token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
     return int(cast(int, tokenizer.convert_tokens_to_ids(token)))
 
 
-def _chat_template(image_text: str) -> str:
+def _chat_template(image_text: str, video_text: str | None = None) -> str:
     """ChatML, as SmolLM2's own (without its default system prompt). `content` is a string or
     a list of OpenAI-style parts: {"type": "text", "text": ...} renders its text;
     {"type": "image"} (or "image_url") renders `image_text`, once per image."""
@@ -68,8 +68,11 @@ def _chat_template(image_text: str) -> str:
         "{%- if part['type'] == 'text' -%}"
         "{{- part['text'] -}}"
         "{%- elif part['type'] in ['image', 'image_url'] -%}"
-        "{{- '" + image_text + "' -}}"
-        "{%- endif -%}"
+        "{{- '"
+        + image_text
+        + "' -}}"
+        + ("{%- elif part['type'] == 'video' -%}{{- '" + video_text + "' -}}" if video_text else "")
+        + "{%- endif -%}"
         "{%- endfor -%}"
         "{%- endif -%}"
         "{{- '<|im_end|>\\n' -}}"
@@ -392,7 +395,7 @@ def _build_qwen2_vl(folder: Path) -> None:
         temporal_patch_size=2,
     )
     processor = PaddleOCRVLProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN2_VL_CHAT_TEMPLATE
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN3_VL_CHAT_TEMPLATE
     )
     _save(folder, model, processor, tokenizer)
 
@@ -402,6 +405,10 @@ def _build_qwen2_vl(folder: Path) -> None:
 # up to 128x128 (min_pixels): 8x8 patches, 4x4 = 16 <|image_pad|>. Video frames are groups of
 # two (temporal_patch_size), each group preceded by its timestamp, `<0.5 seconds>`.
 QWEN3_VL_PATCH_SIZE = 16
+# Its template also places videos ({"type": "video"}), as Qwen3-VL's own does.
+QWEN3_VL_CHAT_TEMPLATE = _chat_template(
+    QWEN2_VL_IMAGE_TEXT, QWEN2_VL_VISION_START + QWEN2_VL_VIDEO_PAD + QWEN2_VL_VISION_END
+)
 QWEN3_VL_MIN_PIXELS = 128 * 128
 QWEN3_VL_MAX_PIXELS = 256 * 256
 
@@ -433,7 +440,7 @@ def _build_qwen3_vl(folder: Path) -> None:
     from transformers import PaddleOCRVLProcessor, Qwen3VLConfig, Qwen3VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    tokenizer, ids = _qwen_tokenizer(QWEN2_VL_CHAT_TEMPLATE)
+    tokenizer, ids = _qwen_tokenizer(QWEN3_VL_CHAT_TEMPLATE)
     vision = {
         "depth": 2,
         "hidden_size": 64,
@@ -487,6 +494,6 @@ def _build_qwen3_vl(folder: Path) -> None:
         image_std=[0.5, 0.5, 0.5],
     )
     processor = PaddleOCRVLProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN2_VL_CHAT_TEMPLATE
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN3_VL_CHAT_TEMPLATE
     )
     _save(folder, model, processor, tokenizer)

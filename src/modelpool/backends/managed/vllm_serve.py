@@ -133,6 +133,8 @@ class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
         # 256 is vLLM's own default for max_num_seqs. A model allowed images per prompt reads them.
         images = (options.limit_mm_per_prompt or {}).get("image", 0)
         modalities = frozenset({Modality.TEXT, Modality.IMAGE} if images else {Modality.TEXT})
+        if (options.limit_mm_per_prompt or {}).get("video", 0):  # vLLM decodes the video itself
+            modalities |= {Modality.VIDEO}
         return replace(cls.capabilities, engine_concurrency=options.max_num_seqs or 256,
                        context_length=options.max_model_len, modalities=modalities,
                        max_images=images or None)  # fmt: skip

@@ -46,6 +46,10 @@ class RemoteOptions(BaseModel):
     """The upstream model's context, for `/v1/models` (requests are checked upstream)."""
     vision: bool = False
     """The upstream model reads images: image parts are forwarded (data URIs as they are)."""
+    video: bool = False
+    """The upstream model reads video (vLLM with a Qwen-VL model, a modelpool with a video
+    model): `video_url` parts are forwarded as they came (data URIs; local files and, unless
+    the upstream fetches URLs, remote ones read and sent as data URIs)."""
     upstream_fetches_images: bool = False
     """Send `http(s)://` image URLs to the upstream as they are, for it to fetch; otherwise
     modelpool fetches them (under `server.allow_remote_images` and its guard) and forwards
@@ -77,6 +81,7 @@ class OpenAIRemoteBackend(ForwardingBackend, DeclaredBackend):
     @classmethod
     def capabilities_for(cls, options: RemoteOptions) -> Capabilities:
         modalities = cls.capabilities.modalities | ({Modality.IMAGE} if options.vision else set())
+        modalities |= {Modality.VIDEO} if options.video else set()
         return replace(cls.capabilities, engine_concurrency=options.max_concurrency,
                        context_length=options.context_length, modalities=frozenset(modalities),
                        max_images=options.max_images, image_urls_upstream=options.upstream_fetches_images)  # fmt: skip

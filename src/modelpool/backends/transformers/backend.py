@@ -32,7 +32,7 @@ from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatche
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
 from modelpool.backends.transformers.sequence import Sequence
-from modelpool.backends.transformers.vision import load_vision_model, render_with_images
+from modelpool.backends.transformers.vision import Media, check_video_model, load_vision_model, render_with_media
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
@@ -85,6 +85,18 @@ class TransformersOptions(BaseModel):
     it reads images in chat messages."""
     max_images: int = Field(default=8, ge=1)
     """Most images one request may carry (vision models)."""
+    video: bool = False
+    """With `vision`: the model reads `video_url` parts (Qwen2-VL, Qwen2.5-VL, Qwen3-VL; a
+    model of another family is refused at load), sampled into frames by `video_fps` and
+    `video_max_frames`."""
+    video_fps: float = Field(default=2.0, gt=0, le=30)
+    """Frames a second a video is sampled into (Qwen's own default: 2)."""
+    video_max_frames: int = Field(default=32, ge=1, le=768)
+    """Most frames one video is sampled into: a longer video gets them spread over its length."""
+    device_map: Literal["auto"] | None = None
+    """`auto`: accelerate places the weights over the GPUs there are (then the CPU), for a
+    model larger than one GPU; `device` is then not used. Where it put them shows in the
+    model's status (`placement`)."""
     max_beam_size: int = Field(default=DEFAULT_MAX_BEAM_SIZE, ge=1, le=MAX_BEAM_SIZE)
     """Widest beam search a request may ask (`beam_size`; 1: none). It runs on the engine
     thread with this many sequences, the batch's streams waiting meanwhile."""
@@ -131,7 +143,12 @@ class TransformersBackend(DeclaredBackend):
         )
         if not options.vision:
             return declared
-        return replace(declared, modalities=frozenset({Modality.TEXT, Modality.IMAGE}), max_images=options.max_images)
+        images = frozenset({Modality.TEXT, Modality.IMAGE})
+        declared = replace(declared, modalities=images, max_images=options.max_images)
+        if not options.video:
+            return declared
+        return replace(declared, modalities=declared.modalities | {Modality.VIDEO}, video_fps=options.video_fps,
+                       max_video_frames=options.video_max_frames)  # fmt: skip
 
     def __init__(self, model: ModelConfig, options: TransformersOptions, context: BackendContext) -> None:
         self.model = model
@@ -188,11 +205,12 @@ class TransformersBackend(DeclaredBackend):
         started = prompt_clock()
         plan = await TEMPLATE_RENDERS.run(self._plan_chat, request, "model")
         images = [image.image for message in request.messages for image in message.images]
+        media = Media(images, [video for message in request.messages for video in message.videos])
         vision: dict[str, Any] | None = None
-        if images:
+        if media.images or media.videos:
             prompt, vision = await self._tokenizer_thread.call(
-                render_with_images, self._processor, plan, self.options.chat_template, request.template_kwargs,
-                images, self._require_engine().model,
+                render_with_media, self._processor, plan, self.options.chat_template, request.template_kwargs,
+                media, self._require_engine().model,
             )  # fmt: skip
         else:
             prompt = await self._tokenizer_thread.call(self._render_chat, plan, request.template_kwargs)
@@ -373,6 +391,8 @@ class TransformersBackend(DeclaredBackend):
         if self.options.vision:  # the processor stands in for the tokenizer (it holds one)
             with MODEL_CONSTRUCTION:
                 vision_model, processor = load_vision_model(path, dtype, self.options.trust_remote_code, self.model.id)
+            if self.options.video:
+                check_video_model(vision_model, self.model.id)
             vision_model.to(device).eval()
             torch.set_grad_enabled(False)
             return vision_model, processor

@@ -11,12 +11,22 @@ cache — with its own position offset where the model's multimodal rotary posit
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from modelpool.backends.textgen.hf_text import render_chat_text
+from modelpool.backends.transformers.video import (
+    VIDEO_FAMILIES,
+    PreparedVideos,
+    VideoTokens,
+    expand_placeholders,
+    prepare_videos,
+)
 from modelpool.errors import InvalidRequest, ModelLoadFailed
+from modelpool.inference import VideoInput
 from modelpool.tools.prompt import ChatPlan
 
 
@@ -33,18 +43,31 @@ def load_vision_model(path: Path, dtype: Any, trust_remote_code: bool, model_id:
     return model, processor
 
 
-def render_with_images(
+def render_with_media(
     processor: Any,
     plan: ChatPlan,
     chat_template: str | None,
     template_kwargs: Mapping[str, Any],
-    images: Sequence[Any],
+    media: Media,
     model: Any,
 ) -> tuple[list[int], dict[str, Any]]:
-    """(prompt token ids with the image tokens, the image inputs for the prefill)."""
+    """(prompt token ids with the image and video tokens, the inputs for the prefill)."""
     text = render_chat_text(processor, plan, chat_template, template_kwargs)
+    videos = None
+    if media.videos:
+        tokens = _video_tokens(processor)
+        videos = prepare_videos(processor.image_processor, model.config.model_type, tokens, media.videos)
+        try:
+            text = expand_placeholders(text, tokens, videos.placeholders)
+        except ValueError as exc:
+            raise InvalidRequest(f"this model cannot take the video: {exc}", param=media.videos[0].param) from None
+        # The video tokens are in the text already: the processor is not to look for videos
+        # (a processor with a torchvision video processor would, and find none passed).
+        processor = copy.copy(processor)
+        processor.video_token = None
     try:
-        inputs = processor(text=[text], images=list(images), return_tensors="pt", add_special_tokens=False)
+        inputs = processor(text=[text], images=list(media.images) or None, return_tensors="pt",
+                           add_special_tokens=False)  # fmt: skip
     except ValueError as exc:  # the processor's own rules (an aspect ratio it cannot tile, ...)
         raise InvalidRequest(f"the model's processor refused these images: {exc}", param="messages") from None
     ids = [int(t) for t in inputs["input_ids"][0]]
@@ -52,6 +75,53 @@ def render_with_images(
     for name, value in inputs.items():
         if name in ("input_ids", "attention_mask") or not hasattr(value, "to"):
             continue
-        floating = value.is_floating_point()
-        extra[name] = value.to(model.device, dtype=model.dtype) if floating else value.to(model.device)
+        extra[name] = _on_model(value, model)
+    if videos is not None:
+        extra.update(_video_inputs(videos, ids, model))
     return ids, extra
+
+
+@dataclass(frozen=True)
+class Media:
+    images: Sequence[Any] = ()
+    """Decoded PIL images, in prompt order."""
+    videos: Sequence[VideoInput] = ()
+    """Videos sampled into frames, in prompt order."""
+
+
+def check_video_model(model: Any, model_id: str) -> None:
+    """A model configured with `video: true` must be of a family whose video inputs are built here."""
+    model_type = model.config.model_type
+    if model_type not in VIDEO_FAMILIES:
+        raise ModelLoadFailed(f"model '{model_id}': video is read only by Qwen2-VL, Qwen2.5-VL and Qwen3-VL "
+                              f"models here, not {model_type}; set video: false")  # fmt: skip
+
+
+def _video_tokens(processor: Any) -> VideoTokens:
+    tokenizer = processor.tokenizer
+    return VideoTokens(
+        video=getattr(tokenizer, "video_token", None) or "<|video_pad|>",
+        vision_start=getattr(tokenizer, "vision_start_token", None) or "<|vision_start|>",
+        vision_end=getattr(tokenizer, "vision_end_token", None) or "<|vision_end|>",
+    )
+
+
+def _video_inputs(videos: PreparedVideos, ids: list[int], model: Any) -> dict[str, Any]:
+    """The videos' pixels and grids, and each token's modality (text 0, image 1, video 2),
+    which the Qwen-VL families' multimodal positions are computed from."""
+    import torch
+
+    config = model.config
+    token_ids = torch.tensor([ids])
+    types = torch.zeros_like(token_ids)
+    types[token_ids == config.image_token_id] = 1
+    types[token_ids == config.video_token_id] = 2
+    return {
+        "pixel_values_videos": _on_model(torch.from_numpy(videos.pixel_values_videos), model),
+        "video_grid_thw": torch.from_numpy(videos.video_grid_thw).to(model.device),
+        "mm_token_type_ids": types.to(model.device),
+    }
+
+
+def _on_model(value: Any, model: Any) -> Any:
+    return value.to(model.device, dtype=model.dtype) if value.is_floating_point() else value.to(model.device)
