@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import httpx
 import pytest
+import yaml
 from openai.types.chat import ChatCompletion, ChatCompletionContentPartParam, ChatCompletionMessageParam
 
 from modelpool.inference import VideoInput
 from modelpool.media.video import Sampling, VideoPolicy, sample_frames
 from tests.conftest import CHAT_MODEL, sdk, serving
 from tests.e2e.test_vision import QUESTION, ask, data_uri, direct_logprobs, png, vlm_config
+from tests.processes import Server, modelpool_serve
 from tests.videos import make_video
 from tests.vlm_models import tiny_qwen3_vl
 
@@ -131,3 +133,78 @@ async def test_a_video_reaches_qwen3_vl_and_matches_plain_transformers(client: h
     models = {m["id"]: m for m in (await client.get("/v1/models")).json()["data"]}
     assert models[QWEN3]["capabilities"]["modalities"] == ["image", "text", "video"]
     assert models[QWEN3_IMAGES]["capabilities"]["modalities"] == ["image", "text"]
+
+
+def bad_video(name: str, media: Path) -> tuple[str, int, str, str]:
+    """(url, status, error code, words of the message) for each way a video can be bad."""
+    broken = colored("red")
+    cases = {
+        "corrupt": (video_uri(b"\x00\x00\x00\x18ftypmp42" + bytes(200)), 400, "invalid_value", "cannot be"),
+        "truncated": (video_uri(broken[: len(broken) // 2]), 400, "invalid_value", "video"),
+        "an image": (video_uri(png("red")), 400, "invalid_value", "not supported"),
+        "not base64": ("data:video/mp4;base64,@@@", 400, "invalid_value", "not valid base64"),
+        "too long": (video_uri(make_video(["red"] * 40, fps=1)), 413, "request_too_large", "server.max_video_seconds"),
+        "huge frames": (video_uri(make_video(["red"], size=(2048, 2048))), 413, "request_too_large",
+                        "server.max_video_pixels"),  # fmt: skip
+        "outside the media dir": ("file:///etc/hostname", 400, "invalid_value", "allowed_local_media_dirs"),
+        "remote off": ("https://example.com/a.mp4", 400, "invalid_value", "remote video URLs are off"),
+    }
+    return cases[name]
+
+
+@pytest.mark.parametrize("name", ["corrupt", "truncated", "an image", "not base64", "too long", "huge frames",
+                                  "outside the media dir", "remote off"])  # fmt: skip
+async def test_bad_videos_get_a_clear_error_naming_the_part(client: httpx.AsyncClient, media: Path,
+                                                            name: str) -> None:  # fmt: skip
+    url, status, code, words = bad_video(name, media)
+    response = await client.post("/v1/chat/completions", json={"model": QWEN3, "messages": ask_video(url)})
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and error["param"] == "messages[0].content[1]" and words in error["message"]
+
+
+async def test_videos_from_a_file_too_many_and_models_without_video(client: httpx.AsyncClient, media: Path) -> None:
+    from_file = await scored(client, ask_video((media / "green.mp4").as_uri()))
+    green = await scored(client, ask_video(video_uri(colored("green"))))
+    assert from_file.choices[0].message.content == green.choices[0].message.content
+    three = [{"type": "video_url", "video_url": {"url": video_uri(colored(c))}} for c in ("red", "green", "blue")]
+    body: dict[str, Any] = {"model": QWEN3, "messages": [{"role": "user", "content": three}], "max_tokens": 2}
+    too_many = await client.post("/v1/chat/completions", json=body)
+    assert too_many.status_code == 400 and "server.max_videos_per_request" in too_many.json()["error"]["message"]
+    assert too_many.json()["error"]["param"] == "messages[0].content[2]"
+    for model in (QWEN3_IMAGES, CHAT_MODEL):
+        refused = await client.post("/v1/chat/completions", json={"model": model, "messages": ask_video(
+            video_uri(colored("red")))})  # fmt: skip
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "modality_unsupported"
+        assert refused.json()["error"]["param"] == "messages[0].content[1]"
+    in_system = [{"role": "system", "content": [{"type": "video_url", "video_url": {"url": video_uri(colored("red"))}}]},
+                 {"role": "user", "content": QUESTION}]  # fmt: skip
+    refused = await client.post("/v1/chat/completions", json={"model": QWEN3, "messages": in_system})
+    assert refused.status_code == 400 and "user messages only" in refused.json()["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A second, real modelpool serving the tiny Qwen3-VL with video, for the forwarding path."""
+    where = tmp_path_factory.mktemp("video-upstream")
+    config = {"starter_models": False, "models": {QWEN3: vlm_config(tiny_qwen3_vl(), **VIDEO_OPTIONS)}}
+    (where / "config.yaml").write_text(yaml.safe_dump(config))
+    with modelpool_serve(where / "server.log", "-c", str(where / "config.yaml")) as server:
+        yield server
+
+
+async def test_a_remote_video_model_gets_the_video_forwarded(client: httpx.AsyncClient, upstream: Server) -> None:
+    options = {"base_url": f"{upstream.url}/v1", "upstream_model": QWEN3, "vision": True}
+    remote: dict[str, Any] = {"backend": "openai_remote", "allow_remote": True, "options": {**options, "video": True}}
+    images_only = {**remote, "options": options}
+    direct = await scored(client, ask_video(video_uri(colored("blue"))))
+    config = {"starter_models": False, "models": {"front": remote, "front-images": images_only}}
+    async with serving(config) as (_, front):
+        forwarded = await scored(front, ask_video(video_uri(colored("blue"))), model="front")
+        body = {"model": "front-images", "messages": ask_video(video_uri(colored("blue")))}
+        refused = await front.post("/v1/chat/completions", json=body)
+    assert forwarded.choices[0].message.content == direct.choices[0].message.content
+    assert logprobs_of(forwarded) == pytest.approx(logprobs_of(direct), abs=1e-4)
+    assert forwarded.usage is not None and direct.usage is not None
+    assert forwarded.usage.prompt_tokens == direct.usage.prompt_tokens
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "modality_unsupported"

@@ -183,7 +183,10 @@ def _checked_header(container: Any, policy: VideoPolicy, param: str) -> VideoHea
     if not container.streams.video:
         raise InvalidRequest("the file has no video stream", param=param)
     stream = container.streams.video[0]
-    width, height = int(stream.codec_context.width or 0), int(stream.codec_context.height or 0)
+    codec = stream.codec_context
+    if codec is None:  # a codec FFmpeg does not know, or a header cut short
+        raise InvalidRequest("the video's codec cannot be read from its headers", param=param)
+    width, height = int(codec.width or 0), int(codec.height or 0)
     if width <= 0 or height <= 0:
         raise InvalidRequest("the video's resolution cannot be read from its headers", param=param)
     if width * height > policy.max_frame_pixels:
