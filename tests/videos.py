@@ -22,6 +22,7 @@ def make_video(
     buffer = io.BytesIO()
     with av.open(buffer, mode="w", format=container) as output:
         stream = output.add_stream(codec, rate=fps)
+        assert isinstance(stream, av.VideoStream)
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
         for color in colors:
