@@ -1,0 +1,135 @@
+"""Videos from `video_url` parts: header checks before any frame is decoded, frame sampling
+within its bounds, decode-time bounds for files whose headers say too little, and Qwen's
+video patch layout as transformers' own video processor builds it."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from modelpool.errors import InvalidRequest, RequestTooLarge
+from modelpool.media import video as video_module
+from modelpool.media.images import ImagePolicy
+from modelpool.media.video import Sampling, VideoPolicy, read_header, sample_frames, video_bytes
+from tests.videos import make_video
+
+PART = "messages[0].content[1]"
+COLORS = {"red": (255, 0, 0), "green": (0, 128, 0), "blue": (0, 0, 255), "yellow": (255, 255, 0)}
+
+
+def color_of(frame: Image.Image) -> str:
+    pixel = np.asarray(frame.getpixel((4, 4)), dtype=float)
+    return min(COLORS, key=lambda name: float(np.abs(pixel - COLORS[name]).sum()))
+
+
+def test_the_header_is_read_and_checked_before_decoding() -> None:
+    header = read_header(make_video(["red"] * 8, fps=4), VideoPolicy(), PART)
+    assert (header.width, header.height, header.seconds, header.mime) == (64, 64, 2.0, "video/mp4")
+    webm = read_header(make_video(["red"] * 3, container="webm", codec="libvpx-vp9"), VideoPolicy(), PART)
+    assert webm.mime == "video/webm"
+    with pytest.raises(RequestTooLarge, match=r"4096x4096, over 1000000 pixels a frame \(server.max_video_pixels\)"):
+        read_header(make_video(["red"], size=(4096, 4096)), VideoPolicy(max_frame_pixels=1_000_000), PART)
+    with pytest.raises(RequestTooLarge, match=r"40 s long, over 10 s \(server.max_video_seconds\)"):
+        read_header(make_video(["red"] * 40, fps=1), VideoPolicy(max_seconds=10), PART)
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"garbage" * 20, "cannot be read"),
+        (b"", "cannot be read"),
+        (make_video(["red"] * 4)[:300], "video"),
+        (b"GIF89a" + bytes(40), "video"),
+    ],
+    ids=["garbage", "empty", "truncated", "gif-header"],
+)
+def test_bad_files_are_the_requests_400(data: bytes, words: str) -> None:
+    with pytest.raises(InvalidRequest, match=words) as caught:
+        sample_frames(data, VideoPolicy(), Sampling(2.0, 8), PART)
+    assert caught.value.param == PART and caught.value.status_code == 400
+
+
+def test_an_image_is_not_a_video() -> None:
+    png = Image.new("RGB", (8, 8), "red")
+    import io
+
+    buffer = io.BytesIO()
+    png.save(buffer, format="PNG")
+    with pytest.raises(InvalidRequest, match="video format png_pipe is not supported"):
+        read_header(buffer.getvalue(), VideoPolicy(), PART)
+
+
+def test_frames_are_sampled_at_the_rate_and_spread_when_the_video_is_longer() -> None:
+    half_and_half = make_video(["red"] * 4 + ["blue"] * 4, fps=4)  # 2 s
+    sampled = sample_frames(half_and_half, VideoPolicy(), Sampling(2.0, 8), PART)
+    assert sampled.timestamps == (0.0, 0.5, 1.0, 1.5) and sampled.fps == 4.0
+    assert [color_of(f) for f in sampled.frames] == ["red", "red", "blue", "blue"]
+    cycle = make_video(["red", "green", "blue", "yellow"] * 10, fps=4)  # 10 s: 20 frames at 2 fps, 4 kept
+    spread = sample_frames(cycle, VideoPolicy(), Sampling(2.0, 4), PART)
+    assert spread.timestamps == (0.0, 2.5, 5.0, 7.5)
+    assert [color_of(f) for f in spread.frames] == ["red", "blue", "red", "blue"]  # frames 0, 10, 20, 30
+
+
+def test_without_a_declared_length_frames_stay_within_the_bound_and_evenly_spread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(video_module, "_declared_seconds", lambda container, stream: None)
+    sampled = sample_frames(make_video(["red"] * 40, fps=4), VideoPolicy(), Sampling(4.0, 6), PART)
+    assert len(sampled.frames) <= 6
+    gaps = set(np.diff(sampled.timestamps).round(3))
+    assert len(gaps) == 1  # evenly spread over what was decoded
+
+
+def test_a_stream_running_past_its_bound_is_stopped_while_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A header that says nothing (or lies) about the length does not get the whole file decoded."""
+    monkeypatch.setattr(video_module, "_declared_seconds", lambda container, stream: None)
+    with pytest.raises(RequestTooLarge, match=r"runs past 3 s \(server.max_video_seconds\)"):
+        sample_frames(make_video(["red"] * 40, fps=4), VideoPolicy(max_seconds=3), Sampling(2.0, 8), PART)
+
+
+def test_frames_are_scaled_down_to_the_request_pixel_budget() -> None:
+    data = make_video(["red"] * 4, size=(640, 480), fps=4)
+    sampled = sample_frames(data, VideoPolicy(max_frames_pixels=4 * 160 * 120), Sampling(4.0, 4), PART)
+    assert all(f.size[0] * f.size[1] <= 160 * 120 for f in sampled.frames)
+    assert abs(sampled.frames[0].size[0] / sampled.frames[0].size[1] - 4 / 3) < 0.05
+
+
+async def test_videos_come_from_where_images_may(tmp_path: Path) -> None:
+    data = make_video(["red"] * 2)
+    (tmp_path / "clip.mp4").write_bytes(data)
+    source = ImagePolicy(local_dirs=(tmp_path,), max_bytes=len(data) + 3, kind="video",
+                         bytes_setting="server.max_video_bytes")  # fmt: skip
+    policy = VideoPolicy(source=source)
+    assert await video_bytes((tmp_path / "clip.mp4").as_uri(), policy, PART) == data
+    uri = f"data:video/mp4;base64,{base64.b64encode(data).decode()}"
+    assert await video_bytes(uri, policy, PART) == data
+    small = VideoPolicy(source=ImagePolicy(max_bytes=10, kind="video", bytes_setting="server.max_video_bytes"))
+    with pytest.raises(RequestTooLarge, match=r"the video is over 10 bytes \(server.max_video_bytes\)"):
+        await video_bytes(uri, small, PART)
+    with pytest.raises(InvalidRequest, match="remote video URLs are off"):
+        await video_bytes("https://example.com/a.mp4", policy, PART)
+    with pytest.raises(InvalidRequest, match="file:// videos are allowed only under"):
+        await video_bytes("file:///etc/hostname", policy, PART)
+
+
+def test_qwen_video_patches_equal_transformers_video_processors_layout() -> None:
+    """`_patchify` against Qwen3-VL's own video processor's (torch; its resizing needs
+    torchvision, its patch layout does not)."""
+    import torch
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    from modelpool.backends.transformers.video import _group_times, _patchify
+
+    frames = np.random.default_rng(0).standard_normal((3, 3, 64, 96)).astype(np.float32)  # 3 frames: one padded
+    ours, grid = _patchify(frames, patch=16, merge=2, temporal=2)
+    theirs, *their_grid = Qwen3VLVideoProcessor.patchify(
+        None,  # type: ignore[arg-type]  # it reads nothing from self
+        torch.from_numpy(frames)[None], patch_size=16, merge_size=2, temporal_patch_size=2,
+    )  # fmt: skip
+    assert grid == their_grid == [2, 4, 6]
+    assert np.array_equal(ours, theirs[0].numpy())
+    assert _group_times([0.0, 0.5, 1.0], 2) == [0.25, 1.0]
