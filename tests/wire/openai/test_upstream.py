@@ -24,6 +24,7 @@ from modelpool.inference import (
     ToolCallDelta,
     ToolChoice,
     Usage,
+    VideoInput,
 )
 from modelpool.wire.openai import upstream as wire
 
@@ -207,6 +208,24 @@ def test_image_parts_are_forwarded_as_data_uris_or_by_url_in_order() -> None:
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA", "detail": "low"}},
         {"type": "image_url", "image_url": {"url": "https://example.com/dog.png"}},
     ]}]  # fmt: skip
+
+
+def test_video_parts_are_forwarded_as_they_came_and_parsed_from_chat_requests() -> None:
+    from modelpool.wire.openai.chat import ChatCompletionBody
+
+    loaded = VideoInput("file:///m/clip.mp4", "messages[0].content[0]", data_uri="data:video/mp4;base64,AAA")
+    by_url = VideoInput("https://example.com/clip.webm", "messages[0].content[1]")
+    message = ChatMessage("user", "", parts=(loaded, by_url))
+    body = wire.chat_body(ChatRequest((message,)), "up")
+    assert body["messages"][0]["content"] == [
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAA"}},
+        {"type": "video_url", "video_url": {"url": "https://example.com/clip.webm"}},
+    ]
+    video = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AA"}}
+    content = [{"type": "text", "text": "what happens?"}, video]
+    parsed = ChatCompletionBody.model_validate({"model": "m", "messages": [{"role": "user", "content": content}]})
+    parts = parsed.messages[0].content
+    assert isinstance(parts, list) and parts[1].type == "video_url"
 
 
 async def test_vllms_stop_reason_names_the_stop_sequence_streamed_or_whole() -> None:
