@@ -52,6 +52,9 @@ class ReplicaStatus:
     """Ray mode: that node's address."""
     ray_replica: str | None = None
     """Ray mode: the Ray Serve replica's id."""
+    placement: dict[str, str] | None = None
+    """In-process PyTorch models: where the weights sit (module → device; `device_map: auto`
+    spreads them over devices)."""
 
 
 @dataclass(frozen=True)

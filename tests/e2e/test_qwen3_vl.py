@@ -28,6 +28,7 @@ from tests.vlm_models import tiny_qwen3_vl
 
 QWEN3 = "tiny-qwen3-vl"
 QWEN3_IMAGES = "tiny-qwen3-vl-images-only"
+QWEN3_PLACED = "tiny-qwen3-vl-device-map-auto"
 VIDEO_OPTIONS = {"video": True, "video_fps": 2.0, "video_max_frames": 4}
 
 
@@ -57,9 +58,11 @@ async def client(media: Path) -> AsyncIterator[httpx.AsyncClient]:
     models = {
         QWEN3: {**vlm_config(tiny_qwen3_vl(), **VIDEO_OPTIONS), "preload": True},
         QWEN3_IMAGES: vlm_config(tiny_qwen3_vl()),
+        QWEN3_PLACED: vlm_config(tiny_qwen3_vl(), device_map="auto"),
     }
     server = {"allowed_local_media_dirs": [str(media)], "max_video_seconds": 30, "max_video_pixels": 1_000_000}
-    config = {"enabled_models": [QWEN3, QWEN3_IMAGES, CHAT_MODEL], "models": models, "server": server}
+    enabled = [QWEN3, QWEN3_IMAGES, QWEN3_PLACED, CHAT_MODEL]
+    config = {"enabled_models": enabled, "models": models, "server": server}
     async with serving(config) as (_, http):
         yield http
 
@@ -207,3 +210,18 @@ async def test_a_remote_video_model_gets_the_video_forwarded(client: httpx.Async
     assert forwarded.usage is not None and direct.usage is not None
     assert forwarded.usage.prompt_tokens == direct.usage.prompt_tokens
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "modality_unsupported"
+
+
+async def test_device_map_auto_places_the_model_with_accelerate_and_answers_the_same(client: httpx.AsyncClient) -> None:
+    """On this machine accelerate has only the CPU to place the weights on: the answer is the
+    same as the model loaded on its `device`, and the status says where the weights went."""
+    loaded = await client.post(f"/v1/admin/models/{QWEN3_PLACED}/load")
+    assert loaded.status_code == 200, loaded.text
+    assert loaded.json()["replicas"][0]["placement"] == {"": "cpu"}
+    placed = await scored(client, ask(data_uri(png("red"))), model=QWEN3_PLACED)
+    plain = await scored(client, ask(data_uri(png("red"))), model=QWEN3_IMAGES)
+    assert logprobs_of(placed) == pytest.approx(logprobs_of(plain), abs=1e-5)
+    assert placed.choices[0].message.content == plain.choices[0].message.content
+    status = (await client.post(f"/v1/admin/models/{QWEN3}/load")).json()  # loaded: its status
+    assert status["replicas"][0]["placement"] == {"": "cpu"}  # one device, without a device map
+    await client.post(f"/v1/admin/models/{QWEN3_PLACED}/unload")

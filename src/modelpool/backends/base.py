@@ -231,6 +231,14 @@ class ProcessBackend(Backend, Protocol):
         """modelpool is stopping: leave a persistent process running, stop any other."""
 
 
+@runtime_checkable
+class PlacedBackend(Backend, Protocol):
+    """An in-process backend that can say where its weights sit (PyTorch devices)."""
+
+    def placement(self) -> dict[str, str]:
+        """Module → device (`{"": "cpu"}` for a model on one device); empty before the load."""
+
+
 TASK_PROTOCOLS: Mapping[Task, type[Backend]] = {
     Task.CHAT: ChatBackend,
     Task.COMPLETION: CompletionBackend,

@@ -9,7 +9,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from modelpool.backends.base import Backend, MemoryEstimate, PairScoringBackend, ProcessBackend, TokenEmbeddingBackend
+from modelpool.backends.base import (
+    Backend,
+    MemoryEstimate,
+    PairScoringBackend,
+    PlacedBackend,
+    ProcessBackend,
+    TokenEmbeddingBackend,
+)
 from modelpool.capabilities import Locality, ModelCapabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.inference import EncodedPair
@@ -97,6 +104,7 @@ class Replica:
             retiring=self.retiring,
             pid=process.pid if process else None,
             port=process.port if process else None,
+            placement=self.backend.placement() if isinstance(self.backend, PlacedBackend) else None,
         )
 
     def output(self, count: int) -> list[str]:

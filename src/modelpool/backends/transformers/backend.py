@@ -25,7 +25,7 @@ from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.backends.textgen.hf_text import chat_prompt_ids, encode_text
 from modelpool.backends.textgen.pipeline import chat_output, prompt_clock
 from modelpool.backends.threads import EngineThread, drain
-from modelpool.backends.torch_device import estimate_on, pick_device
+from modelpool.backends.torch_device import estimate_on, pick_device, weights_placement
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from modelpool.backends.transformers.beam import check_beam_sampling, run_beam_search
 from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher
@@ -166,13 +166,13 @@ class TransformersBackend(DeclaredBackend):
         checkpoint loaded in bfloat16 on a GPU takes half its files), plus 10% and 128 MiB
         of working memory (activations, the KV cache of a short batch)."""
         path = await locate(self.model, self.hub)
-        dtype_bytes = _dtype_bytes(self.options.dtype, self.options.device)
+        dtype_bytes = _dtype_bytes(self.options.dtype, self._device())
         counts = await asyncio.to_thread(safetensors_parameters, path)
         if counts:
             weights = parameters_at(counts, dtype_bytes)
         else:  # GGUF is de-quantised (to float32 on the CPU); .bin checkpoints: as stored
             weights = files_size(path) * (dtype_bytes if path.suffix == ".gguf" else 1)
-        return estimate_on(self.options.device, int(weights * 1.1) + _MiB(128), host_bytes=_MiB(128))
+        return estimate_on(self._device(), int(weights * 1.1) + _MiB(128), host_bytes=_MiB(128))
 
     async def start(self) -> None:
         require_engine(self.model.id, ("torch", "transformers"), "transformers")
@@ -386,14 +386,15 @@ class TransformersBackend(DeclaredBackend):
 
         if path.is_file() and path.suffix == ".gguf":
             path = hf_folder_for(path, self.hub.work_dir)
-        device = pick_device(self.options.device)
+        device = pick_device(self._device())
         dtype = _dtype(self.options.dtype, device)
+        device_map, trust = self.options.device_map, self.options.trust_remote_code
         if self.options.vision:  # the processor stands in for the tokenizer (it holds one)
             with MODEL_CONSTRUCTION:
-                vision_model, processor = load_vision_model(path, dtype, self.options.trust_remote_code, self.model.id)
+                vision_model, processor = load_vision_model(path, dtype, trust, self.model.id, device_map)
             if self.options.video:
                 check_video_model(vision_model, self.model.id)
-            vision_model.to(device).eval()
+            (vision_model if device_map else vision_model.to(device)).eval()  # accelerate placed it
             torch.set_grad_enabled(False)
             return vision_model, processor
         try:
@@ -401,13 +402,25 @@ class TransformersBackend(DeclaredBackend):
             # transformers' stubs type `.to()` oddly; the model is used through its runtime API.
             with MODEL_CONSTRUCTION:
                 model: Any = AutoModelForCausalLM.from_pretrained(
-                    path, dtype=dtype, trust_remote_code=self.options.trust_remote_code
+                    path, dtype=dtype, trust_remote_code=trust, device_map=device_map
                 )
         except (OSError, ValueError) as exc:
             raise ModelLoadFailed(f"model '{self.model.id}': transformers could not load {path}: {exc}") from exc
-        model.to(device).eval()
+        (model if device_map else model.to(device)).eval()
         torch.set_grad_enabled(False)
         return model, tokenizer
+
+    def _device(self) -> str:
+        """Where the weights go: `device`, or with `device_map: auto` the best device there
+        is (accelerate fills it first, then the next ones)."""
+        return "auto" if self.options.device_map == "auto" else self.options.device
+
+    def placement(self) -> dict[str, str]:
+        """Where the loaded weights sit: accelerate's map (module → device) with `device_map`,
+        else the one device; empty before the load."""
+        if self._engine is None:
+            return {}
+        return weights_placement(self._engine.model, self._engine.device)
 
     def _require_engine(self) -> ContinuousBatcher:
         if self._engine is None:

@@ -30,13 +30,17 @@ from modelpool.inference import VideoInput
 from modelpool.tools.prompt import ChatPlan
 
 
-def load_vision_model(path: Path, dtype: Any, trust_remote_code: bool, model_id: str) -> tuple[Any, Any]:
-    """(model, processor) from an image-text-to-text folder."""
+def load_vision_model(
+    path: Path, dtype: Any, trust_remote_code: bool, model_id: str, device_map: str | None = None
+) -> tuple[Any, Any]:
+    """(model, processor) from an image-text-to-text folder (placed by accelerate with `device_map`)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     try:
         processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)  # type: ignore[no-untyped-call]
-        model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype, trust_remote_code=trust_remote_code, device_map=device_map
+        )
     except (OSError, ValueError) as exc:
         problem = f"transformers could not load {path} as a vision model: {exc}"
         raise ModelLoadFailed(f"model '{model_id}': {problem}") from exc
