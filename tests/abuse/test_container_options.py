@@ -157,7 +157,7 @@ async def test_a_failed_login_says_so_without_the_password(tmp_path: Path, monke
 async def test_no_login_without_its_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NGC_API_KEY", raising=False)
     runtime = tmp_path / "podman"
-    runtime.write_text('#!/bin/sh\necho "$1" >> ' + str(tmp_path / "calls") + "\nexit 1\n")
+    runtime.write_text("#!/bin/sh\necho \"$1\" >> " + str(tmp_path / "calls") + "\nexit 1\n")
     runtime.chmod(0o755)
     spec = ContainerSpec(name="m", container="c", runtime=Runtime(str(runtime), "podman"), image="nvcr.io/x/y:1",
                          argv=("serve",), port=1, start_timeout_s=5,

@@ -143,7 +143,7 @@ async def sse(request: web.Request, events: list[bytes], then_break: bool = Fals
 
 async def test_streams_yield_events_until_done(upstream: tuple[Script, str]) -> None:
     script, url = upstream
-    events = [b": keep-alive\n\n", b'data: {"n": 1}\n\n', b'event: x\ndata: {"n": 2}\n\n', b"data: [DONE]\n\n"]
+    events = [b": keep-alive\n\n", b'data: {"n": 1}\n\n', b"event: x\ndata: {\"n\": 2}\n\n", b"data: [DONE]\n\n"]
     script.answers = [stream_of(events)]
     client = await client_for(url)
     assert [e async for e in await client.stream_events("chat/completions", {})] == [{"n": 1}, {"n": 2}]

@@ -51,16 +51,6 @@ def test_config_reference_is_current() -> None:
 def test_config_reference_covers_every_section() -> None:
     """The sections the config file may hold are all in the reference, nested ones too."""
     titles = {line for line in reference_markdown().splitlines() if line.startswith("### ")}
-    for section in (
-        "`server:`",
-        "`pool:`",
-        "`auth:`",
-        "`auth: keys[]:`",
-        "`ray:`",
-        "`ray: groups: <name>:`",
-        "`models: <id>:`",
-        "`models: <id>: batch:`",
-        "`models: <id>: sampling:`",
-        "`models: <id>: ray:`",
-    ):
+    for section in ("`server:`", "`pool:`", "`auth:`", "`auth: keys[]:`", "`ray:`", "`ray: groups: <name>:`",
+                    "`models: <id>:`", "`models: <id>: batch:`", "`models: <id>: sampling:`", "`models: <id>: ray:`"):
         assert f"### {section}" in titles

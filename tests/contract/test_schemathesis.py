@@ -90,7 +90,7 @@ def test_schemathesis_finds_no_failures_with_all_checks(server: Server, tmp_path
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     (tmp_path / "schemathesis.txt").write_text(output)
-    print(output[output.find("=== SUMMARY") :])  # -s shows the cases generated and the warnings
+    print(output[output.find("=== SUMMARY"):])  # -s shows the cases generated and the warnings
     generated = re.search(r"(\d+) generated", output)
     assert generated is not None and int(generated.group(1)) > 500, output[-3000:]
     assert done.returncode == 0, f"the whole output: {tmp_path / 'schemathesis.txt'}\n{output[:20000]}"

@@ -27,12 +27,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "numbers": {
         "type": "object",
         "properties": {
-            "numbers": {
-                "type": "array",
-                "items": {"type": "integer", "minimum": 1, "maximum": 9},
-                "minItems": 2,
-                "maxItems": 4,
-            },
+            "numbers": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 9},
+                        "minItems": 2, "maxItems": 4},
         },
         "required": ["numbers"],
         "additionalProperties": False,

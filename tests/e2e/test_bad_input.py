@@ -17,7 +17,8 @@ DEEP_SCHEMA: dict[str, object] = {"type": "object"}
 for _ in range(400):
     DEEP_SCHEMA = {"items": DEEP_SCHEMA}
 PNG = (
-    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
 )
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 CHAT = "/v1/chat/completions"
@@ -70,11 +71,7 @@ CASES: list[tuple[str, str, str, Body, int, str, str | None]] = [
         "audio-part",
         "POST",
         CHAT,
-        chat(
-            messages=[
-                {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}
-            ]
-        ),  # noqa: E501
+        chat(messages=[{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]),  # noqa: E501
         400,
         "modality_unsupported",
         "messages[0].content[0]",
@@ -83,9 +80,7 @@ CASES: list[tuple[str, str, str, Body, int, str, str | None]] = [
         "image-in-a-system-message",
         "POST",
         CHAT,
-        chat(
-            messages=[{"role": "system", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}, *OK_MESSAGES]
-        ),  # noqa: E501
+        chat(messages=[{"role": "system", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}, *OK_MESSAGES]),  # noqa: E501
         400,
         "invalid_value",
         "messages[0].content[0]",
@@ -149,15 +144,8 @@ CASES: list[tuple[str, str, str, Body, int, str, str | None]] = [
         "invalid_value",
         "tool_choice",
     ),
-    (
-        "tool-choice-required-without-tools",
-        "POST",
-        CHAT,
-        chat(tool_choice="required"),
-        400,
-        "invalid_value",
-        "tool_choice",
-    ),
+    ("tool-choice-required-without-tools", "POST", CHAT, chat(tool_choice="required"), 400, "invalid_value",
+     "tool_choice"),
     (
         "tool-message-without-call",
         "POST",
@@ -198,9 +186,7 @@ CASES: list[tuple[str, str, str, Body, int, str, str | None]] = [
         "response-format-unenforceable-schema",
         "POST",
         CHAT,
-        chat(
-            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {"type": "null"}}}}
-        ),  # noqa: E501
+        chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {"type": "null"}}}}),  # noqa: E501
         400,
         "invalid_value",
         "response_format",
@@ -266,15 +252,8 @@ CASES: list[tuple[str, str, str, Body, int, str, str | None]] = [
     ),
     # Beam search: bounds, sampling beside it, and an engine without it (llama.cpp) name the field.
     ("beam-on-llama-cpp", "POST", CHAT, chat(beam_size=4, temperature=0), 400, "invalid_value", "beam_size"),
-    (
-        "completion-beam-on-llama-cpp",
-        "POST",
-        COMPLETIONS,
-        {"model": CHAT_MODEL, "prompt": "a", "beam_size": 2},
-        400,
-        "invalid_value",
-        "beam_size",
-    ),
+    ("completion-beam-on-llama-cpp", "POST", COMPLETIONS, {"model": CHAT_MODEL, "prompt": "a", "beam_size": 2},
+     400, "invalid_value", "beam_size"),
     ("beam-size-zero", "POST", CHAT, chat(beam_size=0), 400, "invalid_value", "beam_size"),
     ("beam-size-negative", "POST", CHAT, chat(beam_size=-1), 400, "invalid_value", "beam_size"),
     ("beam-size-huge", "POST", CHAT, chat(beam_size=10**12), 400, "invalid_value", "beam_size"),
@@ -283,15 +262,8 @@ CASES: list[tuple[str, str, str, Body, int, str, str | None]] = [
     ("beam-with-top-p", "POST", CHAT, chat(beam_size=4, top_p=0.5), 400, "invalid_value", "top_p"),
     ("beam-with-min-p", "POST", CHAT, chat(beam_size=4, min_p=0.2), 400, "invalid_value", "min_p"),
     ("length-penalty-without-beam", "POST", CHAT, chat(length_penalty=2.0), 400, "invalid_value", "length_penalty"),
-    (
-        "length-penalty-huge",
-        "POST",
-        CHAT,
-        chat(beam_size=2, length_penalty=1e9),
-        400,
-        "invalid_value",
-        "length_penalty",
-    ),
+    ("length-penalty-huge", "POST", CHAT, chat(beam_size=2, length_penalty=1e9), 400, "invalid_value",
+     "length_penalty"),
     ("beam-with-n", "POST", CHAT, chat(beam_size=2, n=3), 400, "invalid_value", "n"),
     (
         "completion-bad-token-id",

@@ -153,15 +153,8 @@ MESSAGE = {"role": "user", "content": "hi"}
         ([FLAT_TEXT[0], {"type": "input_audio", "input_audio": {}}], 400, "input", None),
         ([FLAT_TEXT[0], IMAGE], 400, "input[1]", "image"),  # SmolLM2 reads no images
     ],
-    ids=[
-        "part-then-item",
-        "items-then-part",
-        "too-many-parts",
-        "image-without-url",
-        "text-without-text",
-        "audio-part",
-        "image-on-a-text-model",
-    ],
+    ids=["part-then-item", "items-then-part", "too-many-parts", "image-without-url", "text-without-text",
+         "audio-part", "image-on-a-text-model"],
 )
 async def test_bad_flat_arrays_get_a_clear_400(
     http: httpx.AsyncClient, flat: list[Any], status: int, param: str, words: str | None

@@ -85,3 +85,4 @@ async def test_a_budget_smaller_than_the_catalog_evicts_real_models_instead_of_d
         assert memory.runtimes == runtimes  # three loads of a llama.cpp model: its runtime counted once
     finally:
         await pool.close()
+

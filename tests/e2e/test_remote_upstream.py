@@ -55,9 +55,8 @@ async def front(upstream: Server, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         "remote-down": remote(closed, CHAT_MODEL, options={**unchecked, "retries": 2, "retry_backoff_s": 0.05}),
         "remote-down-checked": remote(closed, CHAT_MODEL, preload=False, options={"retries": 0}),
         "remote-stt": remote(upstream.url, STT_MODEL, tasks=["transcription"], allow_remote=True),
-        "remote-tts": remote(
-            upstream.url, TTS_MODEL, tasks=["speech"], allow_remote=True, options={"speech_sample_rate": 22050}
-        ),  # Piper's rate
+        "remote-tts": remote(upstream.url, TTS_MODEL, tasks=["speech"], allow_remote=True,
+                             options={"speech_sample_rate": 22050}),  # Piper's rate
     }
     async with serving({"starter_models": False, "models": models}) as (_, client):
         yield client

@@ -43,9 +43,7 @@ async def test_call_output_items_continue_the_conversation(oai: openai.AsyncOpen
     [call] = first.output
     assert call.type == "function_call"
     result: FunctionCallOutput = {
-        "type": "function_call_output",
-        "call_id": call.call_id,
-        "output": '{"temperature_c": 30}',
+        "type": "function_call_output", "call_id": call.call_id, "output": '{"temperature_c": 30}'
     }
     # Continued from the stored response: only the result is sent.
     stored = await oai.responses.create(

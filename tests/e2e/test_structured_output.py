@@ -217,7 +217,7 @@ async def test_generate_extracts_json_for_every_prompt(client: httpx.AsyncClient
 HERMES_TEMPLATE = (
     "{% if tools %}<|im_start|>system\nYou may call functions. Signatures:\n<tools>\n"
     "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}</tools>\nFor each call, return a JSON object "
-    "with the function name and arguments within <tool_call></tool_call> tags.<|im_end|>\n{% endif %}"
+    'with the function name and arguments within <tool_call></tool_call> tags.<|im_end|>\n{% endif %}'
     "{% for message in messages %}<|im_start|>{{ message.role }}\n{% if message.tool_calls %}"
     "{% for call in message.tool_calls %}<tool_call>\n{{ call.function | tojson }}\n</tool_call>{% endfor %}"
     "{% else %}{{ message.content }}{% endif %}<|im_end|>\n{% endfor %}"

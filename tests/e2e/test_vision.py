@@ -46,8 +46,7 @@ def data_uri(data: bytes, mime: str = "image/png") -> str:
 
 def ask(url: str, text: str = QUESTION) -> list[ChatCompletionMessageParam]:
     parts: list[ChatCompletionContentPartParam] = [
-        {"type": "text", "text": text},
-        {"type": "image_url", "image_url": {"url": url}},
+        {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}
     ]
     return [{"role": "user", "content": parts}]
 

@@ -32,8 +32,7 @@ def data_uri(color: str) -> str:
 
 def ask(color: str) -> list[ChatCompletionMessageParam]:
     parts: list[ChatCompletionContentPartParam] = [
-        {"type": "text", "text": QUESTION},
-        {"type": "image_url", "image_url": {"url": data_uri(color)}},
+        {"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": data_uri(color)}}
     ]
     return [{"role": "user", "content": parts}]
 

@@ -146,11 +146,7 @@ async def test_local_files_only_under_allowed_directories(tmp_path: Path) -> Non
     (allowed / "link.png").symlink_to(elsewhere / "secret.png")
     policy = ImagePolicy(local_dirs=(allowed,))
     assert (await load_image(f"file://{allowed}/cat.png", policy, PART)).image.size == (8, 6)
-    for url in [
-        f"file://{elsewhere}/secret.png",
-        f"file://{allowed}/link.png",
-        f"file://{allowed}/../private/secret.png",
-    ]:
+    for url in [f"file://{elsewhere}/secret.png", f"file://{allowed}/link.png", f"file://{allowed}/../private/secret.png"]:
         with pytest.raises(InvalidRequest, match="allowed_local_media_dirs"):
             await load_image(url, policy, PART)
     with pytest.raises(InvalidRequest, match="cannot be read"):

@@ -85,7 +85,8 @@ def test_the_hiding_launcher_really_hides_the_extras(tmp_path: Path) -> None:
 
     probe = HIDING_LAUNCHER.replace(
         'runpy.run_module("modelpool", run_name="__main__", alter_sys=True)',
-        "import importlib.util; print(importlib.util.find_spec('av'), importlib.util.find_spec('mcp'))\nimport av",
+        "import importlib.util; print(importlib.util.find_spec('av'), importlib.util.find_spec('mcp'))\n"
+        "import av",
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "None None"

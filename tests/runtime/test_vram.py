@@ -249,7 +249,6 @@ async def test_an_unload_gives_pytorchs_cached_gpu_memory_back(monkeypatch: pyte
     torch = types.ModuleType("torch")
     torch.cuda = cuda  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch", torch)
-
     def collected(*args: object) -> int:
         calls.append("gc")
         return 0

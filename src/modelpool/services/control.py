@@ -100,3 +100,4 @@ def follow(path: Path, record: ServiceRecord, poll_s: float = 0.2) -> Iterator[s
                 yield pending
             return
         time.sleep(poll_s)
+

@@ -161,6 +161,7 @@ def sse_events() -> dict[str, Any]:
     return {"type": "object", "properties": fields, "required": ["data"]}
 
 
+
 def not_ready_response() -> dict[str, Any]:
     ref = {"$ref": f"#/components/schemas/{NotReady.__name__}"}
     return {"description": REASONS[503], "content": {JSON: {"schema": ref}}}

@@ -29,7 +29,6 @@ async def test_the_first_item_crosses_at_once_and_a_backlog_crosses_as_one_run(
     runs = channel.runs()
     threading.Thread(target=channel.put, args=(1,)).start()
     assert await asyncio.wait_for(anext(runs), 5) == [1]
-
     # The consumer is "busy" (not awaiting) while the producer puts three more.
     def produce() -> None:
         for i in (2, 3, 4):

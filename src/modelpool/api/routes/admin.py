@@ -35,16 +35,8 @@ async def model_logs(model_id: str, request: Request, lines: int = Query(default
     return JSONResponse({"model": logs.model, "state": logs.state, "processes": processes, "last_crash": crash})
 
 
-@router.post(
-    "/models/{model_id:path}/load",
-    responses=declared(
-        POOL_ERRORS,
-        rules=(
-            "replicas at most the model's replica_max",
-            "overrides name only options its backend lets a load change",
-        ),
-    ),
-)
+@router.post("/models/{model_id:path}/load", responses=declared(POOL_ERRORS, rules=(
+    "replicas at most the model's replica_max", "overrides name only options its backend lets a load change")))
 async def load_model(model_id: str, request: Request, body: LoadBody | None = None) -> JSONResponse:
     body = body or LoadBody()
     note_model(request, model_id)

@@ -23,11 +23,8 @@ router = APIRouter()
 _SPEECH_MEDIA = {kind: binary() for kind in MEDIA_TYPES.values()}  # as `response_format` asks, or SSE
 # A transcript is JSON, text or subtitles as `response_format` asks, or SSE with `stream`.
 _TRANSCRIPT_MEDIA = {"text/plain": text(), "text/vtt": text(), "application/x-subrip": text()}
-_TRANSCRIPT_RULES = (
-    MODEL_LIMITS,
-    "`file` is audio the server can decode",
-    "timestamp_granularities only with response_format verbose_json",
-)
+_TRANSCRIPT_RULES = (MODEL_LIMITS, "`file` is audio the server can decode",
+                     "timestamp_granularities only with response_format verbose_json")
 ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
 
 

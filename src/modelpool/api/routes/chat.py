@@ -17,17 +17,9 @@ from modelpool.wire.openai.chat_reply import chat_chunks, chat_completion_json
 from modelpool.wire.openai.render import ResponseMeta
 from modelpool.wire.sizes import translated
 
-router = APIRouter(
-    responses=declared(
-        POOL_ERRORS,
-        media={SSE: sse_events()},
-        rules=(  # JSON, or SSE with `stream`
-            MODEL_LIMITS,
-            "a tool message needs the tool_call_id it answers, and answers a call made before it",
-            "min_tokens at most max_tokens",
-        ),
-    )
-)
+router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: sse_events()}, rules=(  # JSON, or SSE with `stream`
+    MODEL_LIMITS, "a tool message needs the tool_call_id it answers, and answers a call made before it",
+    "min_tokens at most max_tokens")))
 
 
 @router.post("/v1/chat/completions", response_model=None)

@@ -15,17 +15,8 @@ from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, ss
 from modelpool.wire.openai.completions import CompletionBody, completion_chunks, completion_json
 from modelpool.wire.openai.render import ResponseMeta
 
-router = APIRouter(
-    responses=declared(
-        POOL_ERRORS,
-        media={SSE: sse_events()},
-        rules=(  # JSON, or SSE with `stream`
-            MODEL_LIMITS,
-            "max_tokens 0 only with echo",
-            "min_tokens at most max_tokens",
-        ),
-    )
-)
+router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: sse_events()}, rules=(  # JSON, or SSE with `stream`
+    MODEL_LIMITS, "max_tokens 0 only with echo", "min_tokens at most max_tokens")))
 
 
 @router.post("/v1/completions", response_model=None)

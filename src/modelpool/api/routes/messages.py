@@ -28,18 +28,9 @@ from modelpool.wire.anthropic.messages import ConversationBody, MessagesBody
 from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, SSE, declared, sse_events
 from modelpool.wire.sizes import translated
 
-router = APIRouter(
-    responses=declared(
-        POOL_ERRORS,
-        shape="anthropic",
-        rules=(
-            MODEL_LIMITS,
-            "user and system turns have non-empty content",
-            "no last assistant turn (a prefill)",
-            "a tool_result answers a tool_use made before it",
-        ),
-    )
-)
+router = APIRouter(responses=declared(POOL_ERRORS, shape="anthropic", rules=(
+    MODEL_LIMITS, "user and system turns have non-empty content", "no last assistant turn (a prefill)",
+    "a tool_result answers a tool_use made before it")))
 
 
 @router.post("/v1/messages", response_model=None, responses=declared(media={SSE: sse_events()}))

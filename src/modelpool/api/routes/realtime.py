@@ -181,3 +181,4 @@ class Session:
 def _client_id(event: dict[str, Any]) -> str | None:
     client_id = event.get("event_id")
     return client_id if isinstance(client_id, str) else None
+

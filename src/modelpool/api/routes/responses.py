@@ -24,18 +24,9 @@ from modelpool.wire.openai.responses import ResponsesBody
 from modelpool.wire.sizes import translated
 from modelpool.wire.tools import check_tool_results
 
-router = APIRouter(
-    responses=declared(
-        POOL_ERRORS,
-        media={SSE: sse_events()},
-        rules=(  # JSON, or SSE with `stream`
-            MODEL_LIMITS,
-            "exactly one of input or messages",
-            "messages end with a user message",
-            "a function_call_output answers a call made before it",
-        ),
-    )
-)
+router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: sse_events()}, rules=(  # JSON, or SSE with `stream`
+    MODEL_LIMITS, "exactly one of input or messages", "messages end with a user message",
+    "a function_call_output answers a call made before it")))
 
 
 @router.post("/v1/responses", response_model=None)

@@ -28,7 +28,8 @@ router = APIRouter(responses=declared(POOL_ERRORS))
 GENERATE_RULES = (MODEL_LIMITS, MODEL_OPTIONAL)
 
 
-@router.post("/loglikelihood", responses=declared(rules=(*GENERATE_RULES, "as many continuations as prompts")))
+@router.post("/loglikelihood", responses=declared(rules=(
+    *GENERATE_RULES, "as many continuations as prompts")))
 async def loglikelihood(body: LoglikelihoodBody, request: Request) -> JSONResponse:
     pool = pool_of(request)
     model = pool.model_for(body.model, Task.SCORING)

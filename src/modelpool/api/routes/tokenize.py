@@ -12,11 +12,8 @@ from modelpool.wire.contract import MODEL_LIMITS, POOL_ERRORS, declared
 from modelpool.wire.openai.tokenize import DetokenizeBody, LlamaTokenize, TokenizeBody, llama_server_tokens, vllm_tokens
 from modelpool.wire.sizes import translated
 
-router = APIRouter(
-    responses=declared(
-        POOL_ERRORS, rules=(MODEL_LIMITS, "`model` may be left out only when one served model has a tokenizer")
-    )
-)
+router = APIRouter(responses=declared(POOL_ERRORS, rules=(
+    MODEL_LIMITS, "`model` may be left out only when one served model has a tokenizer")))
 
 
 @router.post("/tokenize")

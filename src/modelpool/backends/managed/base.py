@@ -98,7 +98,6 @@ class ManagedOptions(BaseModel):
     see docs/engines.md. `env` and `pass_env` are then set inside the container;
     `library_path` does not apply. An admin's load-time override cannot change it."""
 
-
 EngineProcess = ManagedProcess | ContainerProcess
 EngineSpec = ProcessSpec | ContainerSpec
 
@@ -374,3 +373,4 @@ class ManagedServerBackend(ForwardingBackend, DeclaredBackend, ABC):
             if client is not None:
                 await client.close()
         self.upstream = self.engine_root = None
+

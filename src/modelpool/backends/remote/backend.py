@@ -102,7 +102,8 @@ class OpenAIRemoteBackend(ForwardingBackend, DeclaredBackend):
             api_key = secret(options.api_key_env)
             if not api_key:
                 raise ModelLoadFailed(
-                    f"model '{self.model.id}': the environment variable {options.api_key_env} (api_key_env) is not set"
+                    f"model '{self.model.id}': the environment variable {options.api_key_env} "
+                    "(api_key_env) is not set"
                 )
         self.upstream = UpstreamClient(
             self.model.id,

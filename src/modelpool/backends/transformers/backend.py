@@ -120,16 +120,8 @@ class TransformersBackend(DeclaredBackend):
         max_beam_tokens=DEFAULT_MAX_BEAM_TOKENS,
     )
     overridable = frozenset(
-        {
-            "max_batch_size",
-            "max_batch_tokens",
-            "prefill_chunk",
-            "prefill_rows",
-            "max_model_len",
-            "dtype",
-            "max_beam_size",
-            "max_beam_tokens",
-        }
+        {"max_batch_size", "max_batch_tokens", "prefill_chunk", "prefill_rows", "max_model_len", "dtype",
+         "max_beam_size", "max_beam_tokens"}
     )
 
     @classmethod

@@ -114,13 +114,8 @@ class _ItemStream:
             return []
         draft = self.draft
         return [
-            draft.event(
-                "response.function_call_arguments.done",
-                item_id=call.id,
-                output_index=self._call_index,
-                name=call.name,
-                arguments=call.arguments,
-            ),
+            draft.event("response.function_call_arguments.done", item_id=call.id, output_index=self._call_index,
+                        name=call.name, arguments=call.arguments),
             draft.event("response.output_item.done", output_index=self._call_index, item=call.json(status)),
         ]
 
