@@ -386,28 +386,33 @@ async def transformers_cuda(work: Path) -> Result:
     return verdict(list(summary["problems"]), "measured, counted once, freed on unload", **numbers)
 
 
-@check("transformers_device_map_auto", "transformers with device_map: auto places the model on the GPU and answers")
+@check("transformers_device_map_auto", "transformers with device_map: auto: placed on cuda:0 (the load's "
+       "placement), greedy answer equal to device: cuda's")  # fmt: skip
 async def transformers_device_map_auto(work: Path) -> Result:
     from modelpool.backends.transformers.backend import TransformersOptions
 
     if "device_map" not in TransformersOptions.model_fields:
         return skipped("this modelpool has no `device_map` option on the transformers backend")
-    entry = {"backend": "transformers", "source": str(hf_llama(work)), "tasks": ["chat", "completion"],
-             "options": {"device_map": "auto", "max_model_len": 512}}  # fmt: skip
-    pool = pool_for({"mapped": entry}, work)
-    try:
-        await pool.load("mapped")
-        reply = await greedy(pool, "mapped")
-        measured = pool.memory().models["mapped"].measured_gpu_bytes
-        model = getattr(backend_of(pool, "mapped"), "_model", None)
-        placement = sorted({str(v) for v in (getattr(model, "hf_device_map", None) or {}).values()})
-    finally:
-        await pool.close()
-    numbers = {"measured_gpu_mib": measured // MiB, "placement": placement, "reply": reply}
-    problems = [] if measured > 100 * MiB else [f"only {measured // MiB} MiB measured on the GPU"]
-    if not reply:
-        problems.append("no answer")
-    return verdict(problems, "placed on the GPU by accelerate, answered", **numbers)
+    folder, replies, placement = hf_llama(work), {}, None
+    for name, options in (("mapped", {"device_map": "auto"}), ("plain", {"device": "cuda"})):
+        entry = {"backend": "transformers", "source": str(folder), "tasks": ["chat", "completion"],
+                 "options": {**options, "max_model_len": 512}}  # fmt: skip
+        pool = pool_for({name: entry}, work)
+        try:
+            await pool.load(name)
+            replies[name] = await greedy(pool, name)
+            if name == "mapped":
+                replicas = pool.slot(name).status().replicas
+                placement = getattr(replicas[0], "placement", None) if replicas else None
+        finally:
+            await pool.close()
+    problems = []
+    if not placement or any(not str(device).startswith("cuda") for device in dict(placement).values()):
+        problems.append(f"placement {placement!r}: not all on a GPU")
+    if not replies["mapped"] or replies["mapped"] != replies["plain"]:
+        problems.append(f"device_map auto answered {replies['mapped']!r}, device cuda {replies['plain']!r}")
+    return verdict(problems, "placed on the GPU by accelerate, same answer as device: cuda",
+                   placement=placement, replies=replies)  # fmt: skip
 
 
 @check("vllm_in_process", "backend: vllm (vLLM's async engine in process) on the random Llama: answers greedily")
@@ -462,12 +467,12 @@ def run_one(name: str, work: Path) -> Result:
     return result
 
 
-def run_child(name: str, work: Path, log: Path) -> Result:
+def run_child(name: str, work: Path, log: Path, timeout_s: float) -> Result:
     argv = [sys.executable, __file__, "--one", name, "--work", str(work)]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return failed(f"did not finish in {CHECK_TIMEOUT_S} s")
+        return failed(f"did not finish in {timeout_s:.0f} s")
     with log.open("a", encoding="utf-8") as handle:
         handle.write(f"===== {name} (exit {done.returncode})\n{done.stdout}\n{done.stderr}\n")
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -509,6 +514,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", choices=sorted(CHECKS), default=None)
     parser.add_argument("--dry-run", action="store_true", help="report every check as skipped (no GPU used)")
     parser.add_argument("--build-json", type=Path, help="the CUDA build's record, from gpu_check.sh")
+    parser.add_argument("--deadline-s", type=float, default=float(CHECK_TIMEOUT_S * len(CHECKS)),
+                        help="seconds for all checks; those that cannot start in time are skipped")  # fmt: skip
     parser.add_argument("--one", choices=sorted(CHECKS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -520,7 +527,13 @@ def main() -> int:
     reason = no_gpu_reason(args.dry_run)
     results = {}
     for name in args.only or list(CHECKS):
-        results[name] = skipped(reason) if reason else run_child(name, args.work, args.out / "gpu_check.log")
+        left = args.deadline_s - (time.monotonic() - began)
+        if reason:
+            results[name] = skipped(reason)
+        elif left < 20:
+            results[name] = skipped(f"out of time (the run's {args.deadline_s:.0f} s were spent)")
+        else:
+            results[name] = run_child(name, args.work, args.out / "gpu_check.log", min(CHECK_TIMEOUT_S, left))
         print(f"{name}: {results[name].status} ({results[name].seconds} s) {results[name].detail}", flush=True)
     data = report(results, build, args.out, time.monotonic() - began)
     return 0 if data["ok"] else 1

@@ -50,7 +50,9 @@ printf '{"llama_cpp_python": "%s", "cuda_arch": "%s", "rc": %d, "seconds": %d, "
 echo "gpu_check: llama-cpp-python CUDA build exit $build_rc in ${build_s} s (log: llama_build.log)"
 [ "$build_rc" -eq 0 ] || tail -20 "$OUT/llama_build.log" >&2
 
-"$PYTHON" scripts/gpu_check.py --out "$OUT" --build-json "$OUT/build.json"
+# What is left of the 10 minutes (less 30 s for the start and the report) goes to the checks.
+"$PYTHON" scripts/gpu_check.py --out "$OUT" --build-json "$OUT/build.json" \
+    --deadline-s $(( ${GPU_CHECK_BUDGET_S:-570} - ($(date +%s) - began) ))
 status=$?
 echo "gpu_check: done in $(( $(date +%s) - began )) s, exit $status; report: $OUT/gpu_check.md"
 exit $status

@@ -17,7 +17,7 @@ MAX_MIB=${GPU_CHECK_MAX_MIB:-60}
 # package stop the install there).
 WHEELS=(fastapi starlette uvicorn pydantic pydantic-core annotated-types typing-inspection python-multipart
         jsonschema jsonschema-specifications referencing rpds-py websockets diskcache gguf
-        sse-starlette starlette-context pydantic-settings python-dotenv)
+        sse-starlette starlette-context pydantic-settings python-dotenv typing-extensions)
 LLAMA=llama-cpp-python
 
 pin() {  # the exact version constraints.txt pins, or fail
