@@ -24,11 +24,13 @@ from tests.conftest import CHAT_MODEL, sdk, serving
 from tests.e2e.test_vision import QUESTION, ask, data_uri, direct_logprobs, png, vlm_config
 from tests.processes import Server, modelpool_serve
 from tests.videos import make_video
-from tests.vlm_models import tiny_qwen3_vl
+from tests.vlm_models import QWEN3_VL_CHAT_TEMPLATE, tiny_llava, tiny_qwen2_vl, tiny_qwen3_vl
 
 QWEN3 = "tiny-qwen3-vl"
 QWEN3_IMAGES = "tiny-qwen3-vl-images-only"
 QWEN3_PLACED = "tiny-qwen3-vl-device-map-auto"
+QWEN2 = "tiny-qwen2-vl-video"
+LLAVA_VIDEO = "tiny-llava-video"  # refused at load: LLaVA reads no video here
 VIDEO_OPTIONS = {"video": True, "video_fps": 2.0, "video_max_frames": 4}
 
 
@@ -59,9 +61,12 @@ async def client(media: Path) -> AsyncIterator[httpx.AsyncClient]:
         QWEN3: {**vlm_config(tiny_qwen3_vl(), **VIDEO_OPTIONS), "preload": True},
         QWEN3_IMAGES: vlm_config(tiny_qwen3_vl()),
         QWEN3_PLACED: vlm_config(tiny_qwen3_vl(), device_map="auto"),
+        # The tiny Qwen2-VL's own template places no video: Qwen3-VL's (the same ChatML) does.
+        QWEN2: vlm_config(tiny_qwen2_vl(), **VIDEO_OPTIONS, chat_template=QWEN3_VL_CHAT_TEMPLATE),
+        LLAVA_VIDEO: vlm_config(tiny_llava(), video=True),
     }
     server = {"allowed_local_media_dirs": [str(media)], "max_video_seconds": 30, "max_video_pixels": 1_000_000}
-    enabled = [QWEN3, QWEN3_IMAGES, QWEN3_PLACED, CHAT_MODEL]
+    enabled = [QWEN3, QWEN3_IMAGES, QWEN3_PLACED, QWEN2, LLAVA_VIDEO, CHAT_MODEL]
     config = {"enabled_models": enabled, "models": models, "server": server}
     async with serving(config) as (_, http):
         yield http
@@ -91,7 +96,8 @@ async def test_qwen3_vl_images_match_plain_transformers_alone_and_in_a_batch(cli
         assert logprobs_of(together) == pytest.approx(expected, abs=1e-4), color
 
 
-def direct_video_logprobs(data: bytes, steps: int) -> tuple[list[float], int]:
+def direct_video_logprobs(data: bytes, steps: int, folder: Path | None = None,
+                          template: str | None = None) -> tuple[list[float], int]:  # fmt: skip
     """Plain transformers `generate` on the same video inputs (the frames sampled and
     patched as the server does), so the served prefill, positions and decoding are checked."""
     import torch
@@ -101,15 +107,15 @@ def direct_video_logprobs(data: bytes, steps: int) -> tuple[list[float], int]:
     from modelpool.inference import ChatMessage, ChatRequest
     from modelpool.tools.prompt import plan_chat
 
-    folder = tiny_qwen3_vl()
+    folder = folder or tiny_qwen3_vl()
     processor = AutoProcessor.from_pretrained(folder)
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
     sampled = sample_frames(data, VideoPolicy(), Sampling(2.0, 4), "video")
     video = VideoInput("data:", "video", sampled.frames, sampled.timestamps, sampled.fps)
     message = ChatMessage("user", QUESTION, parts=(*_text(QUESTION), video))
-    plan = plan_chat(ChatRequest(messages=(message,)), template_source=processor.chat_template,
+    plan = plan_chat(ChatRequest(messages=(message,)), template_source=template or processor.chat_template,
                      configured_parser=None, constrain_auto=False)  # fmt: skip
-    ids, extra = render_with_media(processor, plan, None, {}, Media((), (video,)), model)
+    ids, extra = render_with_media(processor, plan, template, {}, Media((), (video,)), model)
     with torch.inference_mode():
         out = model.generate(input_ids=torch.tensor([ids]), **extra, max_new_tokens=steps, do_sample=False,
                              output_logits=True, return_dict_in_generate=True)  # fmt: skip
@@ -225,3 +231,16 @@ async def test_device_map_auto_places_the_model_with_accelerate_and_answers_the_
     status = (await client.post(f"/v1/admin/models/{QWEN3}/load")).json()  # loaded: its status
     assert status["replicas"][0]["placement"] == {"": "cpu"}  # one device, without a device map
     await client.post(f"/v1/admin/models/{QWEN3_PLACED}/unload")
+
+
+async def test_qwen2_vl_takes_video_without_timestamps_and_other_families_are_refused_at_load(
+    client: httpx.AsyncClient,
+) -> None:
+    red, blue = [await scored(client, ask_video(video_uri(colored(c))), model=QWEN2) for c in ("red", "blue")]
+    assert red.choices[0].message.content != blue.choices[0].message.content
+    expected, prompt_tokens = direct_video_logprobs(colored("red"), 6, tiny_qwen2_vl(), QWEN3_VL_CHAT_TEMPLATE)
+    assert logprobs_of(red) == pytest.approx(expected, abs=1e-4)
+    assert red.usage is not None and red.usage.prompt_tokens == prompt_tokens
+    refused = await client.post(f"/v1/admin/models/{LLAVA_VIDEO}/load")
+    assert refused.status_code >= 400
+    assert "video is read only by Qwen2-VL, Qwen2.5-VL and Qwen3-VL models here, not llava" in refused.text

@@ -133,3 +133,34 @@ def test_qwen_video_patches_equal_transformers_video_processors_layout() -> None
     assert grid == their_grid == [2, 4, 6]
     assert np.array_equal(ours, theirs[0].numpy())
     assert _group_times([0.0, 0.5, 1.0], 2) == [0.25, 1.0]
+
+
+@pytest.mark.parametrize(
+    "server",
+    [{"max_video_seconds": 0}, {"max_video_bytes": 3 * 1024**3}, {"max_video_pixels": -1},
+     {"max_videos_per_request": 0}],
+    ids=["seconds", "bytes", "pixels", "count"],
+)
+def test_out_of_bounds_video_settings_are_config_errors(server: dict[str, int]) -> None:
+    from modelpool.config.loader import load_config
+    from modelpool.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=next(iter(server))):
+        load_config(None, cli={"server": server}, environ={})
+
+
+def test_a_transformers_video_model_declares_its_sampling_and_bounds_its_options() -> None:
+    from pydantic import ValidationError
+
+    from modelpool.backends.transformers.backend import TransformersBackend, TransformersOptions
+    from modelpool.capabilities import Modality
+
+    declared = TransformersBackend.capabilities_for(TransformersOptions(vision=True, video=True, video_fps=1.0))
+    assert Modality.VIDEO in declared.modalities and (declared.video_fps, declared.max_video_frames) == (1.0, 32)
+    images_only = TransformersBackend.capabilities_for(TransformersOptions(vision=True))
+    assert Modality.VIDEO not in images_only.modalities and images_only.video_fps is None
+    bad_options = ({"video_fps": 0}, {"video_fps": 31}, {"video_max_frames": 0}, {"device_map": "balanced"},
+                   {"video": True})  # fmt: skip
+    for bad in bad_options:
+        with pytest.raises(ValidationError):
+            TransformersOptions.model_validate(bad)

@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modelpool.backends import hf_tokens
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
@@ -104,6 +104,12 @@ class TransformersOptions(BaseModel):
     """Longest answer a beam search request may ask (`max_tokens`; more: a 400 naming it;
     none set: cut here). It cannot be stopped midway, and
     every other stream of the engine waits for it."""
+
+    @model_validator(mode="after")
+    def _video_needs_vision(self) -> TransformersOptions:
+        if self.video and not self.vision:
+            raise ValueError("video: true needs vision: true (a video model is a vision model)")
+        return self
 
 
 class TransformersBackend(DeclaredBackend):
