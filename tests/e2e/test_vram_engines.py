@@ -13,6 +13,7 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from modelpool.client import AdminClient
 from tests.e2e.conftest import smollm2_gguf
 from tests.nvml_standin import GiB, one_gpu
 from tests.processes import modelpool_serve
@@ -57,7 +58,8 @@ def test_engine_vram_is_estimated_budgeted_and_measured_by_pid(tmp_path: Path) -
         loaded = admin.post("/v1/admin/models/small/load")
         assert loaded.status_code == 200, loaded.text
         engine_pid = loaded.json()["replicas"][0]["pid"]
-        rows = {row["model"]: row for row in admin.get("/v1/admin/gpu-memory").json()["models"]}
+        with AdminClient(server.url) as sdk:  # the SDK reads the same report
+            rows = {row["model"]: row for row in sdk.gpu_memory()["models"]}
         (replica,) = rows["small"]["replicas"]
         assert replica["source"] == "nvml" and engine_pid in replica["pids"] and replica["devices"] == ["cuda:0"]
         assert replica["measured_bytes"] == ENGINE_GPU_BYTES * len(replica["pids"])

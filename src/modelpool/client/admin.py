@@ -49,6 +49,11 @@ class AdminClient:
     def memory(self) -> dict[str, Any]:
         return self._call("GET", "/v1/admin/memory")
 
+    def gpu_memory(self) -> dict[str, Any]:
+        """Each GPU (NVML), each model's GPU estimate and measured use per replica with its
+        source and engine PIDs, and the GPU budget; `available: false` without a GPU."""
+        return self._call("GET", "/v1/admin/gpu-memory")
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
             response = self._http.request(method, path, json=body)
