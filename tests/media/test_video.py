@@ -164,3 +164,23 @@ def test_a_transformers_video_model_declares_its_sampling_and_bounds_its_options
     for bad in bad_options:
         with pytest.raises(ValidationError):
             TransformersOptions.model_validate(bad)
+
+
+def test_engines_and_upstreams_declare_video_only_when_they_take_it() -> None:
+    from modelpool.backends.managed.llama_server import LlamaServerBackend, LlamaServerOptions
+    from modelpool.backends.managed.vllm_serve import VllmOptions, VllmServeBackend
+    from modelpool.backends.remote.backend import OpenAIRemoteBackend, RemoteOptions
+    from modelpool.capabilities import Modality
+
+    vllm = VllmServeBackend.capabilities_for(VllmOptions(limit_mm_per_prompt={"image": 2, "video": 1}))
+    assert {Modality.IMAGE, Modality.VIDEO} <= vllm.modalities and vllm.video_fps is None  # forwarded whole
+    assert Modality.VIDEO not in VllmServeBackend.capabilities_for(VllmOptions()).modalities
+    remote = OpenAIRemoteBackend.capabilities_for(RemoteOptions(base_url="http://up/v1", video=True))
+    assert Modality.VIDEO in remote.modalities and remote.video_fps is None
+    llama = LlamaServerBackend.capabilities_for(LlamaServerOptions(mmproj="/m/mmproj.gguf"))
+    assert Modality.IMAGE in llama.modalities and Modality.VIDEO not in llama.modalities
+
+
+def test_a_decode_that_takes_too_long_is_stopped() -> None:
+    with pytest.raises(RequestTooLarge, match="decoding the video took longer than 0 s"):
+        sample_frames(make_video(["red"] * 8), VideoPolicy(max_decode_s=0.0), Sampling(2.0, 8), PART)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,10 @@ class VideoPolicy:
     """Most videos one request may carry (`server.max_videos_per_request`)."""
     max_frames_pixels: int = 40_000_000
     """Most pixels a video's sampled frames may have together: frames are scaled down to fit."""
+    max_decode_s: float = 60.0
+    """Longest one video's decoding may take (every frame up to the last sampled one is
+    decoded): a long high-resolution stream within the other bounds still cannot hold a
+    decode thread for minutes (413)."""
 
 
 @dataclass(frozen=True)
@@ -115,11 +120,15 @@ def _decode_sampled(
     times: list[float] = []
     next_time, decoded = 0.0, 0
     most_decoded = int(policy.max_seconds * DECODED_FRAMES_PER_SECOND) + 1
+    deadline = time.monotonic() + policy.max_decode_s
     try:
         for frame in container.decode(stream):
             decoded += 1
             when = float(frame.time) if frame.time is not None else 0.0
             _check_frame(frame, when, decoded, most_decoded, policy, param)
+            if time.monotonic() > deadline:
+                raise RequestTooLarge(f"decoding the video took longer than {policy.max_decode_s:g} s; "
+                                      "send a shorter or smaller one", param=param)  # fmt: skip
             if when + 1e-6 < next_time:
                 continue
             frames.append(frame.to_image(width=size[0], height=size[1]))
