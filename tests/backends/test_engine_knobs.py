@@ -28,6 +28,7 @@ from modelpool.config.schema import ModelConfig
 from modelpool.errors import ConfigError, InvalidRequest
 from modelpool.runtime.option_schema import check_override, override_options
 from modelpool.server.app import create_app
+from modelpool.status import GpuMemory
 from tests.e2e.conftest import smollm2_gguf
 from tests.e2e.test_vllm_serve import VLLM_PYTHON
 
@@ -175,7 +176,8 @@ async def test_the_draft_models_weights_count_in_the_estimate_where_its_layers_g
 
     async def estimate(**options: Any) -> tuple[int, int]:
         config = ModelConfig(id="m", backend="llama_server", source=str(gguf), options={"binary": BINARY, **options})
-        backend = LlamaServerBackend(config, LlamaServerOptions.model_validate(config.options), BackendContext())
+        on_a_gpu = BackendContext(gpus=lambda: [GpuMemory("cuda:0", 80 * 2**30, 80 * 2**30)])
+        backend = LlamaServerBackend(config, LlamaServerOptions.model_validate(config.options), on_a_gpu)
         found = await backend.estimate_memory()
         return found.ram_bytes, found.gpu_bytes
 

@@ -37,6 +37,7 @@ __all__ = ["nvml_standin"]  # the fixture, used by name
 MiB = 1024**2
 Install = Callable[..., StandinNvml]
 REQUEST = ChatRequest((ChatMessage("user", "hello"),))
+ON_A_GPU = BackendContext(gpus=lambda: [GpuMemory("cuda:0", 80 * GiB, 80 * GiB)])
 
 
 @pytest.fixture
@@ -121,7 +122,7 @@ async def test_an_engine_estimate_over_the_gpu_budget_evicts_or_is_refused(nvml_
     nvml_standin(one_gpu())
     gguf = smollm2_gguf()
     config = ModelConfig(id="engine", backend="llama_server", source=str(gguf))
-    real = LlamaServerBackend(config, LlamaServerOptions(gpu_layers=-1, context_length=2048), BackendContext())
+    real = LlamaServerBackend(config, LlamaServerOptions(gpu_layers=-1, context_length=2048), ON_A_GPU)
     estimate = await real.estimate_memory()
     assert estimate.gpu_bytes > gguf.stat().st_size
 
@@ -181,18 +182,20 @@ def test_offloaded_layers_put_their_share_on_the_gpu() -> None:
 async def test_the_in_process_llama_cpp_estimate_reads_the_kv_type(nvml_standin: Install) -> None:
     config = ModelConfig(id="chat", backend="llama_cpp", source=str(smollm2_gguf()))
     offloaded = LlamaCppOptions(n_gpu_layers=-1, n_ctx=2048, parallel=2)
-    estimate = await LlamaCppBackend(config, offloaded, BackendContext()).estimate_memory()
+    estimate = await LlamaCppBackend(config, offloaded, ON_A_GPU).estimate_memory()
     shape = gguf_shape(smollm2_gguf())
     assert shape is not None
     assert estimate.gpu_bytes == smollm2_gguf().stat().st_size + kv_cache_bytes(shape, 4096) + 256 * MiB
-    on_cpu = await LlamaCppBackend(config, LlamaCppOptions(n_ctx=2048), BackendContext()).estimate_memory()
+    on_cpu = await LlamaCppBackend(config, LlamaCppOptions(n_ctx=2048), ON_A_GPU).estimate_memory()
     assert on_cpu.gpu_bytes == 0
+    no_gpu = await LlamaCppBackend(config, offloaded, BackendContext()).estimate_memory()  # a CPU build runs it all
+    assert no_gpu.gpu_bytes == 0 and no_gpu.ram_bytes == estimate.gpu_bytes - 256 * MiB + 32 * MiB
     quantized = LlamaCppOptions(n_gpu_layers=-1, n_ctx=2048, parallel=2, type_k="q8_0", type_v="q8_0")
-    q8 = await LlamaCppBackend(config, quantized, BackendContext()).estimate_memory()
+    q8 = await LlamaCppBackend(config, quantized, ON_A_GPU).estimate_memory()
     f16_kv = kv_cache_bytes(shape, 4096)
     assert q8.gpu_bytes == estimate.gpu_bytes - f16_kv + kv_cache_bytes(shape, 4096, "q8_0", "q8_0")
     engine = LlamaServerOptions(gpu_layers=-1, context_length=2048, binary="llama-server", parallel=2, type_k="q8_0")
-    served = await LlamaServerBackend(config, engine, BackendContext()).estimate_memory()
+    served = await LlamaServerBackend(config, engine, ON_A_GPU).estimate_memory()
     assert served.gpu_bytes == estimate.gpu_bytes - f16_kv + kv_cache_bytes(shape, 4096, "q8_0")
 
 

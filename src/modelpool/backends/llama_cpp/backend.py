@@ -178,17 +178,21 @@ class LlamaCppBackend(DeclaredBackend):
         self.options = options
         self.hub = context.hub
         self.tasks = context.tasks
+        self.gpus = context.gpus
         self._engine: LlamaEngine | None = None
         self._template: ChatTemplate | None = None
 
     async def estimate_memory(self) -> MemoryEstimate:
         """The GGUF plus its KV cache for every parallel context (from the file's layers and
         KV heads, at the cache's type), before loading: with layers offloaded, the GPU holds
-        their share (`gpu_estimates.llama_split`). A measurement replaces the RAM part."""
+        their share (`gpu_estimates.llama_split`); no NVIDIA GPU seen, all of it is RAM (a
+        CPU build ignores the setting; Apple's unified memory is RAM). A measurement replaces
+        the RAM part."""
         path = await locate(self.model, self.hub)
         o = self.options
         kv_types = (o.type_k, o.type_v)  # None: f16, llama.cpp's default
-        split = await asyncio.to_thread(llama_split, path, o.n_gpu_layers, o.n_ctx * o.sequences, *kv_types)
+        layers = o.n_gpu_layers if self.gpus() else 0
+        split = await asyncio.to_thread(llama_split, path, layers, o.n_ctx * o.sequences, *kv_types)
         return MemoryEstimate(ram_bytes=split.ram_bytes + 32 * 1024 * 1024, gpu_bytes=split.gpu_bytes)
 
     async def warmup(self) -> None:

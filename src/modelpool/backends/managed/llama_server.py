@@ -180,11 +180,13 @@ class LlamaServerBackend(LlamaServerTokenizer, ManagedServerBackend):
         weights, o = await self.weights(), self.options
         tokens = o.context_length * (o.parallel if o.binary else 1)
         kv_types = (o.type_k, o.type_v)  # None: f16, llama.cpp's default
-        split = await asyncio.to_thread(llama_split, weights, o.gpu_layers, tokens, *kv_types)
+        layers = o.gpu_layers if self.gpus() else 0  # no NVIDIA GPU seen: the engine runs on the CPU
+        split = await asyncio.to_thread(llama_split, weights, layers, tokens, *kv_types)
         ram, gpu = split.ram_bytes + 256 * 1024 * 1024, split.gpu_bytes
         if self.draft_weights is not None:  # the draft's weights, where its layers go (its cache is small)
             draft = files_size(self.draft_weights)
-            on_gpu = o.draft_gpu_layers != 0 and (o.draft_gpu_layers is not None or o.gpu_layers != 0)
+            offloads = o.draft_gpu_layers != 0 and (o.draft_gpu_layers is not None or o.gpu_layers != 0)
+            on_gpu = offloads and bool(self.gpus())
             ram, gpu = (ram, gpu + draft) if on_gpu else (ram + draft, gpu)
         return MemoryEstimate(ram_bytes=ram, gpu_bytes=gpu)
 
