@@ -101,3 +101,14 @@ def test_quant_tags() -> None:
 def test_no_backend_yet_takes_the_repo_as_it_is() -> None:
     assert files_for("", GGUF, Selector()) == sorted(n for n in GGUF if n not in ("README.md", ".gitattributes"))
     assert files_for("", GGUF, Selector(quant="Q8_0")) == ["m-Q8_0.gguf"]
+
+
+def test_a_hugging_face_whisper_for_faster_whisper_takes_what_its_conversion_reads() -> None:
+    """No model.bin: the repo is in Hugging Face format, converted to CT2 at load."""
+    listing = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "tf_model.h5",
+               "flax_model.msgpack", "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+               "preprocessor_config.json", "normalizer.json", "added_tokens.json", "special_tokens_map.json",
+               "README.md"]  # fmt: skip
+    chosen = files_for("faster_whisper", listing, Selector())
+    assert "model.safetensors" in chosen and "preprocessor_config.json" in chosen and "tokenizer.json" in chosen
+    assert not {"pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "README.md"} & set(chosen)
