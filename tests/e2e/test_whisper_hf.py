@@ -1,7 +1,9 @@
-"""A Hugging Face-format Whisper (the tiny random model of tests/whisper_hf.py) served by
-faster_whisper with no `backend:` named: detected, converted to CTranslate2 once (float32),
-transcribed through the official `openai` SDK, token for token what transformers' own
-`generate` decodes from the same features; unloaded and loaded again without converting."""
+"""Hugging Face-format Whispers (tests/whisper_hf.py) served by faster_whisper with no
+`backend:` named, through the official `openai` SDK. The tiny random one: detected,
+converted to CTranslate2 once (float32), token for token what transformers' own `generate`
+decodes from the same features; unloaded and loaded again without converting. tiny.en's
+real weights written in Hugging Face format: converted at the default int8, it hears the
+starter Piper voice word for word, as transformers does."""
 
 from __future__ import annotations
 
@@ -15,12 +17,16 @@ import numpy as np
 import pytest
 
 from modelpool.backends.ctranslate2.convert import is_ct2_folder
-from tests.conftest import sdk, serving
-from tests.whisper_hf import SAMPLE_RATE, build_tiny_hf_whisper
+from modelpool.config.sources import HubLocation
+from tests.conftest import TTS_MODEL, sdk, serving
+from tests.speech_metrics import words
+from tests.whisper_hf import SAMPLE_RATE, build_hf_whisper_from_ct2, build_tiny_hf_whisper
 
 pytest.importorskip("faster_whisper", reason="pip install 'modelpool[speech]'")
 pytest.importorskip("transformers", reason="pip install 'modelpool[transformers]'")
 MODEL = "tiny-hf-whisper"
+REAL = "whisper-tiny.en-hf"
+SENTENCE = "The weather will be sunny tomorrow morning."
 
 
 def chirp_pcm(seconds: float = 2.0) -> np.ndarray:
@@ -51,9 +57,16 @@ def work_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-async def served(hf_folder: Path, work_dir: Path) -> AsyncIterator[tuple[Any, Any]]:
-    entry = {"source": str(hf_folder), "options": {"device": "cpu", "compute_type": "float32"}}
-    cli = {"enabled_models": [MODEL], "models": {MODEL: entry}, "work_dir": str(work_dir)}
+def real_folder() -> Path:
+    """Built once per machine (~20 s) into the work dir, as tests/vlm_models.py's models are."""
+    return build_hf_whisper_from_ct2(HubLocation.work_dir / "test-models" / "whisper-tiny.en-hf-1")
+
+
+@pytest.fixture(scope="module")
+async def served(hf_folder: Path, real_folder: Path, work_dir: Path) -> AsyncIterator[tuple[Any, Any]]:
+    models = {MODEL: {"source": str(hf_folder), "options": {"device": "cpu", "compute_type": "float32"}},
+              REAL: {"source": str(real_folder)}}  # fmt: skip
+    cli = {"enabled_models": [MODEL, REAL, TTS_MODEL], "models": models, "work_dir": str(work_dir)}
     async with serving(cli) as (app, http):
         yield app, http
 
@@ -92,7 +105,7 @@ async def test_converted_once_served_and_equal_to_transformers(
     models = (await oai.models.list()).data
     assert any(m.id == MODEL for m in models)
 
-    converted = [p for p in (work_dir / "ct2").iterdir() if is_ct2_folder(p)]
+    converted = [p for p in (work_dir / "ct2").iterdir() if is_ct2_folder(p) and p.name.startswith("tiny-whisper")]
     assert len(converted) == 1 and "-float32-ct2-" in converted[0].name
     made = (converted[0] / "model.bin").stat().st_mtime_ns
     pool = app.state.pool
@@ -101,5 +114,22 @@ async def test_converted_once_served_and_equal_to_transformers(
         model=MODEL, file=("chirp.wav", wav_of(pcm)), response_format="verbose_json", temperature=0
     )
     assert [t for s in again.segments or [] for t in s.tokens] == tokens
-    assert [p for p in (work_dir / "ct2").iterdir() if is_ct2_folder(p)] == converted
+    assert [p for p in (work_dir / "ct2").iterdir() if is_ct2_folder(p) and p.name.startswith("tiny-whisper")] == (
+        converted
+    )
     assert (converted[0] / "model.bin").stat().st_mtime_ns == made  # the second load converted nothing
+
+
+async def test_real_weights_in_hugging_face_format_hear_speech_word_for_word(
+    served: tuple[Any, Any], real_folder: Path, work_dir: Path
+) -> None:
+    _, http = served
+    oai = sdk(http)
+    speech = await oai.audio.speech.create(
+        model=TTS_MODEL, voice="alloy", input=SENTENCE, response_format="wav", extra_body={"deterministic": True}
+    )
+    heard = await oai.audio.transcriptions.create(model=REAL, file=("speech.wav", speech.content))
+    assert words(heard.text) == words(SENTENCE), heard.text
+    made = (work_dir / "ct2").iterdir()
+    converted = [p.name for p in made if p.name.startswith(real_folder.name) and is_ct2_folder(p)]
+    assert len(converted) == 1 and "-int8-ct2-" in converted[0]  # the CPU's default compute type
