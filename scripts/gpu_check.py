@@ -298,6 +298,44 @@ async def llama_cpp_kv_q8_flash_attention(work: Path) -> Result:
     return verdict(problems, "q8_0 caches with flash attention on and auto answered", replies=replies)
 
 
+@check("llama_cpp_speculative_cuda", "in-process llama.cpp on CUDA with a draft model (the same GGUF, all layers "
+       "on the GPU): greedy text equal to no draft, the acceptance rate reported")  # fmt: skip
+async def llama_cpp_speculative_cuda(work: Path) -> Result:
+    import llama_cpp
+
+    from modelpool.backends.llama_cpp.backend import LlamaCppOptions
+    from modelpool.inference import ChatMessage, ChatRequest, SamplingParams
+
+    if "speculative" not in LlamaCppOptions.model_fields:
+        return skipped("this modelpool's llama_cpp backend has no `speculative` option")
+    if not llama_cpp.llama_supports_gpu_offload():
+        return failed("llama-cpp-python was built without GPU offload (see llama_build.log)")
+    gguf, texts, speculation = random_gguf(work), {}, None
+    draft = {"draft": str(gguf), "n_max": 8, "p_min": 0.0, "n_gpu_layers": -1}  # itself: every guess holds
+    for name, extra in (("plain", {}), ("drafted", {"speculative": draft})):
+        entry = {"backend": "llama_cpp", "source": str(gguf), "tasks": ["chat", "completion"],
+                 "options": {"n_gpu_layers": -1, "n_ctx": 1024, **extra}}  # fmt: skip
+        pool = pool_for({name: entry}, work)
+        try:
+            request = ChatRequest((ChatMessage("user", "Hello GPU"),), SamplingParams(max_tokens=32, temperature=0))
+            chunks = [chunk async for chunk in await pool.chat(name, request)]
+            texts[name] = "".join(chunk.text for chunk in chunks)
+            speculation = next((c.speculation for c in chunks if getattr(c, "speculation", None)), speculation)
+        finally:
+            await pool.close()
+    drafted, accepted = (speculation.drafted, speculation.accepted) if speculation else (0, 0)
+    numbers = {"texts": texts, "drafted": drafted, "accepted": accepted,
+               "acceptance": round(accepted / drafted, 3) if drafted else None}  # fmt: skip
+    problems = []
+    if not texts["plain"] or texts["plain"] != texts["drafted"]:
+        problems.append(f"greedy with a draft {texts['drafted']!r} differs from without {texts['plain']!r}")
+    if not drafted:
+        problems.append("no speculation reported on the last chunk")
+    elif accepted < drafted * 9 // 10:
+        problems.append(f"the target itself as draft: only {accepted} of {drafted} guesses accepted")
+    return verdict(problems, "speculative decoding on CUDA: same text, guesses accepted", **numbers)
+
+
 @check("llama_server_native_draft", "llama.cpp's native llama-server (CUDA) with a draft model on the GPU: answers, "
        "and its log shows the draft loaded with no ignored option")  # fmt: skip
 async def llama_server_native_draft(work: Path) -> Result:
@@ -365,7 +403,8 @@ async def vllm_serve_fp8_kv_speculative(work: Path) -> Result:
         return skipped("vLLM is not installed in this image (see vllm_in_process)")
     speculative = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
     entry = {"backend": "vllm_serve", "source": str(hf_llama(work)), "tasks": ["chat", "completion"],
-             "options": {"kv_cache_dtype": "fp8", "speculative": speculative, "max_model_len": 512}}  # fmt: skip
+             "options": {"kv_cache_dtype": "fp8", "speculative": speculative, "max_model_len": 512,
+                         "gpu_memory_utilization": 0.5}}  # fmt: skip
     pool = pool_for({"vllm-fp8": entry}, work)
     try:
         await pool.load("vllm-fp8")
@@ -427,7 +466,7 @@ async def vllm_in_process(work: Path) -> Result:
     if "vllm" not in BACKENDS:
         return skipped("this modelpool has no `vllm` backend")
     entry = {"backend": "vllm", "source": str(hf_llama(work)), "tasks": ["chat", "completion"],
-             "options": {"max_model_len": 512}}  # fmt: skip
+             "options": {"max_model_len": 512, "gpu_memory_utilization": 0.5}}  # fmt: skip
     pool = pool_for({"vllm-gpu": entry}, work)
     try:
         await pool.load("vllm-gpu")

@@ -31,6 +31,8 @@ REQUIRED = {
     # the helpers' notes (/tmp/brief32/gpu_notes.md): knobs
     "llama_cpp_kv_q8_flash_attention": "q8_0 K/V caches with flash attention on and auto, in process on CUDA",
     "llama_server_native_draft": "native llama-server with a draft model on the GPU (-ngld)",
+    # spec
+    "llama_cpp_speculative_cuda": "a draft model in process on CUDA: greedy equal, acceptance reported",
     "vllm_serve_fp8_kv_speculative": "vllm_serve with an fp8 KV cache and ngram speculation",
     # vram
     "transformers_unload_frees_vram": "used memory back within 50 MiB of before the load",
