@@ -310,3 +310,25 @@ def test_a_kv_type_is_read_as_the_options_name_it() -> None:
 
     assert kv_type_bytes(KvType.Q8_0) == kv_type_bytes("q8_0") == kv_type_bytes("Q8_0") == 34 / 32
     assert kv_type_bytes(None) == kv_type_bytes("f16") == 2.0 and kv_type_bytes("q4_0") == 18 / 32
+
+
+def test_only_the_checkpoint_transformers_loads_is_counted(tmp_path: Path) -> None:
+    """A sharded checkpoint's index names its files; a `consolidated.safetensors` beside them
+    (another loader's copy, as Mistral repos ship) is not counted twice."""
+    import json
+
+    from modelpool.backends.gpu_estimates import safetensors_parameters
+
+    def write(name: str, shape: list[int]) -> None:
+        header = json.dumps({"w": {"dtype": "BF16", "shape": shape, "data_offsets": [0, 0]}}).encode()
+        (tmp_path / name).write_bytes(len(header).to_bytes(8, "little") + header)
+
+    write("model-00001-of-00002.safetensors", [10, 10])
+    write("model-00002-of-00002.safetensors", [5])
+    write("consolidated.safetensors", [105])
+    assert safetensors_parameters(tmp_path) == {"BF16": 210}  # no index yet: every file
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert safetensors_parameters(tmp_path) == {"BF16": 105}
+    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(b"\xff" * 12)  # a broken header
+    assert safetensors_parameters(tmp_path) == {}  # the files' size stands in; the load will say why

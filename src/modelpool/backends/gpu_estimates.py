@@ -113,19 +113,45 @@ def llama_split(path: Path, gpu_layers: int, tokens: int, type_k: object = "f16"
 
 
 def safetensors_parameters(folder: Path) -> dict[str, int]:
-    """Element counts by stored dtype over every `*.safetensors` file of a checkpoint, read
-    from their headers (8 bytes of length, then JSON: name → dtype, shape, offsets)."""
+    """Element counts by stored dtype over the checkpoint's safetensors files, read from their
+    headers (8 bytes of length, then JSON: name → dtype, shape, offsets). Empty when there are
+    none or one is unreadable: the estimate then falls back to the files' size, and the load
+    itself says what is wrong with the file."""
     counts: dict[str, int] = {}
-    for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
-        with file.open("rb") as stream:
-            (length,) = struct.unpack("<Q", stream.read(8))
-            if length > 100 * MiB:
-                raise ModelSourceError(f"{file}: a safetensors header of {length:,} bytes is not believable")
-            header = json.loads(stream.read(length))
-        for name, tensor in header.items():
-            if name != "__metadata__":
-                counts[tensor["dtype"]] = counts.get(tensor["dtype"], 0) + prod(tensor["shape"])
+    try:
+        for file in _checkpoint_files(folder):
+            for dtype, count in _header_counts(file).items():
+                counts[dtype] = counts.get(dtype, 0) + count
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return {}
     return counts
+
+
+def _header_counts(file: Path) -> dict[str, int]:
+    with file.open("rb") as stream:
+        (length,) = struct.unpack("<Q", stream.read(8))
+        if length > 100 * MiB:
+            raise ValueError(f"{file}: a safetensors header of {length:,} bytes is not believable")
+        header = json.loads(stream.read(length))
+    counts: dict[str, int] = {}
+    for name, tensor in header.items():
+        if name != "__metadata__":
+            counts[tensor["dtype"]] = counts.get(tensor["dtype"], 0) + prod(tensor["shape"])
+    return counts
+
+
+def _checkpoint_files(folder: Path) -> list[Path]:
+    """The safetensors files transformers loads: those its index names (a sharded checkpoint),
+    else `model.safetensors`, else every one (a repo may also ship a `consolidated.safetensors`
+    for another loader: counting both would double the estimate)."""
+    if not folder.is_dir():
+        return []
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
+        return [folder / name for name in sorted(shards) if (folder / name).is_file()]
+    single = folder / "model.safetensors"
+    return [single] if single.is_file() else sorted(folder.glob("*.safetensors"))
 
 
 def parameters_at(counts: Mapping[str, int], dtype_bytes: int | None) -> int:
