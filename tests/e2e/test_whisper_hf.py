@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import openai
 import pytest
 
 from modelpool.backends.ctranslate2.convert import is_ct2_folder
@@ -26,6 +27,7 @@ pytest.importorskip("faster_whisper", reason="pip install 'modelpool[speech]'")
 pytest.importorskip("transformers", reason="pip install 'modelpool[transformers]'")
 MODEL = "tiny-hf-whisper"
 REAL = "whisper-tiny.en-hf"
+BROKEN = "half-copied-hf-whisper"
 SENTENCE = "The weather will be sunny tomorrow morning."
 
 
@@ -63,10 +65,23 @@ def real_folder() -> Path:
 
 
 @pytest.fixture(scope="module")
-async def served(hf_folder: Path, real_folder: Path, work_dir: Path) -> AsyncIterator[tuple[Any, Any]]:
+def broken_folder(hf_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with its weights cut to a third, as a copy that stopped half-way."""
+    folder = tmp_path_factory.mktemp("broken") / "half-copied"
+    folder.mkdir()
+    for path in hf_folder.iterdir():
+        data = path.read_bytes()
+        (folder / path.name).write_bytes(data[: len(data) // 3] if path.suffix == ".safetensors" else data)
+    return folder
+
+
+@pytest.fixture(scope="module")
+async def served(
+    hf_folder: Path, real_folder: Path, broken_folder: Path, work_dir: Path
+) -> AsyncIterator[tuple[Any, Any]]:
     models = {MODEL: {"source": str(hf_folder), "options": {"device": "cpu", "compute_type": "float32"}},
-              REAL: {"source": str(real_folder)}}  # fmt: skip
-    cli = {"enabled_models": [MODEL, REAL, TTS_MODEL], "models": models, "work_dir": str(work_dir)}
+              REAL: {"source": str(real_folder)}, BROKEN: {"source": str(broken_folder)}}  # fmt: skip
+    cli = {"enabled_models": [MODEL, REAL, BROKEN, TTS_MODEL], "models": models, "work_dir": str(work_dir)}
     async with serving(cli) as (app, http):
         yield app, http
 
@@ -133,3 +148,11 @@ async def test_real_weights_in_hugging_face_format_hear_speech_word_for_word(
     made = (work_dir / "ct2").iterdir()
     converted = [p.name for p in made if p.name.startswith(real_folder.name) and is_ct2_folder(p)]
     assert len(converted) == 1 and "-int8-ct2-" in converted[0]  # the CPU's default compute type
+
+
+async def test_a_half_copied_folder_is_a_clear_503(served: tuple[Any, Any]) -> None:
+    _, http = served
+    with pytest.raises(openai.APIStatusError) as caught:
+        await sdk(http).audio.transcriptions.create(model=BROKEN, file=("chirp.wav", wav_of(chirp_pcm(0.5))))
+    assert caught.value.status_code == 503
+    assert "cannot convert" in caught.value.message and "half-copied" in caught.value.message, caught.value.message
