@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.nvml_standin import GiB, nvml_standin, one_gpu
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 REQUIRED = {
@@ -40,6 +42,7 @@ REQUIRED = {
     "faster_whisper_cuda": "CTranslate2 on CUDA",
 }
 """Every check asked for (the brief and /tmp/brief32/gpu_notes.md), with why."""
+__all__ = ["nvml_standin"]  # the fixture, used by name
 
 
 def script(name: str) -> ModuleType:
@@ -159,3 +162,36 @@ def test_the_speculative_check_runs_where_the_option_exists(tmp_path: Path, monk
         return
     assert result.status == "fail" and result.detail.startswith("with the draft the load took"), result
     assert result.numbers["drafted"] > 0 and result.numbers["acceptance"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("smi_change", "problem"),
+    [({}, None), ({"used": 1024 + 100}, "used 1024 MiB by NVML"), ({"uuid": "GPU-other"}, "UUID GPU-standin-0")],
+)
+def test_the_nvml_check_compares_with_nvidia_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nvml_standin: Any, smi_change: dict[str, Any], problem: str | None
+) -> None:
+    """modelpool's probe on the NVML stand-in against nvidia-smi's CSV fed the same numbers:
+    equal passes; used memory off by 100 MiB, or another UUID, fails naming it."""
+    nvml_standin(one_gpu(total=80 * GiB, used=GiB))
+    checks = script("gpu_check")
+    row = {"index": "0", "uuid": "GPU-standin-0", "total": str(80 * 1024), "used": "1024"}
+    row.update({key: str(value) for key, value in smi_change.items()})
+    monkeypatch.setattr(checks, "smi", lambda *query: [[row["index"], row["uuid"], row["total"], row["used"]]])
+    result = checks.run_one("nvml_vs_nvidia_smi", tmp_path)
+    assert result.numbers["cuda:0"]["nvml_total_mib"] == 80 * 1024
+    if problem is None:
+        assert result.status == "pass", result
+    else:
+        assert result.status == "fail" and problem in result.detail, result
+
+
+@pytest.mark.skipif(os.environ.get("MODELPOOL_TEST_GPU_PREPARE") != "1", reason="downloads ~80 MB from PyPI: opt in")
+def test_the_prepare_script_fills_gpu_under_the_carry_limit() -> None:
+    done = subprocess.run(["scripts/gpu_check_prepare.sh"], cwd=ROOT, env={**os.environ, "PYTHON": sys.executable},
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = done.stdout.strip().splitlines()[-1]
+    mib = int(summary.split(": ")[-1].split(" MiB")[0])
+    assert 0 < mib < 60, summary
+    assert sorted(p.name for p in (ROOT / ".gpu").glob("llama_cpp_python-*-cuda-src.tar.gz"))
