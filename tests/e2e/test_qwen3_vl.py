@@ -175,6 +175,12 @@ async def test_videos_from_a_file_too_many_and_models_without_video(client: http
     from_file = await scored(client, ask_video((media / "green.mp4").as_uri()))
     green = await scored(client, ask_video(video_uri(colored("green"))))
     assert from_file.choices[0].message.content == green.choices[0].message.content
+    image_part: ChatCompletionContentPartParam = {"type": "image_url", "image_url": {"url": data_uri(png("red"))}}
+    both = ask_video(video_uri(colored("green")))
+    cast("list[ChatCompletionContentPartParam]", both[0]["content"]).append(image_part)
+    with_image = await scored(client, both)  # an image and a video in one prompt: both positions and pixels
+    assert with_image.usage is not None and green.usage is not None
+    assert with_image.usage.prompt_tokens == green.usage.prompt_tokens + 18  # a 64x64 image: 16 pads + 2
     three = [{"type": "video_url", "video_url": {"url": video_uri(colored(c))}} for c in ("red", "green", "blue")]
     body: dict[str, Any] = {"model": QWEN3, "messages": [{"role": "user", "content": three}], "max_tokens": 2}
     too_many = await client.post("/v1/chat/completions", json=body)

@@ -6,7 +6,8 @@ and turns the images into the model's inputs by the model's own rules (resizing,
 A prompt with images is prefilled in one forward pass with its pixels; after that it
 decodes in the continuous batch like any text sequence, since decoding reads only the KV
 cache — with its own position offset where the model's multimodal rotary positions
-(Qwen2-VL's M-RoPE) make an image take fewer positions than tokens.
+(Qwen2-VL's and Qwen3-VL's M-RoPE) make an image take fewer positions than tokens.
+Videos (the Qwen-VL families) take the same path, their inputs built by `video`.
 """
 
 from __future__ import annotations
