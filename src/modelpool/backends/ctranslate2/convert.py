@@ -86,8 +86,9 @@ def ct2_folder_for(source: Path, work_dir: Path, quantization: str) -> Path:
 
 @contextlib.contextmanager
 def _conversion_lock(target: Path) -> Iterator[None]:
-    """Held while `target` is converted: a thread lock (flock does not exclude threads of
-    one process sharing no descriptor reliably) and an exclusive flock for other processes."""
+    """Held while `target` is converted: a lock for this process's threads (replicas loading
+    at once), then an exclusive flock on `TARGET.lock` for other processes. The lock file
+    stays: removing it could let a third process lock a new file while one holds the old."""
     with _LOCKS_GUARD:
         lock = _LOCKS.setdefault(target, threading.Lock())
     with lock:
