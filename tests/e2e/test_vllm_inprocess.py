@@ -50,6 +50,7 @@ LOAD_TIMEOUT_S = 600
 TOLERANCE = 1e-4
 """Per token: vLLM-CPU in float32 matched the transformers float32 reference to 3e-5 (docs/models.md)."""
 ENGINE = {"dtype": "float32", "max_model_len": 2048, "kv_cache_memory_bytes": "256MiB"}
+TOOLS = {"tool_call_parser": "hermes"}  # vLLM 0.32 wants a parser for named tool choices too (SmolLM2's template is hermes')
 
 
 @dataclass
@@ -72,7 +73,7 @@ def engine_processes() -> list[psutil.Process]:
 @pytest.fixture(scope="module")
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
     weights = await asyncio.to_thread(hf_folder_for, smollm2_gguf(), HubLocation.work_dir)  # cached after once
-    model = {"backend": "vllm", "source": str(weights), "preload": False, "options": ENGINE}
+    model = {"backend": "vllm", "source": str(weights), "preload": False, "options": {**ENGINE, **TOOLS}}
     config = {"enabled_models": [MODEL], "models": {MODEL: model}, "state_dir": str(tmp_path_factory.mktemp("s"))}
     started = time.perf_counter()
     async with serving(config) as (app, client):

@@ -44,8 +44,8 @@ class VllmEngineOptions(BaseModel):
     """Run code shipped with the model (`--trust-remote-code`)."""
     tool_call_parser: str | None = None
     """vLLM's parser for the model's tool calls (`hermes`, `llama3_json`, `mistral`, ...):
-    turns on `tool_choice: auto` (`--enable-auto-tool-choice --tool-call-parser`). Named and
-    required tool choices and `response_format` work without it."""
+    turns on `tool_choice: auto` (`--enable-auto-tool-choice --tool-call-parser`). vLLM 0.32
+    needs it for named and required tool choices too; `response_format` works without it."""
 
 
 def engine_flags(options: VllmEngineOptions) -> list[str]:

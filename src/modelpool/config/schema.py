@@ -399,10 +399,10 @@ class ModelConfig(_Strict):
 
     backend: str
     """Engine that runs the model: `llama_cpp`, `sentence_transformers`, `cross_encoder`, `transformers`,
-    `ctranslate2`, `faster_whisper`, `piper`, `kokoro`, `llama_server`, `vllm_serve` or `openai_remote` — or your own
-    backend class as `package.module:Class` (see the contract in `modelpool/backends/base.py`). A config file
-    may leave it out: it is then detected from the `source`'s files, with the tasks and options the entry does
-    not set (docs/models.md)."""
+    `ctranslate2`, `faster_whisper`, `piper`, `kokoro`, `llama_server`, `vllm_serve`, `vllm` (vLLM in process)
+    or `openai_remote` — or your own backend class as `package.module:Class` (see the contract in
+    `modelpool/backends/base.py`). A config file may leave it out: it is then detected from the `source`'s
+    files, with the tasks and options the entry does not set (docs/models.md)."""
 
     source: str | None = None
     """Where the weights are: a local path (relative to the config file),
