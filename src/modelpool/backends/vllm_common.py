@@ -46,6 +46,11 @@ class VllmEngineOptions(BaseModel):
     """vLLM's parser for the model's tool calls (`hermes`, `llama3_json`, `mistral`, ...):
     turns on `tool_choice: auto` (`--enable-auto-tool-choice --tool-call-parser`). vLLM 0.32
     needs it for named and required tool choices too; `response_format` works without it."""
+    tool_strict_level: Literal["auto", "function", "parameter"] | None = None
+    """How far vLLM's structured outputs constrain tool calls (`--tool-strict-level`):
+    `auto` (vLLM's default) the call's envelope by the tool choice, the arguments only for
+    tools sent with `strict: true`; `function` the envelope always; `parameter` also every
+    call's arguments to its tool's JSON schema."""
 
 
 def engine_flags(options: VllmEngineOptions) -> list[str]:
@@ -71,6 +76,7 @@ def engine_flags(options: VllmEngineOptions) -> list[str]:
     argv += ["--enforce-eager"] if o.enforce_eager else []
     argv += ["--trust-remote-code"] if o.trust_remote_code else []
     argv += ["--enable-auto-tool-choice", "--tool-call-parser", o.tool_call_parser] if o.tool_call_parser else []
+    argv += ["--tool-strict-level", o.tool_strict_level] if o.tool_strict_level else []
     return argv
 
 
