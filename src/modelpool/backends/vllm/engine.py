@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import psutil
@@ -84,12 +84,12 @@ class VllmEngine:
             from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
             request: Any = _parsed(ChatCompletionRequest, body)
-            answer = await self._state.openai_serving_chat.create_chat_completion(request, None)
+            answer = await _as_served(self._state.openai_serving_chat.create_chat_completion(request, None))
         else:
             from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
             request = _parsed(CompletionRequest, body)
-            answer = await self._state.openai_serving_completion.create_completion(request, None)
+            answer = await _as_served(self._state.openai_serving_completion.create_completion(request, None))
         return _answer(answer, self.name)
 
     async def _tokenization(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -97,11 +97,12 @@ class VllmEngine:
 
         serving = self._state.serving_tokenization
         if kind == "detokenize":
-            answer = await serving.create_detokenize(_parsed(protocol.DetokenizeRequest, body), None)
+            answer = await _as_served(serving.create_detokenize(_parsed(protocol.DetokenizeRequest, body), None))
         elif "messages" in body:
-            answer = await serving.create_tokenize(_parsed(protocol.TokenizeChatRequest, body), None)
+            answer = await _as_served(serving.create_tokenize(_parsed(protocol.TokenizeChatRequest, body), None))
         else:
-            answer = await serving.create_tokenize(_parsed(protocol.TokenizeCompletionRequest, body), None)
+            request = _parsed(protocol.TokenizeCompletionRequest, body)
+            answer = await _as_served(serving.create_tokenize(request, None))
         result = _answer(answer, self.name)
         assert isinstance(result, dict)
         return result
@@ -175,6 +176,18 @@ async def _shutdown(llm: Any) -> None:
     llm.shutdown()  # on the engine's loop: its output handler is a task there
 
 
+async def _as_served(answer: Awaitable[Any]) -> Any:
+    """vLLM's answer, or what its server answers for the exception it raised instead (its
+    exception handlers: a `VLLMValidationError` or `ValueError` is a 400 naming the field,
+    an engine failure a 5xx)."""
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
+    try:
+        return await answer
+    except Exception as exc:  # cancellation (BaseException) passes: vLLM aborts on it
+        return create_error_response(exc)
+
+
 def _parsed(model: Any, body: dict[str, Any]) -> Any:
     """vLLM's request model for `body`; what it refuses is the client's 400, as the server's."""
     from pydantic import ValidationError
@@ -193,6 +206,8 @@ def _answer(answer: Any, name: str) -> AsyncIterator[dict[str, Any]] | dict[str,
 
     if isinstance(answer, ErrorResponse):
         error = answer.error
+        if error.code == 400:  # the request's fault, with the field vLLM names
+            raise InvalidRequest(f"model '{name}': {error.message}", param=error.param)
         raise UpstreamError(error.code, f"model '{name}': {error.message}", error_type=error.type)
     if hasattr(answer, "__aiter__"):
         return _sse_events(answer, name)
