@@ -21,8 +21,8 @@ from modelpool.backends.context import BackendContext
 from modelpool.backends.llama_cpp.backend import LlamaCppOptions
 from modelpool.backends.llama_knobs import FLASH_ATTN_TYPE, GGML_TYPE, KvCacheType
 from modelpool.backends.managed.llama_server import LlamaServerBackend, LlamaServerOptions
-from modelpool.backends.managed.vllm_knobs import KvCacheDtype, ReasoningParser, SpeculativeMethod
 from modelpool.backends.managed.vllm_serve import VllmOptions, VllmServeBackend
+from modelpool.backends.vllm_common import KvCacheDtype, ReasoningParser, SpeculativeMethod
 from modelpool.config import load_config
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import ConfigError, InvalidRequest

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from modelpool.backends.context import BackendContext
+from modelpool.backends.managed.vllm_serve import VllmOptions, VllmServeBackend
 from modelpool.backends.registry import model_capabilities, parse_options
 from modelpool.backends.vllm.loop_thread import LoopThread
 from modelpool.backends.vllm.scoring import scored_tokens
@@ -49,7 +51,10 @@ async def test_without_vllm_the_load_fails_saying_how_to_install_it(tmp_path: Pa
 @pytest.mark.parametrize(
     ("options", "named"),
     [({"max_model_len": 8}, "max_model_len"), ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
-     ({"stop_grace_s": 10_000}, "stop_grace_s"), ({"port": 8000}, "port"), ({"dtype": "int3"}, "dtype")],
+     ({"stop_grace_s": 10_000}, "stop_grace_s"), ({"port": 8000}, "port"), ({"dtype": "int3"}, "dtype"),
+     ({"kv_cache_dtype": "fp7"}, "kv_cache_dtype"), ({"tool_strict_level": "all"}, "tool_strict_level"),
+     ({"speculative": {"method": "ngram"}, "speculative_config": {"method": "ngram"}}, "set speculative decoding once"),
+     ({"min_pixels": 800, "max_pixels": 400}, "min_pixels")],
 )  # fmt: skip
 def test_options_out_of_bounds_are_config_errors_naming_them(tmp_path: Path, options: dict, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
@@ -64,6 +69,20 @@ def test_capabilities_follow_the_options(tmp_path: Path) -> None:
     images = model_capabilities(config(tmp_path, limit_mm_per_prompt={"image": 2}))
     assert images.declared.modalities == frozenset({Modality.TEXT, Modality.IMAGE})
     assert images.declared.max_images == 2 and images.declared.engine_concurrency == 256  # vLLM's own default
+
+
+def test_vllm_serve_runs_the_same_engine_flags(tmp_path: Path) -> None:
+    """One source for both backends: `vllm serve`'s argv is its address and name, then the
+    shared engine flags, then its extra_args."""
+    options = {"dtype": "float32", "max_pixels": 1024, "kv_cache_dtype": "fp8", "reasoning_parser": "qwen3",
+               "speculative": {"method": "ngram", "num_speculative_tokens": 3},
+               "tool_strict_level": "function"}  # fmt: skip
+    model = ModelConfig(id="v", backend="vllm_serve", source=str(tmp_path))
+    serve = VllmServeBackend(model, VllmOptions.model_validate({**options, "extra_args": ["--seed", "1"]}),
+                             BackendContext())  # fmt: skip
+    flags = engine_flags(VllmEngineOptions.model_validate(options))
+    assert serve.command(tmp_path)[-len(flags) - 2 :] == [*flags, "--seed", "1"]
+    assert "--mm-processor-kwargs" in flags and "--kv-cache-dtype" in flags and "--tool-strict-level" in flags
 
 
 def test_engine_flags_are_vllm_serves() -> None:

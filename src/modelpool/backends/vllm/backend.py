@@ -19,10 +19,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, model_validator
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
+from modelpool.backends.managed.engine_flags import configured_options
 from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, with_echo
 from modelpool.backends.textgen.logprobs import decoded
 from modelpool.backends.textgen.reasoning import split_reasoning
@@ -30,11 +31,14 @@ from modelpool.backends.vllm.engine import VLLM_MODULE, VllmEngine
 from modelpool.backends.vllm.scoring import scored_tokens
 from modelpool.backends.vllm_common import (
     VllmEngineOptions,
-    default_engine_concurrency,
+    engine_concurrency,
     engine_flags,
+    engine_modalities,
     images_per_prompt,
+    proposer,
+    vllm_gpu_bytes,
 )
-from modelpool.capabilities import Capabilities, Modality
+from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import ContextLengthExceeded, ModelLoadFailed, UpstreamError, UpstreamUnavailable
@@ -53,8 +57,19 @@ TranslateWhole = Callable[[dict[str, Any]], list[GenerationChunk]]
 
 
 class VllmInProcessOptions(VllmEngineOptions):
+    """vLLM's engine options, as `vllm_serve` takes them (`vllm_common`), and its shutdown."""
+
     stop_grace_s: float = Field(default=20.0, ge=0, le=600)
     """On unload, how long the engine's processes may take to exit before they are killed."""
+
+    @model_validator(mode="after")
+    def _override_keeps_proposer(self, info: ValidationInfo) -> VllmInProcessOptions:
+        configured = configured_options(info)
+        if isinstance(configured, VllmInProcessOptions) and proposer(self.speculative) != proposer(
+            configured.speculative
+        ):
+            raise ValueError("speculative: an override may change the numbers, not the method or the model")
+        return self
 
 
 class VllmBackend(DeclaredBackend):
@@ -68,20 +83,23 @@ class VllmBackend(DeclaredBackend):
         tokenizer=True,
         thinking_in_template=True,  # chat_template_kwargs reach vLLM's template
     )
-    overridable = frozenset({"max_model_len", "gpu_memory_utilization", "max_num_seqs"})
+    overridable = frozenset({
+        "max_model_len", "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype", "max_pixels", "min_pixels",
+        "reasoning_parser", "speculative",
+    })  # fmt: skip
 
     @classmethod
     def capabilities_for(cls, options: VllmInProcessOptions) -> Capabilities:
         images = images_per_prompt(options)
-        modalities = frozenset({Modality.TEXT, Modality.IMAGE} if images else {Modality.TEXT})
-        concurrency = default_engine_concurrency(options)
-        return replace(cls.capabilities, engine_concurrency=concurrency, context_length=options.max_model_len,
-                       modalities=modalities, max_images=images or None)  # fmt: skip
+        return replace(cls.capabilities, engine_concurrency=engine_concurrency(options),
+                       context_length=options.max_model_len, modalities=engine_modalities(options),
+                       max_images=images or None)  # fmt: skip
 
     def __init__(self, model: ModelConfig, options: VllmInProcessOptions, context: BackendContext) -> None:
         self.model = model
         self.options = options
         self.hub = context.hub
+        self.gpus = context.gpus
         self._engine: VllmEngine | None = None
         self._tokenizer: Any = None
 
@@ -91,11 +109,15 @@ class VllmBackend(DeclaredBackend):
         return Path(self.options.model) if self.options.model is not None else await locate(self.model, self.hub)
 
     async def estimate_memory(self) -> MemoryEstimate:
-        """Weights, the engine core process, and on CPU its KV cache (`kv_cache_memory_bytes`,
-        else VLLM_CPU_KVCACHE_SPACE GiB, vLLM-CPU's default 4). GPU memory is vLLM's to take
-        (`gpu_memory_utilization`) and is not estimated here."""
+        """Weights, the engine core process and its KV cache: on CPU in RAM
+        (`kv_cache_memory_bytes`, else VLLM_CPU_KVCACHE_SPACE GiB, vLLM-CPU's default 4); on
+        GPUs what vLLM preallocates there, as for `vllm_serve` (`vllm_common.vllm_gpu_bytes`)."""
         weights = await self.weights()
         size = files_size(weights) if weights.exists() else 0
+        gpus = self.gpus()[: self.options.tensor_parallel_size]
+        if gpus:
+            gpu_bytes = vllm_gpu_bytes(self.options, gpus, size)
+            return MemoryEstimate(ram_bytes=ENGINE_RUNTIME_BYTES, gpu_bytes=gpu_bytes)
         if self.options.kv_cache_memory_bytes is not None:
             kv_cache = int(self.options.kv_cache_memory_bytes)
         else:
