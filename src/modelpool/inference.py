@@ -244,6 +244,15 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Speculation:
+    """A generation's speculative decoding (a draft model's guesses): how many the model
+    checked and how many it agreed with."""
+
+    drafted: int = 0
+    accepted: int = 0
+
+
+@dataclass(frozen=True)
 class GenerationChunk:
     """A piece of generated text. The last chunk of a generation has `finish_reason`
     ('stop' or 'length') and `usage` set."""
@@ -274,6 +283,8 @@ class GenerationChunk:
     character), a streamed upstream's event (one token each, as llama.cpp and vLLM send
     them); 0 where unknown. Counted as they pass, so a generation cut off before its last
     chunk's `usage` is still charged the output it produced."""
+    speculation: Speculation | None = None
+    """On the last chunk, where a draft model guessed tokens: its guesses checked and accepted."""
 
 
 @dataclass(frozen=True)

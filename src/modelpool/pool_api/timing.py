@@ -18,6 +18,10 @@ class RequestTiming:
     tokenize_s: float | None = None
     """Seconds the engine spent rendering and tokenizing the prompt, inside `backend_s`, where
     the engine reports it (a generation's first chunk); None where it cannot be measured."""
+    draft_tokens: int | None = None
+    """Speculative decoding: the draft model's guesses the engine checked (None: no draft)."""
+    draft_accepted_tokens: int | None = None
+    """Of those, the guesses the model agreed with."""
     started: float = field(default=0.0, repr=False)
     counted_prompt_tokens: int = field(default=0, repr=False)
     counted_output_tokens: int = field(default=0, repr=False)
@@ -35,6 +39,19 @@ class RequestTiming:
         self.output_tokens += other.output_tokens
         if other.tokenize_s is not None:
             self.tokenize_s = (self.tokenize_s or 0.0) + other.tokenize_s
+        if other.draft_tokens is not None:
+            self.count_drafts(other.draft_tokens, other.draft_accepted_tokens or 0)
+
+    def count_drafts(self, drafted: int, accepted: int) -> None:
+        self.draft_tokens = (self.draft_tokens or 0) + drafted
+        self.draft_accepted_tokens = (self.draft_accepted_tokens or 0) + accepted
+
+    @property
+    def draft_acceptance_rate(self) -> float | None:
+        """Accepted guesses per guess (None without a draft, or before its first guess)."""
+        if not self.draft_tokens:
+            return None
+        return round((self.draft_accepted_tokens or 0) / self.draft_tokens, 4)
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -55,6 +72,17 @@ class RequestTiming:
             "output_tokens": self.output_tokens,
             "replica": self.replica,
             **self.engine_names(),
+            **self.draft_names(),
+        }
+
+    def draft_names(self) -> dict[str, Any]:
+        """Speculative decoding's counts, only where a draft model served the request."""
+        if self.draft_tokens is None:
+            return {}
+        return {
+            "draft_tokens": self.draft_tokens,
+            "draft_accepted_tokens": self.draft_accepted_tokens,
+            "draft_acceptance_rate": self.draft_acceptance_rate,
         }
 
     def engine_names(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.llama_cpp.model import GgufModel, grammar_tokenizer
 from modelpool.backends.llama_cpp.sequence import Job, ScoringJob
+from modelpool.backends.llama_cpp.speculative import Drafter, SpeculativeOptions, check_vocabulary
 from modelpool.backends.llama_cpp.vision import ImageProjector, ImagePrompt, with_markers
 from modelpool.backends.llama_knobs import (
     AttentionSettings,
@@ -36,7 +37,7 @@ from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, 
 from modelpool.backends.textgen.pipeline import chat_output, prompt_clock
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import locate
+from modelpool.config.sources import locate, resolve_source
 from modelpool.errors import InvalidRequest, ModelLoadFailed
 from modelpool.inference import (
     ChatRequest,
@@ -113,6 +114,9 @@ class LlamaCppOptions(BaseModel):
     """Keep a finished request's KV cells and start a later request that shares its prefix
     (a system prompt, a multi-turn history) from there. Faster for long shared prompts, but
     greedy or seeded output may then differ slightly from a fresh evaluation (see docs/engines.md)."""
+    speculative: SpeculativeOptions | None = None
+    """Speculative decoding with a draft model (`draft`, `n_max`, `n_min`, `p_min`,
+    `n_gpu_layers`, `n_ctx`): the same output, sooner when the draft guesses well."""
 
     @field_validator("flash_attention", mode="before")
     @classmethod
@@ -163,7 +167,7 @@ class LlamaCppBackend(DeclaredBackend):
     overridable = frozenset({
         "n_ctx", "parallel", "n_threads", "n_batch", "n_ubatch", "batch_invariant", "n_gpu_layers",
         "chat_template", "reuse_prompt_cache", "max_images", "image_min_tokens", "image_max_tokens", "type_k", "type_v",
-        "flash_attention",
+        "flash_attention", "speculative",
     })  # fmt: skip
 
     @classmethod
@@ -193,7 +197,24 @@ class LlamaCppBackend(DeclaredBackend):
         kv_types = (o.type_k, o.type_v)  # None: f16, llama.cpp's default
         layers = o.n_gpu_layers if self.gpus() else 0
         split = await asyncio.to_thread(llama_split, path, layers, o.n_ctx * o.sequences, *kv_types)
-        return MemoryEstimate(ram_bytes=split.ram_bytes + 32 * 1024 * 1024, gpu_bytes=split.gpu_bytes)
+        estimate = MemoryEstimate(ram_bytes=split.ram_bytes + 32 * 1024 * 1024, gpu_bytes=split.gpu_bytes)
+        return await self._with_draft(estimate)
+
+    async def _with_draft(self, estimate: MemoryEstimate) -> MemoryEstimate:
+        """The draft's GGUF and KV cache on top (f16 cells), split as its `n_gpu_layers` says."""
+        draft = self.options.speculative
+        if draft is None:
+            return estimate
+        path = await asyncio.to_thread(self._draft_path)
+        tokens = (draft.n_ctx or self.options.n_ctx) * self.options.sequences
+        layers = draft.n_gpu_layers if self.gpus() else 0  # as the model's: no GPU, nothing offloaded
+        split = await asyncio.to_thread(llama_split, path, layers, tokens)
+        return replace(estimate, ram_bytes=estimate.ram_bytes + split.ram_bytes,
+                       gpu_bytes=estimate.gpu_bytes + split.gpu_bytes)  # fmt: skip
+
+    def _draft_path(self) -> Path:
+        assert self.options.speculative is not None
+        return resolve_source(self.options.speculative.draft, model_id=self.model.id, hub=self.hub, backend="llama_cpp")
 
     async def warmup(self) -> None:
         prompt = await self._tokenize("Hello", add_bos=True)
@@ -357,12 +378,16 @@ class LlamaCppBackend(DeclaredBackend):
         opts = self.options
         threads = opts.n_threads or os.cpu_count() or 1
         model = GgufModel(path, n_gpu_layers=opts.n_gpu_layers, use_mmap=opts.use_mmap, model_id=self.model.id)
+        drafter = None
         try:
+            drafter = self._drafter(model, threads)
             engine = LlamaEngine(model, n_ctx=opts.n_ctx, parallel=opts.sequences, n_batch=opts.n_batch,
                                  n_ubatch=opts.micro_batch, n_threads=threads, batch_invariant=opts.invariant,
                                  reuse_prompt_cache=opts.reuse_prompt_cache, model_id=self.model.id,
-                                 attention=opts.attention)  # fmt: skip
+                                 attention=opts.attention, drafter=drafter)  # fmt: skip
         except BaseException:
+            if drafter is not None:
+                drafter.close()
             model.close()
             raise
         if opts.mmproj is not None:
@@ -375,6 +400,22 @@ class LlamaCppBackend(DeclaredBackend):
                 engine.close()
                 raise
         return engine
+
+    def _drafter(self, target: GgufModel, threads: int) -> Drafter | None:
+        """The draft model and its context (`speculative`), its vocabulary checked against the model's."""
+        options = self.options.speculative
+        if options is None:
+            return None
+        path = str(self._draft_path())
+        draft = GgufModel(path, n_gpu_layers=options.n_gpu_layers, use_mmap=self.options.use_mmap,
+                          model_id=self.model.id)  # fmt: skip
+        try:
+            check_vocabulary(target, draft, model_id=self.model.id, draft_path=path)
+            return Drafter(draft, n_ctx=options.n_ctx or self.options.n_ctx, parallel=self.options.sequences,
+                           n_threads=threads, options=options, model_id=self.model.id)  # fmt: skip
+        except BaseException:
+            draft.close()
+            raise
 
     def _render_chat(
         self, request: ChatRequest, param: str, *, marker: bool = False, add_generation_prompt: bool = True

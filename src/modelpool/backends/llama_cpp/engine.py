@@ -16,15 +16,17 @@ own sampler chain and seed, grammar, stop strings and logprobs; scoring requests
 from __future__ import annotations
 
 import ctypes
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from modelpool.backends.llama_cpp.model import GgufModel
 from modelpool.backends.llama_cpp.sequence import Job, ScoringJob, scored_token
+from modelpool.backends.llama_cpp.speculative import Draft, Drafter
 from modelpool.backends.llama_knobs import DEFAULT_ATTENTION, AttentionSettings
 from modelpool.backends.textgen.engine_loop import EngineLoop
 from modelpool.backends.textgen.logprobs import log_softmax
@@ -38,6 +40,18 @@ if TYPE_CHECKING:
 _SPLIT_KV_FROM = 224
 """A lone row from this position on may span 512 KV cells (its stream holds positions
 0..pos, padded to 256 cells); a margin below 256 in case cells are not perfectly packed."""
+
+
+@dataclass
+class _Row:
+    """One token of a step's batch, before it is written."""
+
+    token: int
+    position: int
+    job: Job | ScoringJob
+    logits: bool
+    output: bool
+    """Whether the step reads a result here (a guess's logits are read by its sequence's first row)."""
 
 
 class _Slot:
@@ -65,6 +79,7 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         batch_invariant: bool,
         model_id: str,
         attention: AttentionSettings = DEFAULT_ATTENTION,
+        drafter: Drafter | None = None,
     ) -> None:
         import llama_cpp
 
@@ -74,7 +89,9 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         self.n_ctx = n_ctx
         self.parallel = parallel
         self._reuse = reuse_prompt_cache
-        self._n_batch = max(n_batch, parallel) + 1  # every decoding sequence's token (and a spare row) fits
+        rows_per_sequence = 1 + (drafter.options.n_max if drafter is not None else 0)
+        # Every decoding sequence's token and guesses (and a spare row) fit.
+        self._n_batch = max(n_batch, parallel * rows_per_sequence) + 1
         self._n_ubatch = min(n_ubatch, self._n_batch)
         self._invariant = batch_invariant
         self._spare: _Slot | None = None
@@ -107,6 +124,9 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         """Most prompts (or pieces of prompts) one step has prefilled together."""
         self.reused_tokens = 0
         """Prompt tokens taken from the KV cells of an earlier request (reuse_prompt_cache)."""
+        self.drafter = drafter
+        self.drafted_tokens = self.accepted_tokens = 0
+        """Guesses of the draft model checked, and those the model agreed with (all requests)."""
         self._waiting: deque[Job | ScoringJob] = deque()
         """Taken in by the engine thread, waiting for a free sequence id (engine thread only)."""
         self.start_thread()
@@ -120,6 +140,8 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
             self.projector.close()
         self._llama.llama_batch_free(self._batch)
         self._llama.llama_free(self.context)
+        if self.drafter is not None:
+            self.drafter.close()
         self.model.close()
 
     @property
@@ -156,6 +178,7 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
     def step(self) -> None:
         self._drop_cancelled()
         self._admit()
+        self._draft()
         outputs = self._fill_batch()
         if not outputs:
             return
@@ -170,6 +193,8 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
             try:
                 if isinstance(job, ScoringJob):
                     self._score(job, index, position)
+                elif job.drafted:
+                    self._verify(job, index)
                 else:
                     self._sample(job, index)
             except Exception as exc:  # this row's own sampling, logprobs or stops: it fails alone
@@ -213,6 +238,10 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
             keep = min(_common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
         self._llama.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1)
         slot.cached = []
+        if self.drafter is not None:
+            self.drafter.forget(slot.seq_id)
+            if isinstance(job, Job):
+                job.speculating = job.images is None
         job.position = job.evaluated = keep
         job.history = job.prompt[:keep]
         self.reused_tokens += keep
@@ -254,31 +283,28 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
     # ----- one step's batch ----------------------------------------------------------
 
     def _fill_batch(self) -> list[tuple[int, Job | ScoringJob, int]]:
-        """The next token of every decoding sequence, then prompt pieces in admission order
-        while there is room. Returns (batch index, job, position) for each output row."""
-        batch, outputs, count = self._batch, [], 0
+        """The next token of every decoding sequence (and its draft's guesses), then prompt
+        pieces in admission order while there is room. Returns (batch index, job, position)
+        for each output row (a drafted sequence's first row stands for all of its rows)."""
+        rows: list[_Row] = []
 
-        def add(token: int, job: Job | ScoringJob, wants_logits: bool) -> None:
-            nonlocal count
-            batch.token[count] = token
-            batch.pos[count] = job.position
-            batch.n_seq_id[count] = 1
-            batch.seq_id[count][0] = job.seq_id
-            batch.logits[count] = wants_logits
-            if wants_logits:
-                outputs.append((count, job, job.position))
+        def add(token: int, job: Job | ScoringJob, logits: bool, output: bool) -> None:
+            rows.append(_Row(token, job.position, job, logits, output))
             job.position += 1
             job.history.append(token)
-            count += 1
 
         active = [slot.job for slot in self._slots if slot.job is not None and not slot.job.done]
+        decoding = 0
         for job in active:
             if isinstance(job, Job) and job.next_token is not None:
-                add(job.next_token, job, True)
+                add(job.next_token, job, True, True)
                 job.next_token = None
-        decoding, prompts = count, 0
+                decoding += 1
+                for guess in job.drafted:
+                    add(guess, job, True, False)
+        prompts = 0
         for job in sorted(active, key=lambda j: j.order):
-            room = self._n_batch - count
+            room = self._n_batch - len(rows)
             if room <= 0:
                 break
             if job.evaluated >= len(job.prompt) or (isinstance(job, Job) and job.images is not None):
@@ -287,15 +313,45 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
             last = job.evaluated + len(piece) == len(job.prompt)
             for offset, token in enumerate(piece):
                 # A scoring job wants every position's logits; a generation only its prompt's last.
-                add(token, job, isinstance(job, ScoringJob) or (last and offset == len(piece) - 1))
+                wanted = isinstance(job, ScoringJob) or (last and offset == len(piece) - 1)
+                add(token, job, wanted, wanted)
             job.evaluated += len(piece)
             prompts += 1
-        if self._invariant and count % self._n_ubatch == 1 and batch.pos[count - 1] >= _SPLIT_KV_FROM:
-            count = self._add_spare_row(count)
-        batch.n_tokens = count
+        if self._invariant:
+            self._no_lone_guess(rows)
+        outputs = self._write(rows)
         self.largest_batch = max(self.largest_batch, decoding)
         self.most_prompts_in_a_step = max(self.most_prompts_in_a_step, prompts)
         return outputs
+
+    def _write(self, rows: list[_Row]) -> list[tuple[int, Job | ScoringJob, int]]:
+        batch, outputs = self._batch, []
+        for index, row in enumerate(rows):
+            batch.token[index], batch.pos[index], batch.n_seq_id[index] = row.token, row.position, 1
+            batch.seq_id[index][0], batch.logits[index] = row.job.seq_id, row.logits
+            if row.output:
+                outputs.append((index, row.job, row.position))
+        count = len(rows)
+        if self._invariant and count % self._n_ubatch == 1 and batch.pos[count - 1] >= _SPLIT_KV_FROM:
+            count = self._add_spare_row(count)
+        batch.n_tokens = count
+        return outputs
+
+    def _no_lone_guess(self, rows: list[_Row]) -> None:
+        """With a KV stream per sequence llama.cpp splits a batch into micro-batches holding
+        as many rows of each sequence (`split_equal`): the sequence with the most rows ends
+        alone, and one row alone past 512 cells takes the split-KV kernel (see
+        `_add_spare_row`). Guesses are optional, so the last of a sequence that would end
+        alone so is dropped (its draft will guess it again)."""
+        while (seq_id := _lone_tail(rows, self._n_ubatch)) is not None:
+            last = max(i for i, row in enumerate(rows) if row.job.seq_id == seq_id)
+            row = rows[last]
+            if row.output or not isinstance(row.job, Job) or row.position < _SPLIT_KV_FROM:
+                return  # not a guess (a prompt's tail: the spare row's case), or too short to matter
+            del rows[last]
+            row.job.drafted.pop()
+            row.job.position -= 1
+            row.job.history.pop()
 
     def _add_spare_row(self, count: int) -> int:
         """A micro-batch of one row takes llama.cpp's split-KV attention once its sequence
@@ -322,6 +378,53 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         token = self._choose(job, index, self._logits(index))
         if not job.accept(token):
             job.next_token = token
+
+    def _verify(self, job: Job, index: int) -> None:
+        """Rows index.. hold the sequence's next token then its draft's guesses: its sampler
+        chain picks from each row in turn while the pick equals the guess that row's
+        successor was computed with (speculative.py says why that is the model's own
+        output). The cells after the last row used are removed, from the draft's cache too.\""""
+        guesses, job.drafted = job.drafted, []
+        start = job.position - len(guesses) - 1  # the next token's position
+        job.guessed += len(guesses)  # counted before `accept`, whose last chunk reports them
+        self.drafted_tokens += len(guesses)
+        row = 0
+        while True:
+            token = self._choose(job, index + row, self._logits(index + row))
+            agreed = row < len(guesses) and token == guesses[row]
+            job.guesses_taken += agreed
+            self.accepted_tokens += agreed
+            if job.accept(token):
+                break
+            if not agreed:
+                job.next_token = token
+                break
+            row += 1
+        keep = start + row + 1
+        self._llama.llama_memory_seq_rm(self._memory, job.seq_id, keep, -1)
+        del job.history[keep:]
+        job.position = keep
+        if self.drafter is not None:
+            self.drafter.keep(job.seq_id, keep)
+
+    def _draft(self) -> None:
+        """The draft's guesses for every decoding sequence that may speculate: a text
+        sequence with room left (a prompt with images is not: the draft cannot see them)."""
+        drafter = self.drafter
+        if drafter is None:
+            return
+        wanted: list[tuple[Job, Draft]] = []
+        for slot in self._slots:
+            job = slot.job
+            if not isinstance(job, Job) or job.done or job.next_token is None or job.images is not None:
+                continue
+            room = min(self.n_ctx, drafter.n_ctx) - 1 - job.position
+            budget = min(drafter.options.n_max, job.max_new - job.generated - 1, room)
+            if budget > 0:
+                wanted.append((job, Draft(job.seq_id, [*job.history, job.next_token], budget)))
+        guesses = drafter.propose([want for _, want in wanted])
+        for job, want in wanted:
+            job.drafted = guesses.get(want.seq_id, [])
 
     def _choose(self, job: Job, index: int, logits: np.ndarray) -> int:
         """The sequence's sampler chain picks from logits that its rules were applied to in
@@ -377,6 +480,9 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
                 slot.job = None
             slot.cached = []
         self._llama.llama_memory_clear(self._memory, True)
+        if self.drafter is not None:
+            for slot in self._slots:
+                self.drafter.forget(slot.seq_id)
 
 
 def _common_prefix(cached: list[int], prompt: list[int]) -> int:
@@ -386,3 +492,16 @@ def _common_prefix(cached: list[int], prompt: list[int]) -> int:
             break
         n += 1
     return n
+
+
+def _lone_tail(rows: list[_Row], n_ubatch: int) -> int | None:
+    """The sequence whose last micro-batch would be one row alone, if any: llama.cpp's equal
+    split takes as many rows of every sequence left into each micro-batch (at most
+    `n_ubatch` rows), so the sequence with the most rows, when no other has as many, ends
+    with its surplus alone, in micro-batches of `n_ubatch`."""
+    counts = Counter(row.job.seq_id for row in rows).most_common(2)
+    if not counts:
+        return None
+    top_seq, top = counts[0]
+    second = counts[1][1] if len(counts) > 1 else 0
+    return top_seq if top > second and (top - second) % n_ubatch == 1 else None

@@ -19,7 +19,7 @@ from modelpool.backends.textgen.channel import Channel
 from modelpool.backends.textgen.decoding import Utf8Stream, tokens_to_generate
 from modelpool.backends.textgen.logprobs import PieceOf, best, log_softmax
 from modelpool.backends.textgen.sequence import TextSequence
-from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob
+from modelpool.inference import GenerationChunk, SamplingParams, Speculation, TokenLogprob
 from modelpool.logs import current_request_id
 
 if TYPE_CHECKING:
@@ -86,6 +86,11 @@ class Job(_InEngine, TextSequence):
         self.next_token: int | None = None
         """Sampled, not yet in the KV cache: the next step evaluates it."""
         self.sampler: Any = None
+        self.drafted: list[int] = []
+        """The draft model's guesses for this step, evaluated after `next_token`."""
+        self.speculating = False
+        """Whether the engine has a draft model (the last chunk then reports its guesses)."""
+        self.guessed = self.guesses_taken = 0
         self._model = model
         self._logprobs: npt.NDArray[np.float64] | None = None
 
@@ -99,6 +104,9 @@ class Job(_InEngine, TextSequence):
                 llama.llama_sampler_accept(self.sampler, token)
         if self.images is None:
             self.output.put(GenerationChunk(prompt_tokens=self.prompt_tokens))
+
+    def speculation(self) -> Speculation | None:
+        return Speculation(self.guessed, self.guesses_taken) if self.speculating else None
 
     def room(self, n_ctx: int) -> int:
         return tokens_to_generate(self.prompt_tokens, self.sampling.max_tokens, n_ctx, "messages")

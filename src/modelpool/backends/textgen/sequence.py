@@ -16,7 +16,7 @@ from typing import Protocol
 
 from modelpool.backends.constraint import TokenConstraint
 from modelpool.backends.textgen.decoding import StopMatcher, may_end
-from modelpool.inference import GenerationChunk, SamplingParams, TokenLogprob, Usage
+from modelpool.inference import GenerationChunk, SamplingParams, Speculation, TokenLogprob, Usage
 from modelpool.logs import current_request_id
 
 
@@ -85,6 +85,10 @@ class TextSequence(ABC):
         """The entry of the token just chosen (asked only when the request wants logprobs):
         each engine says how, from whatever it computed the token with."""
 
+    def speculation(self) -> Speculation | None:
+        """What a draft model guessed for this sequence (None: no draft), on its last chunk."""
+        return None
+
     def accept(self, token: int) -> bool:
         """Take the next generated token; True once the sequence has finished."""
         if token in self.end_ids:
@@ -118,7 +122,7 @@ class TextSequence(ABC):
         # Done before the end crosses: whoever sees the end never counts this sequence in flight.
         self.done = True
         self.output.put(GenerationChunk(tail, tuple(self._pending), reason, usage, stop_sequence=self._stops.matched,
-                                        token_count=self._unreported()))  # fmt: skip
+                                        token_count=self._unreported(), speculation=self.speculation()))  # fmt: skip
         self.output.end()
 
     def fail(self, error: BaseException) -> None:

@@ -84,6 +84,8 @@ def chunk_timer(
             timing.time_to_first_token_s = clock.monotonic() - timing.started
         if chunk.prompt_seconds is not None:  # summed over the prompts of a multi-prompt request
             timing.tokenize_s = (timing.tokenize_s or 0.0) + chunk.prompt_seconds
+        if chunk.speculation is not None:  # the last chunk of a generation a draft model sped up
+            timing.count_drafts(chunk.speculation.drafted, chunk.speculation.accepted)
         if chunk.usage is not None:  # the generation's own count replaces what its chunks said
             more_prompt = chunk.usage.prompt_tokens - prompt_seen
             more_output = chunk.usage.completion_tokens - output_seen

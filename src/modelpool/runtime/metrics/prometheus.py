@@ -50,6 +50,15 @@ class Metrics:
             "modelpool_input_tokens", "Prompt/input tokens processed.", ["model"], registry=self.registry
         )
         self.output_tokens = Counter("modelpool_output_tokens", "Tokens generated.", ["model"], registry=self.registry)
+        self.draft_tokens = Counter(
+            "modelpool_draft_tokens", "Speculative decoding: draft guesses checked.", ["model"], registry=self.registry
+        )
+        self.draft_accepted_tokens = Counter(
+            "modelpool_draft_accepted_tokens",
+            "Speculative decoding: draft guesses the model agreed with.",
+            ["model"],
+            registry=self.registry,
+        )
 
     def _add_latency_series(self) -> None:
         """Where a request's time goes (queue, first token, backend), and model loads."""
@@ -161,6 +170,9 @@ class Metrics:
         self.backend_seconds.labels(model=model).observe(timing.backend_s)
         if timing.time_to_first_token_s is not None:
             self.first_token_seconds.labels(model=model).observe(timing.time_to_first_token_s)
+        if timing.draft_tokens is not None:
+            self.draft_tokens.labels(model=model).inc(timing.draft_tokens)
+            self.draft_accepted_tokens.labels(model=model).inc(timing.draft_accepted_tokens or 0)
         self.count_timing(model, timing)
 
     def observe_audio(self, model: str, task: str, audio_seconds: float, busy_seconds: float) -> None:
