@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 from fastapi import FastAPI
+from openai.types.chat import ChatCompletionMessageParam
 
 from modelpool.backends.registry import parse_options
 from modelpool.config.schema import ModelConfig
@@ -39,7 +40,8 @@ def entry(speculative: dict[str, Any] | None, preload: bool = True) -> dict[str,
 async def served() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     models = {
         PLAIN: entry(None),
-        SELF_DRAFT: entry({"draft": str(smollm2_gguf()), "n_max": 6, "p_min": 0.0}),
+        # n_min 3: a draft the p_min cut short is dropped (its evaluated guesses leave the draft cache).
+        SELF_DRAFT: entry({"draft": str(smollm2_gguf()), "n_max": 6, "n_min": 3, "p_min": 0.5}),
         # p_min 0: the random draft always guesses its n_max tokens, and is nearly always wrong.
         RANDOM_DRAFT: entry({"draft": str(random_draft_gguf()), "n_max": 3, "p_min": 0.0}),
         FOREIGN_DRAFT: entry({"draft": str(foreign_vocab_gguf())}, preload=False),
@@ -143,12 +145,12 @@ async def test_a_grammar_and_logprobs_hold_under_speculation(served) -> None:
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"],
               "additionalProperties": False}  # fmt: skip
     response_format = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}
-    ask = {"max_tokens": 30, "temperature": 0, "messages": [{"role": "user", "content": "Rome as JSON."}]}
-    plain = await oai.chat.completions.create(model=PLAIN, response_format=response_format, logprobs=True,
-                                              top_logprobs=2, **ask)  # fmt: skip
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Rome as JSON."}]
+    ask: dict[str, Any] = {"max_tokens": 30, "temperature": 0, "response_format": response_format,
+                           "logprobs": True, "top_logprobs": 2}  # fmt: skip
+    plain = await oai.chat.completions.create(model=PLAIN, messages=messages, **ask)
     for model in (SELF_DRAFT, RANDOM_DRAFT):
-        drafted = await oai.chat.completions.create(model=model, response_format=response_format, logprobs=True,
-                                                    top_logprobs=2, **ask)  # fmt: skip
+        drafted = await oai.chat.completions.create(model=model, messages=messages, **ask)
         assert drafted.choices[0].message.content == plain.choices[0].message.content
         assert drafted.choices[0].logprobs == plain.choices[0].logprobs
 
@@ -163,15 +165,15 @@ async def test_the_acceptance_rate_is_in_the_timing_metrics_and_on_metrics(serve
             extra_body={"return_metrics": True, "ignore_eos": True},
         )  # fmt: skip
         metrics = reply.http_response.json()["metrics"]
-        assert 0 < metrics["draft_tokens"] and 0 <= metrics["draft_accepted_tokens"] <= metrics["draft_tokens"]
+        assert metrics["draft_tokens"] > 0 and 0 <= metrics["draft_accepted_tokens"] <= metrics["draft_tokens"]
         assert metrics["draft_acceptance_rate"] == round(metrics["draft_accepted_tokens"] / metrics["draft_tokens"], 4)
         # Never more accepted guesses than tokens after the first (each step's first token is the model's own).
         assert metrics["draft_accepted_tokens"] <= metrics["output_tokens"] - 1
         rates[model] = metrics["draft_acceptance_rate"]
     assert rates[SELF_DRAFT] >= 0.8  # its own guesses: only rounding (another batch shape) may differ
     assert rates[RANDOM_DRAFT] < rates[SELF_DRAFT]
-    plain = await client.post("/v1/chat/completions", json={"model": PLAIN, "max_tokens": 4, "return_metrics": True,
-                                                            "messages": [{"role": "user", "content": "Hi"}]})  # fmt: skip
+    hi = {"model": PLAIN, "max_tokens": 4, "return_metrics": True, "messages": [{"role": "user", "content": "Hi"}]}
+    plain = await client.post("/v1/chat/completions", json=hi)
     assert "draft_tokens" not in plain.json()["metrics"]  # no draft: no draft counts
     responses = await client.post("/v1/responses", json={"model": SELF_DRAFT, "input": "Hi", "max_output_tokens": 8})
     assert responses.json()["metrics"]["draft_tokens"] >= 0

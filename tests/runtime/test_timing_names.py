@@ -38,3 +38,18 @@ def test_a_multi_prompt_request_sums_its_tokenizing() -> None:
     untimed = RequestTiming()
     untimed.absorb(RequestTiming())
     assert untimed.tokenize_s is None
+
+
+def test_draft_counts_appear_only_with_a_draft_and_sum_over_prompts() -> None:
+    assert "draft_tokens" not in RequestTiming(backend_s=0.1).as_json()
+    first = RequestTiming()
+    first.count_drafts(10, 7)
+    second = RequestTiming()
+    second.count_drafts(6, 1)
+    first.absorb(second)
+    names = first.as_json()
+    assert (names["draft_tokens"], names["draft_accepted_tokens"]) == (16, 8)
+    assert names["draft_acceptance_rate"] == 0.5
+    none_guessed = RequestTiming()
+    none_guessed.count_drafts(0, 0)
+    assert none_guessed.as_json()["draft_acceptance_rate"] is None  # a draft that never guessed: no rate

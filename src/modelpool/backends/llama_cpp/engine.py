@@ -89,9 +89,8 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         self.n_ctx = n_ctx
         self.parallel = parallel
         self._reuse = reuse_prompt_cache
-        rows_per_sequence = 1 + (drafter.options.n_max if drafter is not None else 0)
-        # Every decoding sequence's token and guesses (and a spare row) fit.
-        self._n_batch = max(n_batch, parallel * rows_per_sequence) + 1
+        guesses = drafter.options.n_max if drafter is not None else 0
+        self._n_batch = max(n_batch, parallel * (1 + guesses)) + 1  # every next token, its guesses, a spare row
         self._n_ubatch = min(n_ubatch, self._n_batch)
         self._invariant = batch_invariant
         self._spare: _Slot | None = None
@@ -317,7 +316,7 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
                 add(token, job, wanted, wanted)
             job.evaluated += len(piece)
             prompts += 1
-        if self._invariant:
+        if self._invariant and self.drafter is not None:
             self._no_lone_guess(rows)
         outputs = self._write(rows)
         self.largest_batch = max(self.largest_batch, decoding)
@@ -425,6 +424,8 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         guesses = drafter.propose([want for _, want in wanted])
         for job, want in wanted:
             job.drafted = guesses.get(want.seq_id, [])
+            if not job.drafted:  # guesses it evaluated and then dropped (fewer than n_min) go too
+                drafter.keep(job.seq_id, len(want.context))
 
     def _choose(self, job: Job, index: int, logits: np.ndarray) -> int:
         """The sequence's sampler chain picks from logits that its rules were applied to in
