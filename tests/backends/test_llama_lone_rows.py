@@ -1,6 +1,6 @@
 """Where llama.cpp's equal split (a KV stream per sequence) would leave one row alone in a
-micro-batch: the speculative engine drops a guess rather than let a row take the split-KV
-attention kernel that rounds differently (engine.py `_no_lone_guess`)."""
+micro-batch: the engine drops a guess or defers a prompt token rather than let a row take the split-KV
+attention kernel that rounds differently (engine.py `_no_lone_row`)."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ async def test_greedy_output_equals_no_draft_alone_streamed_and_in_a_busy_batch(
 
 async def test_a_long_conversation_with_guesses_past_512_cells_equals_no_draft(served) -> None:
     """Past 256 positions a micro-batch of one row takes another attention kernel: the
-    guesses must not leave one (engine.py `_no_lone_guess`), alone or beside others."""
+    guesses must not leave one (engine.py `_no_lone_row`), alone or beside others."""
     _, client = served
     oai = sdk(client)
     story = " ".join(f"On day {day} the travellers walked to the next village and rested." for day in range(1, 25))

@@ -316,8 +316,8 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
                 add(token, job, wanted, wanted)
             job.evaluated += len(piece)
             prompts += 1
-        if self._invariant and self.drafter is not None:
-            self._no_lone_guess(rows)
+        if self._invariant:
+            self._no_lone_row(rows)
         outputs = self._write(rows)
         self.largest_batch = max(self.largest_batch, decoding)
         self.most_prompts_in_a_step = max(self.most_prompts_in_a_step, prompts)
@@ -336,21 +336,26 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         batch.n_tokens = count
         return outputs
 
-    def _no_lone_guess(self, rows: list[_Row]) -> None:
+    def _no_lone_row(self, rows: list[_Row]) -> None:
         """With a KV stream per sequence llama.cpp splits a batch into micro-batches holding
         as many rows of each sequence (`split_equal`): the sequence with the most rows ends
-        alone, and one row alone past 512 cells takes the split-KV kernel (see
-        `_add_spare_row`). Guesses are optional, so the last of a sequence that would end
-        alone so is dropped (its draft will guess it again)."""
+        with its surplus alone, and a micro-batch of one row past 512 cells takes the
+        split-KV kernel (see `_add_spare_row`). Such a last row waits for the next step
+        instead: a draft's guess is dropped (guessed again), a prompt's last token of this
+        piece goes into the next piece. A sequence with one row in all is the spare row's case."""
         while (seq_id := _lone_tail(rows, self._n_ubatch)) is not None:
             last = max(i for i, row in enumerate(rows) if row.job.seq_id == seq_id)
             row = rows[last]
-            if row.output or not isinstance(row.job, Job) or row.position < _SPLIT_KV_FROM:
-                return  # not a guess (a prompt's tail: the spare row's case), or too short to matter
+            job = row.job
+            if row.position < _SPLIT_KV_FROM or sum(1 for r in rows if r.job is job) < 2:
+                return
             del rows[last]
-            row.job.drafted.pop()
-            row.job.position -= 1
-            row.job.history.pop()
+            job.position -= 1
+            job.history.pop()
+            if isinstance(job, Job) and job.drafted and not row.output:
+                job.drafted.pop()
+            else:  # a prompt row: the piece ends a token earlier
+                job.evaluated -= 1
 
     def _add_spare_row(self, count: int) -> int:
         """A micro-batch of one row takes llama.cpp's split-KV attention once its sequence
