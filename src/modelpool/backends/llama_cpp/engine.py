@@ -115,20 +115,23 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._slots = [_Slot(i) for i in range(parallel)]
         self.projector: ImageProjector | None = None
+        self.drafter = drafter
+        self._count_from_zero()
+        self._waiting: deque[Job | ScoringJob] = deque()
+        """Taken in by the engine thread, waiting for a free sequence id (engine thread only)."""
+        self.start_thread()
+
+    def _count_from_zero(self) -> None:
+        """What the engine did, for tests, the benchmark and the admin API."""
         self.decode_steps = 0
-        # What the engine did, for tests, the benchmark and the admin API.
         self.largest_batch = 0
         """Most sequences one step has decoded together."""
         self.most_prompts_in_a_step = 0
         """Most prompts (or pieces of prompts) one step has prefilled together."""
         self.reused_tokens = 0
         """Prompt tokens taken from the KV cells of an earlier request (reuse_prompt_cache)."""
-        self.drafter = drafter
         self.drafted_tokens = self.accepted_tokens = 0
         """Guesses of the draft model checked, and those the model agreed with (all requests)."""
-        self._waiting: deque[Job | ScoringJob] = deque()
-        """Taken in by the engine thread, waiting for a free sequence id (engine thread only)."""
-        self.start_thread()
 
     # ----- from other threads --------------------------------------------------------
 
