@@ -293,6 +293,7 @@ def test_vllm_names_are_vllms_own_and_its_parser_reads_the_knobs() -> None:
         ({"image_max_tokens": 256}, "image_max_tokens: an image-token budget needs a vision projector"),
         ({"mmproj": "p.gguf", "image_min_tokens": 0}, "image_min_tokens"),
         ({"mmproj": "p.gguf", "image_min_tokens": 512, "image_max_tokens": 256}, "image_min_tokens (512) is above"),
+        ({"flash_attention": "off"}, "flash_attention 'off' breaks batch invariance"),  # batch_invariant: on for CPU
     ],
 )
 def test_a_bad_llama_cpp_knob_is_refused_naming_it(options: dict[str, Any], named: str) -> None:
@@ -300,6 +301,11 @@ def test_a_bad_llama_cpp_knob_is_refused_naming_it(options: dict[str, Any], name
         LlamaCppOptions.model_validate(options)
     reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in caught.value.errors())
     assert named in reasons, reasons
+
+
+def test_flash_attention_may_be_off_without_batch_invariance() -> None:
+    assert LlamaCppOptions.model_validate({"flash_attention": "off", "batch_invariant": False}).flash_attention == "off"
+    assert LlamaCppOptions.model_validate({"flash_attention": "off", "n_gpu_layers": -1}).flash_attention == "off"
 
 
 def test_llama_cpp_attention_settings() -> None:
