@@ -219,6 +219,9 @@ async def test_unload_stops_the_engine_processes(served: Served) -> None:
     family = {p.pid: p.create_time() for p in engine_processes()}
     assert family, "vLLM's engine core runs in a child process"
     assert set(backend(served).engine_pids) >= set(family)
+    # the pool measures the model where its weights and KV cache are: the engine core's tree
+    replica = (await served.client.get(f"/v1/admin/models/{MODEL}/status")).json()["replicas"][0]
+    assert replica["pid"] in family and replica["memory_bytes"] > 256 * 1024**2, replica
     started = time.perf_counter()
     response = await served.client.post(f"/v1/admin/models/{MODEL}/unload", timeout=120)
     timed("unload", started)

@@ -43,6 +43,7 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import ContextLengthExceeded, ModelLoadFailed, UpstreamError, UpstreamUnavailable
 from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, TokenLogprob, TokenPiece, Usage
+from modelpool.services.pids import tree_rss
 from modelpool.tasks import Task
 from modelpool.wire.openai import upstream as openai_wire
 
@@ -155,6 +156,32 @@ class VllmBackend(DeclaredBackend):
     def engine_pids(self) -> list[int]:
         """The engine's processes (engine core, workers) while it runs."""
         return [p.pid for p in self._engine.children] if self._engine is not None else []
+
+    # ----- its engine core process (the runtime's ProcessBackend) ----------------------
+    # vLLM's weights and KV cache live in its engine core process (and, on CPU, that
+    # process's worker), not in modelpool's: the pool measures them there, by this PID's
+    # tree (RSS, and NVML's per-process VRAM), as it does an engine process's.
+
+    @property
+    def pid(self) -> int | None:
+        return self._engine.core_pid if self._engine is not None else None
+
+    @property
+    def port(self) -> int | None:
+        return None  # reached through its queues in process, not a port
+
+    def resident_bytes(self) -> int:
+        return tree_rss(self.pid) if self.pid is not None else 0
+
+    def log_tail(self, count: int) -> list[str]:
+        return []  # vLLM logs through Python logging, into modelpool's own log
+
+    def supervise(self, on_crash: Callable[[str], None]) -> None:
+        if self._engine is not None:
+            self._engine.on_exit(lambda _: on_crash(f"vLLM's engine core of '{self.model.id}' (pid {self.pid}) exited"))
+
+    async def detach(self) -> None:
+        await self.stop()  # it cannot outlive modelpool
 
     # ----- generation ----------------------------------------------------------------
 

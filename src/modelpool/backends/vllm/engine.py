@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psutil
@@ -43,6 +45,29 @@ class VllmEngine:
         self.children = children
         """The engine's processes (engine core, workers), as they were when it started."""
         self.name = name
+        self._stopping = False
+
+    @property
+    def core_pid(self) -> int | None:
+        """The engine core: the one of its processes that is this process's own child."""
+        me = os.getpid()
+        return next((p.pid for p in self.children if _parent(p) == me), None)
+
+    def on_exit(self, report: Callable[[int | None], None]) -> None:
+        """Call `report(exit code or None)` on the caller's loop if the engine core exits unasked
+        (a thread of its own watches it, so no executor thread is held for the model's life)."""
+        pid = self.core_pid
+        if pid is None:
+            return
+        core = next(p for p in self.children if p.pid == pid)
+        loop = asyncio.get_running_loop()
+
+        def watch() -> None:
+            code = _wait(core)
+            if not self._stopping and not loop.is_closed():
+                loop.call_soon_threadsafe(report, code)
+
+        threading.Thread(target=watch, name=f"vllm-watch-{self.name}", daemon=True).start()
 
     @classmethod
     async def start(cls, argv: list[str], name: str) -> VllmEngine:
@@ -141,6 +166,7 @@ class VllmEngine:
 
     async def shutdown(self, grace_s: float) -> None:
         """Stop the engine, its processes and its loop; what outlives `grace_s` is killed."""
+        self._stopping = True
         try:
             await self._loop.call(_shutdown(self._llm))
         finally:
@@ -243,6 +269,25 @@ def _engines(process: psutil.Process) -> bool:
         return RESOURCE_TRACKER not in " ".join(process.cmdline())
     except psutil.Error:
         return False
+
+
+def _parent(process: psutil.Process) -> int | None:
+    try:
+        return process.ppid()
+    except psutil.Error:
+        return None
+
+
+def _wait(process: psutil.Process) -> int | None:
+    """Until `process` has exited, without reaping it: its parent's `multiprocessing` (vLLM's
+    shutdown joins it) must still find it to reap. Its exit code is theirs to read: None."""
+    while True:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return None
+        except psutil.Error:
+            return None
+        time.sleep(1.0)
 
 
 def _reap(children: list[psutil.Process], grace_s: float) -> None:
