@@ -168,7 +168,7 @@ class VllmEngine:
         """Stop the engine, its processes and its loop; what outlives `grace_s` is killed."""
         self._stopping = True
         try:
-            await self._loop.call(_shutdown(self._llm))
+            await self._loop.call(_shutdown(self._llm, grace_s))
         finally:
             await asyncio.to_thread(self._loop.stop)
             await asyncio.to_thread(_reap, self.children, grace_s)
@@ -198,8 +198,8 @@ async def _unfinished(llm: Any) -> int:
     return int(llm.get_num_unfinished_requests())
 
 
-async def _shutdown(llm: Any) -> None:
-    llm.shutdown()  # on the engine's loop: its output handler is a task there
+async def _shutdown(llm: Any, grace_s: float) -> None:
+    llm.shutdown(timeout=grace_s)  # on the engine's loop: its output handler is a task there
 
 
 async def _as_served(answer: Awaitable[Any]) -> Any:
