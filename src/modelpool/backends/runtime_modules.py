@@ -18,6 +18,9 @@ RUNTIME_MODULES: Mapping[str, tuple[str, ...]] = {
     "faster_whisper": ("ctranslate2", "faster_whisper"),
     "piper": ("onnxruntime", "piper"),
     "kokoro": ("onnxruntime", "kokoro_onnx"),
+    # vLLM's API side (torch with it) lives in modelpool, its engine core in a child process.
+    # torch is not named: that would start a CUDA context in modelpool, which vLLM leaves to its core.
+    "vllm": ("vllm.v1.engine.async_llm",),
 }
 """Backend name → modules in import order. Engines in processes of their own, remote ones
 and your own backend classes import nothing shared here: none are listed."""
