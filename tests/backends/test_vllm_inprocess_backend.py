@@ -20,7 +20,7 @@ from modelpool.backends.registry import model_capabilities, parse_options
 from modelpool.backends.vllm.loop_thread import LoopThread
 from modelpool.backends.vllm.scoring import scored_tokens
 from modelpool.backends.vllm_common import VllmEngineOptions, engine_flags
-from modelpool.capabilities import Modality
+from modelpool.capabilities import Locality, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import ConfigError
 from modelpool.tasks import Task
@@ -66,6 +66,7 @@ def test_capabilities_follow_the_options(tmp_path: Path) -> None:
     assert text.tasks == frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING})
     assert text.declared.engine_concurrency == 4 and text.declared.context_length == 1024
     assert text.declared.modalities == frozenset({Modality.TEXT}) and text.declared.prompt_scoring
+    assert text.declared.locality is Locality.ENGINE_PROCESS  # its memory is its engine core's
     images = model_capabilities(config(tmp_path, limit_mm_per_prompt={"image": 2}))
     assert images.declared.modalities == frozenset({Modality.TEXT, Modality.IMAGE})
     assert images.declared.max_images == 2 and images.declared.engine_concurrency == 256  # vLLM's own default

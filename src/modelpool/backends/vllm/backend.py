@@ -38,7 +38,7 @@ from modelpool.backends.vllm_common import (
     proposer,
     vllm_gpu_bytes,
 )
-from modelpool.capabilities import Capabilities
+from modelpool.capabilities import Capabilities, Locality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
 from modelpool.errors import ContextLengthExceeded, ModelLoadFailed, UpstreamError, UpstreamUnavailable
@@ -83,6 +83,9 @@ class VllmBackend(DeclaredBackend):
         prompt_scoring=True,
         tokenizer=True,
         thinking_in_template=True,  # chat_template_kwargs reach vLLM's template
+        # Its weights and KV cache live in vLLM's engine core process: the pool counts them
+        # there (an engine process's memory), not in modelpool's own.
+        locality=Locality.ENGINE_PROCESS,
     )
     overridable = frozenset({
         "max_model_len", "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype", "max_pixels", "min_pixels",
