@@ -158,6 +158,35 @@ async def test_closing_a_stream_closes_the_generator_on_the_engine_loop(loop_thr
     assert whole == list(range(1000)) and closed_on == ["vllm-test", "vllm-test"]
 
 
+async def test_cancelling_a_stream_mid_token_ends_in_cancellation_and_closes_the_generator(
+    loop_thread: LoopThread,
+) -> None:
+    waiting, closed_on = threading.Event(), []
+
+    async def tokens() -> AsyncIterator[int]:
+        try:
+            yield 0
+            waiting.set()
+            await asyncio.sleep(3600)  # the next token, still being computed
+            yield 1
+        finally:  # like `_sse_events`: an await before it is done (vLLM's abort)
+            await asyncio.sleep(0.01)
+            closed_on.append(threading.current_thread().name)
+
+    async def open_tokens() -> AsyncIterator[int]:
+        return tokens()
+
+    async def consume() -> list[int]:
+        return [token async for token in loop_thread.stream(open_tokens)]
+
+    consumer = asyncio.create_task(consume())
+    assert await asyncio.to_thread(waiting.wait, 10)  # the consumer is inside `anext` on the engine loop
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
+    assert closed_on == ["vllm-test"]
+
+
 # ----- prompt logprobs as scores ---------------------------------------------------------
 
 
