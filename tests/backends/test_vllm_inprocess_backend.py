@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from modelpool.backends.context import BackendContext
 from modelpool.backends.managed.vllm_serve import VllmOptions, VllmServeBackend
 from modelpool.backends.registry import model_capabilities, parse_options
+from modelpool.backends.vllm import engine as vllm_engine
+from modelpool.backends.vllm.engine import VllmEngine
 from modelpool.backends.vllm.loop_thread import LoopThread
 from modelpool.backends.vllm.scoring import scored_tokens
 from modelpool.backends.vllm_common import VllmEngineOptions, engine_flags
@@ -185,6 +192,48 @@ async def test_cancelling_a_stream_mid_token_ends_in_cancellation_and_closes_the
     with pytest.raises(asyncio.CancelledError):
         await consumer
     assert closed_on == ["vllm-test"]
+
+
+# ----- the engine's processes ------------------------------------------------------------
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+async def test_an_engine_owns_only_vllms_processes_not_one_started_while_it_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model loading alongside (a llama_server, another vLLM) is never taken for this
+    engine's: not its core, not killed at unload, not reaped (its exit status stays its owner's)."""
+    core_started, other_started = threading.Event(), threading.Event()
+    core = _sleeper()  # vLLM's engine core, as its process manager holds it
+
+    async def build(argv: list[str]) -> tuple[object, object]:
+        core_started.set()
+        await asyncio.to_thread(other_started.wait, 10)  # vLLM still loading when the other starts
+        manager = SimpleNamespace(processes=[SimpleNamespace(pid=core.pid)])
+        client = SimpleNamespace(resources=SimpleNamespace(engine_manager=manager, coordinator=None))
+        # Its shutdown leaves the core running: the grace period must end it.
+        return SimpleNamespace(engine_core=client, shutdown=lambda timeout: None), None
+
+    monkeypatch.setattr(vllm_engine, "_build", build)
+    starting = asyncio.create_task(VllmEngine.start([], "vllm-model"))
+    await asyncio.to_thread(core_started.wait, 10)
+    other = _sleeper()
+    try:
+        other_started.set()
+        engine = await starting
+        assert engine.core_pid == core.pid and [p.pid for p in engine.children] == [core.pid]
+        await engine.shutdown(0.2)
+        assert not psutil.pid_exists(core.pid)  # it outlived vLLM's shutdown and its grace: killed, reaped
+        assert other.poll() is None  # the other engine runs on, its status still its owner's to read
+        other.terminate()
+        assert other.wait(10) == -signal.SIGTERM
+    finally:
+        for process in (core, other):
+            process.kill()
+            process.wait()
 
 
 # ----- prompt logprobs as scores ---------------------------------------------------------

