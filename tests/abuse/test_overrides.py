@@ -19,6 +19,8 @@ from openai.types.chat import ChatCompletionMessageParam
 from modelpool.backends.managed.engine_flags import LLAMA_CPP_PYTHON, LLAMA_SERVER, VLLM, FlagPolicy
 from modelpool.backends.managed.llama_server import LlamaServerOptions
 from modelpool.config import load_config
+from modelpool.config.schema import ModelConfig
+from modelpool.runtime.option_schema import check_override
 from modelpool.server.auth import KeyRing
 from modelpool.wire.common import RESERVED_TEMPLATE_KWARGS
 from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
@@ -26,6 +28,7 @@ from tests.e2e.conftest import smollm2_gguf
 from tests.polling import until
 
 ENGINE, NATIVE, VLLM_MODEL = "engine", "native-engine", "vllm-engine"
+INPROC, DRAFTED = "inproc", "inproc-drafted"
 
 
 def models(state_dir: Path) -> dict[str, object]:
@@ -34,8 +37,10 @@ def models(state_dir: Path) -> dict[str, object]:
              "options": {"context_length": 512, "stop_grace_s": 5}}  # fmt: skip
     native = {**llama, "options": {"binary": "/nonexistent/llama-server", "extra_args": ["--no-webui"]}}
     vllm = {"backend": "vllm_serve", "source": gguf, "preload": False, "options": {"model": "org/model"}}
-    return {"enabled_models": [ENGINE, NATIVE, VLLM_MODEL], "state_dir": str(state_dir),
-            "models": {ENGINE: llama, NATIVE: native, VLLM_MODEL: vllm}}  # fmt: skip
+    inproc = {"backend": "llama_cpp", "source": gguf, "preload": False, "options": {"n_ctx": 512}}
+    drafted = {**inproc, "options": {"n_ctx": 512, "speculative": {"draft": gguf}}}
+    return {"enabled_models": [ENGINE, NATIVE, VLLM_MODEL, INPROC, DRAFTED], "state_dir": str(state_dir),
+            "models": {ENGINE: llama, NATIVE: native, VLLM_MODEL: vllm, INPROC: inproc, DRAFTED: drafted}}  # fmt: skip
 
 
 REFUSED: list[tuple[FlagPolicy, list[str], str]] = [
@@ -111,6 +116,12 @@ def test_the_configured_extra_args_stay_in_front() -> None:
     assert LlamaServerOptions.model_validate({"extra_args": ["--host", "0.0.0.0"]}).extra_args[0] == "--host"
 
 
+def test_an_override_may_tune_the_configured_draft_or_turn_it_off(tmp_path: Path) -> None:
+    base = ModelConfig.model_validate({"id": DRAFTED, **models(tmp_path)["models"][DRAFTED]})  # type: ignore[index]
+    for options in ({"n_ctx": 512, "speculative": {"draft": str(smollm2_gguf()), "n_max": 4}}, {"n_ctx": 512}):
+        check_override(base, base.model_copy(update={"options": options}))
+
+
 async def test_the_admin_load_route_refuses_a_widening_override_before_starting(tmp_path: Path) -> None:
     cases = [
         (ENGINE, {"extra_args": ["--host", "0.0.0.0"]}, "'--host'"),
@@ -127,6 +138,10 @@ async def test_the_admin_load_route_refuses_a_widening_override_before_starting(
         (NATIVE, {"mmproj": "/other.gguf"}, "cannot override mmproj"),
         (VLLM_MODEL, {"kv_cache_dtype": "fp9"}, "kv_cache_dtype"),
         (VLLM_MODEL, {"speculative": {"model": "other/draft"}}, "not the method or the model"),
+        # The in-process engine's draft is a file too: an override can neither add one nor name another.
+        (INPROC, {"speculative": {"draft": "/etc/passwd"}}, "speculative: an override may change the numbers"),
+        (INPROC, {"speculative": {"draft": "hf:evil/repo:Q4.gguf"}}, "not name the draft"),
+        (DRAFTED, {"speculative": {"draft": "/etc/passwd", "n_max": 4}}, "not name the draft"),
     ]
     async with serving(models(tmp_path)) as (app, client):
         for model, overrides, named in cases:

@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
@@ -31,6 +31,7 @@ from modelpool.backends.llama_knobs import (
     flash_attention_value,
     quantized_v_problem,
 )
+from modelpool.backends.managed.engine_flags import configured_options
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.textgen.channel import Channel, chunk_stream
 from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
@@ -138,6 +139,17 @@ class LlamaCppOptions(BaseModel):
             # Measured on SmolLM2: 1 of 16 greedy replies changed in a batch of 16 with it off, 0 with it on.
             raise ValueError("flash_attention 'off' breaks batch invariance (llama.cpp's other CPU attention "
                              "kernel sums in another order in a batch); set batch_invariant: false for it")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
+    def _override_keeps_draft(self, info: ValidationInfo) -> LlamaCppOptions:
+        # An admin's override names no file the config did not: the draft is the config's word.
+        configured = configured_options(info)
+        if isinstance(configured, LlamaCppOptions):
+            draft, allowed = (None if o.speculative is None else o.speculative.draft for o in (self, configured))
+            if draft is not None and draft != allowed:
+                raise ValueError("speculative: an override may change the numbers or turn drafting off, "
+                                 "not name the draft (the config's word)")  # fmt: skip
         return self
 
     @property
