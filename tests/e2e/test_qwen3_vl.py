@@ -154,6 +154,7 @@ def bad_video(name: str, media: Path) -> tuple[str, int, str, str]:
         "not base64": ("data:video/mp4;base64,@@@", 400, "invalid_value", "not valid base64"),
         "too long": (video_uri(make_video(["red"] * 40, fps=1)), 413, "request_too_large", "server.max_video_seconds"),
         "huge frames": (video_uri(make_video(["red"], size=(2048, 2048))), 413, "request_too_large", "video_pixels"),
+        "extreme aspect ratio": (video_uri(make_video(["red"], size=(4200, 16))), 400, "invalid_value", "aspect ratio"),
         "outside the media dir": ("file:///etc/hostname", 400, "invalid_value", "allowed_local_media_dirs"),
         "remote off": ("https://example.com/a.mp4", 400, "invalid_value", "remote video URLs are off"),
     }
@@ -161,7 +162,7 @@ def bad_video(name: str, media: Path) -> tuple[str, int, str, str]:
 
 
 @pytest.mark.parametrize("name", ["corrupt", "truncated", "an image", "not base64", "too long", "huge frames",
-                                  "outside the media dir", "remote off"])  # fmt: skip
+                                  "extreme aspect ratio", "outside the media dir", "remote off"])  # fmt: skip
 async def test_bad_videos_get_a_clear_error_naming_the_part(client: httpx.AsyncClient, media: Path,
                                                             name: str) -> None:  # fmt: skip
     url, status, code, words = bad_video(name, media)

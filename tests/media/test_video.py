@@ -33,6 +33,9 @@ def test_the_header_is_read_and_checked_before_decoding() -> None:
     assert webm.mime == "video/webm"
     with pytest.raises(RequestTooLarge, match=r"4096x4096, over 1000000 pixels a frame \(server.max_video_pixels\)"):
         read_header(make_video(["red"], size=(4096, 4096)), VideoPolicy(max_frame_pixels=1_000_000), PART)
+    with pytest.raises(InvalidRequest, match=r"4200x16: its aspect ratio is over 200:1") as caught:
+        read_header(make_video(["red"], size=(4200, 16)), VideoPolicy(), PART)
+    assert caught.value.param == PART
     with pytest.raises(RequestTooLarge, match=r"40 s long, over 10 s \(server.max_video_seconds\)"):
         read_header(make_video(["red"] * 40, fps=1), VideoPolicy(max_seconds=10), PART)
 
@@ -184,3 +187,21 @@ def test_engines_and_upstreams_declare_video_only_when_they_take_it() -> None:
 def test_a_decode_that_takes_too_long_is_stopped() -> None:
     with pytest.raises(RequestTooLarge, match="decoding the video took longer than 0 s"):
         sample_frames(make_video(["red"] * 8), VideoPolicy(max_decode_s=0.0), Sampling(2.0, 8), PART)
+
+
+def test_a_video_qwen_cannot_resize_is_the_parts_400() -> None:
+    """The second guard behind the header's aspect-ratio check: Qwen's `smart_resize` refusing
+    the frames' size is the request's 400 naming the part, not a 500."""
+    from types import SimpleNamespace
+
+    from modelpool.backends.transformers.video import VideoTokens, prepare_videos
+    from modelpool.inference import VideoInput
+
+    processor = SimpleNamespace(size=SimpleNamespace(shortest_edge=64 * 64, longest_edge=256 * 256), patch_size=16,
+                                merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                                rescale_factor=1 / 255)  # fmt: skip
+    strip = VideoInput(url="data:", param=PART, frames=(Image.new("RGB", (4200, 16)),), timestamps=(0.0,))
+    tokens = VideoTokens("<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
+    with pytest.raises(InvalidRequest, match=r"cannot take this video: .*aspect ratio") as caught:
+        prepare_videos(processor, "qwen3_vl", tokens, [strip])
+    assert caught.value.param == PART

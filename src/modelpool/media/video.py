@@ -29,6 +29,10 @@ CONTAINERS = {"mov": "video/mp4", "matroska": "video/webm", "avi": "video/x-msvi
 """Container formats accepted (PyAV's demuxer names, the first of its `format.name`: "mov"
 reads MP4 and QuickTime, "matroska" WebM and MKV), and the MIME type each is forwarded as.
 Image demuxers PyAV also opens (a PNG, a GIF) are refused: those are images."""
+MAX_ASPECT_RATIO = 200
+"""Widest long-to-short side ratio a video may have: Qwen's resizing (transformers'
+`smart_resize`, for images and videos alike) refuses anything wider, and no model reads a
+4200x16 strip usefully."""
 DECODED_FRAMES_PER_SECOND = 240
 """Decoded frames allowed per second of `max_seconds`: a stream whose timestamps never move
 (all zero) is still stopped."""
@@ -198,6 +202,9 @@ def _checked_header(container: Any, policy: VideoPolicy, param: str) -> VideoHea
     width, height = int(codec.width or 0), int(codec.height or 0)
     if width <= 0 or height <= 0:
         raise InvalidRequest("the video's resolution cannot be read from its headers", param=param)
+    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+        raise InvalidRequest(f"the video is {width}x{height}: its aspect ratio is over {MAX_ASPECT_RATIO}:1",
+                             param=param)  # fmt: skip
     if width * height > policy.max_frame_pixels:
         raise RequestTooLarge(f"the video is {width}x{height}, over {policy.max_frame_pixels} pixels a frame "
                               "(server.max_video_pixels)", param=param)  # fmt: skip

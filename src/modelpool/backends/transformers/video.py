@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from modelpool.errors import InvalidRequest
 from modelpool.inference import VideoInput
 
 VIDEO_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
@@ -49,7 +50,10 @@ def prepare_videos(image_processor: Any, model_type: str, tokens: VideoTokens,
     patches, grids, placeholders = [], [], []
     merge = int(image_processor.merge_size)
     for video in videos:
-        frames = _normalised(image_processor, video.frames)
+        try:
+            frames = _normalised(image_processor, video.frames)
+        except ValueError as exc:  # Qwen's resizing refuses a size (an aspect ratio over 200, ...)
+            raise InvalidRequest(f"the model cannot take this video: {exc}", param=video.param) from None
         flat, grid = _patchify(frames, int(image_processor.patch_size), merge, int(image_processor.temporal_patch_size))
         patches.append(flat)
         grids.append(grid)
