@@ -154,7 +154,8 @@ async def nvml_vs_nvidia_smi(work: Path) -> Result:
         low, high = sorted((int(used), int(used_after)))
         mine = (gpu.total_bytes // MiB, gpu.used_bytes // MiB)
         numbers[gpu.device] = {"name": gpu.name, "nvml_total_mib": mine[0], "smi_total_mib": int(total),
-                               "nvml_used_mib": mine[1], "smi_used_mib": [low, high], "uuid": gpu.uuid}  # fmt: skip
+                               "nvml_used_mib": mine[1], "smi_used_mib": [low, high], "uuid": gpu.uuid,
+                               "nvml_reserved_mib": gpu.reserved_bytes // MiB}  # fmt: skip
         if abs(mine[0] - int(total)) > 1:
             problems.append(f"{gpu.device}: total {mine[0]} MiB by NVML, {total} by nvidia-smi")
         if not low - 1 <= mine[1] <= high + 1:

@@ -5,7 +5,7 @@ without a GPU. `install` puts it where `modelpool.runtime.gpu_probe` obtains the
 subprocess (put that folder on its PYTHONPATH, the numbers in a JSON file named by
 MODELPOOL_TEST_NVML).
 
-Numbers: `{"gpus": [{"name", "uuid", "total", "used"}], "processes": [{"gpu", "pid",
+Numbers: `{"gpus": [{"name", "uuid", "total", "used", "reserved"?, "v1_only"?}], "processes": [{"gpu", "pid",
 "used"}], "descendants_of": {"pid", "gpu", "used"}, "fail": "..."}`. A GPU's used memory is
 its `used` (other users' memory) plus what its listed processes hold; `descendants_of` lists
 every living descendant of that PID (`"self"`: the process reading, a server whose engine
@@ -57,10 +57,19 @@ class StandinNvml:
     def nvmlDeviceGetUUID(self, handle: int) -> str:
         return str(self._numbers()["gpus"][handle]["uuid"])
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
+    nvmlMemory_v2 = 0x02000028  # the binding's constant (struct size | version 2 << 24)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None) -> SimpleNamespace:
+        """v1 (no `version`): used holds the driver's `reserved` (default 0); v2: apart, as
+        nvidia-smi shows it. A GPU's `"v1_only": true` answers v2 as an old driver does."""
         gpu = self._numbers()["gpus"][handle]
         used = int(gpu["used"]) + sum(p.usedGpuMemory for p in self.nvmlDeviceGetComputeRunningProcesses(handle))
-        return SimpleNamespace(total=int(gpu["total"]), used=used, free=int(gpu["total"]) - used)
+        reserved, total = int(gpu.get("reserved", 0)), int(gpu["total"])
+        if version is None:
+            return SimpleNamespace(total=total, used=used + reserved, free=total - used - reserved)
+        if version != self.nvmlMemory_v2 or gpu.get("v1_only"):
+            raise NVMLError("Function Not Found")
+        return SimpleNamespace(version=version, total=total, reserved=reserved, used=used, free=total - used - reserved)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
         numbers = self._numbers()

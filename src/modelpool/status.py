@@ -16,11 +16,15 @@ class GpuMemory:
     total_bytes: int
     free_bytes: int
     used_bytes: int = -1
-    """As NVML counts it (its reserved memory is in neither used nor free); -1: total - free."""
+    """As nvidia-smi's memory.used counts it (NVML's v2 memory info: the driver's reserved
+    memory is not in it, see `reserved_bytes`); -1: total - free."""
     index: int = 0
     name: str = ""
     """The GPU's product name ("NVIDIA H100 80GB HBM3"); empty when only PyTorch saw it."""
     uuid: str = ""
+    reserved_bytes: int = 0
+    """What the driver reserves for itself (NVML's v2 memory info; total = used + reserved +
+    free). 0 when unknown: an old driver answering only v1 (its used includes it) or PyTorch."""
 
     def __post_init__(self) -> None:
         if self.used_bytes < 0:

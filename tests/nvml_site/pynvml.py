@@ -25,6 +25,7 @@ nvmlDeviceGetHandleByIndex = _standin.nvmlDeviceGetHandleByIndex
 nvmlDeviceGetName = _standin.nvmlDeviceGetName
 nvmlDeviceGetUUID = _standin.nvmlDeviceGetUUID
 nvmlDeviceGetMemoryInfo = _standin.nvmlDeviceGetMemoryInfo
+nvmlMemory_v2 = _standin.nvmlMemory_v2
 nvmlDeviceGetComputeRunningProcesses = _standin.nvmlDeviceGetComputeRunningProcesses
 nvmlDeviceGetGraphicsRunningProcesses = _standin.nvmlDeviceGetGraphicsRunningProcesses
 __all__ = ["NVMLError"]

@@ -63,6 +63,17 @@ def test_nvml_gives_each_gpu_with_its_name_uuid_and_memory(nvml_standin: Install
     assert (process.pid, process.used_bytes, process.devices) == (4242, 3 * GiB, ("cuda:0",))
 
 
+def test_used_is_nvidia_smis_with_the_drivers_reserved_memory_apart(nvml_standin: Install) -> None:
+    # NVML's v1 memory info counts the driver's reserved memory as used; nvidia-smi and v2 do not.
+    reserving = {**one_gpu(used=GiB)["gpus"][0], "reserved": 512 * MiB}
+    nvml_standin({"gpus": [reserving]})
+    (gpu,) = nvml_gpus()
+    assert (gpu.used_bytes, gpu.reserved_bytes, gpu.free_bytes) == (GiB, 512 * MiB, 80 * GiB - GiB - 512 * MiB)
+    nvml_standin({"gpus": [{**reserving, "v1_only": True}]})  # an old driver: v1, reserved unknown
+    (gpu,) = nvml_gpus()
+    assert (gpu.used_bytes, gpu.reserved_bytes) == (GiB + 512 * MiB, 0)
+
+
 def test_no_driver_is_no_gpu_said_once(nvml_standin: Install, caplog: pytest.LogCaptureFixture) -> None:
     standin = nvml_standin({"fail": "Driver Not Loaded", "gpus": []})
     with caplog.at_level(logging.INFO, logger="modelpool.runtime"):
@@ -83,7 +94,7 @@ def test_a_missing_binding_is_no_gpu(nvml_standin: Install, monkeypatch: pytest.
 def test_an_nvml_error_while_reading_is_no_gpu_not_a_crash(nvml_standin: Install) -> None:
     standin = nvml_standin(one_gpu())
 
-    def fails(handle: int) -> Any:
+    def fails(handle: int, version: int | None = None) -> Any:
         raise standin.NVMLError("GPU is lost")
 
     standin.nvmlDeviceGetMemoryInfo = fails  # type: ignore[method-assign]
@@ -226,7 +237,7 @@ def test_parameters_count_at_the_dtype_they_load_in() -> None:
 
 
 def test_gpu_gauges_and_per_model_rows(nvml_standin: Install) -> None:
-    nvml_standin(one_gpu(used=GiB))
+    nvml_standin({"gpus": [{**one_gpu(used=GiB)["gpus"][0], "reserved": 256 * MiB}]})
     fakes = FakePool()
     fakes.slot(FakeBackend(), "cpu-model")
     memory = pool_memory(fakes.slots, fakes.capacity)
@@ -237,7 +248,7 @@ def test_gpu_gauges_and_per_model_rows(nvml_standin: Install) -> None:
         for s in family.samples
     }
     gpu = (("device", "cuda:0"), ("kind", "{}"), ("name", "Stand-in H100"))
-    for kind, value in (("total", 80 * GiB), ("used", GiB), ("free", 79 * GiB)):
+    for kind, value in (("total", 80 * GiB), ("used", GiB), ("free", 79 * GiB - 256 * MiB), ("reserved", 256 * MiB)):
         key = tuple((k, v.format(kind)) for k, v in gpu)
         assert samples[("modelpool_gpu_memory_bytes", key)] == value
 

@@ -44,6 +44,19 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _memory_info(binding: Any, handle: Any) -> Any:
+    """NVML's v2 memory info, whose `used` is nvidia-smi's memory.used (v1's also holds the
+    driver's reserved memory, hundreds of MiB on a large GPU); v1 where the binding or the
+    driver has no v2."""
+    version = getattr(binding, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            return binding.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except binding.NVMLError:  # a driver older than v2 (NVML_ERROR_FUNCTION_NOT_FOUND and the like)
+            pass
+    return binding.nvmlDeviceGetMemoryInfo(handle)
+
+
 def nvml_gpus() -> list[GpuMemory]:
     binding = nvml()
     if binding is None:
@@ -52,10 +65,11 @@ def nvml_gpus() -> list[GpuMemory]:
         devices = []
         for index in range(binding.nvmlDeviceGetCount()):
             handle = binding.nvmlDeviceGetHandleByIndex(index)
-            memory = binding.nvmlDeviceGetMemoryInfo(handle)
+            memory = _memory_info(binding, handle)
             devices.append(GpuMemory(
                 f"cuda:{index}", int(memory.total), int(memory.free), int(memory.used), index,
                 _text(binding.nvmlDeviceGetName(handle)), _text(binding.nvmlDeviceGetUUID(handle)),
+                int(getattr(memory, "reserved", 0)),
             ))  # fmt: skip
         return devices
     except binding.NVMLError as exc:  # a GPU fell off the bus, the driver went away

@@ -42,11 +42,14 @@ class MemoryGauges(Collector):
         """Each GPU's memory as NVML counts it, and each model replica's measured use (its
         engine processes by PID, or an in-process load's share), with where it came from."""
         gpus = GaugeMetricFamily(
-            "modelpool_gpu_memory_bytes", "Each GPU's memory: total, used (by anyone) and free.",
+            "modelpool_gpu_memory_bytes",
+            "Each GPU's memory: total, used (by anyone), free and reserved (by the driver).",
             labels=["device", "name", "kind"],
         )  # fmt: skip
         for gpu in memory.gpus:
-            for kind, value in (("total", gpu.total_bytes), ("used", gpu.used_bytes), ("free", gpu.free_bytes)):
+            kinds = (("total", gpu.total_bytes), ("used", gpu.used_bytes), ("free", gpu.free_bytes),
+                     ("reserved", gpu.reserved_bytes))  # fmt: skip
+            for kind, value in kinds:
                 gpus.add_metric([gpu.device, gpu.name, kind], value)
         yield gpus
         replicas = GaugeMetricFamily(
