@@ -5,6 +5,7 @@ by PID, the estimates are the real backends' from real files."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -24,7 +25,10 @@ from modelpool.config.schema import ModelConfig
 from modelpool.errors import InsufficientCapacity
 from modelpool.inference import ChatMessage, ChatRequest
 from modelpool.pool_api.generation import collect
+from modelpool.runtime import gpu_probe
 from modelpool.runtime.gpu_probe import nvml_gpus, nvml_processes, probe_gpus
+from modelpool.runtime.memory_accounts import MemoryAccounts
+from modelpool.runtime.memory_ledger import Ledger
 from modelpool.runtime.memory_report import pool_memory
 from modelpool.runtime.metrics.memory_gauges import MemoryGauges
 from modelpool.status import GpuMemory
@@ -72,6 +76,25 @@ def test_used_is_nvidia_smis_with_the_drivers_reserved_memory_apart(nvml_standin
     nvml_standin({"gpus": [{**reserving, "v1_only": True}]})  # an old driver: v1, reserved unknown
     (gpu,) = nvml_gpus()
     assert (gpu.used_bytes, gpu.reserved_bytes) == (GiB + 512 * MiB, 0)
+
+
+def test_an_in_process_load_is_metered_by_modelpools_own_gpu_memory(
+    nvml_standin: Install, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An engine process (measured by its PID) growing while a model loads in process is not the load's.
+    numbers = one_gpu(used=GiB)
+    nvml_standin(numbers)
+    accounts = MemoryAccounts(rss=Ledger(lambda: GiB))
+    window = accounts.open_load(MemoryEstimate(1, gpu_bytes=2 * GiB), in_process=True)
+    numbers["processes"] = [{"gpu": 0, "pid": os.getpid(), "used": 2 * GiB}, {"gpu": 0, "pid": 99999, "used": 10 * GiB}]
+    assert accounts.close_load(window).gpu_bytes == 2 * GiB
+    assert accounts.overhead().gpu_bytes == GiB  # what the GPU held at start, by anyone
+    # Where NVML's PIDs are not this process's (a container's PID namespace): every GPU's used memory.
+    monkeypatch.setattr(gpu_probe, "pids_are_nvmls", lambda: False)
+    accounts = MemoryAccounts(rss=Ledger(lambda: GiB))
+    window = accounts.open_load(MemoryEstimate(1, gpu_bytes=2 * GiB), in_process=True)
+    numbers["processes"][0]["used"] = 3 * GiB
+    assert accounts.close_load(window).gpu_bytes == GiB
 
 
 def test_no_driver_is_no_gpu_said_once(nvml_standin: Install, caplog: pytest.LogCaptureFixture) -> None:

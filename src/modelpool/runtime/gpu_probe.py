@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from collections.abc import Callable, Iterable
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from modelpool.runtime.memory import imported_torch
@@ -102,6 +104,31 @@ def nvml_processes() -> dict[int, GpuProcess]:
         log.warning("NVML could not list the GPUs' processes", extra={"reason": str(exc)})
         return {}
     return {pid: GpuProcess(pid, used[pid], tuple(devices[pid])) for pid in used}
+
+
+def pids_are_nvmls() -> bool:
+    """Whether NVML's PIDs are this process's own: NVML lists the host's PIDs, which a process
+    in a container's PID namespace does not know itself by (its NSpid has several)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:  # not Linux: no PID namespaces
+        return True
+    nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [str(os.getpid())])
+    return len(nspid) == 1
+
+
+def own_gpu_meter(gpus: GpuProbe) -> Callable[[], int]:
+    """What measures GPU memory that this process itself takes: its own bytes in NVML's
+    per-process lists (0 while it has no context) where NVML's PIDs are its own, so an
+    engine process growing meanwhile is not counted with it; else every GPU's used memory."""
+    if nvml() is not None and pids_are_nvmls():
+        return lambda: process_bytes(os.getpid())
+    return lambda: used_bytes(gpus())
+
+
+def process_bytes(pid: int) -> int:
+    listed = nvml_processes().get(pid)
+    return 0 if listed is None else listed.used_bytes
 
 
 def processes_use(pids: Iterable[int], seen: dict[int, GpuProcess]) -> GpuProcess | None:

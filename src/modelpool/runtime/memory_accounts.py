@@ -9,17 +9,18 @@ import asyncio
 import importlib
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.runtime_modules import KNOWN_RUNTIMES
-from modelpool.runtime.gpu_probe import GpuProbe, nvml_gpus, used_bytes
+from modelpool.runtime.gpu_probe import GpuProbe, nvml_gpus, own_gpu_meter, used_bytes
 from modelpool.runtime.memory import process_rss
 from modelpool.runtime.memory_ledger import Ledger, Window
 
 log = logging.getLogger("modelpool.runtime")
+GpuMeter = Callable[[], int] | None
 RUNTIME_WEIGHT = 256 * 1024 * 1024
 """A runtime import's weight when a load's window is open beside it (what a first import of
 a runtime typically costs), so growth then is shared in rough proportion."""
@@ -40,19 +41,27 @@ class Measured:
 
 
 class MemoryAccounts:
-    def __init__(self, *, rss: Ledger | None = None, gpus: GpuProbe = nvml_gpus) -> None:
-        """`gpus` reads the GPUs at every load's start and end: NVML only by default (cheap,
-        and never PyTorch, whose probe would create a CUDA context on every device)."""
+    def __init__(self, *, rss: Ledger | None = None, gpus: GpuProbe = nvml_gpus, gpu_meter: GpuMeter = None) -> None:
+        """`gpus` reads the GPUs: NVML only by default (cheap, and never PyTorch, whose probe
+        would create a CUDA context on every device). `gpu_meter` is read at every load's
+        start and end (default: this process's own GPU memory where NVML lists it by PID,
+        every GPU's used memory otherwise, `own_gpu_meter`)."""
         self.ram = rss or Ledger(process_rss)
         seen = gpus()
         self.gpus_at_start = seen
-        self.gpu: Ledger | None = Ledger(lambda: used_bytes(gpus())) if seen else None
-        """GPU memory used on every visible GPU (by anyone); None without a GPU."""
+        self.gpu_at_start = used_bytes(seen)
+        """What every GPU held (by anyone) when the pool was built."""
+        self.gpu: Ledger | None = Ledger(gpu_meter or self._meter(gpus)) if seen else None
+        """GPU memory this process takes, shared out among its in-process loads; None without a GPU."""
         self.runtimes: dict[str, int] = {}
         """Runtime (top-level module) → the process growth its first import caused."""
         self.gpu_runtimes: dict[str, int] = {}
         """GPU memory a runtime holds once per process (PyTorch's CUDA context)."""
         self._imports = asyncio.Lock()
+
+    @staticmethod
+    def _meter(gpus: GpuProbe) -> Callable[[], int]:
+        return own_gpu_meter(gpus) if gpus is nvml_gpus else lambda: used_bytes(gpus())  # a test's numbers
 
     @property
     def baseline_bytes(self) -> int:
@@ -64,7 +73,7 @@ class MemoryAccounts:
     def overhead(self) -> MemoryEstimate:
         """What the budget holds back before any model: the process's baseline and runtimes
         (RAM), and what the GPUs already held when the pool was built."""
-        gpu = self.gpu.start + sum(self.gpu_runtimes.values()) if self.gpu else 0
+        gpu = self.gpu_at_start + sum(self.gpu_runtimes.values()) if self.gpu else 0
         return MemoryEstimate(self.baseline_bytes + self.runtimes_bytes(), gpu)
 
     async def import_runtimes(self, modules: tuple[str, ...]) -> None:

@@ -25,7 +25,7 @@ def pool_memory(slots: list[ModelSlot], capacity: Capacity) -> PoolMemory:
         process=process_memory(accounts, models),
         runtimes=dict(accounts.runtimes),
         gpu=GpuAccount(
-            accounts.gpu.start, used_bytes(gpus), sum(m.measured_gpu_bytes for m in models.values()),
+            accounts.gpu_at_start, used_bytes(gpus), sum(m.measured_gpu_bytes for m in models.values()),
             sum(accounts.gpu_runtimes.values()),
         ) if accounts.gpu is not None else None,
         gpu_models=gpu_models(slots) if gpus else [],
