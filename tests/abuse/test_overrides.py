@@ -27,7 +27,7 @@ from tests.conftest import CHAT_MODEL, HF_MODEL, sdk, serving
 from tests.e2e.conftest import smollm2_gguf
 from tests.polling import until
 
-ENGINE, NATIVE, VLLM_MODEL = "engine", "native-engine", "vllm-engine"
+ENGINE, NATIVE, VLLM_MODEL, VLLM_IN_PROCESS = "engine", "native-engine", "vllm-engine", "vllm-in-process"
 INPROC, DRAFTED = "inproc", "inproc-drafted"
 
 
@@ -39,8 +39,11 @@ def models(state_dir: Path) -> dict[str, object]:
     vllm = {"backend": "vllm_serve", "source": gguf, "preload": False, "options": {"model": "org/model"}}
     inproc = {"backend": "llama_cpp", "source": gguf, "preload": False, "options": {"n_ctx": 512}}
     drafted = {**inproc, "options": {"n_ctx": 512, "speculative": {"draft": gguf}}}
-    return {"enabled_models": [ENGINE, NATIVE, VLLM_MODEL, INPROC, DRAFTED], "state_dir": str(state_dir),
-            "models": {ENGINE: llama, NATIVE: native, VLLM_MODEL: vllm, INPROC: inproc, DRAFTED: drafted}}  # fmt: skip
+    in_process = {**vllm, "backend": "vllm"}
+    return {"enabled_models": [ENGINE, NATIVE, VLLM_MODEL, VLLM_IN_PROCESS, INPROC, DRAFTED],
+            "state_dir": str(state_dir),
+            "models": {ENGINE: llama, NATIVE: native, VLLM_MODEL: vllm, VLLM_IN_PROCESS: in_process, INPROC: inproc,
+                       DRAFTED: drafted}}  # fmt: skip
 
 
 REFUSED: list[tuple[FlagPolicy, list[str], str]] = [
@@ -128,6 +131,7 @@ async def test_the_admin_load_route_refuses_a_widening_override_before_starting(
         (NATIVE, {"extra_args": ["--no-webui", "--host", "0.0.0.0"]}, "'--host'"),
         (NATIVE, {"extra_args": ["--slots"]}, "keeps the configured extra_args"),
         (VLLM_MODEL, {"extra_args": ["--trust-remote-code", "--model", "other/repo"]}, "'--trust-remote-code'"),
+        (VLLM_IN_PROCESS, {"extra_args": ["--model", "other/repo"]}, "'--model'"),
         # The typed knobs (issue 32): out of bounds, missing their runner's flag, or a file only the config names.
         (ENGINE, {"type_k": "q9_0"}, "type_k"),
         (ENGINE, {"flash_attention": "auto"}, "flash_attention: llama_cpp.server takes on or off"),

@@ -18,18 +18,22 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
+from pydantic import ValidationError
 
 from modelpool.backends.context import BackendContext
+from modelpool.backends.managed.engine_flags import OVERRIDE_OF
 from modelpool.backends.managed.vllm_serve import VllmOptions, VllmServeBackend
 from modelpool.backends.registry import model_capabilities, parse_options
+from modelpool.backends.vllm import backend as vllm_backend
 from modelpool.backends.vllm import engine as vllm_engine
+from modelpool.backends.vllm.backend import VllmBackend, VllmInProcessOptions
 from modelpool.backends.vllm.engine import VllmEngine
 from modelpool.backends.vllm.loop_thread import LoopThread
 from modelpool.backends.vllm.scoring import scored_tokens
 from modelpool.backends.vllm_common import VllmEngineOptions, engine_flags
 from modelpool.capabilities import Locality, Modality
 from modelpool.config.schema import ModelConfig
-from modelpool.errors import ConfigError
+from modelpool.errors import ConfigError, ModelLoadFailed
 from modelpool.tasks import Task
 from tests.conftest import serving
 
@@ -91,6 +95,39 @@ def test_vllm_serve_runs_the_same_engine_flags(tmp_path: Path) -> None:
     flags = engine_flags(VllmEngineOptions.model_validate(options))
     assert serve.command(tmp_path)[-len(flags) - 2 :] == [*flags, "--seed", "1"]
     assert "--mm-processor-kwargs" in flags and "--kv-cache-dtype" in flags and "--tool-strict-level" in flags
+
+
+async def test_extra_args_reach_vllms_parser_after_the_engine_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `vllm_serve`: the config's extra_args follow the shared engine flags in the argv
+    vLLM's own parser reads (the engine itself is stood in for: no vLLM here)."""
+    given: list[list[str]] = []
+
+    async def start(argv: list[str], name: str) -> VllmEngine:
+        given.append(argv)
+        raise RuntimeError("stand-in engine")
+
+    monkeypatch.setattr(vllm_backend, "VLLM_MODULE", "json")  # importable: the check passes
+    monkeypatch.setattr(VllmEngine, "start", start)
+    options = {"dtype": "float32", "extra_args": ["--enable-prefix-caching", "--max-num-batched-tokens", "256"]}
+    backend = VllmBackend(config(tmp_path), VllmInProcessOptions.model_validate(options), BackendContext())
+    with pytest.raises(ModelLoadFailed, match="stand-in engine"):
+        await backend.start()
+    flags = engine_flags(VllmEngineOptions.model_validate({"dtype": "float32"}))
+    assert given == [["--model", str(tmp_path), "--served-model-name", "v", *flags, *options["extra_args"]]]
+
+
+def test_extra_args_overrides_are_bounded_as_vllm_serves(tmp_path: Path) -> None:
+    configured = VllmInProcessOptions.model_validate({"extra_args": ["--seed", "1"]})
+    allowed = {"extra_args": ["--seed", "1", "--max-num-batched-tokens", "256"]}
+    assert VllmInProcessOptions.model_validate(allowed, context={OVERRIDE_OF: configured}).extra_args[-1] == "256"
+    for widening, named in [(["--seed", "1", "--trust-remote-code"], "'--trust-remote-code'"),
+                            (["--max-num-batched-tokens", "256"], "keeps the configured extra_args")]:  # fmt: skip
+        with pytest.raises(ValidationError, match=named):
+            VllmInProcessOptions.model_validate({"extra_args": widening}, context={OVERRIDE_OF: configured})
+    with pytest.raises(ConfigError, match="set it once"):
+        parse_options(config(tmp_path, kv_cache_dtype="fp8", extra_args=["--kv-cache-dtype", "auto"]))
 
 
 def test_engine_flags_are_vllm_serves() -> None:

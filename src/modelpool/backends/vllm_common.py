@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationInfo, model_validator
 from typing_extensions import Self
 
+from modelpool.backends.managed.engine_flags import VLLM, configured_options
 from modelpool.capabilities import Modality
 from modelpool.status import GpuMemory
 
@@ -152,6 +153,41 @@ class VllmEngineOptions(BaseModel):
             raise ValueError(f"min_pixels ({self.min_pixels}) is above max_pixels ({self.max_pixels})")
         if clash := sorted({"min_pixels", "max_pixels"} & set(self.mm_processor_kwargs or {})):
             raise ValueError(f"{', '.join(clash)}: set as an option and in mm_processor_kwargs; set it once")
+        return self
+
+
+class VllmEngineArgs(VllmEngineOptions):
+    """The engine's options and flags of vLLM's own beyond them, for `vllm_serve` and the
+    in-process `vllm` alike (both hand them to vLLM's argument parser)."""
+
+    extra_args: list[str] = Field(default_factory=list)
+    """Appended to vLLM's flags as they are. An admin's load-time override keeps these
+    in front and may add only scheduling and memory flags (`--max-num-batched-tokens`,
+    `--enable-prefix-caching`, ...; see `backends/managed/engine_flags.py`): never one that
+    changes the model, the address, files, trust, keys or templates (400 naming the flag)."""
+
+    @model_validator(mode="after")
+    def _typed_flags_once(self) -> Self:
+        given = {self.canonical_flag(arg) for arg in self.extra_args}
+        typed = {"--kv-cache-dtype": self.kv_cache_dtype, "--reasoning-parser": self.reasoning_parser}
+        if clash := sorted(flag for flag, value in typed.items() if value is not None and flag in given):
+            raise ValueError(f"{', '.join(clash)}: set as an option and in extra_args; set it once")
+        return self
+
+    @staticmethod
+    def canonical_flag(arg: str) -> str:
+        return VLLM.canonical(arg.partition("=")[0])
+
+    @model_validator(mode="after")
+    def _override_keeps_config(self, info: ValidationInfo) -> Self:
+        configured = configured_options(info)
+        if isinstance(configured, VllmEngineArgs):
+            problem = VLLM.problem(configured.extra_args, self.extra_args)
+            if problem is not None:
+                raise ValueError(f"extra_args: {problem}")
+            if proposer(self.speculative) != proposer(configured.speculative):
+                raise ValueError("speculative: an override may change the numbers, not the method or the model "
+                                 "(the config's word)")  # fmt: skip
         return self
 
 

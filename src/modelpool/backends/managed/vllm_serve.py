@@ -6,19 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from pydantic import Field, ValidationInfo, model_validator
-
 from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
-from modelpool.backends.managed.engine_flags import VLLM, configured_options
 from modelpool.backends.managed.tokenizing import VllmTokenizer
 from modelpool.backends.vllm_common import (
-    VllmEngineOptions,
+    VllmEngineArgs,
     engine_concurrency,
     engine_flags,
     engine_modalities,
     images_per_prompt,
-    proposer,
     vllm_gpu_bytes,
 )
 from modelpool.capabilities import Capabilities
@@ -26,7 +22,7 @@ from modelpool.config.sources import files_size
 from modelpool.tasks import Task
 
 
-class VllmOptions(ManagedOptions, VllmEngineOptions):
+class VllmOptions(ManagedOptions, VllmEngineArgs):
     """The engine's options (shared with the in-process `vllm` backend, `vllm_common`) and
     how its process is run."""
 
@@ -38,35 +34,6 @@ class VllmOptions(ManagedOptions, VllmEngineOptions):
     looks for a distribution named `vllm`)."""
     executable: str | None = None
     """A `vllm` command to run as `vllm serve MODEL` instead of `python -m ...`."""
-    extra_args: list[str] = Field(default_factory=list)
-    """Appended to the command line as they are. An admin's load-time override keeps these
-    in front and may add only scheduling and memory flags (`--max-num-batched-tokens`,
-    `--enable-prefix-caching`, ...; see `backends/managed/engine_flags.py`): never one that
-    changes the model, the address, files, trust, keys or templates (400 naming the flag)."""
-
-    @model_validator(mode="after")
-    def _typed_flags_once(self) -> VllmOptions:
-        given = {self.canonical_flag(arg) for arg in self.extra_args}
-        typed = {"--kv-cache-dtype": self.kv_cache_dtype, "--reasoning-parser": self.reasoning_parser}
-        if clash := sorted(flag for flag, value in typed.items() if value is not None and flag in given):
-            raise ValueError(f"{', '.join(clash)}: set as an option and in extra_args; set it once")
-        return self
-
-    @staticmethod
-    def canonical_flag(arg: str) -> str:
-        return VLLM.canonical(arg.partition("=")[0])
-
-    @model_validator(mode="after")
-    def _override_keeps_config(self, info: ValidationInfo) -> VllmOptions:
-        configured = configured_options(info)
-        if isinstance(configured, VllmOptions):
-            problem = VLLM.problem(configured.extra_args, self.extra_args)
-            if problem is not None:
-                raise ValueError(f"extra_args: {problem}")
-            if proposer(self.speculative) != proposer(configured.speculative):
-                raise ValueError("speculative: an override may change the numbers, not the method or the model "
-                                 "(the config's word)")  # fmt: skip
-        return self
 
 
 class VllmServeBackend(VllmTokenizer, ManagedServerBackend):

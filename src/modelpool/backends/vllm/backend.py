@@ -19,23 +19,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import Field
 
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
-from modelpool.backends.managed.engine_flags import configured_options
 from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, with_echo
 from modelpool.backends.textgen.logprobs import decoded
 from modelpool.backends.textgen.reasoning import split_reasoning
 from modelpool.backends.vllm.engine import VLLM_MODULE, VllmEngine
 from modelpool.backends.vllm.scoring import scored_tokens
 from modelpool.backends.vllm_common import (
-    VllmEngineOptions,
+    VllmEngineArgs,
     engine_concurrency,
     engine_flags,
     engine_modalities,
     images_per_prompt,
-    proposer,
     vllm_gpu_bytes,
 )
 from modelpool.capabilities import Capabilities, Locality
@@ -57,20 +55,12 @@ Translate = Callable[[AsyncIterator[dict[str, Any]]], AsyncGenerator[GenerationC
 TranslateWhole = Callable[[dict[str, Any]], list[GenerationChunk]]
 
 
-class VllmInProcessOptions(VllmEngineOptions):
-    """vLLM's engine options, as `vllm_serve` takes them (`vllm_common`), and its shutdown."""
+class VllmInProcessOptions(VllmEngineArgs):
+    """vLLM's engine options and `extra_args`, as `vllm_serve` takes them (`vllm_common`),
+    and its shutdown."""
 
     stop_grace_s: float = Field(default=20.0, ge=0, le=600)
     """On unload, how long the engine's processes may take to exit before they are killed."""
-
-    @model_validator(mode="after")
-    def _override_keeps_proposer(self, info: ValidationInfo) -> VllmInProcessOptions:
-        configured = configured_options(info)
-        if isinstance(configured, VllmInProcessOptions) and proposer(self.speculative) != proposer(
-            configured.speculative
-        ):
-            raise ValueError("speculative: an override may change the numbers, not the method or the model")
-        return self
 
 
 class VllmBackend(DeclaredBackend):
@@ -88,8 +78,8 @@ class VllmBackend(DeclaredBackend):
         locality=Locality.ENGINE_PROCESS,
     )
     overridable = frozenset({
-        "max_model_len", "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype", "max_pixels", "min_pixels",
-        "reasoning_parser", "speculative",
+        "max_model_len", "gpu_memory_utilization", "max_num_seqs", "extra_args", "kv_cache_dtype", "max_pixels",
+        "min_pixels", "reasoning_parser", "speculative",
     })  # fmt: skip
 
     @classmethod
@@ -134,7 +124,14 @@ class VllmBackend(DeclaredBackend):
         except ImportError as exc:
             raise ModelLoadFailed(f"model '{self.model.id}' (backend vllm): {INSTALL_HINT} ({exc})") from exc
         weights = await self.weights()
-        argv = ["--model", str(weights), "--served-model-name", self.model.id, *engine_flags(self.options)]
+        argv = [
+            "--model",
+            str(weights),
+            "--served-model-name",
+            self.model.id,
+            *engine_flags(self.options),
+            *self.options.extra_args,
+        ]
         try:
             self._engine = await VllmEngine.start(argv, self.model.id)
         except Exception as exc:  # vLLM's own errors: a bad model, no memory, a flag it refuses
