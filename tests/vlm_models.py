@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from transformers import GenerationMixin, LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 # Bump when a builder changes what it writes: old cached folders are then ignored.
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: the Qwen models carry a video_preprocessor_config.json
 COMPLETE_MARKER = ".complete"
 
 IMAGE_TOKEN = "<image>"
@@ -398,6 +398,26 @@ def _build_qwen2_vl(folder: Path) -> None:
         image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN3_VL_CHAT_TEMPLATE
     )
     _save(folder, model, processor, tokenizer)
+    # Qwen2-VL's video processor bounds each frame, as its image processor does an image.
+    _write_video_config(folder, "Qwen2VLVideoProcessor", image_processor, QWEN2_VL_MIN_PIXELS, QWEN2_VL_MAX_PIXELS)
+
+
+def _write_video_config(folder: Path, kind: str, image_processor: Any, min_pixels: int, max_pixels: int) -> None:
+    """`video_preprocessor_config.json` as Qwen's checkpoints ship it (plain JSON: modelpool reads
+    it without transformers' torchvision video processor)."""
+    import json
+
+    config = {
+        "video_processor_type": kind,
+        "size": {"shortest_edge": min_pixels, "longest_edge": max_pixels},
+        "patch_size": image_processor.patch_size,
+        "merge_size": image_processor.merge_size,
+        "temporal_patch_size": image_processor.temporal_patch_size,
+        "image_mean": list(image_processor.image_mean),
+        "image_std": list(image_processor.image_std),
+        "rescale_factor": image_processor.rescale_factor,
+    }
+    (folder / "video_preprocessor_config.json").write_text(json.dumps(config, indent=2))
 
 
 # Qwen3-VL: Qwen2-VL's dynamic resolution with 16x16 patches (factor 32), DeepStack (vision
@@ -411,6 +431,8 @@ QWEN3_VL_CHAT_TEMPLATE = _chat_template(
 )
 QWEN3_VL_MIN_PIXELS = 128 * 128
 QWEN3_VL_MAX_PIXELS = 256 * 256
+QWEN3_VL_VIDEO_PIXELS = (2 * 128 * 128, 4 * 256 * 256)
+"""The tiny Qwen3-VL's video bounds (min, max pixels of all frames together)."""
 
 
 def tiny_qwen3_vl(cache_dir: Path | None = None) -> Path:
@@ -497,3 +519,5 @@ def _build_qwen3_vl(folder: Path) -> None:
         image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN3_VL_CHAT_TEMPLATE
     )
     _save(folder, model, processor, tokenizer)
+    # Qwen3-VL's video processor bounds all of a video's frames together (t*h*w): its own bounds.
+    _write_video_config(folder, "Qwen3VLVideoProcessor", image_processor, *QWEN3_VL_VIDEO_PIXELS)

@@ -103,6 +103,7 @@ def direct_video_logprobs(data: bytes, steps: int, folder: Path | None = None,
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from modelpool.backends.transformers.video import video_settings
     from modelpool.backends.transformers.vision import Media, render_with_media
     from modelpool.inference import ChatMessage, ChatRequest
     from modelpool.tools.prompt import plan_chat
@@ -115,7 +116,8 @@ def direct_video_logprobs(data: bytes, steps: int, folder: Path | None = None,
     message = ChatMessage("user", QUESTION, parts=(*_text(QUESTION), video))
     plan = plan_chat(ChatRequest(messages=(message,)), template_source=template or processor.chat_template,
                      configured_parser=None, constrain_auto=False)  # fmt: skip
-    ids, extra = render_with_media(processor, plan, template, {}, Media((), (video,)), model)
+    ids, extra = render_with_media(processor, plan, template, {}, Media((), (video,)), model,
+                                    video_settings(folder, processor.image_processor))  # fmt: skip
     with torch.inference_mode():
         out = model.generate(input_ids=torch.tensor([ids]), **extra, max_new_tokens=steps, do_sample=False,
                              output_logits=True, return_dict_in_generate=True)  # fmt: skip

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from modelpool.errors import InvalidRequest, RequestTooLarge
+from modelpool.inference import VideoInput
 from modelpool.media import video as video_module
 from modelpool.media.images import ImagePolicy
 from modelpool.media.video import Sampling, VideoPolicy, read_header, sample_frames, video_bytes
@@ -192,16 +193,70 @@ def test_a_decode_that_takes_too_long_is_stopped() -> None:
 def test_a_video_qwen_cannot_resize_is_the_parts_400() -> None:
     """The second guard behind the header's aspect-ratio check: Qwen's `smart_resize` refusing
     the frames' size is the request's 400 naming the part, not a 500."""
-    from types import SimpleNamespace
+    from modelpool.backends.transformers.video import VideoSettings, VideoTokens, prepare_videos
 
-    from modelpool.backends.transformers.video import VideoTokens, prepare_videos
-    from modelpool.inference import VideoInput
-
-    processor = SimpleNamespace(size=SimpleNamespace(shortest_edge=64 * 64, longest_edge=256 * 256), patch_size=16,
-                                merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3,
-                                rescale_factor=1 / 255)  # fmt: skip
+    settings = VideoSettings(16, 2, 2, 64 * 64, 256 * 256, (0.5,) * 3, (0.5,) * 3, 1 / 255)
     strip = VideoInput(url="data:", param=PART, frames=(Image.new("RGB", (4200, 16)),), timestamps=(0.0,))
     tokens = VideoTokens("<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
     with pytest.raises(InvalidRequest, match=r"cannot take this video: .*aspect ratio") as caught:
-        prepare_videos(processor, "qwen3_vl", tokens, [strip])
+        prepare_videos(settings, "qwen3_vl", tokens, [strip])
     assert caught.value.param == PART
+
+
+# Qwen3-VL's and Qwen2-VL's own video processors' defaults (transformers 5.x), as their
+# checkpoints' video_preprocessor_config.json carry them.
+QWEN3_VIDEO = {"size": {"shortest_edge": 128 * 32 * 32, "longest_edge": 32 * 32 * 768}, "patch_size": 16,
+               "merge_size": 2, "temporal_patch_size": 2, "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
+               "rescale_factor": 1 / 255}  # fmt: skip
+QWEN2_VIDEO = {"min_pixels": 128 * 28 * 28, "max_pixels": 28 * 28 * 768, "patch_size": 14, "merge_size": 2,
+               "temporal_patch_size": 2, "image_mean": [0.48, 0.46, 0.41], "image_std": [0.27, 0.26, 0.28],
+               "rescale_factor": 1 / 255}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model_type", "config", "frames", "size", "grid", "tokens"),
+    [
+        # 8 frames 640x480: t*h*w = 2,457,600 > 786,432, beta = sqrt(3.125): 256x352 -> (4, 16, 22), 88 a group.
+        ("qwen3_vl", QWEN3_VIDEO, 8, (640, 480), [4, 16, 22], 4 * 88),
+        # 2 frames 64x64: 8,192 < 131,072, beta = 4: 256x256 -> (1, 16, 16), 64 tokens.
+        ("qwen3_vl", QWEN3_VIDEO, 2, (64, 64), [1, 16, 16], 64),
+        # Qwen2-VL bounds each frame: 640x480 is within, rounded to 28s: 476x644 -> (4, 34, 46), 391 a group.
+        ("qwen2_vl", QWEN2_VIDEO, 8, (640, 480), [4, 34, 46], 4 * 391),
+        # 64x64 under min_pixels: beta = sqrt(100352 / 4096) = 4.95: 336x336 -> (2, 24, 24), 144 a group.
+        ("qwen2_vl", QWEN2_VIDEO, 3, (64, 64), [2, 24, 24], 2 * 144),
+    ],
+    ids=["qwen3-8-frames", "qwen3-2-small", "qwen2-8-frames", "qwen2-3-small"],
+)
+def test_qwen_video_grids_follow_the_models_video_processor(
+    tmp_path: Path, model_type: str, config: dict[str, object], frames: int, size: tuple[int, int],
+    grid: list[int], tokens: int,
+) -> None:  # fmt: skip
+    """The video's grid and token count by the family's video processor's rule, with its
+    video_preprocessor_config.json's bounds (not the image processor's, which differ)."""
+    import json
+    from types import SimpleNamespace
+
+    from modelpool.backends.transformers.video import VideoTokens, prepare_videos, video_settings
+
+    (tmp_path / "video_preprocessor_config.json").write_text(json.dumps(config))
+    image_processor = SimpleNamespace(size=SimpleNamespace(shortest_edge=1, longest_edge=10**9))  # never read
+    settings = video_settings(tmp_path, image_processor)
+    video = VideoInput("data:", PART, tuple(Image.new("RGB", size, "red") for _ in range(frames)),
+                       tuple(i * 0.5 for i in range(frames)))  # fmt: skip
+    pad = VideoTokens("P", "<", ">")
+    prepared = prepare_videos(settings, model_type, pad, [video])
+    assert prepared.video_grid_thw.tolist() == [grid]
+    assert prepared.placeholders[0].count("P") == tokens
+
+
+def test_without_a_video_config_the_image_processors_settings_are_used(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from modelpool.backends.transformers.video import video_settings
+
+    image_processor = SimpleNamespace(size=SimpleNamespace(shortest_edge=100, longest_edge=1000), patch_size=14,
+                                      merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3,
+                                      image_std=[0.25] * 3, rescale_factor=0.5)  # fmt: skip
+    settings = video_settings(tmp_path, image_processor)
+    assert (settings.min_pixels, settings.max_pixels, settings.patch_size, settings.image_std) == (
+        100, 1000, 14, (0.25, 0.25, 0.25))  # fmt: skip

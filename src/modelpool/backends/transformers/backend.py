@@ -32,6 +32,7 @@ from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatche
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
 from modelpool.backends.transformers.sequence import Sequence
+from modelpool.backends.transformers.video import VideoSettings, video_settings
 from modelpool.backends.transformers.vision import Media, check_video_model, load_vision_model, render_with_media
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
@@ -156,6 +157,7 @@ class TransformersBackend(DeclaredBackend):
         self._engine: ContinuousBatcher | None = None
         self._tokenizer: Any = None
         self._processor: Any = None
+        self._video_settings: VideoSettings | None = None
         """A vision model's processor (None for a text model)."""
         self._max_len = 0
 
@@ -208,7 +210,7 @@ class TransformersBackend(DeclaredBackend):
         if media.images or media.videos:
             prompt, vision = await self._tokenizer_thread.call(
                 render_with_media, self._processor, plan, self.options.chat_template, request.template_kwargs,
-                media, self._require_engine().model,
+                media, self._require_engine().model, self._video_settings,
             )  # fmt: skip
         else:
             prompt = await self._tokenizer_thread.call(self._render_chat, plan, request.template_kwargs)
@@ -392,6 +394,7 @@ class TransformersBackend(DeclaredBackend):
                 vision_model, processor = load_vision_model(path, dtype, trust, self.model.id, device_map)
             if self.options.video:
                 check_video_model(vision_model, self.model.id)
+                self._video_settings = video_settings(path, processor.image_processor)
             (vision_model if device_map else vision_model.to(device)).eval()  # accelerate placed it
             torch.set_grad_enabled(False)
             return vision_model, processor

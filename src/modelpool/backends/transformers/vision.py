@@ -22,6 +22,7 @@ from modelpool.backends.textgen.hf_text import render_chat_text
 from modelpool.backends.transformers.video import (
     VIDEO_FAMILIES,
     PreparedVideos,
+    VideoSettings,
     VideoTokens,
     expand_placeholders,
     prepare_videos,
@@ -55,13 +56,16 @@ def render_with_media(
     template_kwargs: Mapping[str, Any],
     media: Media,
     model: Any,
+    video_settings: VideoSettings | None = None,
 ) -> tuple[list[int], dict[str, Any]]:
     """(prompt token ids with the image and video tokens, the inputs for the prefill)."""
     text = render_chat_text(processor, plan, chat_template, template_kwargs)
     videos = None
     if media.videos:
+        if video_settings is None:  # a model loaded without `video: true` is refused before here
+            raise InvalidRequest("this model reads no video", param=media.videos[0].param)
         tokens = _video_tokens(processor)
-        videos = prepare_videos(processor.image_processor, model.config.model_type, tokens, media.videos)
+        videos = prepare_videos(video_settings, model.config.model_type, tokens, media.videos)
         try:
             text = expand_placeholders(text, tokens, videos.placeholders)
         except ValueError as exc:
