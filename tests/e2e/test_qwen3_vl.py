@@ -86,14 +86,19 @@ def logprobs_of(reply: ChatCompletion) -> list[float]:
 
 async def test_qwen3_vl_images_match_plain_transformers_alone_and_in_a_batch(client: httpx.AsyncClient) -> None:
     colors = ("red", "blue")
+    text_only: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
     alone = [await scored(client, ask(data_uri(png(c)))) for c in colors]
+    text_alone = await scored(client, text_only)
     assert alone[0].choices[0].message.content != alone[1].choices[0].message.content
-    batched = await asyncio.gather(*(scored(client, ask(data_uri(png(c)))) for c in colors),
-                                   scored(client, [{"role": "user", "content": QUESTION}]))  # fmt: skip
-    for color, one, together in zip(colors, alone, batched, strict=False):
+    *batched, text_batched = await asyncio.gather(*(scored(client, ask(data_uri(png(c)))) for c in colors),
+                                                  scored(client, text_only))  # fmt: skip
+    for color, one, together in zip(colors, alone, batched, strict=True):
         expected = direct_logprobs(tiny_qwen3_vl(), color, 6)
         assert logprobs_of(one) == pytest.approx(expected, abs=1e-4), color
         assert logprobs_of(together) == pytest.approx(expected, abs=1e-4), color
+    # The text-only prompt batched beside two image prefills answers as it does alone.
+    assert text_batched.choices[0].message.content == text_alone.choices[0].message.content
+    assert logprobs_of(text_batched) == pytest.approx(logprobs_of(text_alone), abs=1e-4)
 
 
 def direct_video_logprobs(data: bytes, steps: int, folder: Path | None = None,
