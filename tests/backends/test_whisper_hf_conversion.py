@@ -11,10 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from modelpool.backends.ctranslate2 import convert
 from modelpool.backends.ctranslate2.convert import ct2_folder_for, is_ct2_folder
-from modelpool.backends.faster_whisper import ct2_whisper_folder
+from modelpool.backends.faster_whisper import FasterWhisperOptions, ct2_whisper_folder, whisper_compute_type
 from modelpool.errors import ModelLoadFailed
 from tests.whisper_hf import build_tiny_hf_whisper
 
@@ -60,6 +61,20 @@ def test_converted_once_with_what_faster_whisper_reads_and_again_when_a_weight_c
     weights.write_bytes(weights.read_bytes())  # the same bytes, written again: a new mtime
     again = ct2_folder_for(source, work, "float32")
     assert again != first and converted == [first, again]
+
+
+def test_the_compute_type_is_ctranslate2s_own_word_never_a_path(hf_whisper: Path, tmp_path: Path) -> None:
+    # It names the converted folder: `x/../../../escaped` made a lock file outside the work dir.
+    with pytest.raises(ValidationError, match="compute_type"):
+        FasterWhisperOptions.model_validate({"compute_type": "x/../../../escaped"})
+    work = tmp_path / "a" / "b" / "work"
+    for word in ("x/../../../escaped", "auto"):
+        with pytest.raises(ModelLoadFailed, match="not a quantization CTranslate2 converts to"):
+            ct2_folder_for(hf_whisper, work, word)
+    assert list(tmp_path.rglob("*")) == []
+    # auto (the option's own word) is made concrete per device before it reaches the converter.
+    assert whisper_compute_type("auto", "cpu") == "int8" and whisper_compute_type(None, "cuda") == "float16"
+    assert whisper_compute_type("int8_float16", "cuda") == "int8_float16"
 
 
 def test_loads_at_once_convert_once(hf_whisper: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

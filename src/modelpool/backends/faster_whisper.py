@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from modelpool.audio.windows import quiet_windows
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
-from modelpool.backends.ctranslate2.convert import ct2_folder_for, is_ct2_folder
+from modelpool.backends.ctranslate2.convert import ComputeType, ct2_folder_for, is_ct2_folder
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.capabilities import Capabilities, Modality
@@ -34,8 +34,9 @@ class FasterWhisperOptions(BaseModel):
 
     device: str = "auto"
     """cpu, cuda, or auto (CUDA when CTranslate2 sees a GPU)."""
-    compute_type: str | None = None
-    """CTranslate2 compute type; default int8 on CPU, float16 on GPU."""
+    compute_type: ComputeType | None = None
+    """CTranslate2 compute type; default (or auto) int8 on CPU, float16 on GPU. A Hugging
+    Face Whisper converted here is quantized to it (a change converts again)."""
     cpu_threads: int = Field(default=0, ge=0)
     """Threads on the CPU (0: CTranslate2's default)."""
     beam_size: int = Field(default=1, ge=1)
@@ -154,7 +155,7 @@ class FasterWhisperBackend(DeclaredBackend):
         from faster_whisper import WhisperModel
 
         device = self.options.device if self.options.device != "auto" else self._device()
-        compute_type = self.options.compute_type or ("int8" if device == "cpu" else "float16")
+        compute_type = whisper_compute_type(self.options.compute_type, device)
         try:
             folder = ct2_whisper_folder(source, self.work_dir, compute_type)
         except ModelLoadFailed as exc:
@@ -175,6 +176,12 @@ class FasterWhisperBackend(DeclaredBackend):
 
     def _default_language(self) -> str | None:
         return next(iter(self.languages)) if self.languages is not None and len(self.languages) == 1 else None
+
+
+def whisper_compute_type(chosen: ComputeType | None, device: str) -> str:
+    """A concrete compute type, which a converted folder is quantized to and named by (the
+    converter takes no `auto`): the option's, else int8 on the CPU and float16 on a GPU."""
+    return chosen if chosen is not None and chosen != "auto" else ("int8" if device == "cpu" else "float16")
 
 
 def ct2_whisper_folder(source: Path, work_dir: Path, compute_type: str) -> Path:

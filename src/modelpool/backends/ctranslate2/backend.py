@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from modelpool.backends import hf_tokens
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
-from modelpool.backends.ctranslate2.convert import ct2_folder_for, read_facts
+from modelpool.backends.ctranslate2.convert import ComputeType, ct2_folder_for, read_facts
 from modelpool.backends.ctranslate2.engine import BatchEngine, BatchPolicy
 from modelpool.backends.ctranslate2.rows import Row
 from modelpool.backends.ctranslate2.scoring import score_tokens
@@ -62,9 +62,6 @@ from modelpool.offload import TEMPLATE_RENDERS
 from modelpool.tasks import Task
 from modelpool.tools.prompt import ChatPlan, plan_chat
 
-ComputeType = Literal[
-    "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"
-]
 _DEFAULT_CONTEXT = 4096
 """The limit when neither the options nor the model's files say one."""
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
@@ -53,6 +53,12 @@ _CONVERT_BYTES_PER_S = 30e6
 """Float32 source weights converted per second on 2 CPU cores (SmolLM2-135M: ~18 s)."""
 _LOCKS: dict[Path, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
+ComputeType = Literal[
+    "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"
+]
+"""CTranslate2's compute types (the ctranslate2 and faster_whisper backends' option); a
+converted model is quantized to the chosen one, `auto` first made concrete by the backend."""
+QUANTIZATIONS = frozenset(get_args(ComputeType)) - {"auto"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,9 @@ def ct2_folder_for(source: Path, work_dir: Path, quantization: str) -> Path:
     """The CT2 folder for `source` at `quantization`, converted (once) if it is not one."""
     if is_ct2_folder(source):
         return source
+    if quantization not in QUANTIZATIONS:  # it names a folder: only the converter's own words
+        raise ModelLoadFailed(f"{quantization!r} is not a quantization CTranslate2 converts to "
+                              f"({', '.join(sorted(QUANTIZATIONS))})")  # fmt: skip
     hf = hf_folder_for(source, work_dir) if source.is_file() and source.suffix == ".gguf" else source
     if not (hf.is_dir() and (hf / "config.json").is_file()):
         raise ModelLoadFailed(f"{source} is neither a CTranslate2 folder (model.bin + config.json), "
