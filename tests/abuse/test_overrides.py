@@ -15,9 +15,12 @@ import openai
 import psutil
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
+from pydantic import BaseModel, ValidationError
 
+from modelpool.backends.llama_cpp.backend import LlamaCppOptions
 from modelpool.backends.managed.engine_flags import LLAMA_CPP_PYTHON, LLAMA_SERVER, VLLM, FlagPolicy
 from modelpool.backends.managed.llama_server import LlamaServerOptions
+from modelpool.backends.managed.vllm_serve import VllmOptions
 from modelpool.config import load_config
 from modelpool.config.schema import ModelConfig
 from modelpool.runtime.option_schema import check_override
@@ -117,6 +120,23 @@ def test_the_configured_extra_args_stay_in_front() -> None:
     assert dropped is not None and "keeps the configured extra_args" in dropped
     # The config itself may set any flag.
     assert LlamaServerOptions.model_validate({"extra_args": ["--host", "0.0.0.0"]}).extra_args[0] == "--host"
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [(LlamaCppOptions, "n_ctx"), (LlamaServerOptions, "context_length"), (VllmOptions, "max_model_len")],
+)
+def test_a_context_size_has_an_upper_bound(options: type[BaseModel], field: str) -> None:
+    # llama.cpp's n_ctx is a uint32 given context × parallel: unbounded, a huge value wrapped.
+    assert options.model_validate({field: 1 << 20})
+    with pytest.raises(ValidationError, match=field):
+        options.model_validate({field: (1 << 20) + 1})
+    largest = {LlamaCppOptions: "parallel", LlamaServerOptions: "parallel"}.get(options)
+    if largest is not None:
+        assert options.model_validate({field: 1 << 20, largest: 256})
+        with pytest.raises(ValidationError, match=largest):
+            options.model_validate({largest: 257})
+        assert (1 << 20) * 256 < 2**31
 
 
 def test_an_override_may_tune_the_configured_draft_or_turn_it_off(tmp_path: Path) -> None:

@@ -99,7 +99,7 @@ class VllmEngineOptions(BaseModel):
     a local path."""
     dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
     """Weights and activations dtype (`--dtype`)."""
-    max_model_len: int | None = Field(default=None, ge=16)
+    max_model_len: int | None = Field(default=None, ge=16, le=1 << 20)
     """Context length (`--max-model-len`); default: the model's own."""
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     """Share of GPU memory vLLM may take (`--gpu-memory-utilization`)."""

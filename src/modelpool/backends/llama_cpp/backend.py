@@ -64,7 +64,7 @@ BATCH_INVARIANT_UBATCH = 63  # ggml-cpu's flash attention tiles queries from GGM
 class LlamaCppOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    n_ctx: int = Field(default=4096, ge=16)
+    n_ctx: int = Field(default=4096, ge=16, le=1 << 20)  # × parallel (≤ 256) stays under 2**31 (uint32 n_ctx)
     """Context length of one request in tokens (prompt + completion)."""
     parallel: int | None = Field(default=None, ge=1, le=256)
     """Requests decoded together in one context (continuous batching); the KV cache holds

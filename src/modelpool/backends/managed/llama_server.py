@@ -36,12 +36,12 @@ class LlamaServerOptions(ManagedOptions):
     python: str | None = None
     """Interpreter that runs `-m llama_cpp.server` (default: modelpool's own; in a container,
     the image's `python3`)."""
-    context_length: int = Field(default=4096, ge=16)
+    context_length: int = Field(default=4096, ge=16, le=1 << 20)  # × parallel stays under 2**31
     """Context of one request in tokens. llama-server splits `-c` among its `-np` slots,
     so it gets `context_length × parallel` (`--n_ctx` for llama_cpp.server)."""
     gpu_layers: int = Field(default=0, ge=-1)
     """Layers offloaded to the GPU; -1: all (`-ngl` / `--n_gpu_layers`)."""
-    parallel: int = Field(default=1, ge=1)
+    parallel: int = Field(default=1, ge=1, le=256)
     """Requests the native server runs at once (`-np`); llama_cpp.server runs one."""
     mmproj: str | None = None
     """Multimodal projector file for vision models (`--mmproj` / `--clip_model_path`)."""
