@@ -260,3 +260,29 @@ def test_without_a_video_config_the_image_processors_settings_are_used(tmp_path:
     settings = video_settings(tmp_path, image_processor)
     assert (settings.min_pixels, settings.max_pixels, settings.patch_size, settings.image_std) == (
         100, 1000, 14, (0.25, 0.25, 0.25))  # fmt: skip
+
+
+async def test_images_and_videos_share_one_request_pixel_budget() -> None:
+    """`server.max_request_image_pixels` bounds a request's images and its videos' frames
+    together: the frames get what the images leave, split among the videos."""
+    from modelpool.capabilities import Capabilities, Modality
+    from modelpool.inference import ChatMessage, ChatRequest, ImageInput
+    from modelpool.runtime.tasks.videos import with_loaded_videos
+
+    declared = Capabilities(tasks=frozenset(), modalities=frozenset({Modality.TEXT, Modality.VIDEO}), video_fps=2.0,
+                            max_video_frames=4)  # fmt: skip
+    uri = "data:video/mp4;base64," + base64.b64encode(make_video(["red"] * 4, size=(320, 320))).decode()
+    image = ImageInput("data:", "messages[0].content[0]", image=Image.new("RGB", (200, 200)))
+    videos = tuple(VideoInput(uri, f"messages[0].content[{i}]") for i in (1, 2))
+    request = ChatRequest(messages=(ChatMessage("user", "", parts=(image, *videos)),))
+    policy = VideoPolicy(max_frames_pixels=200_000)
+    loaded = await with_loaded_videos(request, "m", declared, policy)
+    assert all(video.frames for video in loaded.messages[0].videos)
+    frames = [frame for video in loaded.messages[0].videos for frame in video.frames]
+    # 200,000 - 40,000 image pixels, 80,000 a video, 20,000 a frame: 141x141, not 223x223 (the whole budget's).
+    assert all(frame.width * frame.height <= 20_000 for frame in frames), [frame.size for frame in frames]
+    crowded = ChatRequest(messages=(ChatMessage("user", "", parts=(
+        ImageInput("data:", "messages[0].content[0]", image=Image.new("RGB", (440, 440))), *videos)),))  # fmt: skip
+    with pytest.raises(RequestTooLarge, match=r"server\.max_request_image_pixels") as caught:
+        await with_loaded_videos(crowded, "m", declared, policy)
+    assert caught.value.param == "messages[0].content[1]"

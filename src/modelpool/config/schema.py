@@ -188,7 +188,8 @@ class ServerConfig(_Strict):
 
     max_request_image_pixels: int = Field(default=80_000_000, gt=0)
     """Most pixels all the images of one request may have together, read from their headers
-    before any is decoded (413 above it). Bounds the memory one request's images take."""
+    before any is decoded (413 above it). Bounds the memory one request's images take; a
+    video's sampled frames share it (scaled down to what the images leave, split evenly)."""
 
     max_video_bytes: int = Field(default=64 * 1024 * 1024, gt=0, le=2 * 1024**3)
     """Largest video (`video_url` part) accepted (413 above it). Videos come from the same

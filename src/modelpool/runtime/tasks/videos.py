@@ -15,7 +15,7 @@ import base64
 from dataclasses import replace
 
 from modelpool.capabilities import Capabilities, Modality
-from modelpool.errors import InvalidRequest, ModalityUnsupported
+from modelpool.errors import InvalidRequest, ModalityUnsupported, RequestTooLarge
 from modelpool.extras import VIDEO
 from modelpool.inference import ChatMessage, ChatRequest, ContentPart, VideoInput
 from modelpool.media.video import Sampling, VideoPolicy, read_header, sample_frames, video_bytes
@@ -36,9 +36,30 @@ async def with_loaded_videos(
                              param=videos[policy.max_videos].param)  # fmt: skip
     VIDEO.require()
     local = [video for video in videos if not _forwarded_as_url(video, declared)]
+    if local and declared.max_video_frames is not None:
+        policy = _sharing_the_pixel_budget(request, local, declared.max_video_frames, policy)
     loaded = await all_or_none(local, lambda video: _loaded(video, declared, policy))
     by_part = {id(video): done for video, done in zip(local, loaded, strict=True)}
     return replace(request, messages=tuple(_with_parts(m, by_part) for m in request.messages))
+
+
+MIN_FRAME_PIXELS = 32 * 32
+"""Fewest pixels a sampled frame may be scaled down to, before the request is refused."""
+
+
+def _sharing_the_pixel_budget(request: ChatRequest, videos: list[VideoInput], max_frames: int,
+                              policy: VideoPolicy) -> VideoPolicy:  # fmt: skip
+    """One request-wide pixel budget (`server.max_request_image_pixels`) for its images and
+    its videos' sampled frames together: what the (already loaded) images leave is shared
+    evenly among the videos decoded here."""
+    images = sum(image.image.width * image.image.height for message in request.messages
+                 for image in message.images if image.image is not None)  # fmt: skip
+    each = (policy.max_frames_pixels - images) // len(videos)
+    if each < max_frames * MIN_FRAME_PIXELS:
+        raise RequestTooLarge(f"the request's images leave too few of its {policy.max_frames_pixels} pixels "
+                              "for its videos' frames (server.max_request_image_pixels)",
+                              param=videos[0].param)  # fmt: skip
+    return replace(policy, max_frames_pixels=each)
 
 
 def _forwarded_as_url(video: VideoInput, declared: Capabilities) -> bool:
