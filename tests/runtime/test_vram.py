@@ -105,6 +105,38 @@ def test_no_driver_is_no_gpu_said_once(nvml_standin: Install, caplog: pytest.Log
     assert [r.message for r in caplog.records].count("NVML not available: no GPU seen through NVML") == 1
 
 
+def test_a_failed_nvml_start_is_tried_again_later(nvml_standin: Install, monkeypatch: pytest.MonkeyPatch) -> None:
+    numbers: dict[str, Any] = {**one_gpu(), "fail": "Driver Not Loaded"}
+    standin = nvml_standin(numbers)
+    assert nvml_gpus() == []
+    del numbers["fail"]  # the driver is loaded now
+    assert nvml_gpus() == [] and standin.inits == 1  # not tried again at every reading
+    monkeypatch.setattr(gpu_probe, "NVML_RETRY_S", 0.0)
+    assert [gpu.device for gpu in nvml_gpus()] == ["cuda:0"] and standin.inits == 2
+
+
+def test_one_failing_gpu_hides_only_itself(nvml_standin: Install) -> None:
+    gpu = one_gpu()["gpus"][0]
+    listed = [{"gpu": 1, "pid": 7, "used": GiB}]
+    standin = nvml_standin({"gpus": [gpu, {**gpu, "uuid": "GPU-standin-1"}], "processes": listed})
+    real_memory, real_processes = standin.nvmlDeviceGetMemoryInfo, standin.nvmlDeviceGetComputeRunningProcesses
+
+    def memory(handle: int, version: int | None = None) -> Any:
+        if handle == 0:
+            raise standin.NVMLError("GPU is lost")
+        return real_memory(handle, version)
+
+    def processes(handle: int) -> Any:
+        if handle == 0:
+            raise standin.NVMLError("GPU is lost")
+        return real_processes(handle)
+
+    standin.nvmlDeviceGetMemoryInfo = memory  # type: ignore[method-assign]
+    standin.nvmlDeviceGetComputeRunningProcesses = processes  # type: ignore[method-assign]
+    assert [gpu.uuid for gpu in nvml_gpus()] == ["GPU-standin-1"]
+    assert nvml_processes()[7].devices == ("cuda:1",)
+
+
 def test_a_missing_binding_is_no_gpu(nvml_standin: Install, monkeypatch: pytest.MonkeyPatch) -> None:
     nvml_standin(one_gpu())
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError

@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +25,52 @@ GpuProbe = Callable[[], list[GpuMemory]]
 """Each visible GPU's memory now (an empty list: no GPU)."""
 
 
-@cache
-def nvml() -> Any | None:
-    """The `pynvml` module, initialised once; None (logged once) when it cannot answer."""
-    try:
-        binding = importlib.import_module("pynvml")
-    except ImportError:
-        log.info("NVML binding not installed (pip install nvidia-ml-py): no GPU seen through NVML")
-        return None
-    try:
-        binding.nvmlInit()
-    except binding.NVMLError as exc:  # no libnvidia-ml, no driver, a driver/library mismatch
-        log.info("NVML not available: no GPU seen through NVML", extra={"reason": str(exc)})
-        return None
-    return binding
+NVML_RETRY_S = 60.0
+"""How long a failed NVML start is believed before it is tried again (a driver loaded after
+the server started, a container given its GPU late)."""
+
+
+class _Nvml:
+    """The `pynvml` module, initialised once; None while it cannot answer, tried again at
+    most every NVML_RETRY_S (logged at info the first time, debug after)."""
+
+    def __init__(self) -> None:
+        self._binding: Any | None = None
+        self._failed_at: float | None = None
+        self._said = False
+
+    def __call__(self) -> Any | None:
+        if self._binding is not None:
+            return self._binding
+        if self._failed_at is not None and time.monotonic() - self._failed_at < NVML_RETRY_S:
+            return None
+        self._binding = self._start()
+        self._failed_at = None if self._binding is not None else time.monotonic()
+        return self._binding
+
+    def cache_clear(self) -> None:
+        """Forget the binding and any failure (tests put a stand-in in its place)."""
+        self._binding, self._failed_at, self._said = None, None, False
+
+    def _start(self) -> Any | None:
+        try:
+            binding = importlib.import_module("pynvml")
+        except ImportError:
+            self._say("NVML binding not installed (pip install nvidia-ml-py): no GPU seen through NVML", None)
+            return None
+        try:
+            binding.nvmlInit()
+        except binding.NVMLError as exc:  # no libnvidia-ml, no driver, a driver/library mismatch
+            self._say("NVML not available: no GPU seen through NVML", str(exc))
+            return None
+        return binding
+
+    def _say(self, message: str, reason: str | None) -> None:
+        log.log(logging.DEBUG if self._said else logging.INFO, message, extra={"reason": reason})
+        self._said = True
+
+
+nvml = _Nvml()
 
 
 def _text(value: str | bytes) -> str:
@@ -64,19 +96,27 @@ def nvml_gpus() -> list[GpuMemory]:
     if binding is None:
         return []
     try:
-        devices = []
-        for index in range(binding.nvmlDeviceGetCount()):
-            handle = binding.nvmlDeviceGetHandleByIndex(index)
-            memory = _memory_info(binding, handle)
-            devices.append(GpuMemory(
-                f"cuda:{index}", int(memory.total), int(memory.free), int(memory.used), index,
-                _text(binding.nvmlDeviceGetName(handle)), _text(binding.nvmlDeviceGetUUID(handle)),
-                int(getattr(memory, "reserved", 0)),
-            ))  # fmt: skip
-        return devices
-    except binding.NVMLError as exc:  # a GPU fell off the bus, the driver went away
+        count = binding.nvmlDeviceGetCount()
+    except binding.NVMLError as exc:  # the driver went away
         log.warning("NVML could not read the GPUs", extra={"reason": str(exc)})
         return []
+    devices = []
+    for index in range(count):
+        try:
+            devices.append(_device(binding, index))
+        except binding.NVMLError as exc:  # this GPU fell off the bus: the others still answer
+            log.warning("NVML could not read a GPU", extra={"device": f"cuda:{index}", "reason": str(exc)})
+    return devices
+
+
+def _device(binding: Any, index: int) -> GpuMemory:
+    handle = binding.nvmlDeviceGetHandleByIndex(index)
+    memory = _memory_info(binding, handle)
+    return GpuMemory(
+        f"cuda:{index}", int(memory.total), int(memory.free), int(memory.used), index,
+        _text(binding.nvmlDeviceGetName(handle)), _text(binding.nvmlDeviceGetUUID(handle)),
+        int(getattr(memory, "reserved", 0)),
+    )  # fmt: skip
 
 
 def nvml_processes() -> dict[int, GpuProcess]:
@@ -89,20 +129,19 @@ def nvml_processes() -> dict[int, GpuProcess]:
     used: dict[int, int] = {}
     devices: dict[int, list[str]] = {}
     try:
-        for index in range(binding.nvmlDeviceGetCount()):
-            handle = binding.nvmlDeviceGetHandleByIndex(index)
-            seen: dict[int, int] = {}
-            for reader in (binding.nvmlDeviceGetComputeRunningProcesses, binding.nvmlDeviceGetGraphicsRunningProcesses):
-                for process in reader(handle):
-                    # A process with both contexts is listed twice with the same memory;
-                    # usedGpuMemory is None where NVML may not say (some containers, Windows WDDM).
-                    seen[int(process.pid)] = max(seen.get(int(process.pid), 0), int(process.usedGpuMemory or 0))
-            for pid, size in seen.items():
-                used[pid] = used.get(pid, 0) + size
-                devices.setdefault(pid, []).append(f"cuda:{index}")
+        count = binding.nvmlDeviceGetCount()
     except binding.NVMLError as exc:
         log.warning("NVML could not list the GPUs' processes", extra={"reason": str(exc)})
         return {}
+    for index in range(count):
+        try:
+            seen = _device_processes(binding, index)
+        except binding.NVMLError as exc:  # this GPU's list only: the others still answer
+            log.warning("NVML could not list a GPU's processes", extra={"device": f"cuda:{index}", "reason": str(exc)})
+            continue
+        for pid, size in seen.items():
+            used[pid] = used.get(pid, 0) + size
+            devices.setdefault(pid, []).append(f"cuda:{index}")
     return {pid: GpuProcess(pid, used[pid], tuple(devices[pid])) for pid in used}
 
 
@@ -129,6 +168,17 @@ def own_gpu_meter(gpus: GpuProbe) -> Callable[[], int]:
 def process_bytes(pid: int) -> int:
     listed = nvml_processes().get(pid)
     return 0 if listed is None else listed.used_bytes
+
+
+def _device_processes(binding: Any, index: int) -> dict[int, int]:
+    handle = binding.nvmlDeviceGetHandleByIndex(index)
+    seen: dict[int, int] = {}
+    for reader in (binding.nvmlDeviceGetComputeRunningProcesses, binding.nvmlDeviceGetGraphicsRunningProcesses):
+        for process in reader(handle):
+            # A process with both contexts is listed twice with the same memory;
+            # usedGpuMemory is None where NVML may not say (some containers, Windows WDDM).
+            seen[int(process.pid)] = max(seen.get(int(process.pid), 0), int(process.usedGpuMemory or 0))
+    return seen
 
 
 def processes_use(pids: Iterable[int], seen: dict[int, GpuProcess]) -> GpuProcess | None:
