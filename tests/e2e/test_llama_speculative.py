@@ -213,5 +213,9 @@ async def test_load_time_overrides_are_bounded(served) -> None:
     load = f"/v1/admin/models/{FOREIGN_DRAFT}/load"
     refused = await client.post(load, json={"overrides": {"speculative": {"draft": "x.gguf", "n_max": 64}}})
     assert refused.status_code == 400 and "n_max" in refused.text
-    options = (await client.get("/v1/admin/models")).text
-    assert "speculative" in options
+    # The load form is generated from this schema: the nested option's bounds must reach it.
+    listed = (await client.get("/v1/admin/models")).json()
+    (model,) = [m for m in listed["data"] if m["id"] == FOREIGN_DRAFT]
+    (option,) = [o for o in model["override_options"] if o["name"] == "speculative"]
+    fields = option["schema"]["properties"]
+    assert fields["n_max"]["maximum"] == 32 and fields["p_min"]["maximum"] == 1.0, option
