@@ -16,7 +16,7 @@ own sampler chain and seed, grammar, stop strings and logprobs; scoring requests
 from __future__ import annotations
 
 import ctypes
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from modelpool.backends.llama_cpp.microbatch import SPLIT_KV_FROM, lone_sequences
 from modelpool.backends.llama_cpp.model import GgufModel
 from modelpool.backends.llama_cpp.sequence import Job, ScoringJob, scored_token
 from modelpool.backends.llama_cpp.speculative import Draft, Drafter
@@ -37,10 +38,6 @@ from modelpool.inference import GenerationChunk
 if TYPE_CHECKING:
     from modelpool.backends.llama_cpp.vision import ImageProjector
 
-_SPLIT_KV_FROM = 224
-"""A lone row from this position on may span 512 KV cells (its stream holds positions
-0..pos, padded to 256 cells); a margin below 256 in case cells are not perfectly packed."""
-
 
 @dataclass
 class _Row:
@@ -48,7 +45,9 @@ class _Row:
 
     token: int
     position: int
-    job: Job | ScoringJob
+    seq_id: int
+    job: Job | ScoringJob | None
+    """None: a spare row (see `_spare_beside`), whose cells are removed after the step."""
     logits: bool
     output: bool
     """Whether the step reads a result here (a guess's logits are read by its sequence's first row)."""
@@ -90,13 +89,14 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         self.parallel = parallel
         self._reuse = reuse_prompt_cache
         guesses = drafter.options.n_max if drafter is not None else 0
-        self._n_batch = max(n_batch, parallel * (1 + guesses)) + 1  # every next token, its guesses, a spare row
+        self._n_batch = max(n_batch, parallel * (1 + guesses))  # every next token and its guesses fit
         self._n_ubatch = min(n_ubatch, self._n_batch)
         self._invariant = batch_invariant
-        self._spare: _Slot | None = None
+        self._spares: list[_Row] = []
+        capacity = self._n_batch + parallel  # and a spare row in every other sequence at most
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx * parallel
-        params.n_batch = self._n_batch
+        params.n_batch = capacity
         params.n_ubatch = self._n_ubatch
         params.n_seq_max = parallel
         # Batch-invariant: a KV stream per sequence, so its cells always sit in position order
@@ -112,7 +112,7 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
                                   f"({attention.describe()})")  # fmt: skip
         self.context: Any = context
         self._memory = llama_cpp.llama_get_memory(context)
-        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._batch = llama_cpp.llama_batch_init(capacity, 0, 1)
         self._slots = [_Slot(i) for i in range(parallel)]
         self.projector: ImageProjector | None = None
         self.drafter = drafter
@@ -182,12 +182,12 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         self._admit()
         self._draft()
         outputs = self._fill_batch()
-        if not outputs:
+        if self._batch.n_tokens == 0:  # (a prompt piece that does not end its prompt has no output, but is evaluated)
             return
         status = self._llama.llama_decode(self.context, self._batch)
-        if self._spare is not None:
-            self._llama.llama_memory_seq_rm(self._memory, self._spare.seq_id, len(self._spare.cached), -1)
-            self._spare = None
+        for spare in self._spares:
+            self._llama.llama_memory_seq_rm(self._memory, spare.seq_id, spare.position, -1)
+        self._spares = []
         if status != 0:
             raise GenerationFailed(f"llama_decode returned {status}")
         self.decode_steps += 1
@@ -291,7 +291,7 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         rows: list[_Row] = []
 
         def add(token: int, job: Job | ScoringJob, logits: bool, output: bool) -> None:
-            rows.append(_Row(token, job.position, job, logits, output))
+            rows.append(_Row(token, job.position, job.seq_id, job, logits, output))
             job.position += 1
             job.history.append(token)
 
@@ -330,50 +330,66 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         batch, outputs = self._batch, []
         for index, row in enumerate(rows):
             batch.token[index], batch.pos[index], batch.n_seq_id[index] = row.token, row.position, 1
-            batch.seq_id[index][0], batch.logits[index] = row.job.seq_id, row.logits
-            if row.output:
+            batch.seq_id[index][0], batch.logits[index] = row.seq_id, row.logits
+            if row.output and row.job is not None:
                 outputs.append((index, row.job, row.position))
-        count = len(rows)
-        if self._invariant and count % self._n_ubatch == 1 and batch.pos[count - 1] >= _SPLIT_KV_FROM:
-            count = self._add_spare_row(count)
-        batch.n_tokens = count
+        batch.n_tokens = len(rows)
         return outputs
 
     def _no_lone_row(self, rows: list[_Row]) -> None:
-        """With a KV stream per sequence llama.cpp splits a batch into micro-batches holding
-        as many rows of each sequence (`split_equal`): the sequence with the most rows ends
-        with its surplus alone, and a micro-batch of one row past 512 cells takes the
-        split-KV kernel (see `_add_spare_row`). Such a last row waits for the next step
-        instead: a draft's guess is dropped (guessed again), a prompt's last token of this
-        piece goes into the next piece. A sequence with one row in all is the spare row's case."""
-        while (seq_id := _lone_tail(rows, self._n_ubatch)) is not None:
-            last = max(i for i, row in enumerate(rows) if row.job.seq_id == seq_id)
-            row = rows[last]
-            job = row.job
-            if row.position < _SPLIT_KV_FROM or sum(1 for r in rows if r.job is job) < 2:
+        """No row past `SPLIT_KV_FROM` alone in a micro-batch (microbatch.py: llama.cpp would
+        give it the split-KV attention kernel, which rounds differently). The rows are put in
+        sequence-id order, which llama.cpp's equal split follows. A lone row that is the last
+        of several of its sequence waits for the next step (a draft's guess is dropped and
+        guessed again, a prompt piece ends a token earlier); a sequence's only row gets a
+        spare row beside it, in the next or previous sequence id, which joins the two in a
+        micro-batch. Each round removes a row or adds a spare, so this ends."""
+        rows.sort(key=lambda row: row.seq_id)  # stable: each sequence's rows keep their order
+        while (index := self._lone_row(rows)) is not None:
+            row, job = rows[index], rows[index].job
+            assert job is not None  # `_lone_row` skips spare rows
+            if index > 0 and rows[index - 1].job is job:
+                del rows[index]
+                job.position -= 1
+                job.history.pop()
+                if isinstance(job, Job) and job.drafted and not row.output:
+                    job.drafted.pop()
+                else:  # a prompt row: the piece ends a token earlier
+                    job.evaluated -= 1
+            elif (spare := self._spare_beside(row.seq_id, rows)) is not None:
+                rows.insert(index + (spare.seq_id > row.seq_id), spare)
+                self._spares.append(spare)
+            else:  # parallel = 1: nothing to borrow
                 return
-            del rows[last]
-            job.position -= 1
-            job.history.pop()
-            if isinstance(job, Job) and job.drafted and not row.output:
-                job.drafted.pop()
-            else:  # a prompt row: the piece ends a token earlier
-                job.evaluated -= 1
 
-    def _add_spare_row(self, count: int) -> int:
-        """A micro-batch of one row takes llama.cpp's split-KV attention once its sequence
-        spans 512 cells (ggml-cpu: one query row, nek1 >= 512; llama.cpp pads the span to
-        256), which rounds differently from the multi-row kernel. A spare row, in a free
-        sequence after what its cells hold (removed again after the step), keeps every row
-        on the same kernel. Short sequences never need it, so a lone short chat pays nothing."""
-        spare = next((slot for slot in self._slots if slot.job is None and len(slot.cached) < self.n_ctx), None)
-        if spare is None:  # parallel = 1: nothing to borrow
-            return count
-        batch = self._batch
-        batch.token[count], batch.pos[count], batch.n_seq_id[count] = max(self.model.bos, 0), len(spare.cached), 1
-        batch.seq_id[count][0], batch.logits[count] = spare.seq_id, False
-        self._spare = spare
-        return count + 1
+    def _lone_row(self, rows: list[_Row]) -> int | None:
+        """The index of a request's row that would be alone in a micro-batch past `SPLIT_KV_FROM`."""
+        groups: list[tuple[int, int]] = []
+        for row in rows:
+            if groups and groups[-1][0] == row.seq_id:
+                groups[-1] = (row.seq_id, groups[-1][1] + 1)
+            else:
+                groups.append((row.seq_id, 1))
+        for seq_id in lone_sequences(groups, self._n_ubatch):
+            index = max(i for i, row in enumerate(rows) if row.seq_id == seq_id)
+            if rows[index].job is not None and rows[index].position >= SPLIT_KV_FROM:
+                return index
+        return None
+
+    def _spare_beside(self, seq_id: int, rows: list[_Row]) -> _Row | None:
+        """A row of a sequence next to `seq_id` that has none in this step, after what its
+        cells hold (a free sequence's cached prefix, or a waiting prompt's evaluated part):
+        its cells are removed again after the step and its logits never read. Short
+        sequences never need it, so a lone short chat pays nothing."""
+        taken = {row.seq_id for row in rows}
+        for neighbour in (seq_id + 1, seq_id - 1):
+            if not 0 <= neighbour < self.parallel or neighbour in taken:
+                continue
+            slot = self._slots[neighbour]
+            position = len(slot.cached) if slot.job is None else slot.job.position
+            if position < self.n_ctx:
+                return _Row(max(self.model.bos, 0), position, neighbour, None, False, False)
+        return None
 
     # ----- after the step: one output row --------------------------------------------
 
@@ -501,16 +517,3 @@ def _common_prefix(cached: list[int], prompt: list[int]) -> int:
             break
         n += 1
     return n
-
-
-def _lone_tail(rows: list[_Row], n_ubatch: int) -> int | None:
-    """The sequence whose last micro-batch would be one row alone, if any: llama.cpp's equal
-    split takes as many rows of every sequence left into each micro-batch (at most
-    `n_ubatch` rows), so the sequence with the most rows, when no other has as many, ends
-    with its surplus alone, in micro-batches of `n_ubatch`."""
-    counts = Counter(row.job.seq_id for row in rows).most_common(2)
-    if not counts:
-        return None
-    top_seq, top = counts[0]
-    second = counts[1][1] if len(counts) > 1 else 0
-    return top_seq if top > second and (top - second) % n_ubatch == 1 else None
