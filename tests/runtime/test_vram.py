@@ -19,6 +19,7 @@ from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.context import BackendContext
 from modelpool.backends.gpu_estimates import gguf_shape, kv_cache_bytes, llama_split, parameters_at
 from modelpool.backends.llama_cpp.backend import LlamaCppBackend, LlamaCppOptions
+from modelpool.backends.llama_knobs import KvCacheType
 from modelpool.backends.managed.llama_server import LlamaServerBackend, LlamaServerOptions
 from modelpool.backends.managed.vllm_serve import VllmOptions, VllmServeBackend
 from modelpool.config.schema import ModelConfig
@@ -222,7 +223,8 @@ def test_the_kv_cache_estimate_is_what_llama_cpp_allocates(capfd: pytest.Capture
     gguf = smollm2_gguf()
     shape = gguf_shape(gguf)
     assert shape is not None and (shape.layers, shape.kv_heads, shape.key_length) == (30, 3, 64)
-    for type_k, ggml_type in (("f16", 1), ("q8_0", 8)):
+    kv_types: tuple[tuple[KvCacheType, int], ...] = (("f16", 1), ("q8_0", 8))
+    for type_k, ggml_type in kv_types:
         capfd.readouterr()
         model = llama_cpp.Llama(str(gguf), n_ctx=512, verbose=True, type_k=ggml_type, type_v=ggml_type,
                                 flash_attn=type_k != "f16")  # fmt: skip
@@ -367,14 +369,9 @@ async def test_the_transformers_estimate_is_the_parameter_count_at_the_load_dtyp
 
 
 def test_a_kv_type_is_read_as_the_options_name_it() -> None:
-    import enum
-
     from modelpool.backends.gpu_estimates import kv_type_bytes
 
-    class KvType(enum.Enum):
-        Q8_0 = "q8_0"
-
-    assert kv_type_bytes(KvType.Q8_0) == kv_type_bytes("q8_0") == kv_type_bytes("Q8_0") == 34 / 32
+    assert kv_type_bytes("q8_0") == 34 / 32
     assert kv_type_bytes(None) == kv_type_bytes("f16") == 2.0 and kv_type_bytes("q4_0") == 18 / 32
 
 

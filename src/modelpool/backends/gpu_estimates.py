@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
+from modelpool.backends.llama_knobs import KvCacheType
 from modelpool.detect.gguf import GgufHeader, NeedMoreBytes, parse_header
 from modelpool.errors import ModelSourceError
 
@@ -73,14 +74,14 @@ def _gguf_header(path: Path) -> GgufHeader:
     raise ModelSourceError(f"{path}: the GGUF metadata is larger than {_HEADS[-1]:,} bytes")
 
 
-def kv_type_bytes(kv_type: object) -> float:
-    """Bytes per element of a KV-cache type as an option names it (`q8_0`, an enum of those
-    names, None: f16); a type not in the table counts as f16."""
-    name = str(getattr(kv_type, "value", kv_type) or "f16").lower()
-    return KV_TYPE_BYTES.get(name, 2.0)
+def kv_type_bytes(kv_type: KvCacheType | None) -> float:
+    """Bytes per element of a KV-cache type as the options name it (None: f16, llama.cpp's default)."""
+    return KV_TYPE_BYTES[kv_type or "f16"]
 
 
-def kv_cache_bytes(shape: GgufShape, tokens: int, type_k: object = "f16", type_v: object = "f16") -> int:
+def kv_cache_bytes(
+    shape: GgufShape, tokens: int, type_k: KvCacheType | None = "f16", type_v: KvCacheType | None = "f16"
+) -> int:
     """All layers' K and V for `tokens` cached tokens (every parallel sequence's context)."""
     per_layer = shape.kv_heads * (shape.key_length * kv_type_bytes(type_k) + shape.value_length * kv_type_bytes(type_v))
     return int(tokens * shape.layers * per_layer)
@@ -92,7 +93,9 @@ class LlamaSplit:
     ram_bytes: int
 
 
-def llama_split(path: Path, gpu_layers: int, tokens: int, type_k: object = "f16", type_v: object = "f16") -> LlamaSplit:
+def llama_split(
+    path: Path, gpu_layers: int, tokens: int, type_k: KvCacheType | None = "f16", type_v: KvCacheType | None = "f16"
+) -> LlamaSplit:
     """A GGUF loaded by llama.cpp with `gpu_layers` offloaded (-1: all): the GPU holds that
     share of the weights (llama.cpp offloads n_layer + 1, the output layer last), the KV
     cache of the offloaded layers and a compute buffer; the rest stays in RAM."""
