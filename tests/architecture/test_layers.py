@@ -66,8 +66,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "ray_serve": BASE | {"wire", "server", "runtime", "backends", "services"},
     # The SDK could ship as a package of its own: it knows nothing of the server.
     "client": frozenset(),
+    # The load generator (`modelpool bench`, benchmarks/): HTTP to any OpenAI-compatible URL,
+    # so like the SDK it knows nothing of the server it measures.
+    "loadgen": frozenset(),
     # Commands: server-side verbs build the app, the rest go through the SDK.
-    "cli": BASE | {"wire", "api", "server", "runtime", "backends", "services", "client", "ray_serve", "hub", "detect"},
+    "cli": BASE
+    | {"wire", "api", "server", "runtime", "backends", "services", "client", "ray_serve", "hub", "detect", "loadgen"},
     "__main__": frozenset({"cli"}),
 }
 

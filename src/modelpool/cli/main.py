@@ -11,6 +11,7 @@ import typer
 
 from modelpool import __version__
 from modelpool.cli import admin, processes, stack
+from modelpool.cli import bench as bench_cli
 from modelpool.cli import cache as cache_cli
 from modelpool.cli import credentials as credentials_cli
 from modelpool.cli import pull as pull_cli
@@ -113,6 +114,7 @@ def list_models(config: ConfigOpt = None, local_config: LocalOpt = None) -> None
 
 
 app.command("run")(run_cli.run)
+app.command("bench")(bench_cli.bench)
 app.command("ps")(admin.ps)
 app.command("pull")(pull_cli.pull_command)
 app.command("show")(show_cli.show_command)
