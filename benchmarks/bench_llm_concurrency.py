@@ -59,10 +59,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import aiohttp
 import httpx
 
 from benchmarks.bench_serving import free_port
+from modelpool.loadgen import LoadSpec, open_client, percentile, run_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BINARY = ROOT / ".llama-server" / "bin" / "llama-server"
@@ -305,72 +305,47 @@ class Stream:
     usage: bool  # whether the server reported usage (else: content chunks counted)
 
 
-async def one_stream(session: aiohttp.ClientSession, url: str, i: int, max_tokens: int) -> Stream:
-    body = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": prompt(i)}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    started, first, chunks, usage = time.perf_counter(), math.nan, 0, None
-    async with session.post(url, json=body) as response:
-        if response.status != 200:
-            raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:300]}")
-        async for raw in response.content:
-            line = raw.strip()
-            if not line.startswith(b"data:") or line == b"data: [DONE]":
-                continue
-            event = json.loads(line[5:])
-            for choice in event.get("choices") or []:
-                if (choice.get("delta") or {}).get("content"):
-                    chunks += 1
-                    if math.isnan(first):
-                        first = time.perf_counter() - started
-            if event.get("usage"):
-                usage = event["usage"].get("completion_tokens")
-    return Stream(usage if usage is not None else chunks, first, usage is not None)
+def chat_spec(port: int, args: argparse.Namespace) -> LoadSpec:
+    """Greedy streamed chats with `ignore_eos` (the same body every server gets)."""
+    return LoadSpec(
+        base_url=f"http://127.0.0.1:{port}", model=MODEL, kind="chat", prompts=(prompt(0),),
+        max_tokens=args.max_tokens, temperature=0, ignore_eos=True, stream=True, timeout_s=args.request_timeout,
+    )  # fmt: skip
 
 
-def percentile(values: list[float], p: float) -> float:
-    """Linear interpolation between the closest ranks."""
-    ordered = sorted(v for v in values if not math.isnan(v))
-    if not ordered:
-        return math.nan
-    rank = (len(ordered) - 1) * p / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+async def streams(
+    client: httpx.AsyncClient, spec: LoadSpec, indices: range | list[int], max_tokens: int
+) -> list[Stream]:
+    """One streamed chat per prompt index, all at once (the library's load generator); a
+    failed request fails the row, as the server must answer every one."""
+    records = await run_batch(client, replace(spec, max_tokens=max_tokens), [prompt(i) for i in indices], len(indices))
+    if failed := next((r for r in records if not r.ok), None):
+        raise RuntimeError(f"{failed.error}: {failed.detail}")
+    return [Stream(r.output_tokens, math.nan if r.ttft_s is None else r.ttft_s, r.tokens_from_usage) for r in records]
 
 
 async def measure(port: int, args: argparse.Namespace, result: Result) -> None:
     """Fills `result` phase by phase, so a run cut short by the time limit keeps what it measured."""
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    timeout = aiohttp.ClientTimeout(total=args.request_timeout)
-    # A fresh connection per request: llama-server (cpp-httplib) closes a keep-alive connection
-    # idle for 5 s, and a pooled one reused after that fails with "Server disconnected".
-    connector = aiohttp.TCPConnector(limit=max(64, 2 * args.streams), force_close=True)
+    spec = chat_spec(port, args)
     load_before = os.getloadavg()[0]
-    streams: list[Stream] = []
+    done: list[Stream] = []
 
     def account(new: list[Stream]) -> None:
-        streams.extend(new)
+        done.extend(new)
         result.load = (load_before, os.getloadavg()[0])
-        result.tokens_per_stream = sum(s.tokens for s in streams) / len(streams)
-        result.usage_reported = all(s.usage for s in streams)
+        result.tokens_per_stream = sum(s.tokens for s in done) / len(done)
+        result.usage_reported = all(s.usage for s in done)
 
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+    async with open_client(spec, max(64, 2 * args.streams)) as client:
         # Every request has a prompt of its own (warm-up, singles and rounds never repeat one),
         # so a server's prompt cache (llama-server's cache_prompt) cannot skip a whole prompt.
-        await one_stream(session, url, 1000, 16)  # warm up: one short stream, then a short round
-        await asyncio.gather(*(one_stream(session, url, 1001 + i, 8) for i in range(args.streams)))
+        await streams(client, spec, [1000], 16)  # warm up: one short stream, then a short round
+        await streams(client, spec, range(1001, 1001 + args.streams), 8)
         singles: list[Stream] = []
         single_s = 0.0
         for i in range(args.singles):
             begun = time.perf_counter()
-            singles.append(await one_stream(session, url, 500 + i, args.max_tokens))
+            singles += await streams(client, spec, [500 + i], args.max_tokens)
             single_s += time.perf_counter() - begun
         account(singles)
         result.single_tps = sum(s.tokens for s in singles) / single_s
@@ -379,8 +354,7 @@ async def measure(port: int, args: argparse.Namespace, result: Result) -> None:
         together_s = 0.0
         for r in range(args.rounds):
             begun = time.perf_counter()
-            prompts = range(r * args.streams, (r + 1) * args.streams)
-            one_round = await asyncio.gather(*(one_stream(session, url, i, args.max_tokens) for i in prompts))
+            one_round = await streams(client, spec, range(r * args.streams, (r + 1) * args.streams), args.max_tokens)
             together_s += time.perf_counter() - begun
             together += one_round
             account(one_round)
@@ -413,7 +387,7 @@ def run_one(name: str, launch: Launch, args: argparse.Namespace, directory: Path
         result.status, result.message = "failed", f"{failed}: {last_error_line(failed.log)}"
     except (TimeoutError, asyncio.TimeoutError):
         result.status, result.message = "timed out", f"measuring took over {args.server_timeout:.0f} s"
-    except (RuntimeError, aiohttp.ClientError, OSError) as error:
+    except (RuntimeError, httpx.HTTPError, OSError) as error:
         result.status, result.message = "failed", f"{type(error).__name__}: {error}"[:400]
     took = time.monotonic() - began
     print(f"  {name}: {result.status} in {took:.0f} s {result.message}".rstrip(), file=sys.stderr)
