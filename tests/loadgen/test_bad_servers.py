@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from modelpool.loadgen import LoadPlan, LoadSpec, run_sweep
+from modelpool.loadgen import Kind, LoadPlan, LoadSpec, run_sweep
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -101,7 +101,7 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-CASES = {
+CASES: dict[str, tuple[Handler, Kind]] = {
     "http_401": (replying(http("401 Unauthorized", "application/json", b'{"error":{"message":"bad key"}}')), "chat"),
     "closed": (closing, "chat"),
     "timeout": (silent, "chat"),
