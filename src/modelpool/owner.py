@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from modelpool.errors import PermissionDenied
@@ -36,24 +37,69 @@ class Owner:
 ANONYMOUS = Owner("", admin=True)
 """Every caller of a server without keys."""
 
+
+class Priority(str, Enum):
+    """A caller's class in a model's queue: a higher class goes first (see runtime/scheduling.py)."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+    """Also the class of background work (the Batch API)."""
+
+    @property
+    def rank(self) -> int:
+        """2 for high, 1 for normal, 0 for low."""
+        return _RANKS[self]
+
+
+_RANKS = {Priority.HIGH: 2, Priority.NORMAL: 1, Priority.LOW: 0}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Where a caller's requests go in a model's queue: its class, and its share inside it."""
+
+    party: str = ""
+    """Who shares fairly with whom: a key's name, "address <ip>" without keys, "" for the
+    pool used as a library. Parties of one class get turns in proportion to `weight`."""
+    priority: Priority = Priority.NORMAL
+    weight: int = 1
+
+
+DEFAULT_SCHEDULE = Schedule()
+
 _OWNER = "owner"
 """The scope state's entry naming the caller's `Owner` (set by `acting_for`)."""
 _CALLER: ContextVar[Owner | None] = ContextVar("modelpool_caller", default=None)
 """The caller of the request being served (set around it by `acting_for`), for code that
 sees a request's body but not the request (`PoolFields.call_options`)."""
+_SCHEDULE: ContextVar[Schedule] = ContextVar("modelpool_schedule", default=DEFAULT_SCHEDULE)
+"""The caller's place in the queues (set around a request by `acting_for`), read by
+`pool_api.CallOptions` when it is built inside the request."""
 
 
 @contextmanager
-def acting_for(scope: MutableMapping[str, Any], owner: Owner | None) -> Iterator[None]:
+def acting_for(
+    scope: MutableMapping[str, Any], owner: Owner | None, schedule: Schedule = DEFAULT_SCHEDULE
+) -> Iterator[None]:
     """Serve one request as `owner` (None: a caller keys are on for and who brought no valid
-    key): its scope names them, and so does `caller_is_admin` while it runs."""
+    key): its scope names them, and so does `caller_is_admin` while it runs; its requests
+    queue as `schedule` says (`caller_schedule`)."""
     if owner is not None:
         scope.setdefault("state", {})[_OWNER] = owner
     token = _CALLER.set(owner)
+    queued = _SCHEDULE.set(schedule)
     try:
         yield
     finally:
+        _SCHEDULE.reset(queued)
         _CALLER.reset(token)
+
+
+def caller_schedule() -> Schedule:
+    """The queue class and fair-share party of the request being served (outside a request:
+    the library's default, one party of normal priority)."""
+    return _SCHEDULE.get()
 
 
 def caller_is_admin() -> bool:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, mo
 from modelpool.config.durations import Duration
 from modelpool.config.memory_share import MemoryShare
 from modelpool.config.ray import RayModelConfig, RaySettings
+from modelpool.owner import Priority
 from modelpool.tasks import Task
 
 MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$"
@@ -274,7 +275,21 @@ class RateLimits(_Strict):
     so one request may overdraw it; the next waits until it refills."""
 
 
-class ApiKeyConfig(_Strict):
+MAX_WEIGHT = 1000
+
+
+class SchedulingClass(_Strict):
+    """Where a caller's requests go in a model's queue (see docs/scheduling.md)."""
+
+    priority: Priority = Priority.NORMAL
+    """`high`, `normal` or `low`: waiting requests of a higher class get turns first (a
+    request ages one class up every `priority_aging_s` in line, so none starves)."""
+    weight: int = Field(default=1, ge=1, le=MAX_WEIGHT)
+    """Share of turns against other callers of the same class while both have requests
+    waiting: a weight-2 key gets two turns for each one of a weight-1 key."""
+
+
+class ApiKeyConfig(SchedulingClass):
     name: str
     """Who holds the key (shown in logs instead of the key)."""
     scopes: list[Scope] = Field(default_factory=lambda: [Scope.INFERENCE])
@@ -294,6 +309,21 @@ class ApiKeyConfig(_Strict):
     let in while any of the budget is left and may overdraw it once; the next waits until
     it refills."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _scheduling_named(cls, data: Any) -> Any:
+        """A bad priority or weight is reported with the key's name (a list index is no help)."""
+        if not isinstance(data, dict):
+            return data
+        name = data.get("name", "?")
+        priority = data.get("priority", Priority.NORMAL.value)
+        if priority not in {p.value for p in Priority}:
+            raise ValueError(f"api key '{name}': priority must be one of high, normal, low (got {priority!r})")
+        weight = data.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
+            raise ValueError(f"api key '{name}': weight must be a whole number from 1 to {MAX_WEIGHT} (got {weight!r})")
+        return data
+
     @model_validator(mode="after")
     def _one_source(self) -> ApiKeyConfig:
         if (self.key_env is None) == (self.sha256 is None):
@@ -310,14 +340,22 @@ class AuthConfig(_Strict):
     """Rate limits when no API keys are configured, kept per client address (each address
     has its own budget: with no keys, the address is all that tells callers apart; behind a
     proxy, they all share the proxy's). Unlimited by default."""
+    unauthenticated_scheduling: SchedulingClass = Field(default_factory=SchedulingClass)
+    """Queue class and weight when no API keys are configured: each client address is one
+    caller sharing fairly with the others (as rate limits are kept per address)."""
 
     @model_validator(mode="after")
     def _one_budget_per_name(self) -> AuthConfig:
         limits: dict[str, tuple[int | None, int | None]] = {}
+        classes: dict[str, tuple[Priority, int]] = {}
         for key in self.keys:
             mine = (key.requests_per_minute, key.tokens_per_minute)
             if limits.setdefault(key.name, mine) != mine:
                 raise ValueError(f"api keys named '{key.name}' share one budget: give them the same rate limits")
+            share = (key.priority, key.weight)
+            if classes.setdefault(key.name, share) != share:
+                raise ValueError(f"api keys named '{key.name}' share one queue share: give them the same "
+                                 "priority and weight")  # fmt: skip
         return self
 
 
@@ -438,6 +476,16 @@ class ModelConfig(_Strict):
 
     max_queue: int = Field(default=64, ge=0)
     """Requests that may wait per replica; beyond that, 429 `overloaded` at once."""
+
+    max_queue_per_key: int | None = Field(default=None, ge=1, le=100_000)
+    """Requests one caller (an API key's name, or a client address without keys) may have
+    waiting per replica; beyond that, 429 `overloaded` for that caller alone. None: three
+    quarters of `max_queue` rounded up, so a flooding caller always leaves room for others
+    (see docs/scheduling.md)."""
+
+    priority_aging_s: float = Field(default=30.0, gt=0, le=86_400)
+    """Every this many seconds in line, a waiting request competes one priority class higher
+    (low → normal → high), so lower classes are delayed but never starved."""
 
     replicas: int = Field(default=1, ge=1)
     """Identical instances of the model; requests go to the least busy one."""

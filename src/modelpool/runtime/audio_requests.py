@@ -77,7 +77,7 @@ class AudioRequests(PoolBase):
         rate = self.transcription_rate(name, options)
         job = replace(request, audio=audio)
         audio_s = len(audio) / rate
-        lease = await slot.lease(TranscriptionBackend, self.model_wait_s, options.keep_alive)
+        lease = await slot.lease(TranscriptionBackend, self.model_wait_s, options.keep_alive, schedule=options.schedule)
         usage = RequestUsage()
         observed = self.observe.audio(slot.id, "transcription", lambda: audio_s, usage)
 

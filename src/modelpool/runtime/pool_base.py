@@ -167,7 +167,7 @@ class PoolBase:
         is `protocol`), `size` turns for a batch run at once. Leave it with `async with`, or
         hand it to a stream."""
         slot = self.slot_for(name, task, options)
-        return await slot.lease(protocol, self.model_wait_s, options.keep_alive, size=size)
+        return await slot.lease(protocol, self.model_wait_s, options.keep_alive, size=size, schedule=options.schedule)
 
     async def _timed(
         self,
@@ -180,7 +180,9 @@ class PoolBase:
         """`run` on `size` turns of the model (its inputs go into the engine at once), timed
         and counted (the result's `prompt_tokens`)."""
         usage = RequestUsage()
-        async with await slot.lease(protocol, self.model_wait_s, options.keep_alive, size=size) as lease:
+        async with await slot.lease(
+            protocol, self.model_wait_s, options.keep_alive, size=size, schedule=options.schedule
+        ) as lease:
             try:
                 result = await run(lease)
                 lease.timing.prompt_tokens = result.prompt_tokens  # before the turn's span ends with it

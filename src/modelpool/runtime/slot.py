@@ -24,6 +24,7 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
 from modelpool.errors import ModelLoadFailed, ModelNotReady, ModelpoolError, ShuttingDown
 from modelpool.inference import EmbeddingRequest, Voice
+from modelpool.owner import DEFAULT_SCHEDULE, Schedule
 from modelpool.pool_api.timing import RequestTiming
 from modelpool.runtime.admission import Admission
 from modelpool.runtime.clock import Clock
@@ -71,7 +72,10 @@ class ModelSlot:
         self.expires_at: float | None = None
         self._accounts = accounts or MemoryAccounts()
         self.replicas = ReplicaSet(config.id, clock, self._crashed, self._accounts)
-        self.admission = Admission(turns=self._turns(), queue=self._queue_size(), model_id=config.id)
+        self.admission = Admission(
+            turns=self._turns(), queue=self._queue_size(), model_id=config.id, per_key=self._per_key_size(),
+            aging_s=config.priority_aging_s, clock=clock.monotonic,
+        )  # fmt: skip
         counted = metrics.cache_lookup_counter(config.id) if config.embedding_cache_size else None
         self.embedding_cache = EmbeddingCache(config.embedding_cache_size, counted)
         """Rows are only valid for the weights and options they came from: cleared on unload."""
@@ -167,16 +171,23 @@ class ModelSlot:
     # ----- requests ------------------------------------------------------------------
 
     async def lease(
-        self, protocol: type[B], wait_s: float | None, keep_alive: float | None = None, *, size: int = 1
+        self,
+        protocol: type[B],
+        wait_s: float | None,
+        keep_alive: float | None = None,
+        *,
+        size: int = 1,
+        schedule: Schedule = DEFAULT_SCHEDULE,
     ) -> Lease[B]:
         """Admission (429 at once when full) → a loaded model → a turn on the least busy
         replica, whose backend serves `protocol` (the task's Protocol, checked at load).
-        `size`: sequences the request runs at once (a batch), counted by admission as such."""
+        `size`: sequences the request runs at once (a batch), counted by admission as such;
+        `schedule`: the caller's class and fair-share party in the queue."""
         if self._work.closing:
             raise ShuttingDown("the server is shutting down")
         with tracing.span("modelpool.queue", {tracing.MODEL: self.id}) as queued:
             # A batch runs on one replica: it takes at most that replica's turns.
-            ticket = self.admission.admit(size=min(size, self._turns_per_replica()))
+            ticket = self.admission.admit(size=min(size, self._turns_per_replica()), schedule=schedule)
             asked = self._clock.monotonic()
             try:
                 await self.ensure_ready(wait_s)
@@ -272,7 +283,7 @@ class ModelSlot:
         self.last_used = self._clock.monotonic()
         self.expires_at = None if self.config.keep_alive < 0 else self.last_used + self.config.keep_alive
         self._metrics.load_seconds.labels(model=self.id).observe(self.record.load_seconds)
-        self.admission.resize(self._turns(), self._queue_size())
+        self.admission.resize(self._turns(), self._queue_size(), self._per_key_size())
         self._apply(Event.LOADED)
         seconds = round(self.record.load_seconds, 3)
         log.info("model ready", extra={"model": self.id, "replicas": len(self.replicas), "load_seconds": seconds})
@@ -424,13 +435,13 @@ class ModelSlot:
                 )
         else:
             await self.replicas.retire(active[replicas:])
-        self.admission.resize(self._turns(), self._queue_size())
+        self.admission.resize(self._turns(), self._queue_size(), self._per_key_size())
 
     async def reconfigure(self, config: ModelConfig, capabilities: ModelCapabilities) -> None:
         """Take new settings; a loaded model is unloaded (drained) first and loads with them next."""
         await self.unload()
         self.config, self.capabilities = config, capabilities
-        self.admission.resize(self._turns(), self._queue_size())
+        self.admission.resize(self._turns(), self._queue_size(), self._per_key_size())
 
     def close(self) -> None:
         self._work.closing = True
@@ -464,6 +475,10 @@ class ModelSlot:
 
     def _queue_size(self) -> int:
         return self.config.max_queue * max(1, self.config.replicas)
+
+    def _per_key_size(self) -> int | None:
+        per_key = self.config.max_queue_per_key
+        return None if per_key is None else per_key * max(1, self.config.replicas)
 
     def _set_state(self, state: SlotState) -> None:
         self.state = state

@@ -60,7 +60,7 @@ class TextRequests(PoolBase):
         request = with_thinking_default(request, slot.config.enable_thinking)
         request = await with_loaded_images(request, slot.id, slot.capabilities.declared, self.images)
         request = await with_loaded_videos(request, slot.id, slot.capabilities.declared, self.videos)
-        lease = await slot.lease(ChatBackend, self.model_wait_s, options.keep_alive)
+        lease = await slot.lease(ChatBackend, self.model_wait_s, options.keep_alive, schedule=options.schedule)
 
         def run(backend: ChatBackend) -> AsyncGenerator[GenerationChunk, None]:
             return backend.chat(request)  # reasoning is split inside the backend (textgen.pipeline)
@@ -201,7 +201,7 @@ class TextRequests(PoolBase):
     async def _tokenizer_lease(self, name: str | None, options: CallOptions) -> Lease[TokenizerBackend]:
         slot = tokenizer_slot(self.slots(), None if name is None else self.slot(name))
         check_keep_alive(options, slot.config)
-        return await slot.lease(TokenizerBackend, self.model_wait_s, options.keep_alive)
+        return await slot.lease(TokenizerBackend, self.model_wait_s, options.keep_alive, schedule=options.schedule)
 
 
 def _check_chat_features(slot: ModelSlot, request: ChatRequest) -> None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from modelpool.config.environment import secret
-from modelpool.config.schema import AuthConfig
+from modelpool.config.schema import AuthConfig, SchedulingClass
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import AuthenticationFailed, ConfigError, ModelpoolError, PermissionDenied
-from modelpool.owner import ANONYMOUS, Owner, acting_for
+from modelpool.owner import ANONYMOUS, DEFAULT_SCHEDULE, Owner, Schedule, acting_for
 from modelpool.server.asgi import refuse_websocket, send_json
 from modelpool.wire.errors import shaped_error
 from modelpool.wire.openai.errors import error_payload
@@ -26,13 +26,22 @@ from modelpool.wire.openai.errors import error_payload
 class Holder:
     name: str
     scopes: frozenset[KeyScope]
+    schedule: Schedule = DEFAULT_SCHEDULE
+    """The key's class and weight in the models' queues; its party is its name."""
 
 
 class KeyRing:
     """Known keys by their SHA-256, compared in constant time."""
 
-    def __init__(self, holders: dict[str, Holder]) -> None:
+    def __init__(self, holders: dict[str, Holder], anonymous: SchedulingClass | None = None) -> None:
         self._holders = holders
+        self._anonymous = anonymous or SchedulingClass()
+
+    def anonymous_schedule(self, scope: Scope) -> Schedule:
+        """Without keys each client address is its own party in the queues."""
+        client = scope.get("client")
+        where = client[0] if client else "unknown"
+        return Schedule(f"address {where}", self._anonymous.priority, self._anonymous.weight)
 
     @classmethod
     def from_config(cls, auth: AuthConfig, environ: Mapping[str, str] | None = None) -> KeyRing:
@@ -48,8 +57,8 @@ class KeyRing:
                 digest = hashlib.sha256(value.encode()).hexdigest()
             else:
                 digest = (key.sha256 or "").lower()
-            holders[digest] = Holder(key.name, frozenset(key.scopes))
-        return cls(holders)
+            holders[digest] = Holder(key.name, frozenset(key.scopes), Schedule(key.name, key.priority, key.weight))
+        return cls(holders, auth.unauthenticated_scheduling)
 
     @property
     def enabled(self) -> bool:
@@ -101,6 +110,7 @@ class RequireKeys:
         needed = needed_scope(scope.get("path", ""))
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         owner = ANONYMOUS if not self.keys.enabled else None
+        schedule = self.keys.anonymous_schedule(scope)
         if needed is not None and self.keys.enabled:
             try:
                 holder = self.keys.check(_credential(headers), needed)
@@ -113,10 +123,11 @@ class RequireKeys:
                 return
             scope.setdefault("state", {})["key_name"] = holder.name
             owner = Owner(holder.name, admin=KeyScope.ADMIN in holder.scopes)
+            schedule = holder.schedule
         elif self.keys.enabled:  # an open route (/readyz): a valid key still says who asks, a bad one is no key
             known = self.keys.identify(_credential(headers))
             owner = None if known is None else Owner(known.name, admin=KeyScope.ADMIN in known.scopes)
-        with acting_for(scope, owner):
+        with acting_for(scope, owner, schedule):
             await self.app(scope, receive, send)
 
 
