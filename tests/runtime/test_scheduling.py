@@ -180,7 +180,9 @@ def test_a_bad_priority_or_weight_is_a_config_error_naming_the_key(field: str, v
     assert "api key 'batch-bot'" in str(caught.value) and says in str(caught.value)
 
 
-@pytest.mark.parametrize(("section", "value"), [("max_queue_per_key", 0), ("priority_aging_s", 0), ("priority_aging_s", -1)])
+@pytest.mark.parametrize(
+    ("section", "value"), [("max_queue_per_key", 0), ("priority_aging_s", 0), ("priority_aging_s", -1)]
+)
 def test_out_of_bounds_queue_settings_are_config_errors(section: str, value: float) -> None:
     with pytest.raises(ConfigError, match=section):
         load_config(environ={}, cli={"models": {"m": {"backend": "fake", "source": "x", section: value}}})
