@@ -93,3 +93,76 @@ async def test_callers_that_went_away_are_skipped() -> None:
     np.testing.assert_array_equal(await stays, [[5, 1]])
     assert [ids for call in embed.calls for ids in call] == [[0], [5]]
     await batcher.close()
+
+
+class Arrivals:
+    """A `pause` for the batcher that lets one more request arrive during each wait, as a
+    burst the event loop is still reading does, until `count` have come."""
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.batcher: Batcher[list[int]] | None = None
+        self.pauses = 0
+        self.callers: list[asyncio.Task[np.ndarray]] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.pauses += 1
+        if self.left and self.batcher is not None:
+            self.left -= 1
+            self.callers.append(asyncio.create_task(self.batcher.run([[len(self.callers) + 1]])))
+            await settle()
+
+
+async def test_a_burst_that_keeps_arriving_past_the_window_still_makes_one_batch() -> None:
+    embed = GatedEmbedder()
+    embed.gate.set()
+    arrivals = Arrivals(count=5)  # one request per window, five windows in a row
+    config = BatchConfig(window_ms=2, max_window_ms=10_000)
+    batcher = arrivals.batcher = Batcher(embed, config, "m", pause=arrivals)
+    first = await batcher.run([[0]])
+    rows = await asyncio.gather(*arrivals.callers)
+    assert [len(call) for call in embed.calls] == [6]  # a fixed window would have cut it after the first
+    assert arrivals.pauses == 6  # five windows that saw a newcomer, then one quiet window
+    np.testing.assert_array_equal(first, [[0, 1]])
+    for i, row in enumerate(rows, start=1):
+        np.testing.assert_array_equal(row, [[i, 1]])
+    await batcher.close()
+
+
+async def test_a_full_batch_stops_waiting_for_more() -> None:
+    embed = GatedEmbedder()
+    embed.gate.set()
+    arrivals = Arrivals(count=2)
+    config = BatchConfig(max_batch_size=3, window_ms=2, max_window_ms=10_000)
+    batcher = arrivals.batcher = Batcher(embed, config, "m", pause=arrivals)
+    await batcher.run([[0]])
+    await asyncio.gather(*arrivals.callers)
+    assert [len(call) for call in embed.calls] == [3]
+    assert arrivals.pauses == 2  # full at three: it ran without waiting a quiet window
+    await batcher.close()
+
+
+async def test_endless_arrivals_wait_no_longer_than_max_window() -> None:
+    """Requests that never stop coming (each well within `window_ms` of the last) still get
+    a batch run: the wait is capped by `max_window_ms`."""
+    ran = asyncio.Event()
+
+    async def compute(ids: list[list[int]]) -> np.ndarray:
+        ran.set()
+        return np.zeros((len(ids), 1), dtype=np.float32)
+
+    config = BatchConfig(max_batch_size=10_000, window_ms=50, max_window_ms=100)
+    batcher: Batcher[list[int]] = Batcher(compute, config, "m")
+    stop = asyncio.Event()
+
+    async def flood() -> None:
+        while not stop.is_set():
+            asyncio.ensure_future(batcher.run([[1]]))
+            await asyncio.sleep(0.001)
+
+    flooding = asyncio.create_task(flood())
+    await asyncio.wait_for(ran.wait(), 30)  # the flood is still going: only the cap let it run
+    assert not flooding.done()
+    stop.set()
+    await flooding
+    await batcher.close()

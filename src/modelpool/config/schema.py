@@ -380,7 +380,10 @@ class BatchConfig(_Strict):
     max_batch_tokens: int = Field(default=16384, ge=1)
     """Most tokens (padded) in one batch."""
     window_ms: float = Field(default=2.0, ge=0)
-    """How long the first request of a batch waits for others to join it."""
+    """How long the first request of a batch waits for others to join it; 0: no wait."""
+    max_window_ms: float = Field(default=20.0, ge=0, le=10_000)
+    """While inputs keep arriving (a burst the server is still reading), the batch waits
+    another `window_ms`, up to this long in all (never less than one `window_ms`)."""
 
 
 class SamplingDefaults(_Strict):

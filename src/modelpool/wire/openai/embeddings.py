@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 from pydantic import Field, field_validator
 
-from modelpool.errors import InvalidRequest
+from modelpool.errors import GenerationFailed, InvalidRequest
 from modelpool.inference import EmbeddingRequest, EmbeddingResult
 from modelpool.wire.common import PoolFields, Text
 
@@ -58,9 +60,26 @@ class EmbeddingsBody(PoolFields):
 def embeddings_json(body: EmbeddingsBody, result: EmbeddingResult, model_id: str) -> dict[str, Any]:
     """OpenAI's list of embeddings, floats or base64 little-endian float32 as asked,
     shortened to `dimensions` when the request asks."""
+    return _embeddings(body, result, model_id, _encode)
+
+
+def embeddings_response(body: EmbeddingsBody, result: EmbeddingResult, model_id: str, extra: dict[str, Any]) -> bytes:
+    """`embeddings_json` plus `extra` fields, as JSON bytes, rendered by orjson: the same
+    numbers as json.dumps of the float list (each float32 widened to float64, written in
+    its shortest round-trip form) at a tenth of the cost, which a burst of one-sentence
+    requests pays once each. A vector with NaN or infinity has no JSON form: an error."""
+    if not np.isfinite(result.vectors).all():
+        raise GenerationFailed(f"model '{model_id}' returned an embedding with NaN or infinite values")
+    content = {**_embeddings(body, result, model_id, _encode_for_orjson), **extra}
+    return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _embeddings(
+    body: EmbeddingsBody, result: EmbeddingResult, model_id: str, encode: Callable[[npt.NDArray[np.float32], str], Any]
+) -> dict[str, Any]:
     vectors = shortened(result.vectors, body.dimensions, model_id).astype("<f4", copy=False)
     data = [
-        {"object": "embedding", "index": i, "embedding": _encode(vector, body.encoding_format)}
+        {"object": "embedding", "index": i, "embedding": encode(vector, body.encoding_format)}
         for i, vector in enumerate(vectors)
     ]
     usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
@@ -97,3 +116,11 @@ def _encode(vector: npt.NDArray[np.float32], encoding_format: str) -> list[float
         return base64.b64encode(vector.tobytes()).decode("ascii")
     floats: list[float] = vector.tolist()
     return floats
+
+
+def _encode_for_orjson(vector: npt.NDArray[np.float32], encoding_format: str) -> npt.NDArray[np.float64] | str:
+    """float64, not float32: orjson writes a float32 in float32's shortest form, a different
+    number once parsed as a double than the widened value `tolist()` gives."""
+    if encoding_format == "base64":
+        return _encode(vector, encoding_format)
+    return vector.astype(np.float64)
