@@ -154,10 +154,11 @@ async def test_endless_arrivals_wait_no_longer_than_max_window() -> None:
     config = BatchConfig(max_batch_size=10_000, window_ms=50, max_window_ms=100)
     batcher: Batcher[list[int]] = Batcher(compute, config, "m")
     stop = asyncio.Event()
+    callers: list[asyncio.Task[np.ndarray]] = []
 
     async def flood() -> None:
         while not stop.is_set():
-            asyncio.ensure_future(batcher.run([[1]]))
+            callers.append(asyncio.create_task(batcher.run([[1]])))
             await asyncio.sleep(0.001)
 
     flooding = asyncio.create_task(flood())
@@ -165,4 +166,5 @@ async def test_endless_arrivals_wait_no_longer_than_max_window() -> None:
     assert not flooding.done()
     stop.set()
     await flooding
+    assert all(len(rows) == 1 for rows in await asyncio.gather(*callers))
     await batcher.close()

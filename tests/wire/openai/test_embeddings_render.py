@@ -58,5 +58,5 @@ def test_a_vector_with_no_json_form_is_an_error_naming_the_model(bad: float) -> 
     A model that returns them is broken: say so, never send nulls as an embedding."""
     vectors = np.ones((2, 4), dtype=np.float32)
     vectors[1, 2] = bad
-    with pytest.raises(GenerationFailed, match="model 'm'.*NaN or infinite"):
+    with pytest.raises(GenerationFailed, match=r"model 'm'.*NaN or infinite"):
         embeddings_response(body(), result_of(vectors), "m", {})

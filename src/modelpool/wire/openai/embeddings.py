@@ -122,5 +122,5 @@ def _encode_for_orjson(vector: npt.NDArray[np.float32], encoding_format: str) ->
     """float64, not float32: orjson writes a float32 in float32's shortest form, a different
     number once parsed as a double than the widened value `tolist()` gives."""
     if encoding_format == "base64":
-        return _encode(vector, encoding_format)
+        return base64.b64encode(vector.tobytes()).decode("ascii")
     return vector.astype(np.float64)
