@@ -170,6 +170,8 @@ class ModelStatus:
     """Ray mode: running replicas per Ray node id."""
     download: DownloadStatus | None = None
     """While the weights download (then `state` is "downloading")."""
+    queued_by_priority: dict[str, int] = field(default_factory=dict)
+    """`queued` by priority class (high, normal, low)."""
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,18 @@ import pytest
 from modelpool.config.loader import load_config
 from modelpool.config.schema import AuthConfig
 from modelpool.errors import ConfigError, Overloaded
+from modelpool.inference import ChatMessage, ChatRequest
 from modelpool.owner import Priority, Schedule
+from modelpool.pool_api.call import CallOptions
+from modelpool.pool_api.generation import collect
 from modelpool.runtime.admission import Admission
+from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.scheduling import Entry, FairQueue, effective_rank, party_cap
+from tests.fakes import FakeBackend, fake_slot, pool_of
+from tests.polling import until
 
 H, N, L = Priority.HIGH, Priority.NORMAL, Priority.LOW
+REQUEST = ChatRequest((ChatMessage("user", "one two three"),))
 
 
 def _order(arrivals: list[tuple[str, Priority, int, float]], now: float = 0.0, aging_s: float = 30.0) -> list[str]:
@@ -192,3 +199,28 @@ def test_keys_sharing_a_name_share_one_class() -> None:
     keys = [{"name": "a", "key_env": "A1", "priority": "high"}, {"name": "a", "key_env": "A2"}]
     with pytest.raises(ValueError, match="same priority and weight"):
         AuthConfig.model_validate({"keys": keys})
+
+
+async def test_the_pool_queues_by_the_call_options_schedule_and_reports_depth_per_class() -> None:
+    """Through the pool: `CallOptions.schedule` (the Batch API's way in) sets the class; the
+    depth per class shows on /metrics and in the model's status."""
+    metrics = Metrics()
+    pool = pool_of(fake_slot(FakeBackend(), "m1", metrics=metrics, max_concurrency=1, max_queue=8))
+    holder = await pool.chat("m1", REQUEST)  # takes the only turn
+    order: list[str] = []
+
+    async def ask(name: str, priority: Priority) -> None:
+        options = CallOptions(schedule=Schedule(name, priority))
+        await collect(await pool.chat("m1", REQUEST, options))
+        order.append(name)
+
+    tasks = [asyncio.create_task(ask("batch", Priority.LOW)), asyncio.create_task(ask("user", Priority.NORMAL))]
+    slot = pool.slot("m1")
+    await until(lambda: slot.admission.waiting == 2, "both to queue")
+    assert slot.status().queued_by_priority == {"high": 0, "normal": 1, "low": 1}
+    scraped = metrics.render().decode()
+    assert 'modelpool_queued_requests{model="m1",priority="low"} 1.0' in scraped
+    assert 'modelpool_queued_requests{model="m1",priority="high"} 0.0' in scraped
+    await holder.aclose()
+    await asyncio.gather(*tasks)
+    assert order == ["user", "batch"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
 from modelpool.errors import ModelLoadFailed, ModelNotReady, ModelpoolError, ShuttingDown
 from modelpool.inference import EmbeddingRequest, Voice
-from modelpool.owner import DEFAULT_SCHEDULE, Schedule
+from modelpool.owner import DEFAULT_SCHEDULE, Priority, Schedule
 from modelpool.pool_api.timing import RequestTiming
 from modelpool.runtime.admission import Admission
 from modelpool.runtime.clock import Clock
@@ -76,6 +77,10 @@ class ModelSlot:
             turns=self._turns(), queue=self._queue_size(), model_id=config.id, per_key=self._per_key_size(),
             aging_s=config.priority_aging_s, clock=clock.monotonic,
         )  # fmt: skip
+        for priority in Priority:  # read at scrape time: the queue is the one source of its depth
+            metrics.queued.labels(model=config.id, priority=priority.value).set_function(
+                functools.partial(self.admission.waiting_in, priority)
+            )
         counted = metrics.cache_lookup_counter(config.id) if config.embedding_cache_size else None
         self.embedding_cache = EmbeddingCache(config.embedding_cache_size, counted)
         """Rows are only valid for the weights and options they came from: cleared on unload."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from modelpool.config.redact import redact
 from modelpool.errors import ModelLoadFailed, ModelNotLoaded, ModelNotReady, ModelpoolError
+from modelpool.owner import Priority
 from modelpool.runtime.lifecycle import Decision, Refusal, SlotState
 from modelpool.runtime.option_schema import override_options
 from modelpool.status import MemoryStatus, ModelStatus
@@ -24,6 +25,7 @@ def status_of(slot: ModelSlot) -> ModelStatus:
         capabilities=slot.capabilities, aliases=list(config.aliases), description=config.description,
         owned_by=config.owned_by, replicas=slot.replicas.statuses(), replicas_wanted=config.replicas,
         replica_max=config.replica_max, in_flight=slot.admission.running, queued=slot.admission.waiting,
+        queued_by_priority={p.value: slot.admission.waiting_in(p) for p in Priority},
         max_concurrency=config.max_concurrency, max_queue=config.max_queue,
         memory=MemoryStatus(
             estimate_bytes=record.estimate.ram_bytes if record.estimate else None,

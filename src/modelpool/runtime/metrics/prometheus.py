@@ -44,6 +44,12 @@ class Metrics:
             ["model", "state"],
             registry=self.registry,
         )
+        self.queued = Gauge(
+            "modelpool_queued_requests",
+            "Requests waiting for a turn, by model and priority class (read from the queue at scrape time).",
+            ["model", "priority"],
+            registry=self.registry,
+        )
 
     def _add_token_series(self) -> None:
         self.input_tokens = Counter(
