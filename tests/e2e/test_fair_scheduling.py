@@ -17,14 +17,14 @@ import httpx
 import openai
 import pytest
 import yaml
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.conftest import CHAT_MODEL
 from tests.e2e.test_server_process import free_port, wait_ready
 from tests.polling import until_answered
 
 KEYS = {"FLOOD_KEY": "sk-flood", "QUIET_KEY": "sk-quiet", "VIP_KEY": "sk-vip", "OTHER_KEY": "sk-other"}
-HI = [{"role": "user", "content": "Hi"}]
-SHORT = {"max_tokens": 8, "temperature": 0.0, "extra_body": {"ignore_eos": True}}
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
 
 
 @pytest.fixture
@@ -73,7 +73,9 @@ async def test_a_flooding_key_neither_fills_the_queue_nor_starves_a_quiet_one_an
     finished: list[str] = []
 
     async def ask(sdk: openai.AsyncOpenAI, name: str) -> None:
-        reply = await sdk.chat.completions.create(model=CHAT_MODEL, messages=HI, **SHORT)  # type: ignore[arg-type]
+        reply = await sdk.chat.completions.create(
+            model=CHAT_MODEL, messages=HI, max_tokens=8, temperature=0.0, extra_body={"ignore_eos": True}
+        )
         assert reply.usage is not None and reply.usage.completion_tokens == 8
         finished.append(name)
 
