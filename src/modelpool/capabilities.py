@@ -90,6 +90,8 @@ class Capabilities:
     tokenizer: bool = False
     """The model's tokenizer is reachable here (POST /tokenize, /detokenize): the backend
     implements `TokenizerBackend`, checked at load like a task's Protocol."""
+    adapters: bool = False
+    """LoRA adapters (a model's `adapters:`) are served: chosen per request, loaded on demand."""
     thinking_in_template: bool = False
     """`thinking` reaches the engine as its chat template's `enable_thinking`
     (`chat_template_kwargs`), and the engine splits the reasoning from the answer itself
@@ -151,4 +153,5 @@ class ModelCapabilities:
             "tokenizer": declared.tokenizer,
             "beam_search": declared.max_beam_size > 1 and generates,
             "max_beam_size": declared.max_beam_size if declared.max_beam_size > 1 and generates else None,
+            "adapters": declared.adapters and generates,
         }

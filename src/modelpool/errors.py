@@ -9,6 +9,7 @@ Nothing maps errors by matching message text.
     ├── InvalidRequest                  400  invalid_request_error / invalid_value (param named)
     │   ├── ContextLengthExceeded       400  invalid_request_error / context_length_exceeded
     │   ├── UnsupportedTask             400  invalid_request_error / unsupported_task
+    │   ├── AdapterNotFound             400  invalid_request_error / adapter_not_found (LoRA)
     │   └── CommitEmpty                 400  invalid_request_error / input_audio_buffer_commit_empty (live audio)
     ├── AuthenticationFailed            401  authentication_error / invalid_api_key
     ├── PermissionDenied                403  permission_error / insufficient_scope
@@ -92,6 +93,12 @@ class ContextLengthExceeded(InvalidRequest):
 
 class UnsupportedTask(InvalidRequest):
     code = "unsupported_task"
+
+
+class AdapterNotFound(InvalidRequest):
+    """A request names a LoRA adapter its model does not have."""
+
+    code = "adapter_not_found"
 
 
 class CommitEmpty(InvalidRequest):

@@ -201,6 +201,8 @@ class ChatRequest:
     parallel_tool_calls: bool = True
     """More than one call in one reply."""
     output: OutputFormat | None = None
+    adapter: str | None = None
+    """The model's LoRA adapter (a name from its `adapters:`) this request runs with; None: the base model."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,8 @@ class CompletionRequest:
     streamed: bool = True
     """As `ChatRequest.streamed`."""
     output: OutputFormat | None = None
+    adapter: str | None = None
+    """As `ChatRequest.adapter`."""
 
 
 @dataclass(frozen=True)

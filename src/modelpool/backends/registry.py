@@ -57,6 +57,9 @@ def model_capabilities(model: ModelConfig) -> ModelCapabilities:
     tasks = declared.served_tasks(asked)
     if Task.TRANSCRIPTION in tasks and declared.audio_input_rate is None:
         raise ConfigError(f"backend '{model.backend}' declares transcription but no `audio_input_rate`")
+    if model.adapters and not declared.adapters:
+        raise ConfigError(f"model '{model.id}': backend '{model.backend}' cannot serve LoRA adapters "
+                          f"(adapters: {', '.join(model.adapters)})")  # fmt: skip
     splits = model.reasoning_parser is not None or declared.thinking_in_template
     thinking = ("default", "enabled", "disabled") if splits and Task.CHAT in tasks else ()
     if model.enable_thinking is not None and Task.CHAT not in tasks:

@@ -159,8 +159,22 @@ def _anchor_relative_sources(data: dict[str, Any], base: Path) -> dict[str, Any]
             assemble = {name: [_anchored(p, base) for p in parts] if isinstance(parts, list) else parts
                         for name, parts in entry["assemble"].items()}  # fmt: skip
             entry = {**entry, "assemble": assemble}
+        if isinstance(entry, dict) and isinstance(entry.get("adapters"), dict):
+            entry = {**entry, "adapters": _anchored_adapters(entry["adapters"], base)}
         anchored[key] = entry
     return {**data, "models": anchored}
+
+
+def _anchored_adapters(adapters: dict[str, Any], base: Path) -> dict[str, Any]:
+    """An adapter given as a bare source, or as a mapping with `source:`, anchored like the model's."""
+    anchored: dict[str, Any] = {}
+    for name, adapter in adapters.items():
+        if isinstance(adapter, str):
+            adapter = {"source": adapter}
+        if isinstance(adapter, dict) and "source" in adapter:
+            adapter = {**adapter, "source": _anchored(adapter["source"], base)}
+        anchored[name] = adapter
+    return anchored
 
 
 def _anchored(source: object, base: Path) -> object:

@@ -21,6 +21,8 @@ from modelpool.owner import Priority
 from modelpool.tasks import Task
 
 MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$"
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+"""An adapter's name: what follows the base model's id in `model: "base:adapter"` (no `:` or `/`)."""
 _CORS_ORIGIN = re.compile(r"^(\*|[A-Za-z][A-Za-z0-9+.-]*://[^/\s]+)$")
 """`*`, or scheme://host[:port] as browsers send it in `Origin` (no path, no trailing slash)."""
 _ALLOWED_HOST = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$")
@@ -435,6 +437,19 @@ class ServerDefaults(_Strict):
         return value
 
 
+class AdapterConfig(_Strict):
+    source: str = Field(min_length=1)
+    """Where the adapter is, as a model's `source`: a local path (relative to the config file),
+    `package:PKG/path` or `hf:org/repo[:file]`. llama_cpp: a LoRA GGUF file; transformers: a PEFT
+    adapter folder (adapter_config.json + adapter_model.safetensors)."""
+
+    scale: float = Field(default=1.0, ge=-8.0, le=8.0)
+    """How strongly the adapter's update is applied (llama.cpp's `--lora-scaled`); 1 as trained."""
+
+    preload: bool = False
+    """Load the adapter with its model instead of on the first request that names it."""
+
+
 class ModelConfig(_Strict):
     id: str = Field(pattern=MODEL_ID_PATTERN)
     """Public model id clients put in `model`. Taken from the key under `models:`."""
@@ -562,10 +577,35 @@ class ModelConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     """Backend options, validated by the backend (see the backend reference)."""
 
+    adapters: dict[str, AdapterConfig] = Field(default_factory=dict, max_length=256)
+    """LoRA adapters of this model: name → adapter (or just its source). A request picks one with
+    `model: "<id>:<name>"` or the `adapter` field; docs/lora.md. Only on backends whose
+    `capabilities.adapters` is true."""
+
+    max_adapters: int = Field(default=8, ge=1, le=64)
+    """Adapters held in memory at once per replica; loading one more unloads the least
+    recently used adapter that no running request uses."""
+
     ray: RayModelConfig | None = None
     """Ray mode only (`modelpool serve --ray`): this model's Ray Serve deployment (replicas,
     autoscaling, resources) or the multiplexed group it joins. Ignored by the single-process
     server."""
+
+    @field_validator("adapters", mode="before")
+    @classmethod
+    def _adapter_shorthand(cls, value: Any) -> Any:
+        """`name: path` is short for `name: {source: path}`."""
+        if isinstance(value, dict):
+            return {name: {"source": a} if isinstance(a, str) else a for name, a in value.items()}
+        return value
+
+    @field_validator("adapters")
+    @classmethod
+    def _adapter_names(cls, value: dict[str, AdapterConfig]) -> dict[str, AdapterConfig]:
+        for name in value:
+            if not re.fullmatch(ADAPTER_NAME_PATTERN, name):
+                raise ValueError(f"adapter name '{name}': use letters, digits, '.', '_' and '-' (at most 64, no ':')")
+        return value
 
 
 class Config(_Strict):
@@ -630,7 +670,7 @@ class Config(_Strict):
         for key, model in self.models.items():
             if model.id != key:
                 raise ValueError(f"models.{key}: id '{model.id}' differs from its key")
-            for name in [model.id, *model.aliases]:
+            for name in [model.id, *model.aliases, *(f"{model.id}:{a}" for a in model.adapters)]:
                 if name in owner and owner[name] != model.id:
                     raise ValueError(f"name '{name}' is used by both '{owner[name]}' and '{model.id}'")
                 owner[name] = model.id

@@ -155,7 +155,7 @@ class PoolBase:
     def metrics_label(self, name: str) -> str:
         """The model label for metrics: the canonical id, or "unknown" so that clients cannot
         grow the label set without bound by inventing model names."""
-        slot = self._names.get(name)
+        slot = self._names.get(name) or self._names.get(name.rpartition(":")[0])  # `base:adapter`: the base
         return slot.id if slot is not None else "unknown"
 
     # ----- requests ------------------------------------------------------------------

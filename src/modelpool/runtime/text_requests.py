@@ -35,6 +35,7 @@ from modelpool.pool_api.call import DEFAULT_CALL, CallOptions
 from modelpool.pool_api.generation import ChoiceChunk, Generation, collect
 from modelpool.pool_api.results import Detokenized, Loglikelihood, Outcome, Tokenized, TokenizeJob
 from modelpool.pool_api.usage import RequestUsage
+from modelpool.runtime.adapters import split_adapter
 from modelpool.runtime.keep_alive import check_keep_alive
 from modelpool.runtime.lease import Lease, LeasedStream, open_stream
 from modelpool.runtime.pool_base import PoolBase
@@ -53,6 +54,8 @@ class TextRequests(PoolBase):
     async def chat(
         self, name: str, request: ChatRequest, options: CallOptions = DEFAULT_CALL
     ) -> LeasedStream[GenerationChunk]:
+        name, adapter = split_adapter(self._names, name, request.adapter)
+        request = replace(request, adapter=adapter)
         slot = self.slot_for(name, Task.CHAT, options)
         _check_chat_features(slot, request)
         sampling = beam_bounded(with_model_defaults(request.sampling, slot.config.sampling), slot)
@@ -77,6 +80,8 @@ class TextRequests(PoolBase):
         """Every prompt's completion on one turn of the model, one after another, each
         chunk with its prompt's index. The first prompt starts before this returns, so a
         bad request still gets a 4xx; later ones start when reached."""
+        name, adapter = split_adapter(self._names, name, requests[0].adapter if requests else None)
+        requests = [replace(r, adapter=adapter) for r in requests]
         self._check_beams(name, requests, options)
         requests = self._defaulted(name, requests)
         lease = await self.lease(name, Task.COMPLETION, CompletionBackend, options)

@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from modelpool.config.durations import parse_duration
+from modelpool.config.schema import ADAPTER_NAME_PATTERN
 from modelpool.errors import InvalidRequest
 from modelpool.inference import DEFAULTED, MAX_BEAM_SIZE, SamplingParams
 from modelpool.owner import caller_is_admin
@@ -156,6 +157,9 @@ class GenerationFields(PoolFields):
     on CTranslate2 and transformers models (`capabilities.beam_search`), greedy, one answer."""
     length_penalty: float | None = Field(default=None, ge=MIN_LENGTH_PENALTY, le=MAX_LENGTH_PENALTY)
     """Beam search only: hypotheses compare by log-probability / length ** length_penalty (1)."""
+    adapter: str | None = Field(default=None, pattern=ADAPTER_NAME_PATTERN)
+    """The model's LoRA adapter to run with, by name (modelpool's extension; `model: "base:adapter"`
+    says the same). A name from the model's `adapters:` only, never a path."""
 
     @field_validator("n")
     @classmethod

@@ -18,6 +18,7 @@ from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.constraint import GrammarCompiler, TokenConstraint
 from modelpool.backends.context import BackendContext
 from modelpool.backends.gpu_estimates import llama_split
+from modelpool.backends.llama_cpp.adapters import AdapterSources, AdapterSpec
 from modelpool.backends.llama_cpp.chat_template import ChatTemplate
 from modelpool.backends.llama_cpp.engine import LlamaEngine
 from modelpool.backends.llama_cpp.model import GgufModel, grammar_tokenizer
@@ -179,6 +180,7 @@ class LlamaCppBackend(DeclaredBackend):
         tools=True,
         structured_output=True,
         tokenizer=True,
+        adapters=True,
     )
     overridable = frozenset({
         "n_ctx", "parallel", "n_threads", "n_batch", "n_ubatch", "batch_invariant", "n_gpu_layers",
@@ -201,6 +203,7 @@ class LlamaCppBackend(DeclaredBackend):
         self.gpus = context.gpus
         self._engine: LlamaEngine | None = None
         self._template: ChatTemplate | None = None
+        self.adapter_sources = AdapterSources(model, context.hub)
 
     async def estimate_memory(self) -> MemoryEstimate:
         """The GGUF plus its KV cache for every parallel context (from the file's layers and
@@ -213,7 +216,10 @@ class LlamaCppBackend(DeclaredBackend):
         kv_types = (o.type_k, o.type_v)  # None: f16, llama.cpp's default
         layers = o.n_gpu_layers if self.gpus() else 0
         split = await asyncio.to_thread(llama_split, path, layers, o.n_ctx * o.sequences, *kv_types)
-        estimate = MemoryEstimate(ram_bytes=split.ram_bytes + 32 * 1024 * 1024, gpu_bytes=split.gpu_bytes)
+        adapters = await asyncio.to_thread(self.adapter_sources.largest_bytes)  # on the device the layers are on
+        on_gpu = layers != 0 and split.gpu_bytes > 0
+        estimate = MemoryEstimate(ram_bytes=split.ram_bytes + 32 * 1024 * 1024 + (0 if on_gpu else adapters),
+                                  gpu_bytes=split.gpu_bytes + (adapters if on_gpu else 0))  # fmt: skip
         return await self._with_draft(estimate)
 
     async def _with_draft(self, estimate: MemoryEstimate) -> MemoryEstimate:
@@ -241,6 +247,8 @@ class LlamaCppBackend(DeclaredBackend):
         require_engine(self.model.id, ("llama_cpp",), "llama")
         path = await locate(self.model, self.hub)
         self._engine = await asyncio.to_thread(self._load, str(path))
+        for spec in await asyncio.to_thread(self.adapter_sources.preloaded):
+            await asyncio.wrap_future(self._engine.load_adapter(spec))
         if Task.CHAT in self.tasks:
             self._template = self._chat_template()
 
@@ -260,15 +268,16 @@ class LlamaCppBackend(DeclaredBackend):
         plan, prompt_text = await TEMPLATE_RENDERS.run(lambda: self._render_chat(request, "model", marker=True))
         projector = engine.projector
         constraint = await self._constraint(plan.grammar, grammar_param(request))
+        adapter = await self._adapter(request.adapter)
         add_bos = self._add_bos(prompt_text)
         prompt_seconds = None  # an image prompt is tokenized by the engine, with its images: not timed here
         if images and projector is not None:
             chunks = self._generate([], request.sampling, "messages", constraint,
-                                    images=ImagePrompt(prompt_text, images, add_bos))  # fmt: skip
+                                    images=ImagePrompt(prompt_text, images, add_bos), adapter=adapter)  # fmt: skip
         else:
             prompt = await self._tokenize(prompt_text, add_bos=add_bos)
             prompt_seconds = prompt_clock() - started
-            chunks = self._generate(prompt, request.sampling, "messages", constraint)
+            chunks = self._generate(prompt, request.sampling, "messages", constraint, adapter=adapter)
         tools = make_parser(plan.parser, live=plan.live) if plan.parser else None
         reasoning = self.model.reasoning_parser
         async for chunk in chat_output(chunks, reasoning=reasoning, tools=tools, prompt_seconds=prompt_seconds):
@@ -283,12 +292,13 @@ class LlamaCppBackend(DeclaredBackend):
             prompt = self._check_token_ids(request.prompt)
             echo_text = engine.model.detokenize(prompt).decode("utf-8", errors="replace")
         prompt = self._start_of(prompt)
+        adapter = await self._adapter(request.adapter)
         echoed: tuple[TokenLogprob, ...] = ()
         if request.echo and request.sampling.logprobs is not None:
-            echoed = tuple(await self._score(prompt, request.sampling.logprobs))
+            echoed = tuple(await self._score(prompt, request.sampling.logprobs, adapter))
         grammar = output_grammar(request.output) if request.output is not None else None
         constraint = await self._constraint(grammar, "response_format")
-        chunks = self._generate(prompt, request.sampling, "prompt", constraint)
+        chunks = self._generate(prompt, request.sampling, "prompt", constraint, adapter=adapter)
         async for chunk in with_echo(chunks, echo_text, echoed) if request.echo else chunks:
             yield chunk
 
@@ -336,6 +346,7 @@ class LlamaCppBackend(DeclaredBackend):
         constraint: TokenConstraint | None = None,
         *,
         images: ImagePrompt | None = None,
+        adapter: AdapterSpec | None = None,
     ) -> AsyncGenerator[GenerationChunk, None]:
         """Stream a generation from the batch engine. The first chunk is empty and comes once
         the request is known to fit, so request errors are raised before anything streams."""
@@ -351,17 +362,21 @@ class LlamaCppBackend(DeclaredBackend):
         channel: Channel[GenerationChunk] = Channel(asyncio.get_running_loop())
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
         job = Job(prompt, model=engine.model, sampling=sampling, max_new=max_new, channel=channel,
-                  constraint=constraint, images=images, seed=seed)  # fmt: skip
+                  constraint=constraint, images=images, seed=seed, adapter=adapter)  # fmt: skip
         engine.submit(job)
         async for chunk in chunk_stream(channel):
             yield chunk
 
-    async def _score(self, prompt: list[int], top_n: int) -> list[TokenLogprob]:
+    async def _adapter(self, name: str | None) -> AdapterSpec | None:
+        """The adapter a request names, its file resolved (off the loop: `hf:` may download)."""
+        return None if name is None else await asyncio.to_thread(self.adapter_sources.spec, name)
+
+    async def _score(self, prompt: list[int], top_n: int, adapter: AdapterSpec | None = None) -> list[TokenLogprob]:
         """Log-probabilities of every token given the ones before it, from one evaluation of
         the prompt (a sequence of its own in the batch, every position's logits kept)."""
         engine = self._require_engine()
         tokens_to_generate(len(prompt), 0, engine.n_ctx, "prompt")
-        job = ScoringJob(prompt, top_n=top_n)
+        job = ScoringJob(prompt, top_n=top_n, adapter=adapter)
         engine.submit(job)
         return await asyncio.wrap_future(job.future)
 
@@ -400,7 +415,8 @@ class LlamaCppBackend(DeclaredBackend):
             engine = LlamaEngine(model, n_ctx=opts.n_ctx, parallel=opts.sequences, n_batch=opts.n_batch,
                                  n_ubatch=opts.micro_batch, n_threads=threads, batch_invariant=opts.invariant,
                                  reuse_prompt_cache=opts.reuse_prompt_cache, model_id=self.model.id,
-                                 attention=opts.attention, drafter=drafter)  # fmt: skip
+                                 attention=opts.attention, drafter=drafter,
+                                 max_adapters=self.model.max_adapters)  # fmt: skip
         except BaseException:
             if drafter is not None:
                 drafter.close()

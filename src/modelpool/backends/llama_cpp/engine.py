@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from modelpool.backends.llama_cpp.adapters import AdapterCache, AdapterSpec, LoadedAdapter
 from modelpool.backends.llama_cpp.microbatch import SPLIT_KV_FROM, lone_sequences
 from modelpool.backends.llama_cpp.model import GgufModel
 from modelpool.backends.llama_cpp.sequence import Job, ScoringJob, scored_token
@@ -60,6 +61,8 @@ class _Slot:
         self.seq_id = seq_id
         self.job: Job | ScoringJob | None = None
         self.cached: list[int] = []
+        self.cached_adapter: str | None = None
+        """The adapter `cached` was computed under: its KV cells serve only a request with the same one."""
 
 
 class LlamaEngine(EngineLoop[Job | ScoringJob]):
@@ -79,6 +82,7 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         model_id: str,
         attention: AttentionSettings = DEFAULT_ATTENTION,
         drafter: Drafter | None = None,
+        max_adapters: int = 8,
     ) -> None:
         import llama_cpp
 
@@ -112,6 +116,7 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
                                   f"({attention.describe()})")  # fmt: skip
         self.context: Any = context
         self._memory = llama_cpp.llama_get_memory(context)
+        self.adapters = AdapterCache(llama_cpp, model.model, context, max_adapters=max_adapters, model_id=model_id)
         self._batch = llama_cpp.llama_batch_init(capacity, 0, 1)
         self._slots = [_Slot(i) for i in range(parallel)]
         self.projector: ImageProjector | None = None
@@ -153,6 +158,14 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         running = sum(1 for slot in self._slots if (job := slot.job) is not None and not job.done)
         return self.submitted + len(self._waiting) + running
 
+    def load_adapter(self, spec: AdapterSpec) -> Future[LoadedAdapter]:
+        """Load an adapter now (preload, admin), on the engine thread between two steps."""
+        return self.call(lambda: self.adapters.acquire(spec, self._adapters_in_use))
+
+    def unload_adapter(self, name: str) -> Future[bool]:
+        """Unload an idle adapter (False: it was not loaded; Overloaded: a running request uses it)."""
+        return self.call(lambda: self.adapters.unload(name, self._adapters_in_use))
+
     def cells_in_use(self) -> Future[int]:
         """KV cells that hold some sequence's tokens (asked on the engine thread)."""
         llama, memory = self._llama, self._memory
@@ -181,16 +194,27 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         self._drop_cancelled()
         self._admit()
         self._draft()
-        outputs = self._fill_batch()
+        rows = self._fill_batch()
+        decoded = False
+        for lora, group in _by_adapter(rows):  # one llama_decode per adapter: llama.cpp applies them per context
+            decoded = self._decode(group, lora) or decoded
+        self.decode_steps += decoded
+        self._release_finished()
+
+    def _decode(self, rows: list[_Row], lora: LoadedAdapter | None) -> bool:
+        """One llama_decode of `rows` (all under one adapter), then each output row's result."""
+        if self._invariant:
+            self._no_lone_row(rows)
+        outputs = self._write(rows)
         if self._batch.n_tokens == 0:  # (a prompt piece that does not end its prompt has no output, but is evaluated)
-            return
+            return False
+        self.adapters.apply(lora)
         status = self._llama.llama_decode(self.context, self._batch)
         for spare in self._spares:
             self._llama.llama_memory_seq_rm(self._memory, spare.seq_id, spare.position, -1)
         self._spares = []
         if status != 0:
             raise GenerationFailed(f"llama_decode returned {status}")
-        self.decode_steps += 1
         for index, job, position in outputs:
             try:
                 if isinstance(job, ScoringJob):
@@ -201,14 +225,14 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
                     self._sample(job, index)
             except Exception as exc:  # this row's own sampling, logprobs or stops: it fails alone
                 job.fail(sequence_failed(job.request_id, exc, what="a llama.cpp sequence's step"))
-        self._release_finished()
+        return True
 
     # ----- admission -----------------------------------------------------------------
 
     def _admit(self) -> None:
         while self._waiting:
             slot = self._free_slot(self._waiting[0])
-            if slot is None:
+            if slot is None or not self._adapter_fits(self._waiting[0]):
                 return
             job = self._waiting.popleft()
             if job.cancelled:
@@ -217,7 +241,7 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
             job.seq_id = slot.seq_id
             try:
                 self._start(job, slot)
-            except (InvalidRequest, GenerationFailed) as exc:  # this request's own problem
+            except (InvalidRequest, GenerationFailed, ModelLoadFailed) as exc:  # this request's own problem
                 job.fail(exc)
                 self._free(slot, keep_cells=False)
             except Exception as exc:  # starting this sequence failed: the others go on
@@ -230,16 +254,31 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
             return None
         if not self._reuse or not isinstance(job, Job) or job.images is not None:
             return min(free, key=lambda slot: len(slot.cached))  # leave the richest caches for later
-        return max(free, key=lambda slot: _common_prefix(slot.cached, job.prompt))
+        # The longest reusable prefix; with none, the emptiest slot (another adapter's cache may serve later).
+        return max(free, key=lambda slot: (self._reusable(slot, job), -len(slot.cached)))
+
+    def _reusable(self, slot: _Slot, job: Job) -> int:
+        """Prompt tokens whose KV cells `slot` holds for `job`: none computed under another adapter."""
+        same_adapter = slot.cached_adapter == (job.adapter.name if job.adapter is not None else None)
+        return _common_prefix(slot.cached, job.prompt) if same_adapter else 0
+
+    def _adapter_fits(self, job: Job | ScoringJob) -> bool:
+        """A sequence whose adapter cannot be loaded until a running one ends waits (in order)."""
+        return job.adapter is None or self.adapters.can_take(job.adapter, self._adapters_in_use)
+
+    def _adapters_in_use(self) -> list[str]:
+        return [slot.job.lora.spec.name for slot in self._slots if slot.job is not None and slot.job.lora is not None]
 
     def _start(self, job: Job | ScoringJob, slot: _Slot) -> None:
         self._check_tokens(job)
+        if job.adapter is not None:
+            job.lora = self.adapters.acquire(job.adapter, self._adapters_in_use)
         keep = 0
         if self._reuse and isinstance(job, Job) and job.images is None:
             # At least the last prompt token is evaluated again: its logits choose the first token.
-            keep = min(_common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
+            keep = min(self._reusable(slot, job), len(job.prompt) - 1)
         self._llama.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1)
-        slot.cached = []
+        slot.cached, slot.cached_adapter = [], None
         if self.drafter is not None:
             self.drafter.forget(slot.seq_id)
             if isinstance(job, Job):
@@ -268,6 +307,7 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         their projected embeddings), then choose its first token from the last logits."""
         assert self.projector is not None and job.images is not None
         chunks = self.projector.tokenize(job.images)
+        self.adapters.apply(job.lora)  # libmtmd decodes the prompt itself, under the context's adapters
         try:
             job.prompt_tokens = chunks.n_tokens
             job.max_new = job.room(self.n_ctx)  # a prompt or max_tokens too long fails here, before any work
@@ -284,10 +324,9 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
 
     # ----- one step's batch ----------------------------------------------------------
 
-    def _fill_batch(self) -> list[tuple[int, Job | ScoringJob, int]]:
+    def _fill_batch(self) -> list[_Row]:
         """The next token of every decoding sequence (and its draft's guesses), then prompt
-        pieces in admission order while there is room. Returns (batch index, job, position)
-        for each output row (a drafted sequence's first row stands for all of its rows)."""
+        pieces in admission order while there is room: the step's rows, not yet written."""
         rows: list[_Row] = []
 
         def add(token: int, job: Job | ScoringJob, logits: bool, output: bool) -> None:
@@ -319,14 +358,13 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
                 add(token, job, wanted, wanted)
             job.evaluated += len(piece)
             prompts += 1
-        if self._invariant:
-            self._no_lone_row(rows)
-        outputs = self._write(rows)
         self.largest_batch = max(self.largest_batch, decoding)
         self.most_prompts_in_a_step = max(self.most_prompts_in_a_step, prompts)
-        return outputs
+        return rows
 
     def _write(self, rows: list[_Row]) -> list[tuple[int, Job | ScoringJob, int]]:
+        """Rows into the batch; (batch index, job, position) for each output row (a drafted
+        sequence's first row stands for all of its rows)."""
         batch, outputs = self._batch, []
         for index, row in enumerate(rows):
             batch.token[index], batch.pos[index], batch.n_seq_id[index] = row.token, row.position, 1
@@ -485,9 +523,10 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
             job.close(self._llama)
         if keep_cells and self._reuse and job is not None and isinstance(job, Job):
             slot.cached = job.history  # what the KV cells of this sequence now hold
+            slot.cached_adapter = job.adapter.name if job.adapter is not None else None
         else:
             self._llama.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-            slot.cached = []
+            slot.cached, slot.cached_adapter = [], None
 
     def _drop_cancelled(self) -> None:
         for slot in self._slots:
@@ -508,6 +547,16 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
         if self.drafter is not None:
             for slot in self._slots:
                 self.drafter.forget(slot.seq_id)
+
+
+def _by_adapter(rows: list[_Row]) -> list[tuple[LoadedAdapter | None, list[_Row]]]:
+    """The step's rows grouped by the adapter their sequence runs with, each group in row
+    order (the base model's first); one group in the common case of no adapters."""
+    groups: dict[int, tuple[LoadedAdapter | None, list[_Row]]] = {}
+    for row in rows:
+        lora = row.job.lora if row.job is not None else None
+        groups.setdefault(id(lora) if lora is not None else 0, (lora, []))[1].append(row)
+    return sorted(groups.values(), key=lambda group: group[0] is not None)
 
 
 def _common_prefix(cached: list[int], prompt: list[int]) -> int:

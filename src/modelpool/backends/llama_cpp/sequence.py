@@ -23,6 +23,7 @@ from modelpool.inference import GenerationChunk, SamplingParams, Speculation, To
 from modelpool.logs import current_request_id
 
 if TYPE_CHECKING:
+    from modelpool.backends.llama_cpp.adapters import AdapterSpec, LoadedAdapter
     from modelpool.backends.llama_cpp.vision import ImagePrompt
 
 _arrival = itertools.count()
@@ -33,8 +34,12 @@ PENALTY_WINDOW = 64
 class _InEngine:
     """Where a sequence stands in the context."""
 
-    def __init__(self, prompt: list[int]) -> None:
+    def __init__(self, prompt: list[int], adapter: AdapterSpec | None) -> None:
         self.prompt = prompt
+        self.adapter = adapter
+        """The LoRA adapter this sequence runs with (None: the base model)."""
+        self.lora: LoadedAdapter | None = None
+        """That adapter, loaded (set at admission by the engine)."""
         self.order = next(_arrival)
         self.seq_id = -1
         self.position = 0
@@ -76,8 +81,9 @@ class Job(_InEngine, TextSequence):
         constraint: TokenConstraint | None = None,
         images: ImagePrompt | None = None,
         seed: int = 0,
+        adapter: AdapterSpec | None = None,
     ) -> None:
-        _InEngine.__init__(self, prompt)
+        _InEngine.__init__(self, prompt, adapter)
         TextSequence.__init__(self, sampling=sampling, max_new=max_new, output=channel, detok=GgufDetokenizer(model),
                               end_ids=model.eog_set, prompt_tokens=len(prompt), constraint=constraint)  # fmt: skip
         self.images = images
@@ -129,8 +135,8 @@ class Job(_InEngine, TextSequence):
 class ScoringJob(_InEngine):
     """Log-probabilities of every prompt token given the ones before it."""
 
-    def __init__(self, prompt: list[int], *, top_n: int = 0) -> None:
-        super().__init__(prompt)
+    def __init__(self, prompt: list[int], *, top_n: int = 0, adapter: AdapterSpec | None = None) -> None:
+        super().__init__(prompt, adapter)
         self.top_n = top_n
         self.future: Future[list[TokenLogprob]] = Future()
         self.scored: list[TokenLogprob] = []

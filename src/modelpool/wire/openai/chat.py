@@ -83,6 +83,7 @@ class ChatCompletionBody(GenerationFields):
             tool_choice=to_tool_choice(mode, named, tools, "tool_choice"),
             parallel_tool_calls=self.parallel_tool_calls is not False,
             output=output,
+            adapter=self.adapter,
         )
 
 

@@ -69,7 +69,8 @@ class CompletionBody(GenerationFields):
         sampling = self.sampling(max_tokens=self.max_tokens, logprobs=self.logprobs)
         if "max_tokens" not in self.model_fields_set:  # OpenAI's 16, unless a configured default says otherwise
             sampling = protocol_default(sampling, "max_tokens")
-        return [CompletionRequest(prompt, sampling, self.echo, streamed=self.stream) for prompt in self.prompts()]
+        return [CompletionRequest(prompt, sampling, self.echo, streamed=self.stream, adapter=self.adapter)
+                for prompt in self.prompts()]  # fmt: skip
 
 
 def completion_json(

@@ -64,7 +64,8 @@ class GenerateBody(GenerationFields):
         if "max_tokens" not in self.model_fields_set:  # 16, unless a configured default says otherwise
             sampling = protocol_default(sampling, "max_tokens")
         output = None if self.json_schema is None else to_output("json_schema", self.json_schema, "json_schema")
-        return [CompletionRequest(p if isinstance(p, str) else tuple(p), sampling, output=output) for p in self.prompts]
+        return [CompletionRequest(p if isinstance(p, str) else tuple(p), sampling, output=output, adapter=self.adapter)
+                for p in self.prompts]  # fmt: skip
 
 
 class GenerateStreamBody(GenerateBody):

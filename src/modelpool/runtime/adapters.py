@@ -1,0 +1,29 @@
+"""Which LoRA adapter a request runs with: `model: "base:adapter"` (as vLLM and llama-server
+users write it) or the request's own `adapter` field, checked against the model's
+`adapters:` before any work starts, so an unknown adapter is a 400 naming it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from modelpool.errors import AdapterNotFound, InvalidRequest
+from modelpool.runtime.slot import ModelSlot
+
+
+def split_adapter(names: Mapping[str, ModelSlot], name: str, asked: str | None) -> tuple[str, str | None]:
+    """(the model's name, the adapter or None). A name some model has (an id or alias with
+    a `:` in it) is that model: an exact match wins over `base:adapter`."""
+    adapter = None
+    if name not in names and ":" in name:
+        base, _, suffix = name.rpartition(":")
+        if base in names:
+            name, adapter = base, suffix
+    if asked is not None:
+        if adapter is not None and asked != adapter:
+            raise InvalidRequest(f"`model` names adapter '{adapter}' but `adapter` says '{asked}'", param="adapter")
+        adapter = asked
+    slot = names.get(name)
+    if adapter is not None and slot is not None and adapter not in slot.config.adapters:
+        known = ", ".join(sorted(slot.config.adapters)) or "none"
+        raise AdapterNotFound(f"model '{slot.id}' has no adapter '{adapter}' (it has: {known})", param="adapter")
+    return name, adapter

@@ -1,0 +1,158 @@
+"""LoRA adapters on the in-process llama.cpp engine, on the real SmolLM2 GGUF with two small
+adapters built by the tests (tests/lora_models.py): an adapter's prompt logprobs and greedy
+text equal llama.cpp's own adapter path (`llama_cpp.Llama(lora_path=...)`) and differ from
+the base model's; two adapters and the base model decoding in one engine step each equal
+their solo output; an unknown adapter is a 400 naming it; a model holds at most
+`max_adapters`, the least recently used idle one unloaded; the prompt cache never reuses KV
+cells computed under another adapter; adapters count in the model's memory estimate."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from fastapi import FastAPI
+
+from modelpool.backends.context import BackendContext
+from modelpool.backends.llama_cpp.backend import LlamaCppBackend, LlamaCppOptions
+from modelpool.config.schema import ModelConfig
+from tests.conftest import sdk, serving
+from tests.e2e.conftest import smollm2_gguf
+from tests.lora_models import lora_gguf
+
+MODEL, LRU_MODEL = "lora-chat", "lora-lru"
+OPTIONS = {"n_ctx": 512, "parallel": 4}
+PROMPT = "The capital of France is"
+
+
+def entry(max_adapters: int, **options: Any) -> dict[str, Any]:
+    adapters = {"pirate": str(lora_gguf("pirate")), "poet": {"source": str(lora_gguf("poet")), "scale": 1.0}}
+    return {"backend": "llama_cpp", "source": str(smollm2_gguf()), "tasks": ["chat", "completion"],
+            "options": {**OPTIONS, **options}, "adapters": adapters, "max_adapters": max_adapters}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+async def served() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    models = {MODEL: entry(2), LRU_MODEL: entry(1, reuse_prompt_cache=True)}
+    async with serving({"enabled_models": list(models), "models": models}) as (app, client):
+        yield app, client
+
+
+def engine_of(app: FastAPI, model: str) -> Any:
+    return app.state.pool.slot(model).replicas.members[0].backend._engine
+
+
+def reference_llama(lora: str | None) -> Any:
+    """llama.cpp's own path, with the kernels the engine runs (as tests/e2e/conftest.py's `reference`)."""
+    from llama_cpp import Llama
+
+    return Llama(str(smollm2_gguf()), lora_path=lora, logits_all=True, n_ctx=512, n_ubatch=63, flash_attn=True,
+                 verbose=False)  # fmt: skip
+
+
+def reference_logprobs(llm: Any, tokens: list[int]) -> list[float]:
+    llm.reset()
+    llm.eval(tokens)
+    scores = llm.scores[: len(tokens)].astype(np.float64)
+    shifted = scores - scores.max(axis=1, keepdims=True)
+    log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return [float(log_softmax[i - 1][tokens[i]]) for i in range(1, len(tokens))]
+
+
+async def complete(client: openai.AsyncOpenAI, model: str, **extra: Any) -> openai.types.Completion:
+    body: dict[str, Any] = {"max_tokens": 16, "temperature": 0, **extra}
+    return await client.completions.create(model=model, prompt=PROMPT, **body)
+
+
+async def test_adapter_logprobs_and_text_equal_llama_cpps_own_adapter_path(served) -> None:
+    _, http = served
+    client = sdk(http)
+    scored = await complete(client, f"{MODEL}:pirate", echo=True, logprobs=0, max_tokens=1)
+    assert scored.choices[0].logprobs is not None
+    served_logprobs = [lp for lp in scored.choices[0].logprobs.token_logprobs or [] if lp is not None]
+    llm = reference_llama(str(lora_gguf("pirate")))
+    tokens = llm.tokenize(PROMPT.encode(), add_bos=False)
+    expected = reference_logprobs(llm, tokens)
+    assert np.allclose(served_logprobs[: len(expected)], expected, atol=2e-3)
+    base = reference_logprobs(reference_llama(None), tokens)
+    assert not np.allclose(base, expected, atol=2e-3)  # the adapter changes the logits
+
+    text = (await complete(client, f"{MODEL}:pirate")).choices[0].text
+    llm.reset()
+    own = llm.create_completion(PROMPT, max_tokens=16, temperature=0.0)["choices"][0]["text"]
+    assert text == own
+    same = (await complete(client, MODEL, extra_body={"adapter": "pirate"})).choices[0].text
+    assert same == text  # the explicit field says what `model: base:adapter` says
+    assert (await complete(client, MODEL)).choices[0].text != text
+
+
+async def test_two_adapters_and_the_base_in_one_batch_equal_their_solo_output(served) -> None:
+    app, http = served
+    client = sdk(http)
+
+    async def chat(model: str) -> str:
+        reply = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Tell me about the sea."}], max_tokens=24, temperature=0
+        )
+        return reply.choices[0].message.content or ""
+
+    names = [f"{MODEL}:pirate", f"{MODEL}:poet", MODEL]
+    solo = [await chat(name) for name in names]
+    assert len(set(solo)) == 3  # each adapter answers differently
+    engine = engine_of(app, MODEL)
+    engine.largest_batch = 0
+    together = await asyncio.gather(*(chat(name) for name in names))
+    assert list(together) == solo
+    assert engine.largest_batch == 3  # all three decoded in the same steps (one llama_decode per adapter)
+
+
+async def test_an_unknown_adapter_is_a_400_naming_it(served) -> None:
+    _, http = served
+    client = sdk(http)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model=f"{MODEL}:nope", messages=messages, max_tokens=2)
+    assert "'nope'" in caught.value.message and caught.value.code == "adapter_not_found"
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.completions.create(model=MODEL, prompt="hi", max_tokens=2, extra_body={"adapter": "nope"})
+    assert "'nope'" in caught.value.message
+    with pytest.raises(openai.BadRequestError):  # a name, never a path
+        await client.completions.create(model=MODEL, prompt="hi", max_tokens=2, extra_body={"adapter": "../x.gguf"})
+    with pytest.raises(openai.BadRequestError) as caught:  # the two ways disagree
+        await client.completions.create(model=f"{MODEL}:pirate", prompt="hi", max_tokens=2,
+                                        extra_body={"adapter": "poet"})  # fmt: skip
+    assert "poet" in caught.value.message
+    with pytest.raises(openai.NotFoundError):  # no such base model
+        await client.completions.create(model="no-such-model:pirate", prompt="hi", max_tokens=2)
+
+
+async def test_least_recently_used_adapter_is_unloaded_and_no_kv_is_reused_across_adapters(served) -> None:
+    app, http = served
+    client = sdk(http)
+    base_alone = (await complete(client, LRU_MODEL)).choices[0].text
+    engine = engine_of(app, LRU_MODEL)
+    pirate = (await complete(client, f"{LRU_MODEL}:pirate")).choices[0].text
+    assert [a.spec.name for a in engine.adapters.loaded] == ["pirate"]
+    reused = engine.reused_tokens
+    poet = (await complete(client, f"{LRU_MODEL}:poet")).choices[0].text
+    assert [a.spec.name for a in engine.adapters.loaded] == ["poet"] and engine.adapters.evictions == 1
+    assert engine.reused_tokens == reused  # the same prompt is cached, but under the base model and another adapter
+    assert (await complete(client, f"{LRU_MODEL}:poet")).choices[0].text == poet
+    assert engine.reused_tokens > reused  # under the same adapter its cells serve again
+    assert (await complete(client, LRU_MODEL)).choices[0].text == base_alone
+    assert len({base_alone, pirate, poet}) == 3
+
+
+async def test_adapters_count_in_the_models_memory_estimate() -> None:
+    config = entry(2)
+    with_adapters = ModelConfig(id="m", **config)
+    without = ModelConfig(id="m", **{**config, "adapters": {}})
+    options = LlamaCppOptions.model_validate(config["options"])
+    sizes = lora_gguf("pirate").stat().st_size + lora_gguf("poet").stat().st_size
+    estimates = [await LlamaCppBackend(m, options, BackendContext()).estimate_memory() for m in (with_adapters, without)]
+    assert estimates[0].ram_bytes - estimates[1].ram_bytes == sizes
