@@ -154,5 +154,6 @@ async def test_adapters_count_in_the_models_memory_estimate() -> None:
     without = ModelConfig(id="m", **{**config, "adapters": {}})
     options = LlamaCppOptions.model_validate(config["options"])
     sizes = lora_gguf("pirate").stat().st_size + lora_gguf("poet").stat().st_size
-    estimates = [await LlamaCppBackend(m, options, BackendContext()).estimate_memory() for m in (with_adapters, without)]
+    backends = [LlamaCppBackend(m, options, BackendContext()) for m in (with_adapters, without)]
+    estimates = [await backend.estimate_memory() for backend in backends]
     assert estimates[0].ram_bytes - estimates[1].ram_bytes == sizes
