@@ -74,11 +74,12 @@ def bench(
             api_key=_api_key(api_key_env), audio=_audio(kind, audio), audio_name=audio.name if audio else "tone.wav",
             voice=voice,
         )  # fmt: skip
-        plan = LoadPlan(parse_levels(concurrency), None if duration else (requests or 32), duration, warmup)
+        count = requests if requests is not None or duration is not None else 32  # neither: 32 requests
+        plan = LoadPlan(parse_levels(concurrency), count, duration, warmup)
         if chart is not None and chart.suffix.lower() not in (".svg", ".png"):
             raise ChartError(f"chart: {chart.name} must end in .svg or .png")
     except (LoadSpecError, ChartError) as error:
-        err.print(f"[red]error:[/red] {error}", highlight=False)
+        typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
     warm, runs = _run(spec, plan, err if progress else None)
     out = Console()
@@ -89,7 +90,7 @@ def bench(
         out.print(line, highlight=False)
     _write_files(spec, plan, warm, runs, json_out, chart)
     if not any(run.summary.succeeded for run in runs):
-        err.print("[red]error:[/red] no request succeeded (see the errors column)", highlight=False)
+        typer.echo("error: no request succeeded (see the errors column)", err=True)
         raise typer.Exit(1)
 
 
