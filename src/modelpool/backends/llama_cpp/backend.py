@@ -59,6 +59,10 @@ from modelpool.tools.prompt import ChatPlan, plan_chat
 # Rough: small models need ~25 KiB of f16 KV cache per token, 7B ones ~500 KiB. A
 # measurement after loading replaces the estimate; set `memory_bytes` to be exact.
 PARALLEL_CPU, PARALLEL_GPU = 8, 32
+# On a CPU, a shorter context buys more sequences in the KV cells 8 × 4096 always had: up to
+# 16, so a burst of 16 clients decodes together instead of the 9th waiting a whole reply
+# (the starter, n_ctx 2048: 16 sequences, the same 32768 cells and idle memory as before).
+CPU_DEFAULT_CELLS, PARALLEL_CPU_MOST = PARALLEL_CPU * 4096, 16
 BATCH_INVARIANT_UBATCH = 63  # ggml-cpu's flash attention tiles queries from GGML_FA_TILE_Q = 64 rows
 
 
@@ -69,8 +73,9 @@ class LlamaCppOptions(BaseModel):
     """Context length of one request in tokens (prompt + completion)."""
     parallel: int | None = Field(default=None, ge=1, le=256)
     """Requests decoded together in one context (continuous batching); the KV cache holds
-    `n_ctx × parallel` tokens, so each of them may fill its whole context. Default: 8 on
-    CPU, 32 with layers on a GPU. It is also the model's default `max_concurrency`."""
+    `n_ctx × parallel` tokens, so each of them may fill its whole context. Default on CPU:
+    as many as fit 32768 KV cells (8 × 4096), at least 8 and at most 16 (n_ctx 2048 or
+    less: 16); 32 with layers on a GPU. It is also the model's default `max_concurrency`."""
     n_threads: int | None = Field(default=None, ge=1)
     """CPU threads for generation (default: all cores)."""
     n_batch: int = Field(default=512, ge=1)
@@ -159,7 +164,11 @@ class LlamaCppOptions(BaseModel):
 
     @property
     def sequences(self) -> int:
-        return self.parallel or (PARALLEL_GPU if self.n_gpu_layers != 0 else PARALLEL_CPU)
+        if self.parallel is not None:
+            return self.parallel
+        if self.n_gpu_layers != 0:
+            return PARALLEL_GPU
+        return min(PARALLEL_CPU_MOST, max(PARALLEL_CPU, CPU_DEFAULT_CELLS // self.n_ctx))
 
     @property
     def invariant(self) -> bool:
