@@ -338,3 +338,22 @@ def test_the_load_form_gets_each_knobs_bounds() -> None:
         if backend == "vllm_serve":
             assert form["kv_cache_dtype"]["enum"] == list(get_args(KvCacheDtype))
             assert form["max_pixels"]["minimum"] == 1 and "reasoning_parser" in form and "speculative" in form
+
+
+@pytest.mark.parametrize(
+    ("options", "sequences"),
+    [
+        ({}, 8),  # n_ctx 4096: 8 × 4096 cells, as always
+        ({"n_ctx": 2048}, 16),  # the starter: the same 32768 cells, twice the sequences
+        ({"n_ctx": 512}, 16),  # never more than 16 by default
+        ({"n_ctx": 3000}, 10),  # as many as fit 32768 cells
+        ({"n_ctx": 8192}, 8),  # never fewer than 8 by default (a long context costs more cells)
+        ({"n_ctx": 2048, "parallel": 4}, 4),  # a configured parallel is the word
+        ({"n_ctx": 2048, "n_gpu_layers": -1}, 32),
+    ],
+)
+def test_the_cpu_default_sequences_fill_the_cells_8_by_4096_had(options: dict[str, Any], sequences: int) -> None:
+    parsed = LlamaCppOptions.model_validate(options)
+    assert parsed.sequences == sequences
+    if "parallel" not in options and "n_gpu_layers" not in options and parsed.n_ctx <= 4096:
+        assert parsed.n_ctx * parsed.sequences <= 8 * 4096

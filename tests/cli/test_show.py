@@ -73,7 +73,7 @@ def test_a_hub_reference_lists_what_a_pull_would_fetch(hub_env: Path) -> None:
 
 def test_text_output_and_what_cannot_be_shown(tmp_path: Path) -> None:
     text = runner.invoke(app, ["show", str(SMOLLM2)]).output
-    assert "quantization    Q4_1" in text and "* n_ctx" not in text and "  n_ctx = 2048" in text
+    assert "quantization    Q4_1" in text and "* n_ctx" not in text and "  n_ctx = 4096" in text
     missing = runner.invoke(app, ["show", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "no such file or folder" in missing.output
     (tmp_path / "weights.pt").write_bytes(b"")
