@@ -172,6 +172,8 @@ class ModelStatus:
     """While the weights download (then `state` is "downloading")."""
     queued_by_priority: dict[str, int] = field(default_factory=dict)
     """`queued` by priority class (high, normal, low)."""
+    adapters: list[str] = field(default_factory=list)
+    """The model's LoRA adapters by name (its config's `adapters:`), each served as `<id>:<name>`."""
 
 
 @dataclass(frozen=True)

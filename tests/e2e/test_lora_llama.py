@@ -157,3 +157,12 @@ async def test_adapters_count_in_the_models_memory_estimate() -> None:
     backends = [LlamaCppBackend(m, options, BackendContext()) for m in (with_adapters, without)]
     estimates = [await backend.estimate_memory() for backend in backends]
     assert estimates[0].ram_bytes - estimates[1].ram_bytes == sizes
+
+
+async def test_models_list_each_adapter_with_its_base_as_parent(served) -> None:
+    _, http = served
+    listed = {model.id: model for model in [m async for m in sdk(http).models.list()]}
+    pirate = listed[f"{MODEL}:pirate"].model_dump()
+    assert pirate["parent"] == MODEL and pirate["adapter"] == "pirate" and pirate["capabilities"]["adapters"]
+    assert {f"{LRU_MODEL}:pirate", f"{LRU_MODEL}:poet", MODEL} <= set(listed)
+    assert "parent" not in listed[MODEL].model_dump()

@@ -43,6 +43,7 @@ def status_of(slot: ModelSlot) -> ModelStatus:
         overridable=sorted(slot.capabilities.overridable),
         override_options=override_options(config, slot.capabilities.overridable),
         download=slot.download.status() if slot.download else None, dimensions=slot.dimensions,
+        adapters=list(config.adapters),
     )  # fmt: skip
 
 

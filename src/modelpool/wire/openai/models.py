@@ -12,7 +12,19 @@ from modelpool.status import DownloadStatus, ModelStatus
 def models_json(statuses: list[ModelStatus]) -> dict[str, Any]:
     """OpenAI's list (`data`), plus `models`: the same ids alone, as llm-pool's clients read
     its `/v1/models` (`{"models": [ids]}`); an extra field OpenAI's clients ignore."""
-    return {"object": "list", "data": [model_json(s) for s in statuses], "models": [s.id for s in statuses]}
+    data = [entry for s in statuses for entry in (model_json(s), *adapter_entries(s))]
+    return {"object": "list", "data": data, "models": [s.id for s in statuses]}
+
+
+def adapter_entries(status: ModelStatus) -> list[dict[str, Any]]:
+    """Each LoRA adapter as a model of its own, `<id>:<adapter>` with its base as `parent`
+    (as vLLM lists adapters); it shares the base's state, tasks and capabilities."""
+    base = model_json(status)
+    shown = []
+    for name in status.adapters:
+        entry = {**base, "id": f"{status.id}:{name}", "parent": status.id, "aliases": [], "adapter": name}
+        shown.append(entry)
+    return shown
 
 
 def model_json(status: ModelStatus) -> dict[str, Any]:
