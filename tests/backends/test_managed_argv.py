@@ -345,3 +345,50 @@ def test_a_projector_on_llama_cpp_server_selects_the_mtmd_chat_format() -> None:
     assert value_of(python_argv(mmproj="/m/proj.gguf"), "--chat_format") == "mtmd"
     assert value_of(python_argv(mmproj="/m/proj.gguf", chat_format="llava-1-5"), "--chat_format") == "llava-1-5"
     assert "--chat_format" not in python_argv()
+
+
+def test_vllm_adapters_turn_on_lora_with_each_adapter_served_under_its_name(tmp_path: Path) -> None:
+    pirate, poet = tmp_path / "pirate", tmp_path / "poet"
+    pirate.mkdir()
+    poet.mkdir()
+    backend = vllm({"max_lora_rank": 8, "extra_args": ["--x"]}, adapters={"pirate": str(pirate), "poet": str(poet)},
+                   max_adapters=3)  # fmt: skip
+    argv = backend.command(WEIGHTS)
+    lora = ["--enable-lora", "--max-loras", "3", "--max-lora-rank", "8",
+            "--lora-modules", f"pirate={pirate}", f"poet={poet}", "--x"]  # fmt: skip
+    assert argv[-len(lora) :] == lora  # before extra_args, which come last
+    assert backend.files(WEIGHTS) == [WEIGHTS, pirate, poet]  # mounted into a container too
+    assert "--enable-lora" not in vllm_argv()
+    assert model_capabilities(backend.model).as_json()["adapters"]
+
+
+@pytest.mark.parametrize("rank", [0, 7, 1024])
+def test_vllm_max_lora_rank_is_one_of_vllms_sizes(rank: int) -> None:
+    with pytest.raises(ValidationError, match="max_lora_rank"):
+        VllmOptions.model_validate({"max_lora_rank": rank})
+
+
+class _RecordingUpstream:
+    """Stands in for vLLM's HTTP server: records the bodies it is sent."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.bodies.append(body)
+        return {"choices": [{"index": 0, "text": "", "message": {"role": "assistant", "content": ""},
+                             "finish_reason": "stop"}]}  # fmt: skip
+
+
+@pytest.mark.parametrize("adapter", [None, "pirate"])
+async def test_vllm_requests_name_the_adapter_as_the_upstream_model(adapter: str | None) -> None:
+    from modelpool.inference import ChatMessage, ChatRequest, CompletionRequest
+
+    backend = vllm(adapters={"pirate": "/a"})
+    upstream = _RecordingUpstream()
+    backend.upstream = upstream  # type: ignore[assignment]
+    backend.upstream_model = "smol"
+    chat = ChatRequest((ChatMessage("user", "hi"),), streamed=False, adapter=adapter)
+    _ = [chunk async for chunk in backend.chat(chat)]
+    _ = [chunk async for chunk in backend.complete(CompletionRequest("hi", streamed=False, adapter=adapter))]
+    assert [body["model"] for body in upstream.bodies] == [adapter or "smol"] * 2

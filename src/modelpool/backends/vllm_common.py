@@ -139,6 +139,9 @@ class VllmEngineOptions(BaseModel):
     """vLLM's parser for the model's tool calls (`hermes`, `llama3_json`, `mistral`, ...):
     turns on `tool_choice: auto` (`--enable-auto-tool-choice --tool-call-parser`). vLLM 0.32
     needs it for named and required tool choices too; `response_format` works without it."""
+    max_lora_rank: Literal[8, 16, 32, 64, 128, 256, 320, 512] = 16
+    """Largest LoRA rank among the model's `adapters:` (`--max-lora-rank`; vLLM sizes its
+    adapter buffers by it). Used only when the model declares adapters."""
     tool_strict_level: Literal["auto", "function", "parameter"] | None = None
     """How far vLLM's structured outputs constrain tool calls (`--tool-strict-level`):
     `auto` (vLLM's default) the call's envelope by the tool choice, the arguments only for
@@ -226,6 +229,17 @@ def engine_flags(options: VllmEngineOptions) -> list[str]:
     argv += ["--reasoning-parser", o.reasoning_parser] if o.reasoning_parser else []
     argv += ["--tool-strict-level", o.tool_strict_level] if o.tool_strict_level else []
     return argv
+
+
+def lora_flags(adapters: dict[str, str], max_adapters: int, max_rank: int) -> list[str]:
+    """vLLM's LoRA flags for a model's adapters (name → resolved path): on with
+    `--enable-lora`, `max_adapters` on the GPU at once (`--max-loras`), each adapter served
+    under its own name (`--lora-modules name=path`), which a request then sends as `model`."""
+    if not adapters:
+        return []
+    modules = [f"{name}={path}" for name, path in adapters.items()]
+    return ["--enable-lora", "--max-loras", str(max_adapters), "--max-lora-rank", str(max_rank),
+            "--lora-modules", *modules]  # fmt: skip
 
 
 def engine_concurrency(options: VllmEngineOptions) -> int:

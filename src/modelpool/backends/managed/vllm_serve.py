@@ -3,6 +3,7 @@ environment of its own (vLLM pins its own torch and transformers)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,10 +16,11 @@ from modelpool.backends.vllm_common import (
     engine_flags,
     engine_modalities,
     images_per_prompt,
+    lora_flags,
     vllm_gpu_bytes,
 )
 from modelpool.capabilities import Capabilities
-from modelpool.config.sources import files_size
+from modelpool.config.sources import files_size, resolve_source
 from modelpool.tasks import Task
 
 
@@ -38,7 +40,8 @@ class VllmOptions(ManagedOptions, VllmEngineArgs):
 
 class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
     Options = VllmOptions
-    capabilities = replace(MANAGED_CAPABILITIES, default_tasks=frozenset({Task.CHAT, Task.COMPLETION}), tokenizer=True)
+    capabilities = replace(MANAGED_CAPABILITIES, default_tasks=frozenset({Task.CHAT, Task.COMPLETION}), tokenizer=True,
+                           adapters=True)  # fmt: skip
     """A generative model by default; an embedding one is declared with `tasks: [embedding]`."""
     overridable = frozenset({
         "max_model_len", "gpu_memory_utilization", "max_num_seqs", "extra_args", "kv_cache_dtype", "max_pixels",
@@ -46,6 +49,8 @@ class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
     })  # fmt: skip
     api_key_env = "VLLM_API_KEY"  # what `--api-key` reads when not given (it guards the /v1 routes)
     options: VllmOptions
+    _adapter_paths: dict[str, str] | None = None
+    """The adapters' files, resolved once (`weights()` does it off the event loop)."""
 
     @classmethod
     def capabilities_for(cls, options: VllmOptions) -> Capabilities:
@@ -55,9 +60,23 @@ class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
                        max_images=images or None)  # fmt: skip
 
     async def weights(self) -> Path:
+        self._adapter_paths = await asyncio.to_thread(self._resolve_adapters)  # `hf:` may download
         if self.options.model is not None:
             return Path(self.options.model)
         return await super().weights()
+
+    def _resolve_adapters(self) -> dict[str, str]:
+        return {name: str(resolve_source(adapter.source, model_id=self.model.id, hub=self.hub, backend="vllm_serve"))
+                for name, adapter in self.model.adapters.items()}  # fmt: skip
+
+    def files(self, weights: Path) -> list[Path]:
+        """The weights and every adapter, mounted into a container at the same paths."""
+        return [weights, *(Path(path) for path in self._adapters().values())]
+
+    def _adapters(self) -> dict[str, str]:
+        if self._adapter_paths is None:
+            self._adapter_paths = self._resolve_adapters()
+        return self._adapter_paths
 
     async def estimate_memory(self) -> MemoryEstimate:
         """Weights, the vLLM process itself (~2 GiB of Python and torch), and its KV cache:
@@ -90,4 +109,5 @@ class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
         else:
             argv = [o.python or self.default_python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
         argv += ["--host", self.bind_host, "--port", "{port}", "--served-model-name", self.model.id]
-        return argv + engine_flags(o) + o.extra_args
+        adapters = lora_flags(self._adapters(), self.model.max_adapters, o.max_lora_rank)
+        return argv + engine_flags(o) + adapters + o.extra_args

@@ -56,7 +56,7 @@ class ForwardingBackend:
         return self.upstream
 
     def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        body = openai_wire.chat_body(request, self.upstream_model)
+        body = openai_wire.chat_body(request, request.adapter or self.upstream_model)  # vLLM serves an adapter by name
         if request.streamed:
             chunks = self._forward("chat/completions", body, openai_wire.chat_chunks)
         else:
@@ -65,7 +65,7 @@ class ForwardingBackend:
         return split_reasoning(chunks, parser) if parser else chunks
 
     def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
-        body = openai_wire.completion_body(request, self.upstream_model)
+        body = openai_wire.completion_body(request, request.adapter or self.upstream_model)
         if request.streamed:
             return self._forward("completions", body, openai_wire.completion_chunks)
         return self._whole("completions", body, openai_wire.completion_whole)
