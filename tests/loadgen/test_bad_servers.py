@@ -17,11 +17,16 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 async def read_request(reader: asyncio.StreamReader) -> None:
+    await read_body(reader)
+
+
+async def read_body(reader: asyncio.StreamReader) -> bytes:
+    """One request off the connection; its body."""
     head = await reader.readuntil(b"\r\n\r\n")
     length = next(
         (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0
     )
-    await reader.readexactly(length)
+    return await reader.readexactly(length)
 
 
 def replying(raw: bytes, *, then_close: bool = True) -> Handler:
