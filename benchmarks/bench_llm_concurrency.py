@@ -65,7 +65,7 @@ from typing import Any
 import httpx
 
 from benchmarks.bench_serving import free_port
-from modelpool.loadgen import LoadSpec, open_client, percentile, run_batch
+from modelpool.loadgen import Clients, LoadSpec, open_client, percentile, run_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BINARY = ROOT / ".llama-server" / "bin" / "llama-server"
@@ -338,12 +338,10 @@ def chat_spec(port: int, args: argparse.Namespace) -> LoadSpec:
     )  # fmt: skip
 
 
-async def streams(
-    client: httpx.AsyncClient, spec: LoadSpec, indices: range | list[int], max_tokens: int
-) -> list[Stream]:
+async def streams(clients: Clients, spec: LoadSpec, indices: range | list[int], max_tokens: int) -> list[Stream]:
     """One streamed chat per prompt index, all at once (the library's load generator); a
     failed request fails the row, as the server must answer every one."""
-    records = await run_batch(client, replace(spec, max_tokens=max_tokens), [prompt(i) for i in indices], len(indices))
+    records = await run_batch(clients, replace(spec, max_tokens=max_tokens), [prompt(i) for i in indices], len(indices))
     if failed := next((r for r in records if not r.ok), None):
         raise RuntimeError(f"{failed.error}: {failed.detail}")
     return [Stream(r.output_tokens, math.nan if r.ttft_s is None else r.ttft_s, r.tokens_from_usage) for r in records]
@@ -361,16 +359,16 @@ async def measure(port: int, args: argparse.Namespace, result: Result) -> None:
         result.tokens_per_stream = sum(s.tokens for s in done) / len(done)
         result.usage_reported = all(s.usage for s in done)
 
-    async with open_client(spec, max(64, 2 * args.streams)) as client:
+    async with open_client(spec, args.streams) as clients:
         # Every request has a prompt of its own (warm-up, singles and rounds never repeat one),
         # so a server's prompt cache (llama-server's cache_prompt) cannot skip a whole prompt.
-        await streams(client, spec, [1000], 16)  # warm up: one short stream, then a short round
-        await streams(client, spec, range(1001, 1001 + args.streams), 8)
+        await streams(clients, spec, [1000], 16)  # warm up: one short stream, then a short round
+        await streams(clients, spec, range(1001, 1001 + args.streams), 8)
         singles: list[Stream] = []
         single_s = 0.0
         for i in range(args.singles):
             begun = time.perf_counter()
-            singles += await streams(client, spec, [500 + i], args.max_tokens)
+            singles += await streams(clients, spec, [500 + i], args.max_tokens)
             single_s += time.perf_counter() - begun
         account(singles)
         result.single_tps = sum(s.tokens for s in singles) / single_s
@@ -379,7 +377,7 @@ async def measure(port: int, args: argparse.Namespace, result: Result) -> None:
         together_s = 0.0
         for r in range(args.rounds):
             begun = time.perf_counter()
-            one_round = await streams(client, spec, range(r * args.streams, (r + 1) * args.streams), args.max_tokens)
+            one_round = await streams(clients, spec, range(r * args.streams, (r + 1) * args.streams), args.max_tokens)
             together_s += time.perf_counter() - begun
             together += one_round
             account(one_round)

@@ -1,8 +1,8 @@
 """A load generator for any OpenAI-compatible server (ours, vLLM, llama-server, OpenAI).
 
 The core of `modelpool bench` and of the side-by-side benchmarks in `benchmarks/`. Like the
-SDK (`modelpool.client`) it imports nothing of the server: it speaks HTTP only, through one
-httpx AsyncClient whose connection pool is sized to the concurrency.
+SDK (`modelpool.client`) it imports nothing of the server: it speaks HTTP only, through
+httpx, a connection per request in flight.
 
 - `spec`: what to send (`LoadSpec`) and how much (`LoadPlan`), with their bounds;
 - `requests`: one request of each kind, timed (`RequestRecord`);
@@ -12,12 +12,13 @@ httpx AsyncClient whose connection pool is sized to the concurrency.
 """
 
 from modelpool.loadgen.records import RequestRecord
-from modelpool.loadgen.runner import LevelRun, open_client, run_batch, run_level, run_sweep
+from modelpool.loadgen.runner import Clients, LevelRun, open_client, run_batch, run_level, run_sweep
 from modelpool.loadgen.spec import KINDS, Kind, LoadPlan, LoadSpec, LoadSpecError
 from modelpool.loadgen.stats import LevelSummary, percentile, summarize
 
 __all__ = [
     "KINDS",
+    "Clients",
     "Kind",
     "LevelRun",
     "LevelSummary",
