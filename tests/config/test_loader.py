@@ -117,6 +117,9 @@ def test_deep_merge_merges_mappings_and_replaces_the_rest() -> None:
         # No backend: detected from the source's files, which must be there.
         ({"models": {"x": {"source": "/a"}}}, "model 'x': source path /a does not exist"),
         ({"models": {"x": {"backend": None, "tasks": ["chat"]}}}, "model 'x': no `backend`, and no `source`"),
+        # The micro-batch's wait is bounded both ways: no negative wait, no wait of hours.
+        ({"models": {"all-minilm-l6-v2": {"batch": {"max_window_ms": -1}}}}, "batch.max_window_ms"),
+        ({"models": {"all-minilm-l6-v2": {"batch": {"max_window_ms": 3.6e6}}}}, "batch.max_window_ms"),
     ],
 )
 def test_invalid_config_says_what_and_where(tmp_path: Path, data: object, complaint: str) -> None:
