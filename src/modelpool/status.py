@@ -174,6 +174,8 @@ class ModelStatus:
     """`queued` by priority class (high, normal, low)."""
     adapters: list[str] = field(default_factory=list)
     """The model's LoRA adapters by name (its config's `adapters:`), each served as `<id>:<name>`."""
+    adapters_loaded: list[str] = field(default_factory=list)
+    """Those held in memory now (by the first replica), least recently used first."""
 
 
 @dataclass(frozen=True)

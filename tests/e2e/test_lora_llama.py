@@ -20,9 +20,13 @@ from fastapi import FastAPI
 
 from modelpool.backends.context import BackendContext
 from modelpool.backends.llama_cpp.backend import LlamaCppBackend, LlamaCppOptions
+from modelpool.client import AdminClient
+from modelpool.client import InvalidRequest as ClientInvalidRequest
+from modelpool.client import ModelNotFound as ClientModelNotFound
 from modelpool.config.schema import ModelConfig
 from tests.conftest import sdk, serving
 from tests.e2e.conftest import smollm2_gguf
+from tests.live_server import live_server
 from tests.lora_models import lora_gguf
 
 MODEL, LRU_MODEL = "lora-chat", "lora-lru"
@@ -40,6 +44,8 @@ def entry(max_adapters: int, **options: Any) -> dict[str, Any]:
 async def served() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     models = {MODEL: entry(2), LRU_MODEL: entry(1, reuse_prompt_cache=True)}
     async with serving({"enabled_models": list(models), "models": models}) as (app, client):
+        for model in models:
+            await app.state.pool.slot(model).ensure_ready(None)
         yield app, client
 
 
@@ -166,3 +172,23 @@ async def test_models_list_each_adapter_with_its_base_as_parent(served) -> None:
     assert pirate["parent"] == MODEL and pirate["adapter"] == "pirate" and pirate["capabilities"]["adapters"]
     assert {f"{LRU_MODEL}:pirate", f"{LRU_MODEL}:poet", MODEL} <= set(listed)
     assert "parent" not in listed[MODEL].model_dump()
+
+
+async def test_admin_loads_and_unloads_declared_adapters_through_the_sdk(served) -> None:
+    app, _ = served
+    async with live_server(app, lifespan=False) as url:
+        with AdminClient(url) as admin:
+            shown = await asyncio.to_thread(admin.load_adapter, MODEL, "poet")
+            assert shown["adapters"] == ["pirate", "poet"] and shown["adapters_loaded"][-1] == "poet"
+            shown = await asyncio.to_thread(admin.unload_adapter, MODEL, "poet")
+            assert "poet" not in shown["adapters_loaded"]
+            assert "poet" not in [a.spec.name for a in engine_of(app, MODEL).adapters.loaded]
+            with pytest.raises(ClientInvalidRequest) as caught:  # only a declared adapter, by name
+                await asyncio.to_thread(admin.load_adapter, MODEL, "nope")
+            assert caught.value.code == "adapter_not_found" and "'nope'" in str(caught.value)
+            with pytest.raises(ClientInvalidRequest):  # a name, never a path
+                await asyncio.to_thread(admin.load_adapter, MODEL, "bad:name")
+            with pytest.raises(ClientModelNotFound):  # a slash makes it another (unknown) model's route
+                await asyncio.to_thread(admin.load_adapter, MODEL, "..%2Fx.gguf")
+            shown = await asyncio.to_thread(admin.load_adapter, MODEL, "poet")
+            assert "poet" in shown["adapters_loaded"]

@@ -208,6 +208,21 @@ class TokenizerBackend(Backend, Protocol):
 
 
 @runtime_checkable
+class AdapterBackend(Backend, Protocol):
+    """Loads and unloads the model's declared LoRA adapters at run time (the admin API);
+    requests name them in `ChatRequest.adapter` / `CompletionRequest.adapter`."""
+
+    async def load_adapter(self, name: str) -> None: ...
+    async def unload_adapter(self, name: str) -> bool:
+        """False: it was not loaded."""
+        ...
+
+    def loaded_adapters(self) -> list[str]:
+        """Adapters held now, least recently used first."""
+        ...
+
+
+@runtime_checkable
 class ProcessBackend(Backend, Protocol):
     """A backend whose engine is a process of its own (`Locality.ENGINE_PROCESS`): it can
     crash, it has output, its memory is its own, and (persistent) it may outlive modelpool."""

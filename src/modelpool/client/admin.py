@@ -46,6 +46,14 @@ class AdminClient:
     def unload(self, model: str, *, drain: bool = True) -> dict[str, Any]:
         return self._call("POST", f"/v1/admin/models/{model}/unload", {"drain": drain})
 
+    def load_adapter(self, model: str, adapter: str) -> dict[str, Any]:
+        """Load one of the model's declared LoRA adapters now; the model's admin status back."""
+        return self._call("POST", f"/v1/admin/models/{model}/adapters/{adapter}/load")
+
+    def unload_adapter(self, model: str, adapter: str) -> dict[str, Any]:
+        """Unload an idle adapter (429 `overloaded` while a request uses it)."""
+        return self._call("POST", f"/v1/admin/models/{model}/adapters/{adapter}/unload")
+
     def memory(self) -> dict[str, Any]:
         return self._call("GET", "/v1/admin/memory")
 

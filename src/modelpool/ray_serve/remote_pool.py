@@ -342,6 +342,19 @@ class RemotePool:
                 raise ModelNotReady(f"model '{model_id}' is still being redeployed ({state}): see its status")
             await asyncio.sleep(DEPLOY_POLL_S)
 
+    async def load_adapter(self, name: str, adapter: str) -> None:
+        """Every running replica loads the adapter (each checks the name against its model)."""
+        await self._adapters(name, adapter, "load_adapter")
+
+    async def unload_adapter(self, name: str, adapter: str) -> None:
+        await self._adapters(name, adapter, "unload_adapter")
+
+    async def _adapters(self, name: str, adapter: str, method: str) -> None:
+        model_id = self.catalog.model_id(name)
+        await broadcast(await self._handle(self._app_of[model_id]), model_id, method, model_id, adapter,
+                        timeout_s=self.wait_s)  # fmt: skip
+        await self.view.refresh()
+
     async def unload(self, name: str, *, drain: bool = True) -> None:
         """Frees the model's weights on every replica; the replicas stay (Ray Serve scales
         them), and the next request loads the model again, as in one process."""

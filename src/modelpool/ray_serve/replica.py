@@ -175,6 +175,20 @@ class ModelReplica:
     async def unload(self, model_id: str, drain: bool) -> None:
         await self.pool.unload(model_id, drain=drain)
 
+    async def load_adapter(self, model_id: str, adapter: str) -> Failed | None:
+        try:
+            await self.pool.load_adapter(model_id, adapter)
+        except ModelpoolError as error:
+            return Failed(error)
+        return None
+
+    async def unload_adapter(self, model_id: str, adapter: str) -> Failed | None:
+        try:
+            await self.pool.unload_adapter(model_id, adapter)
+        except ModelpoolError as error:
+            return Failed(error)
+        return None
+
     async def engine_logs(self, model_id: str, lines: int) -> EngineLogs | Failed:
         try:
             return await self.pool.engine_logs(model_id, lines)

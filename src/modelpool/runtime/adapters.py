@@ -5,9 +5,13 @@ users write it) or the request's own `adapter` field, checked against the model'
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from modelpool.errors import AdapterNotFound, InvalidRequest
-from modelpool.runtime.slot import ModelSlot
+from modelpool.backends.base import AdapterBackend
+from modelpool.errors import AdapterNotFound, InvalidRequest, ModelNotLoaded
+
+if TYPE_CHECKING:
+    from modelpool.runtime.slot import ModelSlot
 
 
 def split_adapter(names: Mapping[str, ModelSlot], name: str, asked: str | None) -> tuple[str, str | None]:
@@ -27,3 +31,26 @@ def split_adapter(names: Mapping[str, ModelSlot], name: str, asked: str | None) 
         known = ", ".join(sorted(slot.config.adapters)) or "none"
         raise AdapterNotFound(f"model '{slot.id}' has no adapter '{adapter}' (it has: {known})", param="adapter")
     return name, adapter
+
+
+def adapter_backends(slot: ModelSlot) -> list[AdapterBackend]:
+    """The running replicas' backends, for an admin's adapter load or unload: the model must
+    be loaded (an adapter loads into a running engine) and its backend able to."""
+    if not slot.capabilities.declared.adapters:
+        raise InvalidRequest(f"backend '{slot.config.backend}' of model '{slot.id}' serves no adapters", param="model")
+    backends = [r.backend for r in slot.replicas.routable() if r.backend is not None]
+    if not backends:
+        raise ModelNotLoaded(f"model '{slot.id}' is not loaded: load it, then its adapters")
+    able = [b for b in backends if isinstance(b, AdapterBackend)]
+    if len(able) != len(backends):
+        raise InvalidRequest(f"backend '{slot.config.backend}' loads its adapters at start only "
+                             "(every declared adapter is served)", param="model")  # fmt: skip
+    return able
+
+
+def loaded_adapters(slot: ModelSlot) -> list[str]:
+    """The adapters the first running replica holds (none when not loaded)."""
+    for replica in slot.replicas.routable():
+        if isinstance(replica.backend, AdapterBackend):
+            return replica.backend.loaded_adapters()
+    return []

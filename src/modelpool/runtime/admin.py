@@ -11,6 +11,7 @@ from modelpool.errors import (
     ConfigError,
     InvalidRequest,
 )
+from modelpool.runtime.adapters import adapter_backends, split_adapter
 from modelpool.runtime.memory_report import pool_memory
 from modelpool.runtime.option_schema import check_override
 from modelpool.runtime.pool_base import PoolBase
@@ -38,6 +39,19 @@ class PoolAdmin(PoolBase):
 
     async def unload(self, name: str, *, drain: bool = True) -> None:
         await self.slot(name).unload(drain=drain)
+
+    async def load_adapter(self, name: str, adapter: str) -> None:
+        """Load one of the model's declared adapters into every running replica now (a
+        request would load it on first use). Only declared adapters: never a file an admin names."""
+        name, _ = split_adapter(self._names, name, adapter)
+        for backend in adapter_backends(self.slot(name)):
+            await backend.load_adapter(adapter)
+
+    async def unload_adapter(self, name: str, adapter: str) -> None:
+        """Unload an idle adapter from every running replica (429 while a request uses it)."""
+        name, _ = split_adapter(self._names, name, adapter)
+        for backend in adapter_backends(self.slot(name)):
+            await backend.unload_adapter(adapter)
 
     def with_overrides(self, name: str, overrides: dict[str, Any]) -> ModelConfig:
         """The config of the model `name` names with live option `overrides`, checked as a

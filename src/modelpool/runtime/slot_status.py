@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from modelpool.config.redact import redact
 from modelpool.errors import ModelLoadFailed, ModelNotLoaded, ModelNotReady, ModelpoolError
 from modelpool.owner import Priority
+from modelpool.runtime.adapters import loaded_adapters
 from modelpool.runtime.lifecycle import Decision, Refusal, SlotState
 from modelpool.runtime.option_schema import override_options
 from modelpool.status import MemoryStatus, ModelStatus
@@ -43,7 +44,7 @@ def status_of(slot: ModelSlot) -> ModelStatus:
         overridable=sorted(slot.capabilities.overridable),
         override_options=override_options(config, slot.capabilities.overridable),
         download=slot.download.status() if slot.download else None, dimensions=slot.dimensions,
-        adapters=list(config.adapters),
+        adapters=list(config.adapters), adapters_loaded=loaded_adapters(slot),
     )  # fmt: skip
 
 

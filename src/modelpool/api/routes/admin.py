@@ -4,12 +4,14 @@ Every view is a runtime status snapshot, rendered here."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of
 from modelpool.api.usage import usage_json
+from modelpool.config.schema import ADAPTER_NAME_PATTERN
 from modelpool.wire.admin import LoadBody, UnloadBody, admin_model_json
 from modelpool.wire.contract import LISTING_ERRORS, POOL_ERRORS, declared
 
@@ -33,6 +35,28 @@ async def model_logs(model_id: str, request: Request, lines: int = Query(default
     crash = {"error": logs.last_crash_error, "lines": logs.last_crash_lines} if logs.last_crash_lines else None
     processes = [asdict(output) for output in logs.processes]
     return JSONResponse({"model": logs.model, "state": logs.state, "processes": processes, "last_crash": crash})
+
+
+ADAPTER = Path(pattern=ADAPTER_NAME_PATTERN, description="One of the model's declared `adapters:`, by name.")
+
+
+# Before `/models/{model_id:path}/load`, whose path would take `m/adapters/a` for a model id.
+@router.post("/models/{model_id:path}/adapters/{adapter}/load", responses=declared(POOL_ERRORS))
+async def load_adapter(model_id: str, request: Request, adapter: Annotated[str, ADAPTER]) -> JSONResponse:
+    """Load a declared LoRA adapter into the running model now (a request would on first use)."""
+    note_model(request, model_id)
+    pool = pool_of(request)
+    await pool.load_adapter(model_id, adapter)
+    return JSONResponse(admin_model_json(pool.status(model_id)))
+
+
+@router.post("/models/{model_id:path}/adapters/{adapter}/unload", responses=declared(POOL_ERRORS))
+async def unload_adapter(model_id: str, request: Request, adapter: Annotated[str, ADAPTER]) -> JSONResponse:
+    """Unload an idle adapter (429 while a running request uses it)."""
+    note_model(request, model_id)
+    pool = pool_of(request)
+    await pool.unload_adapter(model_id, adapter)
+    return JSONResponse(admin_model_json(pool.status(model_id)))
 
 
 @router.post("/models/{model_id:path}/load", responses=declared(POOL_ERRORS, rules=(

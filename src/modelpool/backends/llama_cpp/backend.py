@@ -376,6 +376,18 @@ class LlamaCppBackend(DeclaredBackend):
         async for chunk in chunk_stream(channel):
             yield chunk
 
+    async def load_adapter(self, name: str) -> None:
+        spec = await asyncio.to_thread(self.adapter_sources.spec, name)
+        await asyncio.wrap_future(self._require_engine().load_adapter(spec))
+
+    async def unload_adapter(self, name: str) -> bool:
+        unloaded: bool = await asyncio.wrap_future(self._require_engine().unload_adapter(name))
+        return unloaded
+
+    def loaded_adapters(self) -> list[str]:
+        engine = self._engine
+        return [adapter.spec.name for adapter in engine.adapters.loaded] if engine is not None else []
+
     async def _adapter(self, name: str | None) -> AdapterSpec | None:
         """The adapter a request names, its file resolved (off the loop: `hf:` may download)."""
         return None if name is None else await asyncio.to_thread(self.adapter_sources.spec, name)
