@@ -218,6 +218,7 @@ bench: install
 	$(BIN)/pip install $(PIP_C) -e ".[bench]"
 	$(BIN)/python -m benchmarks.bench_serving
 	$(BIN)/python -m benchmarks.bench_embeddings
+	$(BIN)/python -m benchmarks.bench_loadgen_client
 	$(BIN)/python -m benchmarks.bench_batching
 	$(BIN)/python -m benchmarks.bench_speech
 	$(BIN)/python -m benchmarks.bench_speech_breadth
