@@ -111,8 +111,9 @@ def measure(packed: bool, streams: list[int], threads: int | None) -> dict[str, 
 
 def _child(variant: str, streams: list[int], threads: int | None) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        own = ["--threads", str(threads)] if threads else []
         argv = [sys.executable, "-m", "benchmarks.bench_transformers_engine", "--child", variant, "--out", out.name,
-                "--streams", ",".join(map(str, streams)), *(["--threads", str(threads)] if threads else [])]  # fmt: skip
+                "--streams", ",".join(map(str, streams)), *own]  # fmt: skip
         subprocess.run(argv, check=True, cwd=ROOT)
         return dict(json.loads(Path(out.name).read_text()))
 
@@ -137,7 +138,8 @@ def main() -> None:
     print(f"| streams | torch tok/s | onednn tok/s | ratio (median of {len(runs['torch'])}) | load avg | same tokens |")
     print("|---|---|---|---|---|---|")
     for count in map(str, streams):
-        ratios = [b[count]["tokens_per_s"] / a[count]["tokens_per_s"] for a, b in zip(runs["torch"], runs["onednn"], strict=True)]
+        pairs = zip(runs["torch"], runs["onednn"], strict=True)
+        ratios = [b[count]["tokens_per_s"] / a[count]["tokens_per_s"] for a, b in pairs]
         same = all(a[count]["tokens"] == b[count]["tokens"] for a in runs["torch"] for b in runs["onednn"])
         loads = [r[count]["load"] for variant in runs.values() for r in variant]
         print(f"| {count} | {statistics.median(r[count]['tokens_per_s'] for r in runs['torch']):.1f} "
