@@ -515,11 +515,12 @@ def run_counted(name: str, baseline_of: str = "inprocess") -> bool:
 
 
 def schedule(names: list[str], pairs: int, baseline_of: str = "inprocess") -> list[tuple[str, int]]:
-    """(server, run) in order: with a baseline, `baseline_of` becomes `pairs` pairs of it and
-    the baseline in ABBA order, so a drift in the machine's load weighs on both alike."""
+    """(server, run) in order: with a baseline (`pairs` > 0), `baseline_of` becomes `pairs`
+    pairs of it and the baseline in ABBA order, so a drift in the machine's load weighs on
+    both alike; without one (`pairs` 0) every server runs once."""
     order: list[tuple[str, int]] = []
     for name in names:
-        if name != baseline_of:
+        if name != baseline_of or pairs == 0:
             order.append((name, 0))
             continue
         for i in range(pairs):
@@ -591,7 +592,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-llm-concurrency-") as tmp:
         directory = Path(tmp)
         plans = launches(args, gguf, directory)
-        for name, run in schedule(names, args.pairs if args.baseline_tree is not None else 1, args.baseline_of):
+        for name, run in schedule(names, args.pairs if args.baseline_tree is not None else 0, args.baseline_of):
             results.append(run_one(name, plans[name], args, directory, run))
     print(f"  total {time.monotonic() - started_at:.0f} s", file=sys.stderr)
     report(results, args)
