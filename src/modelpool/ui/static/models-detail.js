@@ -84,12 +84,13 @@ export function detailPanel(initial, { pending, onChanged }) {
     field("Replicas", replicas, `1 to ${model.replica_max}`),
     h("div", { class: "actions" }, loadButton, drainButton, forceButton),
     errors.node, progress);
+  const adapterBox = h("div", { class: "adapters" });
   const logBox = h("div", { class: "logs", "aria-live": "off" });
   const configured = h("div", { class: "configured" });
   const element = h("section", { id: "model-detail", class: "panel detail", "aria-labelledby": headingId },
     h("div", { class: "detail-head" }, heading, state),
     h("div", { class: "detail-grid" },
-      h("div", {}, factBox, form),
+      h("div", {}, factBox, form, adapterBox),
       h("div", {}, h("h3", { text: "Configured options" }), configured, h("h3", { text: "Engine logs" }), logBox)));
 
   function buildForm() {
@@ -112,6 +113,7 @@ export function detailPanel(initial, { pending, onChanged }) {
     setBusy(drainButton, busy() || idle);
     setBusy(forceButton, busy() || idle);
     progress.textContent = pending.get(model.id) || "";
+    paintAdapters();
   }
 
   async function act(label, request) {
@@ -161,6 +163,30 @@ export function detailPanel(initial, { pending, onChanged }) {
   };
   drainButton.addEventListener("click", unload(true));
   forceButton.addEventListener("click", unload(false));
+
+  /** The model's LoRA adapters (docs/lora.md), each loaded or not, with the button that flips it. */
+  function paintAdapters() {
+    const names = model.adapters || [];
+    if (!names.length) {
+      adapterBox.replaceChildren();
+      return;
+    }
+    const held = new Set(model.adapters_loaded || []);
+    const rows = names.map((name) => {
+      const loaded = held.has(name);
+      const verb = loaded ? "unload" : "load";
+      const button = h("button", { type: "button", class: "secondary", text: `${loaded ? "Unload" : "Load"} ${name}` });
+      setBusy(button, busy() || model.state !== "ready");
+      button.addEventListener("click", (event) => {
+        if (isBusy(event.currentTarget)) return;
+        const path = `/v1/admin/models/${encodeURIComponent(model.id)}/adapters/${encodeURIComponent(name)}/${verb}`;
+        act(`${loaded ? "Unloading" : "Loading"} adapter ${name} of`, () => api(path, { method: "POST" }));
+      });
+      return h("li", { "data-adapter": name },
+        h("span", { text: `${model.id}:${name} — ${loaded ? "loaded" : "not loaded"}` }), " ", button);
+    });
+    adapterBox.replaceChildren(h("h3", { text: "LoRA adapters" }), h("ul", { class: "adapter-list" }, ...rows));
+  }
 
   async function refreshLogs() {
     if (!isEngine(model)) {
