@@ -17,6 +17,7 @@ Nothing maps errors by matching message text.
     │   └── OriginNotAllowed            403  permission_error / origin_not_allowed (a foreign web page)
     ├── ModelNotFound                   404  invalid_request_error / model_not_found
     ├── ResponseNotFound                404  invalid_request_error / previous_response_not_found (or another key's)
+    ├── ObjectNotFound                  404  invalid_request_error / not_found (a file or batch, or another key's)
     ├── ModelNotLoaded                  409  invalid_request_error / model_not_loaded  (autoload off)
     ├── HostNotAllowed                  421  invalid_request_error / host_not_allowed (DNS rebinding)
     ├── RequestTimeout                  408  invalid_request_error / request_timeout (a body that stopped coming)
@@ -154,6 +155,15 @@ class ResponseNotFound(ModelpoolError):
     status_code = 404
     type = "invalid_request_error"
     code = "previous_response_not_found"
+
+
+class ObjectNotFound(ModelpoolError):
+    """A file or batch id this key may not read: one never made, one deleted, or another
+    key's (the same answer for all, so ids cannot be probed)."""
+
+    status_code = 404
+    type = "invalid_request_error"
+    code = "not_found"
 
 
 class ModelNotLoaded(ModelpoolError):

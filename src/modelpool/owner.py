@@ -68,6 +68,11 @@ class Schedule:
 
 DEFAULT_SCHEDULE = Schedule()
 
+INTERNAL_CALLER = "modelpool.internal_caller"
+"""An ASGI scope's entry naming the `Owner` a request made inside the server acts for (a
+batch's line, run through the app as the key that made the batch). Only the server's own
+code builds such scopes: an HTTP server never puts this key in a client's scope."""
+
 _OWNER = "owner"
 """The scope state's entry naming the caller's `Owner` (set by `acting_for`)."""
 _CALLER: ContextVar[Owner | None] = ContextVar("modelpool_caller", default=None)

@@ -608,6 +608,38 @@ class ModelConfig(_Strict):
         return value
 
 
+class BatchApiConfig(_Strict):
+    """OpenAI's Files and Batches APIs (`/v1/files`, `/v1/batches`). Not the micro-batching
+    of `batching` (requests grouped into one engine call): this runs uploaded JSONL files of
+    requests in the background."""
+
+    enabled: bool = True
+    """Serve `/v1/files` and `/v1/batches`."""
+
+    dir: Path | None = None
+    """Where the files and the batches' SQLite database live (default: `batches` under
+    `work_dir`). Ids are random; a client never names a path."""
+
+    max_file_bytes: int = Field(default=100 * 1024 * 1024, ge=1, le=200 * 1000 * 1000)
+    """Largest upload to `/v1/files` (OpenAI's limit is 200 MB); bigger gets 413."""
+
+    max_lines: int = Field(default=50_000, ge=1, le=50_000)
+    """Most requests in one batch input file (OpenAI's limit)."""
+
+    max_line_bytes: int = Field(default=1024 * 1024, ge=64, le=64 * 1024 * 1024)
+    """Largest line of a batch input file (one request's body); a longer line is a 400 naming it."""
+
+    key_storage_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
+    """Bytes of files (uploads and batch outputs) one key may keep; past it an upload gets 413."""
+
+    key_files: int = Field(default=10_000, ge=1, le=1_000_000)
+    """Files one key may keep."""
+
+    concurrency: int = Field(default=1, ge=1, le=16)
+    """Requests of all batches together that run at once. Batch work goes to the pool as
+    low-priority requests, so it fills idle capacity instead of competing with live callers."""
+
+
 class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     """HTTP server settings."""
@@ -626,6 +658,9 @@ class Config(_Strict):
 
     auth: AuthConfig = Field(default_factory=AuthConfig)
     """API keys and their scopes."""
+
+    batch_api: BatchApiConfig = Field(default_factory=BatchApiConfig)
+    """OpenAI's Files and Batches APIs: JSONL files of requests run in the background."""
 
     hf_cache_dir: Path | None = None
     """Hugging Face cache for `hf:` sources (default: huggingface_hub's own)."""

@@ -36,11 +36,12 @@ from modelpool.runtime.metrics.history import MetricsHistory
 from modelpool.runtime.responses.store import ResponseStore
 from modelpool.runtime.served import ServedPool
 from modelpool.server.auth import KeyRing, RequireKeys
+from modelpool.server.batches import add_batch_api
 from modelpool.server.cors import add_cors
 from modelpool.server.host_guard import BrowserRule, HostGuard
 from modelpool.server.lifespan import Lifetime
 from modelpool.server.mcp_mount import add_mcp
-from modelpool.server.middleware import BodyLimit, RequestContext
+from modelpool.server.middleware import FORM_OVERHEAD, BodyLimit, RequestContext
 from modelpool.server.openapi import publish_contract
 from modelpool.server.ratelimit import add_rate_limits
 from modelpool.server.tracing import Stop, install_tracing
@@ -75,6 +76,7 @@ def create_app(
     install_error_handlers(app)
     for module in _ROUTERS:
         app.include_router(module.router)
+    lifetime.batches = add_batch_api(app, config)
     lifetime.mcp = add_mcp(app, config)
     if config.server.ui:
         mount_ui(app)
@@ -103,7 +105,8 @@ def _add_middlewares(
     the lifespan awaits at its end to stop tracing."""
     server = config.server
     app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes, max_upload_bytes=server.max_upload_bytes,
-                       body_timeout_s=server.body_timeout_s)  # fmt: skip
+                       body_timeout_s=server.body_timeout_s,
+                       max_file_bytes=config.batch_api.max_file_bytes + FORM_OVERHEAD)  # fmt: skip
     add_rate_limits(app, config.auth, pool.metrics)  # inside RequireKeys, which names the key
     app.add_middleware(RequireKeys, keys=keys)
     stop_tracing = install_tracing(app, server, tracer_provider)  # inside RequestContext: has its request id

@@ -16,7 +16,7 @@ from modelpool.config.environment import secret
 from modelpool.config.schema import AuthConfig, SchedulingClass
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import AuthenticationFailed, ConfigError, ModelpoolError, PermissionDenied
-from modelpool.owner import ANONYMOUS, DEFAULT_SCHEDULE, Owner, Schedule, acting_for
+from modelpool.owner import ANONYMOUS, DEFAULT_SCHEDULE, INTERNAL_CALLER, Owner, Schedule, acting_for
 from modelpool.server.asgi import refuse_websocket, send_json
 from modelpool.wire.errors import shaped_error
 from modelpool.wire.openai.errors import error_payload
@@ -106,6 +106,13 @@ class RequireKeys:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
+            return
+        internal = scope.get(INTERNAL_CALLER)
+        if isinstance(internal, Owner):  # the server's own request (a batch line) for a key already checked
+            if self.keys.enabled:
+                scope.setdefault("state", {})["key_name"] = internal.name
+            with acting_for(scope, internal):
+                await self.app(scope, receive, send)
             return
         needed = needed_scope(scope.get("path", ""))
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}

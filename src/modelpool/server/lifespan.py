@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
+from modelpool.runtime.batches.runner import BatchRunner
 from modelpool.runtime.metrics.history import MetricsHistory
 from modelpool.runtime.served import ServedPool
 from modelpool.server.tracing import Stop, nothing_to_stop
@@ -36,18 +37,24 @@ class Lifetime:
     mcp: StreamableHTTPSessionManager | None = None
     """The MCP session manager (None: MCP is off, or its extra is not installed)."""
     stop_tracing: Stop = nothing_to_stop
+    batches: BatchRunner | None = None
+    """The Batches API's runner: resumes unfinished batches once the pool started (None: off)."""
 
     @contextlib.asynccontextmanager
     async def __call__(self, _: FastAPI) -> AsyncIterator[None]:
         await reap_orphaned_engines(self.state_dir)  # before preloading: they hold memory and ports
         self.pool.start()
         self.history.start()
+        if self.batches is not None:
+            self.batches.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if self.mcp is not None:  # the MCP session manager's task group
                     await stack.enter_async_context(self.mcp.run())
                 yield
         finally:
+            if self.batches is not None:  # before the pool closes: its lines stop, to resume at the next start
+                await self.batches.close()
             await self.history.stop()
             await self.pool.close()
             log.info("models unloaded")

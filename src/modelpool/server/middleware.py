@@ -95,16 +95,23 @@ class RequestContext:
 
 
 _UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
+FILES_PATH = "/v1/files"
+FORM_OVERHEAD = 64 * 1024
+"""Room for a multipart form's boundaries and fields around an uploaded file."""
 
 
 class BodyLimit:
     """413 before an oversized body is read whole; 408 when a body stops coming for
     `body_timeout_s` (one slow client must not hold a request task for ever)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, max_upload_bytes: int, body_timeout_s: float) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, max_upload_bytes: int, body_timeout_s: float, max_file_bytes: int = 0
+    ) -> None:
+        """`max_file_bytes`: the bound of a `/v1/files` upload (0: `max_bytes`, as any body)."""
         self.app = app
         self.max_bytes = max_bytes
         self.max_upload_bytes = max_upload_bytes
+        self.max_file_bytes = max_file_bytes or max_bytes
         self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -112,6 +119,8 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.max_upload_bytes if scope["path"].startswith(_UPLOAD_PATHS) else self.max_bytes
+        if scope["path"] == FILES_PATH:
+            limit = self.max_file_bytes
         declared = header(scope, b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await self._reject(send, limit, scope["path"])

@@ -164,14 +164,19 @@ def _flattened(routes: list[BaseRoute]) -> Iterator[BaseRoute]:
 
 
 def _limited(scope: Scope) -> bool:
-    """An inference route's request. Reading the model list (`GET /v1/models`, `/v1/models/{id}`)
-    is metadata, not inference: neither limited nor counted as usage, so a client (the
-    workbench's models page) may poll it without spending the key's budget."""
+    """An inference route's request. Reading the model list (`GET /v1/models`, `/v1/models/{id}`),
+    files and batches is metadata, not inference: neither limited nor counted as usage, so a
+    client (the workbench's models page, a batch's poller) may poll it without spending the
+    key's budget."""
     if scope["type"] not in ("http", "websocket") or needed_scope(scope["path"]) is not KeyScope.INFERENCE:
         return False
     path: str = scope["path"]
-    listing = path == "/v1/models" or path.startswith("/v1/models/")
+    listing = path == "/v1/models" or path.startswith(_READ_FREELY)
     return not (listing and scope.get("method") in ("GET", "HEAD"))
+
+
+_READ_FREELY = ("/v1/models/", "/v1/files", "/v1/batches")
+"""Reads that are metadata (a model, a file, a batch's progress): a client polls them freely."""
 
 
 def _address(scope: Scope) -> str | None:

@@ -1,0 +1,234 @@
+"""Batches: made from an uploaded file, checked whole before anything runs, then run in
+the background through the same routes a client calls, as the key that made the batch
+(so its rate limits and usage apply), a bounded number of requests at a time.
+
+States: validating → in_progress → finalizing → completed; validating → failed (a line
+is wrong); in_progress → cancelling → cancelled; in_progress → expired past the 24 h
+window. Each finished line is a row in SQLite, so after a restart a batch resumes where it
+stopped: lines already done are not run again. Cancelling stops the running requests at
+once (their lines are not counted); the output and error files hold what finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from modelpool.errors import InvalidRequest, ObjectNotFound
+from modelpool.owner import Owner
+from modelpool.pool_api.batches import (
+    TERMINAL,
+    BatchRecord,
+    BatchStatus,
+    LineAnswer,
+    LineError,
+    Page,
+    RequestCounts,
+)
+from modelpool.runtime.batches import records
+from modelpool.runtime.batches.database import Database
+from modelpool.runtime.batches.files import FileStore, new_id, page
+from modelpool.runtime.batches.lines import BatchLine, LineCheck, read_lines
+from modelpool.runtime.batches.outputs import line_output, write_outputs
+
+log = logging.getLogger(__name__)
+
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+WINDOW_S = 24 * 3600
+Lines = list[BatchLine]
+Rows = list[records.ResultRow]
+Execute = Callable[[Owner, str, bytes], Awaitable[LineAnswer]]
+"""(the batch's owner, endpoint, body) → what the endpoint answered, as that key."""
+
+
+class BatchRunner:
+    """A `BatchService`."""
+
+    def __init__(self, db: Database, files: FileStore, check: LineCheck, concurrency: int) -> None:
+        self.db = db
+        self.files = files
+        self.check = check
+        self.execute: Execute | None = None
+        """Set by the server once the app exists (it runs each line through the app)."""
+        self.clock: Callable[[], float] = time.time
+        self._turns = asyncio.Semaphore(concurrency)
+        self._batches = {b.id: b for b in db.now(records.load_batches)}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def start(self) -> None:
+        """Resume every batch a previous run left unfinished."""
+        for batch in self._batches.values():
+            if batch.status not in TERMINAL:
+                self._spawn(batch)
+
+    async def close(self) -> None:
+        """Stop the work; the batches stay as they are in SQLite and resume at the next start."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def create(
+        self, owner: Owner, input_file_id: str, endpoint: str, metadata: dict[str, str] | None
+    ) -> BatchRecord:
+        source = self.files.get(input_file_id, owner)
+        if source.purpose != "batch":
+            raise InvalidRequest(f"File {input_file_id} has purpose '{source.purpose}', not 'batch'.",
+                                 param="input_file_id")  # fmt: skip
+        now = int(self.clock())
+        batch = BatchRecord(new_id("batch"), owner.name, endpoint, input_file_id, "24h", now, now + WINDOW_S,
+                            metadata=metadata, counts=RequestCounts(total=source.lines))  # fmt: skip
+        self._batches[batch.id] = batch
+        await self._save(batch)
+        self._spawn(batch)
+        return batch
+
+    def get(self, batch_id: str, caller: Owner) -> BatchRecord:
+        found = self._batches.get(batch_id)
+        if found is None or not caller.sees(found.owner):
+            raise ObjectNotFound(f"No such Batch object: {batch_id}", param="batch_id")
+        return found
+
+    def list(self, caller: Owner, limit: int, after: str | None) -> Page:
+        mine = [b for b in self._batches.values() if caller.sees(b.owner)]
+        return page(mine[::-1], limit, after, lambda b: b.id)
+
+    async def cancel(self, batch_id: str, caller: Owner) -> BatchRecord:
+        batch = self.get(batch_id, caller)
+        if batch.status in TERMINAL or batch.status in ("cancelling", "finalizing"):
+            raise InvalidRequest(f"Cannot cancel a batch whose status is '{batch.status}'.", param="batch_id")
+        await self._enter(batch, "cancelling")
+        return batch
+
+    async def idle(self) -> None:
+        """Until every batch's background work has ended (tests)."""
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    def _spawn(self, batch: BatchRecord) -> None:
+        task = asyncio.create_task(self._run(batch), name=f"batch {batch.id}")
+        self._tasks[batch.id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(batch.id, None))
+
+    async def _run(self, batch: BatchRecord) -> None:
+        try:
+            lines = await self._validated(batch)
+            if lines is not None and batch.status == "in_progress":
+                await self._run_lines(batch, lines)
+            if batch.status in ("in_progress", "finalizing", "cancelling"):
+                await self._finalize(batch, len(lines or []))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or a broken disk: the batch fails, saying why, the server goes on
+            log.exception("batch %s failed", batch.id)
+            batch.errors.append(LineError("internal_error", f"The batch stopped: {type(exc).__name__}."))
+            await self._enter(batch, "failed")
+
+    async def _validated(self, batch: BatchRecord) -> Lines | None:
+        """The input's lines; a batch with a wrong line fails here, before any runs."""
+        if batch.status == "cancelling":
+            return None
+        try:
+            source = self.files.get(batch.input_file_id, Owner(batch.owner))
+        except ObjectNotFound:
+            batch.errors.append(LineError("file_not_found", "The input file was deleted.", None, "input_file_id"))
+            await self._enter(batch, "failed")
+            return None
+        lines, errors, model = await asyncio.to_thread(read_lines, self.files.path(source), batch.endpoint, self.check)
+        if batch.status == "validating":
+            if errors:
+                batch.errors = errors
+                await self._enter(batch, "failed")
+                return None
+            batch.model, batch.counts = model, RequestCounts(total=len(lines))
+            await self._enter(batch, "in_progress")
+        return lines
+
+    async def _run_lines(self, batch: BatchRecord, lines: Lines) -> None:
+        rows = await self.db.run(lambda c: records.results_of(c, batch.id))
+        _recount(batch, rows)  # a resumed batch: what finished before the restart
+        done = {row[0] for row in rows}
+        running: set[asyncio.Task[None]] = set()
+        try:
+            for line in lines:
+                if line.index in done:
+                    continue
+                await self._turns.acquire()
+                if batch.status != "in_progress" or self._expired(batch):
+                    self._turns.release()
+                    break
+                task = asyncio.create_task(self._run_line(batch, line))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            while running and batch.status == "in_progress":
+                await asyncio.wait(set(running), timeout=0.5)  # a cancel is seen within half a second
+        finally:
+            for task in running:
+                task.cancel()  # cancelled or shutting down: what runs stops now, its line is not done
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _run_line(self, batch: BatchRecord, line: BatchLine) -> None:
+        try:
+            assert self.execute is not None, "the server sets `execute` before batches start"
+            answer = await self.execute(Owner(batch.owner), batch.endpoint, line.body)
+            if batch.status != "in_progress":
+                return  # cancelled while it ran: not counted
+            ok = 200 <= answer.status_code < 300
+            output, tokens = line_output(new_id("batch_req"), line.custom_id, answer)
+            await self.db.run(lambda c: records.save_result(c, batch.id, line.index, ok, output, tokens))
+            _count(batch, ok, tokens)
+        finally:
+            self._turns.release()
+
+    async def _finalize(self, batch: BatchRecord, total: int) -> None:
+        """Write the output and error files from the finished lines, and end the batch."""
+        rows = await self.db.run(lambda c: records.results_of(c, batch.id))
+        ending: BatchStatus = "cancelled" if batch.status == "cancelling" else "completed"
+        if ending == "completed" and len(rows) < total and self._expired(batch):
+            ending = "expired"
+        elif batch.status == "in_progress":
+            await self._enter(batch, "finalizing")
+        made = await asyncio.to_thread(write_outputs, self.files, batch, rows)
+        for record in made:
+            await self.files.keep(record)
+        batch.output_file_id = next((f.id for f in made if f.filename.endswith("_output.jsonl")), None)
+        batch.error_file_id = next((f.id for f in made if f.filename.endswith("_error.jsonl")), None)
+        _recount(batch, rows)
+        await self._enter(batch, ending)
+        await self.db.run(lambda c: records.drop_results(c, batch.id))
+
+    async def _enter(self, batch: BatchRecord, status: BatchStatus) -> None:
+        batch.status = status
+        batch.times[f"{status}_at"] = int(self.clock())
+        await self._save(batch)
+
+    async def _save(self, batch: BatchRecord) -> None:
+        await self.db.run(lambda c: records.save_batch(c, batch))
+
+    def _expired(self, batch: BatchRecord) -> bool:
+        return self.clock() >= batch.expires_at
+
+
+def _count(batch: BatchRecord, ok: bool, tokens: tuple[int, int]) -> None:
+    if ok:
+        batch.counts.completed += 1
+    else:
+        batch.counts.failed += 1
+    _add_usage(batch.usage, *tokens)
+
+
+def _recount(batch: BatchRecord, rows: Rows) -> None:
+    """From what SQLite holds (a resumed batch's counts in memory start from zero)."""
+    batch.counts.completed = sum(1 for row in rows if row[1])
+    batch.counts.failed = sum(1 for row in rows if not row[1])
+    batch.usage = {}
+    for row in rows:
+        _add_usage(batch.usage, row[3], row[4])
+
+
+def _add_usage(usage: dict[str, Any], tokens_in: int, tokens_out: int) -> None:
+    usage["input_tokens"] = usage.get("input_tokens", 0) + tokens_in
+    usage["output_tokens"] = usage.get("output_tokens", 0) + tokens_out
+    usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
