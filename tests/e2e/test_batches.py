@@ -28,6 +28,7 @@ SECRETS = {"ALICE": "sk-alice", "BOB": "sk-bob", "OPS": "sk-ops"}
 ALICE = {"Authorization": "Bearer sk-alice"}
 GREEDY: dict[str, Any] = {"temperature": 0.0, "seed": 1, "max_tokens": 8}
 CHAT_URL = "/v1/chat/completions"
+ASK = [{"role": "user", "content": "x"}]
 QUESTIONS = ["Name a colour.", "Say hello.", "Count to three.", "Name a fruit."]
 
 
@@ -281,3 +282,29 @@ async def test_a_restart_resumes_a_batch_without_rerunning_done_lines(tmp_path: 
 
 def app_owner() -> Owner:
     return Owner("ops", admin=True)
+
+
+async def test_usage_and_budgets_survive_a_restart(tmp_path: Path) -> None:
+    auth = {"keys": [{"name": "alice", "key_env": "ALICE", "scopes": ["inference"], "requests_per_minute": 1},
+                     {"name": "ops", "key_env": "OPS", "scopes": ["admin"]}]}  # fmt: skip
+    cli = {"enabled_models": [CHAT_MODEL], "auth": auth, "batch_api": {"enabled": False},
+           "usage_store": {"enabled": True, "path": str(tmp_path / "usage.sqlite")}}  # fmt: skip
+    keys = KeyRing.from_config(AuthConfig.model_validate(auth), SECRETS)
+    ops = {"Authorization": "Bearer sk-ops"}
+    async with serving(cli, keys=keys) as (_, http):
+        alice = sdk(http, "sk-alice")
+        await alice.chat.completions.create(model=CHAT_MODEL, messages=ASK, **GREEDY)
+        with pytest.raises(openai.RateLimitError):
+            await alice.chat.completions.create(model=CHAT_MODEL, messages=ASK)
+        before = (await http.get("/v1/admin/usage", headers=ops)).json()
+    async with serving(cli, keys=keys) as (_, http):
+        after = (await http.get("/v1/admin/usage", headers=ops)).json()
+        per_model = (await http.get("/v1/admin/usage?group_by=model&start_time=0", headers=ops)).json()
+        with pytest.raises(openai.RateLimitError):  # its budget came back spent (1 a minute, used)
+            await sdk(http, "sk-alice").chat.completions.create(model=CHAT_MODEL, messages=ASK)
+    row = next(r for r in before["data"] if r["key"] == "alice")
+    assert (row["requests"], row["rate_limited"], row["remaining"]["requests"]) == (1, 1, 0)
+    assert row["input_tokens"] > 0 and row["output_tokens"] > 0
+    assert after["data"] == before["data"] and after["windowed"] == before["windowed"]
+    chat_row = next(r for r in per_model["windowed"] if (r["key"], r["model"]) == ("alice", CHAT_MODEL))
+    assert chat_row["requests"] == 1 and chat_row["input_tokens"] == row["input_tokens"]

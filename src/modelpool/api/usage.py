@@ -6,7 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from modelpool.pool_api.usage import KeyReport
+from modelpool.pool_api.usage import KeyReport, UsageRow
+
+MAX_UNIX_TIME = 2**40
+WINDOW_RULE = "start_time, end_time and group_by=model need usage_store.enabled"
 
 
 def usage_json(report: KeyReport) -> dict[str, Any]:
@@ -17,3 +20,9 @@ def usage_json(report: KeyReport) -> dict[str, Any]:
         left = {state.kind: state.remaining for state in report.remaining}
         remaining = {"requests": left.get("requests"), "tokens": left.get("tokens")}
     return {"key": report.key, **asdict(report.usage), "limits": asdict(report.limits), "remaining": remaining}
+
+
+def usage_row_json(row: UsageRow) -> dict[str, Any]:
+    """One row of `windowed`: a key's (and model's) use in the asked hours."""
+    usage = asdict(row.usage)
+    return {"key": row.account, **({"model": row.model or None} if row.model is not None else {}), **usage}

@@ -62,9 +62,21 @@ class AdminClient:
         source and engine PIDs, and the GPU budget; `available: false` without a GPU."""
         return self._call("GET", "/v1/admin/gpu-memory")
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def usage(
+        self, *, start_time: int | None = None, end_time: int | None = None, group_by: str = "key"
+    ) -> dict[str, Any]:
+        """Each key's usage, limits and what is left of them (`data`); with the server's
+        `usage_store` on, `windowed` rows for the hours from `start_time` to `end_time`
+        (unix seconds), per key or, with `group_by="model"`, per key and model."""
+        params: dict[str, Any] = {"group_by": group_by}
+        params.update({k: v for k, v in (("start_time", start_time), ("end_time", end_time)) if v is not None})
+        return self._call("GET", "/v1/admin/usage", params=params)
+
+    def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         try:
-            response = self._http.request(method, path, json=body)
+            response = self._http.request(method, path, json=body, params=params)
         except httpx.TransportError as exc:
             raise connection_failed(self._http.base_url, exc) from exc
         if response.status_code >= 400:

@@ -608,6 +608,22 @@ class ModelConfig(_Strict):
         return value
 
 
+class UsageStoreConfig(_Strict):
+    """Per-key usage and rate-limit budgets kept in a local SQLite file, so a restart loses
+    neither what each key used nor how much of its budget is left."""
+
+    enabled: bool = False
+    """Keep usage and budgets on disk. Off: they live in memory and start afresh with each
+    start (two servers must not share one file unless they share their keys' budgets)."""
+
+    path: Path | None = None
+    """The SQLite file (default: `usage.sqlite` under `work_dir`)."""
+
+    flush_interval_s: float = Field(default=1.0, ge=0.05, le=60.0)
+    """How often what requests used is written, in one transaction off the event loop
+    (a request never waits on the disk). A crash loses at most this long of usage."""
+
+
 class BatchApiConfig(_Strict):
     """OpenAI's Files and Batches APIs (`/v1/files`, `/v1/batches`). Not the micro-batching
     of `batching` (requests grouped into one engine call): this runs uploaded JSONL files of
@@ -661,6 +677,9 @@ class Config(_Strict):
 
     batch_api: BatchApiConfig = Field(default_factory=BatchApiConfig)
     """OpenAI's Files and Batches APIs: JSONL files of requests run in the background."""
+
+    usage_store: UsageStoreConfig = Field(default_factory=UsageStoreConfig)
+    """Per-key usage and rate-limit budgets in SQLite, so they survive a restart."""
 
     hf_cache_dir: Path | None = None
     """Hugging Face cache for `hf:` sources (default: huggingface_hub's own)."""

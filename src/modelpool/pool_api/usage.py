@@ -89,3 +89,19 @@ class KeyReport:
     limits: Limits
     remaining: list[LimitState] | None
     """None for anonymous use, whose budgets are kept per client address."""
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One key's (and model's, when asked per model) use within a window."""
+
+    account: str
+    model: str | None
+    usage: KeyUsage
+
+
+class UsageHistory(Protocol):
+    """Usage kept on disk (`usage_store`): per key, model and hour."""
+
+    async def query(self, since: int | None, until: int | None, by_model: bool) -> list[UsageRow]:
+        """Use per key (and model) in the hours from `since` up to `until` (unix seconds)."""

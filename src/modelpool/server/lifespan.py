@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from modelpool.runtime.batches.runner import BatchRunner
 from modelpool.runtime.metrics.history import MetricsHistory
+from modelpool.runtime.ratelimit.durable import UsageStore
 from modelpool.runtime.served import ServedPool
 from modelpool.server.tracing import Stop, nothing_to_stop
 from modelpool.services.reaper import reap_orphaned_engines
@@ -38,6 +39,8 @@ class Lifetime:
     """The MCP session manager (None: MCP is off, or its extra is not installed)."""
     stop_tracing: Stop = nothing_to_stop
     batches: BatchRunner | None = None
+    usage: UsageStore | None = None
+    """The durable usage store: flushes while the app serves, and once more at the end (None: off)."""
     """The Batches API's runner: resumes unfinished batches once the pool started (None: off)."""
 
     @contextlib.asynccontextmanager
@@ -45,6 +48,8 @@ class Lifetime:
         await reap_orphaned_engines(self.state_dir)  # before preloading: they hold memory and ports
         self.pool.start()
         self.history.start()
+        if self.usage is not None:
+            self.usage.start()
         if self.batches is not None:
             self.batches.start()
         try:
@@ -55,6 +60,8 @@ class Lifetime:
         finally:
             if self.batches is not None:  # before the pool closes: its lines stop, to resume at the next start
                 await self.batches.close()
+            if self.usage is not None:  # the last requests' usage and the budgets as they are
+                await self.usage.close()
             await self.history.stop()
             await self.pool.close()
             log.info("models unloaded")

@@ -28,11 +28,13 @@ from fastapi import FastAPI
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from modelpool.config.schema import AuthConfig
+from modelpool.config.schema import Config
 from modelpool.config.schema import Scope as KeyScope
+from modelpool.config.sources import HubLocation
 from modelpool.errors import RateLimited
 from modelpool.pool_api.usage import USAGE_METER, LimitState, UsageMeter
 from modelpool.runtime.metrics.prometheus import Metrics
+from modelpool.runtime.ratelimit.durable import UsageStore
 from modelpool.runtime.ratelimit.limiter import Caller, RateLimiter, duration_text
 from modelpool.runtime.ratelimit.usage import UsageLedger
 from modelpool.server.asgi import TEMPLATED_ROUTES, send_json
@@ -45,12 +47,22 @@ REFUSED_LIMIT = "rate_limited"
 """The scope state's entry naming the limit that refused the request (`requests`, `tokens`)."""
 
 
-def add_rate_limits(app: FastAPI, auth: AuthConfig, metrics: Metrics) -> None:
+def add_rate_limits(app: FastAPI, config: Config, metrics: Metrics) -> UsageStore | None:
     """The limiter and ledger on `app.state` (the admin route reports them; tests move the
-    limiter's clock), and the middleware in its place: add it before `RequireKeys`."""
-    app.state.rate_limiter = RateLimiter.from_config(auth)
+    limiter's clock), and the middleware in its place: add it before `RequireKeys`. With
+    `usage_store.enabled`, the durable store too, usage and budgets restored from it (the
+    lifespan starts and closes it)."""
+    app.state.rate_limiter = RateLimiter.from_config(config.auth)
     app.state.usage = UsageLedger(metrics)
+    app.state.usage_history = None
+    settings = config.usage_store
+    if settings.enabled:
+        path = settings.path or (config.work_dir or HubLocation.work_dir) / "usage.sqlite"
+        store = UsageStore(path.expanduser(), app.state.usage, app.state.rate_limiter, settings.flush_interval_s)
+        store.restore()
+        app.state.usage_history = store
     app.add_middleware(EnforceRateLimits, limiter=app.state.rate_limiter, ledger=app.state.usage, routes=app.routes)
+    return app.state.usage_history  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -90,7 +102,8 @@ class EnforceRateLimits:
             await self.app(scope, receive, self._with_headers(send, bill) if caller.limits.any else send)
         finally:
             self._settle(bill)
-            self.ledger.record(caller.account, bill.meter.total())
+            model = scope.get("state", {}).get("model_id")
+            self.ledger.record(caller.account, bill.meter.total(), model if isinstance(model, str) else "")
 
     def _with_headers(self, send: Send, bill: _Bill) -> Send:
         async def send_with_headers(message: Message) -> None:

@@ -4,14 +4,16 @@ Every view is a runtime status snapshot, rendered here."""
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from modelpool.api.deps import note_model, pool_of
-from modelpool.api.usage import usage_json
+from modelpool.api.usage import MAX_UNIX_TIME, WINDOW_RULE, usage_json, usage_row_json
 from modelpool.config.schema import ADAPTER_NAME_PATTERN
+from modelpool.errors import InvalidRequest
+from modelpool.pool_api.usage import UsageHistory
 from modelpool.wire.admin import LoadBody, UnloadBody, admin_model_json
 from modelpool.wire.contract import LISTING_ERRORS, POOL_ERRORS, declared
 
@@ -83,11 +85,26 @@ async def memory(request: Request) -> JSONResponse:
     return JSONResponse(asdict(pool_of(request).memory()))
 
 
-@router.get("/usage")
-async def usage(request: Request) -> JSONResponse:
-    """Usage per API key since start, with its rate limits and what is left of them."""
+@router.get("/usage", responses=declared((400,), rules=(WINDOW_RULE,)))
+async def usage(
+    request: Request,
+    start_time: Annotated[int | None, Query(ge=0, le=MAX_UNIX_TIME)] = None,
+    end_time: Annotated[int | None, Query(ge=0, le=MAX_UNIX_TIME)] = None,
+    group_by: Annotated[Literal["key", "model"], Query()] = "key",
+) -> JSONResponse:
+    """Usage per API key (since start, or all that `usage_store` kept), with its rate
+    limits and what is left of them; `windowed` rows for the hours from `start_time` to
+    `end_time` (unix seconds) per key or per key and model, read from `usage_store`."""
     reports = request.app.state.rate_limiter.report(request.app.state.usage)
-    return JSONResponse({"object": "list", "data": [usage_json(report) for report in reports]})
+    body: dict[str, Any] = {"object": "list", "data": [usage_json(report) for report in reports]}
+    history: UsageHistory | None = request.app.state.usage_history
+    asked = start_time is not None or end_time is not None or group_by == "model"
+    if asked and history is None:
+        raise InvalidRequest(f"{WINDOW_RULE}: this server keeps no usage history.", param="start_time")
+    if history is not None:
+        rows = await history.query(start_time, end_time, group_by == "model")
+        body["windowed"] = [usage_row_json(row) for row in rows]
+    return JSONResponse(body)
 
 
 @router.get("/gpu-memory")

@@ -164,6 +164,30 @@ class RateLimiter:
     def states(self, caller: Caller) -> list[LimitState]:
         return [bucket.state(kind) for kind, bucket in self._refilled(caller).each()]
 
+    def levels(self) -> list[tuple[str, LimitKind, float]]:
+        """Every key's bucket levels now, (key, kind, level), for the durable store."""
+        now = self.clock.monotonic()
+        found = []
+        for key, buckets in self._key_buckets.items():
+            for kind, bucket in buckets.each():
+                bucket.refill(now)
+                found.append((key, kind, bucket.level))
+        return found
+
+    def restore(self, levels: list[tuple[str, LimitKind, float]], elapsed_s: float) -> None:
+        """Key buckets as an earlier run left them `elapsed_s` ago, refilled for that time
+        (a limit lowered since is a bucket no fuller than the new limit)."""
+        now = self.clock.monotonic()
+        for key, kind, level in levels:
+            if key not in self._keys:
+                continue  # a key no longer configured
+            buckets = self._refilled(self.caller(key, None))
+            bucket = buckets.requests if kind == "requests" else buckets.tokens
+            if bucket is not None:
+                bucket.level = max(-float(bucket.per_minute), min(float(bucket.per_minute), level))
+                bucket.updated = now - max(0.0, elapsed_s)
+                bucket.refill(now)
+
     def report(self, ledger: UsageLedger) -> list[KeyReport]:
         """Every configured key (or `anonymous` when there are none) and whoever else has
         used the pool, with their totals, limits and what is left."""
