@@ -69,9 +69,17 @@ class Schedule:
 DEFAULT_SCHEDULE = Schedule()
 
 INTERNAL_CALLER = "modelpool.internal_caller"
-"""An ASGI scope's entry naming the `Owner` a request made inside the server acts for (a
-batch's line, run through the app as the key that made the batch). Only the server's own
-code builds such scopes: an HTTP server never puts this key in a client's scope."""
+"""An ASGI scope's entry holding the `InternalCall` a request made inside the server acts
+for (a batch's line, run through the app as the key that made the batch). Only the
+server's own code builds such scopes: an HTTP server never puts this key in a client's."""
+
+
+@dataclass(frozen=True)
+class InternalCall:
+    """Who a request made inside the server acts for, and where it queues."""
+
+    owner: Owner
+    schedule: Schedule
 
 _OWNER = "owner"
 """The scope state's entry naming the caller's `Owner` (set by `acting_for`)."""

@@ -122,3 +122,5 @@ class LineAnswer:
     request_id: str
     body: Any
     """The response's JSON (an error envelope when `status_code` is not 2xx)."""
+    retry_after_s: float | None = None
+    """A 429's Retry-After: the line is tried again after it (a queue or budget full)."""

@@ -16,7 +16,15 @@ from modelpool.config.environment import secret
 from modelpool.config.schema import AuthConfig, SchedulingClass
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import AuthenticationFailed, ConfigError, ModelpoolError, PermissionDenied
-from modelpool.owner import ANONYMOUS, DEFAULT_SCHEDULE, INTERNAL_CALLER, Owner, Schedule, acting_for
+from modelpool.owner import (
+    ANONYMOUS,
+    DEFAULT_SCHEDULE,
+    INTERNAL_CALLER,
+    InternalCall,
+    Owner,
+    Schedule,
+    acting_for,
+)
 from modelpool.server.asgi import refuse_websocket, send_json
 from modelpool.wire.errors import shaped_error
 from modelpool.wire.openai.errors import error_payload
@@ -108,10 +116,10 @@ class RequireKeys:
             await self.app(scope, receive, send)
             return
         internal = scope.get(INTERNAL_CALLER)
-        if isinstance(internal, Owner):  # the server's own request (a batch line) for a key already checked
+        if isinstance(internal, InternalCall):  # the server's own request (a batch line) for a key checked before
             if self.keys.enabled:
-                scope.setdefault("state", {})["key_name"] = internal.name
-            with acting_for(scope, internal):
+                scope.setdefault("state", {})["key_name"] = internal.owner.name
+            with acting_for(scope, internal.owner, internal.schedule):
                 await self.app(scope, receive, send)
             return
         needed = needed_scope(scope.get("path", ""))

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message
 from modelpool.api.routes import batches, files
 from modelpool.config.schema import Config
 from modelpool.config.sources import HubLocation
-from modelpool.owner import INTERNAL_CALLER, Owner
+from modelpool.owner import INTERNAL_CALLER, InternalCall, Owner, Priority, Schedule
 from modelpool.pool_api.batches import LineAnswer
 from modelpool.runtime.batches.database import Database
 from modelpool.runtime.batches.files import FileLimits, FileStore
@@ -43,6 +43,12 @@ def add_batch_api(app: FastAPI, config: Config) -> BatchRunner | None:
     return runner
 
 
+def batch_schedule(owner: Owner) -> Schedule:
+    """Batch work queues at low priority, as a party of its own beside its key's live
+    requests (so a key's batch never takes its live requests' fair share)."""
+    return Schedule(party=f"batch {owner.name}", priority=Priority.LOW)
+
+
 class InProcessCalls:
     """POST a JSON body to one of the app's routes from inside the server, as `owner`."""
 
@@ -54,7 +60,8 @@ class InProcessCalls:
             "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            "client": BATCH_CLIENT, "server": None, "state": {}, INTERNAL_CALLER: owner,
+            "client": BATCH_CLIENT, "server": None, "state": {},
+            INTERNAL_CALLER: InternalCall(owner, batch_schedule(owner)),
         }  # fmt: skip
         sent = _Reply()
         await self.app(scope, _receive_once(body), sent.send)
@@ -81,12 +88,15 @@ class _Reply:
         self.status = 500
         self.request_id = ""
         self.chunks: list[bytes] = []
+        self.retry_after_s: float | None = None
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.status = message["status"]
             headers = dict(message.get("headers", []))
             self.request_id = headers.get(b"x-request-id", b"").decode("latin-1")
+            retry = headers.get(b"retry-after", b"").decode("latin-1")
+            self.retry_after_s = float(retry) if retry.replace(".", "", 1).isdigit() else None
         elif message["type"] == "http.response.body":
             self.chunks.append(message.get("body", b""))
 
@@ -96,4 +106,4 @@ class _Reply:
             body: Any = json.loads(raw)
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        return LineAnswer(self.status, self.request_id, body)
+        return LineAnswer(self.status, self.request_id, body, self.retry_after_s)

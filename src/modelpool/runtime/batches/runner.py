@@ -1,6 +1,8 @@
 """Batches: made from an uploaded file, checked whole before anything runs, then run in
 the background through the same routes a client calls, as the key that made the batch
-(so its rate limits and usage apply), a bounded number of requests at a time.
+(so its rate limits and usage apply), a bounded number of requests at a time, at low
+priority in the models' queues. A line refused with 429 (its key's budget spent, its
+queue's share full) waits as Retry-After says and is tried again: a batch is patient.
 
 States: validating → in_progress → finalizing → completed; validating → failed (a line
 is wrong); in_progress → cancelling → cancelled; in_progress → expired past the 24 h
@@ -38,6 +40,8 @@ log = logging.getLogger(__name__)
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 WINDOW_S = 24 * 3600
+MAX_RETRY_WAIT_S = 60.0
+"""Longest wait before a line refused with 429 (its key's budget, its queue's cap) is tried again."""
 Lines = list[BatchLine]
 Rows = list[records.ResultRow]
 Execute = Callable[[Owner, str, bytes], Awaitable[LineAnswer]]
@@ -173,6 +177,9 @@ class BatchRunner:
         try:
             assert self.execute is not None, "the server sets `execute` before batches start"
             answer = await self.execute(Owner(batch.owner), batch.endpoint, line.body)
+            while answer.status_code == 429 and batch.status == "in_progress":  # the queue or budget is full
+                await asyncio.sleep(min(max(answer.retry_after_s or 1.0, 0.5), MAX_RETRY_WAIT_S))  # back off
+                answer = await self.execute(Owner(batch.owner), batch.endpoint, line.body)
             if batch.status != "in_progress":
                 return  # cancelled while it ran: not counted
             ok = 200 <= answer.status_code < 300
