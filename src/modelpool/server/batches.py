@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import sqlite3
 from typing import Any
 
 from fastapi import FastAPI
@@ -22,6 +24,7 @@ from modelpool.runtime.batches.files import FileLimits, FileStore
 from modelpool.runtime.batches.runner import BatchRunner
 from modelpool.wire.openai.batches import check_line
 
+log = logging.getLogger("modelpool")
 BATCH_CLIENT = ("batch", 0)
 """The client address of a batch line (a keyless server limits callers per address)."""
 
@@ -33,8 +36,12 @@ def add_batch_api(app: FastAPI, config: Config) -> BatchRunner | None:
     if not settings.enabled:
         return None
     root = (settings.dir or (config.work_dir or HubLocation.work_dir) / "batches").expanduser()
-    db = Database(root / "batches.sqlite")
-    store = FileStore(db, root / "files", FileLimits.of(settings))
+    try:
+        db = Database(root / "batches.sqlite")
+        store = FileStore(db, root / "files", FileLimits.of(settings))
+    except (OSError, sqlite3.Error) as exc:  # a read-only home in a container: serve the rest, say why
+        log.warning("the Batch and Files APIs are off: cannot use %s (%s)", root, exc)
+        return None
     runner = BatchRunner(db, store, check_line, settings.concurrency)
     runner.execute = InProcessCalls(app).call
     app.state.files, app.state.batches = store, runner

@@ -21,6 +21,7 @@ charged as it sends, its usage booked at its end.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -31,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from modelpool.config.schema import Config
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.config.sources import HubLocation
-from modelpool.errors import RateLimited
+from modelpool.errors import ConfigError, RateLimited
 from modelpool.pool_api.usage import USAGE_METER, LimitState, UsageMeter
 from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.ratelimit.durable import UsageStore
@@ -58,8 +59,11 @@ def add_rate_limits(app: FastAPI, config: Config, metrics: Metrics) -> UsageStor
     settings = config.usage_store
     if settings.enabled:
         path = settings.path or (config.work_dir or HubLocation.work_dir) / "usage.sqlite"
-        store = UsageStore(path.expanduser(), app.state.usage, app.state.rate_limiter, settings.flush_interval_s)
-        store.restore()
+        try:
+            store = UsageStore(path.expanduser(), app.state.usage, app.state.rate_limiter, settings.flush_interval_s)
+            store.restore()
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(f"usage_store.path: cannot use {path}: {exc}") from exc
         app.state.usage_history = store
     app.add_middleware(EnforceRateLimits, limiter=app.state.rate_limiter, ledger=app.state.usage, routes=app.routes)
     return app.state.usage_history  # type: ignore[no-any-return]
