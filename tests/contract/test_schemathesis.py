@@ -60,7 +60,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     # the candidates, never a random body run on a model for as long as its max_tokens.
     served = ",".join((CHAT_MODEL, EMBED_MODEL, HF_MODEL, TTS_MODEL, STT_MODEL))
     args = ("--config", str(folder / "modelpool.yaml"), "--models", served)
-    with modelpool_serve(folder / "server.log", *args, env={"MODELPOOL_CONTRACT_KEY": KEY}) as running:
+    env = {"MODELPOOL_CONTRACT_KEY": KEY, "MODELPOOL_BATCH_API__DIR": str(folder / "batches")}  # its uploads stay here
+    with modelpool_serve(folder / "server.log", *args, env=env) as running:
         yield running
 
 
