@@ -28,7 +28,7 @@ SECRETS = {"ALICE": "sk-alice", "BOB": "sk-bob", "OPS": "sk-ops"}
 ALICE = {"Authorization": "Bearer sk-alice"}
 GREEDY: dict[str, Any] = {"temperature": 0.0, "seed": 1, "max_tokens": 8}
 CHAT_URL = "/v1/chat/completions"
-ASK = [{"role": "user", "content": "x"}]
+ASK: Any = [{"role": "user", "content": "x"}]
 QUESTIONS = ["Name a colour.", "Say hello.", "Count to three.", "Name a fruit."]
 
 
@@ -113,7 +113,7 @@ async def test_a_chat_batch_answers_what_the_route_answers(server: tuple[FastAPI
         assert response["body"]["choices"] == direct["choices"] and response["body"]["usage"] == direct["usage"]
     listed = await alice.batches.list()
     assert batch.id in [b.id for b in listed.data]
-    output = await alice.files.retrieve(batch.output_file_id)  # type: ignore[arg-type]
+    output = await alice.files.retrieve(batch.output_file_id)
     assert output.purpose == "batch_output" and output.filename == f"{batch.id}_output.jsonl"
 
 

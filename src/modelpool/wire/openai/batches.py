@@ -27,6 +27,8 @@ LINE_SCHEMAS: dict[str, type[BaseModel]] = {
 ObjectId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 """A file or batch id as ours look (`file-…`, `batch_…`): anything else is no id of ours."""
 MAX_PAGE = 10_000
+MetadataKey = Annotated[str, StringConstraints(max_length=64)]
+MetadataValue = Annotated[str, StringConstraints(max_length=512)]
 _TIMED = ("in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled")
 """The states whose time of entry a batch object reports as `<state>_at`."""
 
@@ -38,11 +40,7 @@ class CreateBatchBody(WireModel):
     """Where every line goes; each line's `url` must be it."""
     completion_window: Literal["24h"]
     """The only window OpenAI offers: past it, what has not run is not run (`expired`)."""
-    metadata: (
-        dict[Annotated[str, StringConstraints(max_length=64)], Annotated[str, StringConstraints(max_length=512)]] | None
-    ) = Field(
-        default=None, max_length=16
-    )
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=16)
     """Up to 16 key-value pairs, kept with the batch."""
 
 
