@@ -1,0 +1,60 @@
+"""The batch runner alone, with a stand-in for the app: a 429 is waited out and tried
+again (not a failed line), and a batch past its window expires with what had finished."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from modelpool.owner import Owner
+from modelpool.pool_api.batches import LineAnswer
+from modelpool.runtime.batches.database import Database
+from modelpool.runtime.batches.files import FileLimits, FileStore
+from modelpool.runtime.batches.runner import WINDOW_S, BatchRunner
+
+ALICE = Owner("alice")
+LIMITS = FileLimits(max_bytes=10_000, max_lines=10, max_line_bytes=1000, key_bytes=100_000, key_files=10)
+
+
+def line(custom_id: str) -> str:
+    body = {"model": "m", "input": custom_id}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/embeddings", "body": body}) + "\n"
+
+
+async def runner_with(tmp_path: Path, lines: list[str]) -> tuple[BatchRunner, str]:
+    db = Database(tmp_path / "b.sqlite")
+    files = FileStore(db, tmp_path / "files", LIMITS)
+    record = await files.add(ALICE, "in.jsonl", "batch", io.BytesIO("".join(lines).encode()))
+    return BatchRunner(db, files, lambda endpoint, body: str(body["model"]), concurrency=1), record.id
+
+
+async def test_a_429_is_tried_again_not_failed(tmp_path: Path) -> None:
+    runner, file_id = await runner_with(tmp_path, [line("a")])
+    answers = [LineAnswer(429, "r1", {"error": {}}, 0.0), LineAnswer(200, "r2", {"usage": {"prompt_tokens": 3}})]
+
+    async def execute(owner: Owner, endpoint: str, body: bytes) -> LineAnswer:
+        assert owner == ALICE and endpoint == "/v1/embeddings"
+        return answers.pop(0)
+
+    runner.execute = execute
+    batch = await runner.create(ALICE, file_id, "/v1/embeddings", None)
+    await runner.idle()
+    assert batch.status == "completed" and not answers
+    assert (batch.counts.completed, batch.counts.failed, batch.usage["input_tokens"]) == (1, 0, 3)
+
+
+async def test_past_its_window_a_batch_expires_with_what_finished(tmp_path: Path) -> None:
+    runner, file_id = await runner_with(tmp_path, [line("a"), line("b"), line("c")])
+    now = [1_000_000.0]
+    runner.clock = lambda: now[0]
+
+    async def execute(owner: Owner, endpoint: str, body: bytes) -> LineAnswer:
+        now[0] += WINDOW_S  # the first line takes the whole day
+        return LineAnswer(200, "r", {})
+
+    runner.execute = execute
+    batch = await runner.create(ALICE, file_id, "/v1/embeddings", None)
+    await runner.idle()
+    assert batch.status == "expired" and batch.times["expired_at"] == 1_000_000 + WINDOW_S
+    assert (batch.counts.total, batch.counts.completed) == (3, 1) and batch.output_file_id is not None
