@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelpool.runtime.eviction import Budget, Need, Resident, choose_victims
+from modelpool.runtime.eviction import Budget, Need, Resident, Swap, SwapDecision, choose_victims, decide_swap
 
 A = Resident("a", 100, last_used=1)
 B = Resident("b", 200, last_used=2)
@@ -36,3 +36,30 @@ GPU_A = Resident("a", 10, last_used=1, gpu_bytes=800)
 )
 def test_choose_victims(need: Need, residents: list[Resident], budget: Budget, victims: list[str] | None) -> None:
     assert choose_victims(need, residents, budget) == victims
+
+
+LOADING_A = Resident("a", 100, last_used=1, busy=True, changing=True)
+BUSY_B = Resident("b", 200, last_used=2, busy=True)
+BUSY_C = Resident("c", 300, last_used=0, busy=True)
+TIGHT = Budget(memory_bytes=1000)
+
+
+@pytest.mark.parametrize(
+    ("need", "residents", "waited_s", "decision"),
+    [
+        (Need(500), [A, B, C], 0.0, SwapDecision(Swap.EVICT, ["a"])),  # idle room: as choose_victims
+        (Need(950), [BUSY_A, B], 0.0, SwapDecision(Swap.WAIT)),  # a pending swap: busy a serves first
+        (Need(950), [BUSY_A, B], 9.9, SwapDecision(Swap.WAIT)),
+        (Need(950), [BUSY_A, B], 10.0, SwapDecision(Swap.EVICT, ["b", "a"])),  # past the bound: idle, then drain
+        (Need(700), [BUSY_B, BUSY_C, A], 10.0, SwapDecision(Swap.EVICT, ["a", "c"])),  # busy ones LRU, as few as need
+        (Need(750), [BUSY_B, A], 0.0, SwapDecision(Swap.EVICT, ["a"])),  # idle suffices: no wait at all
+        (Need(950), [LOADING_A, B], 0.0, SwapDecision(Swap.WAIT)),  # a load in flight: wait for it
+        (Need(950), [LOADING_A, B], 60.0, SwapDecision(Swap.WAIT)),  # never drained while it changes state
+        (Need(950), [PINNED_A, BUSY_B], 60.0, SwapDecision(Swap.REFUSE)),  # pinned: no wait can help
+        (Need(2000), [BUSY_A], 0.0, SwapDecision(Swap.REFUSE)),  # bigger than the budget
+        (Need(1), [BUSY_A], 0.0, SwapDecision(Swap.WAIT)),  # max_models below
+    ],
+)
+def test_decide_swap(need: Need, residents: list[Resident], waited_s: float, decision: SwapDecision) -> None:
+    budget = Budget(max_models=1) if need.memory_bytes == 1 else TIGHT
+    assert decide_swap(need, residents, budget, waited_s, swap_after_s=10.0) == decision

@@ -100,7 +100,7 @@ async def test_when_nothing_can_go_the_load_is_refused_with_what_is_loaded() -> 
     step = asyncio.Event()
     busy = fakes.slot(FakeBackend(memory=600, step=step), "busy")
     pinned = fakes.slot(FakeBackend(memory=300), "pinned", pinned=True)
-    fakes.slot(FakeBackend(memory=500), "wanted")
+    fakes.slot(FakeBackend(memory=800), "wanted")  # more than the pinned model leaves: no wait helps
     pool = fakes.pool()
     await collect(await pool.chat("pinned", REQUEST))
     running = await pool.chat("busy", REQUEST)  # holds its turn: not evictable

@@ -372,6 +372,11 @@ class PoolConfig(_Strict):
     gpu_memory_budget_bytes: MemoryShare = "90%"
     """GPU memory the loaded models may use in all, when a GPU is seen: bytes, a share of the
     GPUs' memory (`90%`, less what was already in use when modelpool started) or `none`."""
+    swap_after_s: float = Field(default=10.0, ge=0, le=3600)
+    """A model with requests running or waiting is not unloaded to load another: the load
+    waits (that model serves its own requests first) until it is idle. After this many
+    seconds of waiting the busy model is drained anyway (its running requests finish), so a
+    busy model cannot keep another out forever (see docs/scheduling.md)."""
     reap_interval_s: float = Field(default=1.0, gt=0)
     """How often idle models are checked against their keep_alive."""
 

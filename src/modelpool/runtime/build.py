@@ -49,7 +49,7 @@ def build_pool(
         max_models=config.pool.max_loaded_models, memory_bytes=budgets.ram_bytes, gpu_bytes=budgets.gpu_bytes
     )
     slots: list[ModelSlot] = []
-    capacity = Capacity(budget, lambda: slots, accounts)
+    capacity = Capacity(budget, lambda: slots, accounts, swap_after_s=config.pool.swap_after_s)
     capacity.budget_from = (budgets.ram_from, budgets.gpu_from)
     for model in config.served_models():
         with accounts.side_imports():  # a backend class may import its runtime (torch) here

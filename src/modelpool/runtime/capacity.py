@@ -8,22 +8,35 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from modelpool.errors import InsufficientCapacity
-from modelpool.runtime.eviction import Budget, Need, Resident, choose_victims
+from modelpool.runtime.eviction import Budget, Need, Resident, Swap, decide_swap
 from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.runtime.slot import ModelSlot
 
 log = logging.getLogger("modelpool.runtime")
 MiB = 1024 * 1024
+SWAP_POLL_S = 0.05
+"""How often a pending swap looks again whether the busy models in its way went idle."""
+DEFAULT_SWAP_AFTER_S = 10.0
 
 
 class Capacity:
     def __init__(
-        self, budget: Budget, slots: Callable[[], list[ModelSlot]], accounts: MemoryAccounts | None = None
+        self,
+        budget: Budget,
+        slots: Callable[[], list[ModelSlot]],
+        accounts: MemoryAccounts | None = None,
+        *,
+        swap_after_s: float = DEFAULT_SWAP_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.budget = budget
+        self.swap_after_s = swap_after_s
+        """How long a load waits for busy models in its way before it drains them."""
+        self._clock = clock
         """The whole budget: with `accounts`, the process's baseline and runtimes count in it."""
         self.accounts = accounts
         self.budget_from = ("", "")
@@ -46,16 +59,30 @@ class Capacity:
         )
 
     async def make_room(self, slot: ModelSlot, need: Need) -> None:
-        """Unload least recently used idle models until `need` fits, or raise InsufficientCapacity."""
-        async with self._room:
-            others = {s.id: s for s in self._slots() if s is not slot and s.holds_memory()}
-            residents = [s.as_resident() for s in others.values()]
-            victims = choose_victims(need, residents, self.models_budget())
-            if victims is None:
-                raise InsufficientCapacity(self._refusal(slot, need, residents))
-            for victim in victims:
-                log.info("evicting model to make room", extra={"model": victim, "for_model": slot.id})
-                await others[victim].unload()
+        """Unload least recently used idle models until `need` fits; while the models in the
+        way are busy, wait for them (they serve their own requests first) up to
+        `swap_after_s`, then drain them (`eviction.decide_swap`). InsufficientCapacity when
+        nothing could make room."""
+        started = self._clock()
+        while True:
+            async with self._room:
+                others = {s.id: s for s in self._slots() if s is not slot and s.holds_memory()}
+                residents = [s.as_resident() for s in others.values()]
+                waited = self._clock() - started
+                decision = decide_swap(need, residents, self.models_budget(), waited, self.swap_after_s)
+                if decision.action is Swap.REFUSE:
+                    raise InsufficientCapacity(self._refusal(slot, need, residents))
+                if decision.action is Swap.EVICT:
+                    for victim in decision.victims:
+                        await self._evict(others[victim], slot, waited)
+                    return
+            await asyncio.sleep(SWAP_POLL_S)  # the lock is free meanwhile: other loads go on
+
+    async def _evict(self, victim: ModelSlot, wanted: ModelSlot, waited_s: float) -> None:
+        # A busy victim (past swap_after_s) is drained: its running requests finish first.
+        extra = {"model": victim.id, "for_model": wanted.id, "drained_busy": victim.busy, "waited_s": waited_s}
+        log.info("evicting model to make room", extra=extra)
+        await victim.unload()
 
     def weights_room(self) -> int | None:
         """RAM and GPU budgets together, less what the process holds before any model:

@@ -154,6 +154,7 @@ class ModelSlot:
             busy=self.busy,
             pinned=self.config.pinned,
             gpu_bytes=self.gpu_bytes(),
+            changing=self.state in (SlotState.LOADING, SlotState.UNLOADING),
         )
 
     def expired(self) -> bool:
