@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anthropic
 import httpx
 import numpy as np
 import openai
@@ -26,6 +27,7 @@ from modelpool.client import ModelNotFound as ClientModelNotFound
 from modelpool.config.schema import ModelConfig
 from tests.conftest import sdk, serving
 from tests.e2e.conftest import smollm2_gguf
+from tests.e2e.test_messages import claude_on
 from tests.live_server import live_server
 from tests.lora_models import lora_gguf
 
@@ -192,3 +194,25 @@ async def test_admin_loads_and_unloads_declared_adapters_through_the_sdk(served)
                 await asyncio.to_thread(admin.load_adapter, MODEL, "..%2Fx.gguf")
             shown = await asyncio.to_thread(admin.load_adapter, MODEL, "poet")
             assert "poet" in shown["adapters_loaded"]
+
+
+async def test_responses_and_anthropic_messages_take_base_colon_adapter(served) -> None:
+    app, http = served
+    question = "Tell me about the sea."
+    body: dict[str, Any] = {"max_tokens": 12, "temperature": 0}
+    chat = await sdk(http).chat.completions.create(
+        model=f"{MODEL}:poet", messages=[{"role": "user", "content": question}], **body
+    )
+    expected = chat.choices[0].message.content
+    reply = await sdk(http).responses.create(model=f"{MODEL}:poet", input=question, max_output_tokens=12, temperature=0)
+    assert reply.output_text == expected
+    async with claude_on(app) as claude:
+        message = await claude.messages.create(
+            model=f"{MODEL}:poet", messages=[{"role": "user", "content": question}], max_tokens=12,
+            extra_body={"temperature": 0},  # this SDK no longer has the argument
+        )
+        assert message.content[0].type == "text" and message.content[0].text == expected
+        with pytest.raises(anthropic.BadRequestError) as caught:  # in Anthropic's own error envelope
+            await claude.messages.create(model=f"{MODEL}:nope", messages=[{"role": "user", "content": "hi"}],
+                                         max_tokens=2)  # fmt: skip
+        assert "'nope'" in caught.value.message
