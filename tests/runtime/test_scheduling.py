@@ -224,3 +224,17 @@ async def test_the_pool_queues_by_the_call_options_schedule_and_reports_depth_pe
     await holder.aclose()
     await asyncio.gather(*tasks)
     assert order == ["user", "batch"]
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "value"),
+    [
+        ("pool", "swap_after_s", -1),
+        ("pool", "swap_after_s", 3601),
+        ("auth", "unauthenticated_scheduling", {"weight": 0}),
+        ("auth", "unauthenticated_scheduling", {"priority": "urgent"}),
+    ],
+)
+def test_out_of_bounds_pool_and_anonymous_settings_are_config_errors(section: str, field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=field):
+        load_config(environ={}, cli={"enabled_models": [], section: {field: value}})
