@@ -83,9 +83,10 @@ async def test_a_flooding_key_neither_fills_the_queue_nor_starves_a_quiet_one_an
         return await queued(http) == expected
 
     async with flood, quiet, vip, other, httpx.AsyncClient(base_url=server, timeout=30) as http:
-        # The flood's first request holds the only turn until it is closed below.
+        # The flood's first request holds the only turn until it is closed below (1800 tokens
+        # fit the starter's 2048-token context and outlast the setup by far).
         blocker = await flood.chat.completions.create(
-            model=CHAT_MODEL, messages=HI, max_tokens=3000, stream=True, extra_body={"ignore_eos": True}
+            model=CHAT_MODEL, messages=HI, max_tokens=1800, stream=True, extra_body={"ignore_eos": True}
         )
         await blocker.__aiter__().__anext__()  # it is generating
         tasks = [asyncio.create_task(ask(flood, "flood")) for _ in range(6)]
