@@ -222,6 +222,9 @@ class ModelMemory:
     """What the GPU budget counts."""
     measured_gpu_bytes: int = 0
     estimate_gpu_bytes: int | None = None
+    adapters_bytes: int = 0
+    """LoRA adapters its replicas hold now (their files' size; within the estimate, which counts
+    the `max_adapters` largest)."""
     locality: str = "in_process"
     """Where it runs: `in_process` (its memory is in process.models_bytes), `engine_process`
     (its own process's RSS, outside modelpool's) or `remote` (none here)."""

@@ -194,6 +194,9 @@ async def test_admin_loads_and_unloads_declared_adapters_through_the_sdk(served)
                 await asyncio.to_thread(admin.load_adapter, MODEL, "..%2Fx.gguf")
             shown = await asyncio.to_thread(admin.load_adapter, MODEL, "poet")
             assert "poet" in shown["adapters_loaded"]
+            held = sum(lora_gguf(name).stat().st_size for name in shown["adapters_loaded"])
+            memory = await asyncio.to_thread(admin.memory)
+            assert memory["models"][MODEL]["adapters_bytes"] == held > 0  # the admin memory report counts them
 
 
 async def test_responses_and_anthropic_messages_take_base_colon_adapter(served) -> None:

@@ -221,6 +221,10 @@ class AdapterBackend(Backend, Protocol):
         """Adapters held now, least recently used first."""
         ...
 
+    def adapter_bytes(self) -> int:
+        """Memory the adapters held now take."""
+        ...
+
 
 @runtime_checkable
 class ProcessBackend(Backend, Protocol):

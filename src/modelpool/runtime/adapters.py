@@ -54,3 +54,8 @@ def loaded_adapters(slot: ModelSlot) -> list[str]:
         if isinstance(replica.backend, AdapterBackend):
             return replica.backend.loaded_adapters()
     return []
+
+
+def adapter_bytes(slot: ModelSlot) -> int:
+    """What the adapters of all its running replicas take (the memory report)."""
+    return sum(r.backend.adapter_bytes() for r in slot.replicas.routable() if isinstance(r.backend, AdapterBackend))

@@ -5,6 +5,7 @@ GPUs, and the budgets with what is left of them for models."""
 from __future__ import annotations
 
 from modelpool.capabilities import Locality
+from modelpool.runtime.adapters import adapter_bytes
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.gpu_probe import nvml_processes, probe_gpus, used_bytes
 from modelpool.runtime.memory import system_memory
@@ -56,6 +57,7 @@ def model_memory(slot: ModelSlot) -> ModelMemory:
         measured_gpu_bytes=slot.replicas.measured_gpu_bytes(),
         estimate_gpu_bytes=estimate.gpu_bytes if estimate else None,
         locality=slot.capabilities.declared.locality.value,
+        adapters_bytes=adapter_bytes(slot),
     )
 
 

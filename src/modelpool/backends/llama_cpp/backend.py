@@ -388,6 +388,10 @@ class LlamaCppBackend(DeclaredBackend):
         engine = self._engine
         return [adapter.spec.name for adapter in engine.adapters.loaded] if engine is not None else []
 
+    def adapter_bytes(self) -> int:
+        engine = self._engine
+        return engine.adapters.total_bytes() if engine is not None else 0
+
     async def _adapter(self, name: str | None) -> AdapterSpec | None:
         """The adapter a request names, its file resolved (off the loop: `hf:` may download)."""
         return None if name is None else await asyncio.to_thread(self.adapter_sources.spec, name)
