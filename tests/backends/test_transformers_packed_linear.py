@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -62,3 +64,33 @@ def test_pack_linears_replaces_plain_linears_and_counts_the_tied_head() -> None:
 
 def test_only_float32_weights_on_the_cpu_are_packed() -> None:
     assert "bfloat16" in (can_pack(nn.Linear(4, 4).to(torch.bfloat16)) or "")
+
+
+@pytest.mark.parametrize(
+    ("penalties", "seen", "generated"),
+    [({}, 0, 0), ({"repetition_penalty": 1.3}, 5, 0), ({"presence_penalty": 0.5}, 0, 2),
+     ({"frequency_penalty": 0.5, "repetition_penalty": 0.9}, 5, 2)],
+)  # fmt: skip
+def test_penalty_ids_are_built_for_the_penalties_a_sequence_uses(
+    penalties: dict[str, Any], seen: int, generated: int
+) -> None:
+    """The engine's per-step id tensors; choose_token skips a penalty on an empty one."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from modelpool.backends.transformers.engine import ContinuousBatcher
+    from modelpool.backends.transformers.sampling import choose_token
+    from modelpool.inference import SamplingParams
+
+    params = replace(SamplingParams(temperature=0), **penalties)
+    seq = SimpleNamespace(sampling=params, prompt=[3, 4, 5], tokens=[7, 3])
+    engine = SimpleNamespace(device=torch.device("cpu"), _NO_IDS=ContinuousBatcher._NO_IDS)
+    got_seen, got_generated = ContinuousBatcher._penalty_ids(engine, seq)  # type: ignore[arg-type]
+    assert (got_seen.numel(), got_generated.numel()) == (seen, generated)
+    # against the tensors the engine built before, whatever the penalties
+    full_seen, full_generated = torch.tensor([3, 4, 5, 7, 3]), torch.tensor([7, 3])
+    logits = torch.randn(16, generator=torch.Generator().manual_seed(3))
+    rng = torch.Generator()
+    assert choose_token(logits, params, got_seen, got_generated, rng) == choose_token(
+        logits, params, full_seen, full_generated, rng
+    )

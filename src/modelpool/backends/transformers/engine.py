@@ -164,7 +164,14 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         return _prefill_cost(group, shared)
 
     def _forward(self, ids: torch.Tensor, cache: Any, positions: Any, mask: torch.Tensor, **extra: Any) -> Any:
-        """The last position's logits of each row, after `ids` went into `cache`."""
+        """A prefill forward: the last position's logits of each row."""
+        self.prefill_forwards += 1
+        return self._run_model(ids, cache, positions, mask, **extra)
+
+    def _run_model(self, ids: torch.Tensor, cache: Any, positions: Any, mask: torch.Tensor, **extra: Any) -> Any:
+        """The one place the batch runs the model (prefill and decode alike, so that a
+        per-row argument such as adapter names is added here once): the last position's
+        logits of each row, after `ids` went into `cache`."""
         out = self.model(
             input_ids=ids,
             position_ids=positions,
@@ -174,7 +181,6 @@ class ContinuousBatcher(EngineLoop[Sequence]):
             **{self._cache_arg: cache},
             **extra,
         )
-        self.prefill_forwards += 1
         return out.logits[:, -1]
 
     def _prefill_alone(self, seq: Sequence, budget: int) -> int:
@@ -235,17 +241,11 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         rows = len(self._active)
         ids = torch.tensor([[s.tokens[-1]] for s in self._active], device=self.device)
         mask = torch.cat([self._mask, torch.ones(rows, 1, dtype=torch.long, device=self.device)], dim=1)
-        out = self.model(
-            input_ids=ids,
-            position_ids=self._next_pos.unsqueeze(1),
-            attention_mask=mask,
-            use_cache=True,
-            **{self._cache_arg: self._cache},
-        )
+        logits_rows = self._run_model(ids, self._cache, self._next_pos.unsqueeze(1), mask)
         self._mask, self._next_pos = mask, self._next_pos + 1
         self.decode_steps += 1
         self.largest_batch = max(self.largest_batch, rows)
-        for seq, logits in zip(list(self._active), out.logits[:, -1], strict=True):
+        for seq, logits in zip(list(self._active), logits_rows, strict=True):
             self._accept(seq, logits)
         self._remove_done()
 
@@ -340,8 +340,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         if seq.cancelled:
             seq.done = True
             return
-        seen = torch.tensor(seq.prompt + seq.tokens, device=self.device)
-        generated = torch.tensor(seq.tokens, dtype=torch.long, device=self.device)
+        seen, generated = self._penalty_ids(seq)
         allowed, banned = None, None
         if seq.constraint is not None:  # the grammar decides when the output may end
             allowed = torch.from_numpy(seq.constraint.allowed()).to(self.device)
@@ -351,6 +350,19 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         seq.logits = logits
         seq.accept(token)
         seq.logits = None
+
+
+    _NO_IDS = torch.empty(0, dtype=torch.long)
+
+    def _penalty_ids(self, seq: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt + generated ids (repetition penalty) and the generated ids (presence
+        and frequency penalties), built only for the penalties the sequence uses: a tensor
+        of the whole prompt per row and step is wasted on the common request without any."""
+        params, empty = seq.sampling, self._NO_IDS.to(self.device)
+        seen = torch.tensor(seq.prompt + seq.tokens, device=self.device) if params.repetition_penalty != 1.0 else empty
+        penalised = params.presence_penalty or params.frequency_penalty
+        generated = torch.tensor(seq.tokens, dtype=torch.long, device=self.device) if penalised else empty
+        return seen, generated
 
 
 def _shared_prefix(prompts: list[list[int]]) -> int:
