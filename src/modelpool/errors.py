@@ -10,7 +10,8 @@ Nothing maps errors by matching message text.
     │   ├── ContextLengthExceeded       400  invalid_request_error / context_length_exceeded
     │   ├── UnsupportedTask             400  invalid_request_error / unsupported_task
     │   ├── AdapterNotFound             400  invalid_request_error / adapter_not_found (LoRA)
-    │   └── CommitEmpty                 400  invalid_request_error / input_audio_buffer_commit_empty (live audio)
+    │   ├── CommitEmpty                 400  invalid_request_error / input_audio_buffer_commit_empty (live audio)
+    │   └── InvalidConfig               400  invalid_request_error / invalid_config (a reload's re-read config)
     ├── AuthenticationFailed            401  authentication_error / invalid_api_key
     ├── PermissionDenied                403  permission_error / insufficient_scope
     │   ├── RemoteNotAllowed            403  permission_error / remote_not_allowed
@@ -19,6 +20,7 @@ Nothing maps errors by matching message text.
     ├── ResponseNotFound                404  invalid_request_error / previous_response_not_found (or another key's)
     ├── ObjectNotFound                  404  invalid_request_error / not_found (a file or batch, or another key's)
     ├── ModelNotLoaded                  409  invalid_request_error / model_not_loaded  (autoload off)
+    ├── ReloadUnavailable               409  invalid_request_error / reload_unavailable (no config to re-read)
     ├── HostNotAllowed                  421  invalid_request_error / host_not_allowed (DNS rebinding)
     ├── RequestTimeout                  408  invalid_request_error / request_timeout (a body that stopped coming)
     ├── RequestTooLarge                 413  invalid_request_error / request_too_large
@@ -164,6 +166,20 @@ class ObjectNotFound(ModelpoolError):
     status_code = 404
     type = "invalid_request_error"
     code = "not_found"
+
+
+class InvalidConfig(InvalidRequest):
+    """A config reload found the re-read config invalid: nothing changed."""
+
+    code = "invalid_config"
+
+
+class ReloadUnavailable(ModelpoolError):
+    """This server has no config sources to re-read (a library app, Ray mode)."""
+
+    status_code = 409
+    type = "invalid_request_error"
+    code = "reload_unavailable"
 
 
 class ModelNotLoaded(ModelpoolError):

@@ -117,9 +117,8 @@ def test_a_key_whose_env_var_is_missing_stops_the_start(tmp_path: Path) -> None:
 def test_keyless_serving_beyond_loopback_when_allowed_is_said_out_loud(caplog: pytest.LogCaptureFixture) -> None:
     """The container image allows it by default (so `docker run -p ...` answers): the start
     says what that opens; on loopback, or with keys, nothing is said."""
-    from modelpool.cli.serving import check_exposure
     from modelpool.config import load_config
-    from modelpool.server.auth import KeyRing
+    from modelpool.server.auth import KeyRing, check_exposure
 
     allowed = load_config(
         cli={"server": {"host": "0.0.0.0"}, "auth": {"allow_unauthenticated_remote": True}}, environ={}

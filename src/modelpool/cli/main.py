@@ -22,6 +22,7 @@ from modelpool.cli import show as show_cli
 from modelpool.cli import status as status_cli
 from modelpool.cli.output import echo_err, print_models_table
 from modelpool.config import load_config
+from modelpool.config.loader import config_files
 from modelpool.config.redact import redacted_config
 from modelpool.config.schema import Config, LogFormat
 from modelpool.errors import ConfigError
@@ -35,6 +36,7 @@ app = typer.Typer(
 PROGRAM = "modelpool"
 
 PRINT_CONFIG_HELP = "Print the effective config (secrets redacted) and exit."
+WATCH_HELP = "Re-read the config file when it changes and apply the difference (as SIGHUP does)."
 DRY_RUN_HELP = "Load every served model, report, and exit non-zero on any load failure."
 RAY_HELP = "Serve on Ray Serve: each model a deployment on the cluster (pip install 'modelpool[ray]')."
 RAY_ADDRESS_HELP = "The Ray cluster for --ray (auto, HOST:6379, ray://HOST:10001); implies --ray."
@@ -84,11 +86,13 @@ def serve(
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error.")] = None,
     print_config: Annotated[bool, typer.Option("--print-config", help=PRINT_CONFIG_HELP)] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help=DRY_RUN_HELP)] = False,
+    watch_config: Annotated[bool, typer.Option("--watch-config", help=WATCH_HELP)] = False,
     on_ray: Annotated[bool, typer.Option("--ray", help=RAY_HELP)] = False,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help=RAY_ADDRESS_HELP)] = None,
 ) -> None:
     """Start the OpenAI-compatible server (with --ray: on a Ray cluster, through Ray Serve)."""
-    overrides: dict[str, Any] = {"server": _given(host=host, port=port, log_format=log_format, log_level=log_level)}
+    server = _given(host=host, port=port, log_format=log_format, log_level=log_level, watch_config=watch_config or None)
+    overrides: dict[str, Any] = {"server": server}
     if models:
         overrides["enabled_models"] = [m.strip() for m in models.split(",") if m.strip()]
     if sources or name:
@@ -98,13 +102,17 @@ def serve(
         typer.echo(json.dumps(redacted_config(cfg), indent=2))
         return
     from modelpool.cli.serving import dry_run_models, run_server
+    from modelpool.server.reload import ConfigSources
 
     if dry_run:
         raise typer.Exit(dry_run_models(cfg))
     if on_ray or ray_address:
         ray_cli.serve_on_ray(cfg, ray_address)
         return
-    run_server(cfg)
+    # A reload reads the same layers again: the file, its override, the environment, these flags.
+    reread = ConfigSources(lambda: load_config(config, local_file=local_config, cli=overrides),
+                           config_files(config, local_file=local_config))  # fmt: skip
+    run_server(cfg, reread)
 
 
 @app.command("models")

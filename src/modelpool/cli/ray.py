@@ -74,7 +74,7 @@ def _join(config: Config, address: str | None, keys: KeyRing | None) -> None:
 def refuse_exposure(config: Config, keys: KeyRing, *, host: str | None = None) -> None:
     """`modelpool serve`'s rule (`check_exposure`: no API keys, no non-loopback bind unless
     `auth.allow_unauthenticated_remote`), for the host Ray Serve's proxy binds."""
-    from modelpool.cli.serving import check_exposure
+    from modelpool.server.auth import check_exposure
 
     if host is not None and host != config.server.host:
         config = config.model_copy(update={"server": config.server.model_copy(update={"host": host})})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import signal
 
@@ -18,20 +17,22 @@ from modelpool.logs import configure_logging
 from modelpool.runtime.build import build_pool
 from modelpool.runtime.pool import ModelPool
 from modelpool.server.app import create_app
-from modelpool.server.auth import KeyRing
+from modelpool.server.auth import KeyRing, check_exposure
 from modelpool.server.http_protocol import bounded_protocol, default_max_connections
+from modelpool.server.reload import ConfigSources
 from modelpool.wire.openai.realtime import MAX_EVENT_CHARS
 
 log = logging.getLogger("modelpool")
 
 
-def run_server(config: Config) -> None:
+def run_server(config: Config, sources: ConfigSources | None = None) -> None:
+    """Serve `config`; `sources` re-read it on a reload (`server/reload.py`)."""
     configure_logging(config.server.log_format, config.server.log_level)
     _log_unread_environment()
     try:
         keys = KeyRing.from_config(config.auth)
         check_exposure(config, keys)
-        app = create_app(config, keys=keys)
+        app = create_app(config, keys=keys, sources=sources)
     except ConfigError as exc:
         typer.secho(f"error: {exc.message}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
@@ -77,30 +78,6 @@ def uvicorn_config(app: FastAPI, config: Config) -> uvicorn.Config:
         # uvicorn annotates int but hands the value to asyncio.wait_for, which takes float seconds.
         timeout_graceful_shutdown=server.shutdown_grace_s,  # type: ignore[arg-type]
     )
-
-
-def check_exposure(config: Config, keys: KeyRing) -> None:
-    """No keys means anyone who can reach the port can use (and unload) every model."""
-    if keys.enabled or _is_loopback(config.server.host):
-        return
-    if config.auth.allow_unauthenticated_remote:  # allowed (the container image's default), but never silently
-        log.warning(
-            "serving with no API keys on a non-loopback address: anyone who can reach it can use, load and "
-            "unload every model (configure auth.keys)",
-            extra={"host": config.server.host, "port": config.server.port},
-        )
-        return
-    raise ConfigError(
-        f"refusing to serve on {config.server.host} without API keys: configure auth.keys, bind to "
-        "127.0.0.1, or set auth.allow_unauthenticated_remote: true"
-    )
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def _exit_zero_after_graceful_shutdown() -> None:

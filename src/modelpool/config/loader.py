@@ -30,6 +30,10 @@ from modelpool.errors import ConfigError
 
 ENV_CONFIG_FILE = "MODELPOOL_CONFIG"
 ENV_LOCAL_FILE = "MODELPOOL_LOCAL_CONFIG"
+MAX_CONFIG_BYTES = 8 * 1024**2
+"""The largest config file read: one far larger is a mistake (or an attack on a reload)."""
+MAX_CONFIG_VALUES = 1_000_000
+"""The most values (mappings, lists, scalars) one config file may expand to."""
 log = logging.getLogger("modelpool.config")
 
 
@@ -53,6 +57,19 @@ def load_config(
     if merged.get("starter_models", True) not in (False, "false", "0", 0):
         merged["models"] = deep_merge(starter_catalog(), merged.get("models") or {})
     return validate_config(with_detected_backends(merged))
+
+
+def config_files(
+    config_file: Path | None = None, *, local_file: Path | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Path, ...]:
+    """The files `load_config` reads with these arguments: the config file and its local
+    override — the sibling `.local` file even before it exists (a watch sees it appear)."""
+    env = os.environ if environ is None else environ
+    config_file = config_file or _path_from_env(env, ENV_CONFIG_FILE)
+    if config_file is None:
+        return ()
+    local_file = local_file or _path_from_env(env, ENV_LOCAL_FILE) or _sibling_name(config_file)
+    return (config_file, local_file)
 
 
 def with_detected_backends(merged: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +146,8 @@ def read_yaml_mapping(path: Path, what: str = "config file") -> dict[str, Any]:
     """A YAML file holding a mapping (an empty file is an empty one), or a ConfigError that
     says which file and what is wrong with it."""
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{what} {path} is over {MAX_CONFIG_BYTES // 1024**2} MiB: not a config file")
         data = yaml.safe_load(path.read_text("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{what} not found: {path}") from None
@@ -142,7 +161,25 @@ def read_yaml_mapping(path: Path, what: str = "config file") -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {path} must hold a mapping at the top level")
+    if not _within(data, MAX_CONFIG_VALUES):  # YAML aliases can make a small file a huge tree
+        raise ConfigError(f"{what} {path} holds over {MAX_CONFIG_VALUES} values (with its aliases expanded)")
     return data
+
+
+def _within(data: Any, budget: int) -> bool:
+    """Whether `data` holds at most `budget` values, counting a shared (aliased) value at
+    each use; stops as soon as it is over, so an alias bomb costs at most `budget` steps."""
+    stack, seen = [data], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > budget:
+            return False
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 def _anchor_relative_sources(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -187,8 +224,12 @@ def _sibling_local_file(config_file: Path | None) -> Path | None:
     """`models.yaml` gets its overrides from `models.local.yaml` beside it, when present."""
     if config_file is None:
         return None
-    candidate = config_file.with_name(f"{config_file.stem}.local{config_file.suffix or '.yaml'}")
+    candidate = _sibling_name(config_file)
     return candidate if candidate.is_file() else None
+
+
+def _sibling_name(config_file: Path) -> Path:
+    return config_file.with_name(f"{config_file.stem}.local{config_file.suffix or '.yaml'}")
 
 
 def _path_from_env(environ: Mapping[str, str], name: str) -> Path | None:

@@ -262,6 +262,11 @@ class ServerConfig(_Strict):
     otel_service_name: str = Field(default="modelpool", min_length=1)
     """`service.name` of the traces this server sends (tells several servers apart)."""
 
+    watch_config: bool = False
+    """Re-read the config file (and its `.local` override) when it changes on disk and apply
+    the difference, as `POST /v1/admin/reload` and SIGHUP do (`modelpool serve --watch-config`).
+    Needs a config file; not in Ray mode."""
+
 
 class Scope(str, Enum):
     INFERENCE = "inference"

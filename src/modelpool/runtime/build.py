@@ -9,6 +9,7 @@ from dataclasses import replace
 from modelpool.backends.base import Backend
 from modelpool.backends.context import BackendContext, ClaimedProcesses
 from modelpool.backends.registry import build_backend, model_capabilities
+from modelpool.capabilities import ModelCapabilities
 from modelpool.config.schema import Config, ModelConfig
 from modelpool.config.sources import HubLocation
 from modelpool.media.images import ImagePolicy
@@ -48,17 +49,21 @@ def build_pool(
     budget = Budget(
         max_models=config.pool.max_loaded_models, memory_bytes=budgets.ram_bytes, gpu_bytes=budgets.gpu_bytes
     )
-    slots: list[ModelSlot] = []
-    capacity = Capacity(budget, lambda: slots, accounts, swap_after_s=config.pool.swap_after_s)
+    # A config reload may add and remove models: capacity asks the pool for its slots then.
+    capacity = Capacity(budget, lambda: pool.resident_slots(), accounts, swap_after_s=config.pool.swap_after_s)
     capacity.budget_from = (budgets.ram_from, budgets.gpu_from)
+
+    def make(cfg: ModelConfig) -> Backend:
+        return build_backend(cfg, BackendContext(hub, model_capabilities(cfg).tasks, claimed, probe_gpus))
+
+    def new_slot(model: ModelConfig, capabilities: ModelCapabilities) -> ModelSlot:
+        return ModelSlot(model, capabilities, make, metrics, clock, capacity, hub, accounts)
+
+    slots: list[ModelSlot] = []
     for model in config.served_models():
         with accounts.side_imports():  # a backend class may import its runtime (torch) here
             capabilities = model_capabilities(model)
-
-        def make(cfg: ModelConfig) -> Backend:
-            return build_backend(cfg, BackendContext(hub, model_capabilities(cfg).tasks, claimed, probe_gpus))
-
-        slots.append(ModelSlot(model, capabilities, make, metrics, clock, capacity, hub, accounts))
+        slots.append(new_slot(model, capabilities))
     pool = ModelPool(
         slots,
         metrics,
@@ -73,6 +78,7 @@ def build_pool(
         audio_budget_s=config.server.audio_budget_seconds,
         default_models=config.defaults.models,
     )
+    pool.new_slot = new_slot
     metrics.registry.register(MemoryGauges(pool.memory))
     return pool
 

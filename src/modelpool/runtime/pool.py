@@ -17,13 +17,14 @@ from modelpool.errors import (
 from modelpool.runtime.admin import PoolAdmin
 from modelpool.runtime.audio_requests import AudioRequests
 from modelpool.runtime.lifecycle import SlotState
+from modelpool.runtime.pool_reload import PoolReload
 from modelpool.runtime.served import ServedPool
 from modelpool.runtime.text_requests import TextRequests
 
 log = logging.getLogger("modelpool.runtime")
 
 
-class ModelPool(TextRequests, AudioRequests, PoolAdmin):
+class ModelPool(TextRequests, AudioRequests, PoolAdmin, PoolReload):
     # ----- lifetime ------------------------------------------------------------------
 
     def start(self) -> None:
@@ -74,6 +75,7 @@ class ModelPool(TextRequests, AudioRequests, PoolAdmin):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.finish_reloads()
         await asyncio.gather(*(slot.unload() for slot in self._slots.values()), return_exceptions=True)
 
     async def reap_idle(self) -> list[str]:
@@ -89,6 +91,7 @@ class ModelPool(TextRequests, AudioRequests, PoolAdmin):
             await asyncio.sleep(self.reap_interval_s)
             try:
                 await self.reap_idle()
+                await self.apply_pending()  # a config reload's changed models, once idle
             except Exception:
                 log.exception("idle reaping failed")
 

@@ -89,6 +89,12 @@ class PoolBase:
         """Each model as the config file says, before any override: what overrides may not widen."""
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
         self._tasks: list[asyncio.Task[Any]] = []
+        self._pending: dict[str, tuple[ModelConfig, ModelCapabilities]] = {}
+        """A config reload's new settings for a model, waiting for its next idle moment (`pool_reload`)."""
+        self._retiring: set[ModelSlot] = set()
+        """Models a config reload removed that are still draining."""
+        self._background: set[asyncio.Task[Any]] = set()
+        """A config reload's work in flight: drains, preloads, reloads."""
         self._closing = False
         self._default_models = dict(default_models or {})
         for task, name in self._default_models.items():  # the config checked names; this, what each model does

@@ -449,6 +449,12 @@ class ModelSlot:
         self.config, self.capabilities = config, capabilities
         self.admission.resize(self._turns(), self._queue_size(), self._per_key_size())
 
+    def retune(self, config: ModelConfig) -> None:
+        """Take settings that apply without a reload (a config reload's hot changes: see
+        `config/reload_diff.py`); the loaded engine and its options stay as they are."""
+        self.config = config.model_copy(update={"options": self.config.options, "replicas": self.config.replicas})
+        self.admission.resize(self._turns(), self._queue_size())
+
     def close(self) -> None:
         self._work.closing = True
         if self._download_cancel is not None:

@@ -33,6 +33,7 @@ from modelpool.mcp_server.transcripts import TranscriptLimits, TranscriptStore
 from modelpool.runtime.build import build_pool
 from modelpool.runtime.live.transcriber import LiveTranscriber
 from modelpool.runtime.metrics.history import MetricsHistory
+from modelpool.runtime.pool import ModelPool
 from modelpool.runtime.responses.store import ResponseStore
 from modelpool.runtime.served import ServedPool
 from modelpool.server.auth import KeyRing, RequireKeys
@@ -44,6 +45,7 @@ from modelpool.server.mcp_mount import add_mcp
 from modelpool.server.middleware import FORM_OVERHEAD, BodyLimit, RequestContext
 from modelpool.server.openapi import publish_contract
 from modelpool.server.ratelimit import add_rate_limits
+from modelpool.server.reload import ConfigSources, Reloader
 from modelpool.server.tracing import Stop, install_tracing
 from modelpool.server.ui import mount_ui
 
@@ -60,10 +62,13 @@ def create_app(
     keys: KeyRing | None = None,
     *,
     tracer_provider: TracerProvider | None = None,
+    sources: ConfigSources | None = None,
 ) -> FastAPI:
     """Build the app. The pool preloads in the background after start-up, so /healthz
     answers at once and /readyz turns 200 when the preloaded models are ready.
-    `tracer_provider`: trace requests to it (tests), whatever `server.otel_endpoint` says."""
+    `tracer_provider`: trace requests to it (tests), whatever `server.otel_endpoint` says.
+    `sources`: where `config` came from, to re-read it (`POST /v1/admin/reload`, SIGHUP,
+    `server.watch_config`); None: this app cannot reload its config (409)."""
     pool = pool or build_pool(config)
     history = MetricsHistory(pool.metrics.registry, pool.statuses, pool.clock)
     lifetime = Lifetime(config.state_dir, pool, history)
@@ -83,7 +88,22 @@ def create_app(
     publish_contract(app, keys)
     lifetime.stop_tracing = _add_middlewares(app, config, pool, keys, tracer_provider)
     lifetime.usage = app.state.usage_history
+    lifetime.reloader = app.state.reloader = _reloader(app, config, pool, keys, sources)
     return app
+
+
+def _reloader(
+    app: FastAPI, config: Config, pool: ServedPool, keys: KeyRing, sources: ConfigSources | None
+) -> Reloader | None:
+    """Live configuration for a pool in this process started from config sources; None for
+    a library app or Ray mode (whose models live in Ray Serve: redeploy there)."""
+    if sources is None or not isinstance(pool, ModelPool):
+        return None
+
+    def publish(effective: Config) -> None:
+        app.state.config = effective
+
+    return Reloader(config, sources, pool, keys, app.state.rate_limiter, publish)
 
 
 def _add_state(app: FastAPI, config: Config, pool: ServedPool, history: MetricsHistory) -> None:

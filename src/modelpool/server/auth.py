@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from modelpool.config.environment import secret
-from modelpool.config.schema import AuthConfig, SchedulingClass
+from modelpool.config.schema import AuthConfig, Config, SchedulingClass
 from modelpool.config.schema import Scope as KeyScope
 from modelpool.errors import AuthenticationFailed, ConfigError, ModelpoolError, PermissionDenied
 from modelpool.owner import (
@@ -28,6 +30,8 @@ from modelpool.owner import (
 from modelpool.server.asgi import refuse_websocket, send_json
 from modelpool.wire.errors import shaped_error
 from modelpool.wire.openai.errors import error_payload
+
+log = logging.getLogger("modelpool")
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,11 @@ class KeyRing:
     @property
     def enabled(self) -> bool:
         return bool(self._holders)
+
+    def replace(self, other: KeyRing) -> None:
+        """Take `other`'s keys at once (a config reload): a new key works from the next
+        request, a removed one is refused from it."""
+        self._holders = other._holders
 
     def identify(self, authorization: str | None) -> Holder | None:
         """The holder of a valid key, or None (no key, or a wrong one)."""
@@ -159,3 +168,27 @@ def _credential(headers: Mapping[str, str]) -> str | None:
 def _subprotocol_key(offered: str) -> str | None:
     prefix = "openai-insecure-api-key."
     return next((p.strip()[len(prefix) :] for p in offered.split(",") if p.strip().startswith(prefix)), None)
+
+
+def check_exposure(config: Config, keys: KeyRing) -> None:
+    """No keys means anyone who can reach the port can use (and unload) every model."""
+    if keys.enabled or _is_loopback(config.server.host):
+        return
+    if config.auth.allow_unauthenticated_remote:  # allowed (the container image's default), but never silently
+        log.warning(
+            "serving with no API keys on a non-loopback address: anyone who can reach it can use, load and "
+            "unload every model (configure auth.keys)",
+            extra={"host": config.server.host, "port": config.server.port},
+        )
+        return
+    raise ConfigError(
+        f"refusing to serve on {config.server.host} without API keys: configure auth.keys, bind to "
+        "127.0.0.1, or set auth.allow_unauthenticated_remote: true"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -1,5 +1,6 @@
 """What runs for as long as the app serves, in order: orphaned engines reaped, the pool
-started (it preloads in the background), the metrics history sampled, the MCP session
+started (it preloads in the background), the metrics history sampled, SIGHUP and the config
+file watched (`reload.py`), the MCP session
 manager's task group open; at the end the same undone in reverse, and the last traces sent."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from modelpool.runtime.batches.runner import BatchRunner
 from modelpool.runtime.metrics.history import MetricsHistory
 from modelpool.runtime.ratelimit.durable import UsageStore
 from modelpool.runtime.served import ServedPool
+from modelpool.server.reload import Reloader
 from modelpool.server.tracing import Stop, nothing_to_stop
 from modelpool.services.reaper import reap_orphaned_engines
 
@@ -42,6 +44,8 @@ class Lifetime:
     usage: UsageStore | None = None
     """The durable usage store: flushes while the app serves, and once more at the end (None: off)."""
     """The Batches API's runner: resumes unfinished batches once the pool started (None: off)."""
+    reloader: Reloader | None = None
+    """Live configuration: SIGHUP and the file watch run with the app (None: no config sources)."""
 
     @contextlib.asynccontextmanager
     async def __call__(self, _: FastAPI) -> AsyncIterator[None]:
@@ -52,6 +56,8 @@ class Lifetime:
             self.usage.start()
         if self.batches is not None:
             self.batches.start()
+        if self.reloader is not None:
+            self.reloader.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if self.mcp is not None:  # the MCP session manager's task group
@@ -62,6 +68,8 @@ class Lifetime:
                 await self.batches.close()
             if self.usage is not None:  # the last requests' usage and the budgets as they are
                 await self.usage.close()
+            if self.reloader is not None:
+                await self.reloader.stop()
             await self.history.stop()
             await self.pool.close()
             log.info("models unloaded")

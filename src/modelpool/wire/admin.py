@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
+from modelpool.config.reload_diff import ConfigDiff
 from modelpool.status import ModelStatus
 from modelpool.wire.common import WireModel
 
@@ -33,4 +34,18 @@ def admin_model_json(status: ModelStatus) -> dict[str, Any]:
         "tasks": sorted(task.value for task in capabilities.tasks),
         "remote": capabilities.remote,
         "capabilities": capabilities.as_json(),
+    }
+
+
+def reload_json(diff: ConfigDiff) -> dict[str, Any]:
+    """A config reload's reply: what it changed and how (`config/reload_diff.py`)."""
+    return {
+        "object": "config.reload",
+        "added": list(diff.added),
+        "removed": list(diff.removed),
+        "reloading": [{"id": change.id, "fields": list(change.fields)} for change in diff.reloading],
+        "hot": [{"id": change.id, "fields": list(change.fields)} for change in diff.hot],
+        "live": list(diff.live),
+        "needs_restart": list(diff.needs_restart),
+        "unchanged": diff.unchanged,
     }

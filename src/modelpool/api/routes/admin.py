@@ -12,9 +12,10 @@ from fastapi.responses import JSONResponse
 from modelpool.api.deps import note_model, pool_of
 from modelpool.api.usage import MAX_UNIX_TIME, WINDOW_RULE, usage_json, usage_row_json
 from modelpool.config.schema import ADAPTER_NAME_PATTERN
-from modelpool.errors import InvalidRequest
+from modelpool.errors import InvalidRequest, ReloadUnavailable
+from modelpool.pool_api.reload import ConfigReload
 from modelpool.pool_api.usage import UsageHistory
-from modelpool.wire.admin import LoadBody, UnloadBody, admin_model_json
+from modelpool.wire.admin import LoadBody, UnloadBody, admin_model_json, reload_json
 from modelpool.wire.contract import LISTING_ERRORS, POOL_ERRORS, declared
 
 router = APIRouter(prefix="/v1/admin")
@@ -78,6 +79,19 @@ async def unload_model(model_id: str, request: Request, body: UnloadBody | None 
     pool = pool_of(request)
     await pool.unload(model_id, drain=body.drain)
     return JSONResponse(admin_model_json(pool.status(model_id)))
+
+
+@router.post("/reload", responses=declared((400, 409)))
+async def reload_config(request: Request) -> JSONResponse:
+    """Re-read the config from the sources the server started from and apply the
+    difference; 400 `invalid_config` (nothing changed) when the re-read config is invalid."""
+    reloader: ConfigReload | None = request.app.state.reloader
+    if reloader is None:
+        raise ReloadUnavailable(
+            "this server cannot re-read its config: it was not started by `modelpool serve` "
+            "(in Ray mode, redeploy with `modelpool ray deploy`)"
+        )
+    return JSONResponse(reload_json(await reloader.reload("api")))
 
 
 @router.get("/memory")

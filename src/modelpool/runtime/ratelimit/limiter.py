@@ -134,6 +134,17 @@ class RateLimiter:
         anonymous = Limits(auth.unauthenticated.requests_per_minute, auth.unauthenticated.tokens_per_minute)
         return cls(keys, anonymous, clock)
 
+    def reconfigure(self, auth: AuthConfig) -> None:
+        """A config reload's keys and limits, at once: a key whose limits changed (or that
+        went) starts again from full budgets; the others keep what they have left."""
+        fresh = RateLimiter.from_config(auth, self.clock)
+        for name in self._keys.keys() | fresh._keys.keys():
+            if self._keys.get(name) != fresh._keys.get(name):
+                self._key_buckets.pop(name, None)
+        if fresh._unauthenticated != self._unauthenticated:
+            self._address_buckets.clear()
+        self._keys, self._unauthenticated = fresh._keys, fresh._unauthenticated
+
     def caller(self, key: str | None, address: str | None) -> Caller:
         """Who is asking: the key's name when the request had one, else the client address."""
         if key is not None:
