@@ -84,6 +84,19 @@ class EchoBackend:
         yield GenerationChunk(finish_reason="stop", usage=Usage(len(request.messages), len(words)))
 
 
+class HeldEchoBackend(EchoBackend):
+    """EchoBackend that, once `HeldEchoBackend.gate` is set to an unset event, waits for it
+    after each word: a test holds a stream open mid-answer (`backend: tests.fakes:HeldEchoBackend`)."""
+
+    gate: asyncio.Event | None = None
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
+        async for chunk in super().chat(request):
+            yield chunk
+            if chunk.text and HeldEchoBackend.gate is not None:
+                await HeldEchoBackend.gate.wait()
+
+
 class BrokenEchoBackend(EchoBackend):
     """Declares embeddings but implements none of them: the load must fail, naming what lacks."""
 

@@ -90,7 +90,7 @@ def changed_fields(old: ModelConfig, new: ModelConfig) -> tuple[str, ...]:
     return tuple(sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key)))
 
 
-def changed_paths(before: Any, after: Any, path: str, depth: int = 2) -> list[str]:
+def changed_paths(before: Any, after: Any, path: str, depth: int = 1) -> list[str]:
     """The dotted paths under `path` whose values differ, down to `depth` levels (a list or
     a deeper mapping is named whole)."""
     if before == after:

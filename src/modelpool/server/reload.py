@@ -48,7 +48,7 @@ class Reloader:
     ) -> None:
         """`publish(config)`: hand the routes the config now in effect (`app.state.config`)."""
         self.config = config
-        """The config as last read: what the next reload is compared with."""
+        """The config in effect: what the next reload is compared with."""
         self._started = config
         self._sources = sources
         self._pool = pool
@@ -78,8 +78,8 @@ class Reloader:
             self._pool.apply(prepared, diff)
             self._keys.replace(keys)
             self._limiter.reconfigure(wanted.auth)
-            self.config = wanted
-            self._publish(self.in_effect(wanted))
+            self.config = self.in_effect(wanted)  # a restart-only change stays pending: said again next time
+            self._publish(self.config)
             log.info("config reloaded", extra={"trigger": trigger, **_log_fields(diff)})
             return diff
 
