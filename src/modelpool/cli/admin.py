@@ -86,6 +86,21 @@ def unload(
     console.print(f"[green]{result['id']}[/] {result['state']}")
 
 
+def reload(url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None) -> None:
+    """Re-read the server's config and apply the difference (as SIGHUP does); an invalid
+    config changes nothing and exits 1 saying why."""
+    with _client(url, api_key) as client, console.status("Reloading the config…"):
+        diff = or_exit(client.reload)
+    for label, key in (("added", "added"), ("removed", "removed"), ("applied live", "live"),
+                       ("needs restart", "needs_restart")):  # fmt: skip
+        if diff[key]:
+            console.print(f"{label}: {', '.join(diff[key])}")
+    for label, key in (("reloads when idle", "reloading"), ("changed at once", "hot")):
+        for change in diff[key]:
+            console.print(f"{label}: {change['id']} ({', '.join(change['fields'])})")
+    console.print(f"[green]config reloaded[/], {diff['unchanged']} model(s) unchanged")
+
+
 def _client(url: str, api_key: str | None) -> AdminClient:
     return AdminClient(url, api_key)
 

@@ -54,6 +54,12 @@ class AdminClient:
         """Unload an idle adapter (429 `overloaded` while a request uses it)."""
         return self._call("POST", f"/v1/admin/models/{model}/adapters/{adapter}/unload")
 
+    def reload(self) -> dict[str, Any]:
+        """Re-read the server's config and apply the difference: `added`, `removed`,
+        `reloading` (at their next idle moment), `hot` (at once), `live`, `needs_restart`,
+        `unchanged`. An invalid config is a `ClientError` (400 `invalid_config`): nothing changed."""
+        return self._call("POST", "/v1/admin/reload")
+
     def memory(self) -> dict[str, Any]:
         return self._call("GET", "/v1/admin/memory")
 
