@@ -78,8 +78,8 @@ class KeyRing:
 
     def replace(self, other: KeyRing) -> None:
         """Take `other`'s keys at once (a config reload): a new key works from the next
-        request, a removed one is refused from it."""
-        self._holders = other._holders
+        request, a removed one is refused from it; priorities and weights change with them."""
+        self._holders, self._anonymous = other._holders, other._anonymous
 
     def identify(self, authorization: str | None) -> Holder | None:
         """The holder of a valid key, or None (no key, or a wrong one)."""
