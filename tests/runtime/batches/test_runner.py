@@ -58,3 +58,7 @@ async def test_past_its_window_a_batch_expires_with_what_finished(tmp_path: Path
     await runner.idle()
     assert batch.status == "expired" and batch.times["expired_at"] == 1_000_000 + WINDOW_S
     assert (batch.counts.total, batch.counts.completed) == (3, 1) and batch.output_file_id is not None
+    assert batch.error_file_id is not None
+    errors = runner.files.path_of(batch.error_file_id).read_text().splitlines()
+    assert [(json.loads(e)["custom_id"], json.loads(e)["error"]["code"]) for e in errors] == [
+        ("b", "batch_expired"), ("c", "batch_expired")]  # fmt: skip

@@ -13,6 +13,7 @@ from typing import Any
 from modelpool.pool_api.batches import BatchRecord, FileRecord, LineAnswer
 from modelpool.runtime.batches import records
 from modelpool.runtime.batches.files import FileStore, new_id
+from modelpool.runtime.batches.lines import BatchLine
 
 
 def line_output(request_id: str, custom_id: str, answer: LineAnswer) -> tuple[str, tuple[int, int]]:
@@ -20,6 +21,14 @@ def line_output(request_id: str, custom_id: str, answer: LineAnswer) -> tuple[st
     response = {"status_code": answer.status_code, "request_id": answer.request_id, "body": answer.body}
     line = {"id": request_id, "custom_id": custom_id, "response": response, "error": None}
     return json.dumps(line, separators=(",", ":")), _tokens(answer.body)
+
+
+def expired_row(line: BatchLine) -> records.ResultRow:
+    """The error-file row of a line the 24 h window ended before it ran."""
+    error = {"code": "batch_expired",
+             "message": "This request could not be executed before the completion window expired."}  # fmt: skip
+    output = {"id": new_id("batch_req"), "custom_id": line.custom_id, "response": None, "error": error}
+    return (line.index, False, json.dumps(output, separators=(",", ":")), 0, 0)
 
 
 def _tokens(body: Any) -> tuple[int, int]:

@@ -34,7 +34,7 @@ from modelpool.runtime.batches import records
 from modelpool.runtime.batches.database import Database
 from modelpool.runtime.batches.files import FileStore, new_id, page
 from modelpool.runtime.batches.lines import BatchLine, LineCheck, read_lines
-from modelpool.runtime.batches.outputs import line_output, write_outputs
+from modelpool.runtime.batches.outputs import expired_row, line_output, write_outputs
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class BatchRunner:
             if lines is not None and batch.status == "in_progress":
                 await self._run_lines(batch, lines)
             if batch.status in ("in_progress", "finalizing", "cancelling"):
-                await self._finalize(batch, len(lines or []))
+                await self._finalize(batch, lines or [])
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug or a broken disk: the batch fails, saying why, the server goes on
@@ -189,15 +189,19 @@ class BatchRunner:
         finally:
             self._turns.release()
 
-    async def _finalize(self, batch: BatchRecord, total: int) -> None:
-        """Write the output and error files from the finished lines, and end the batch."""
+    async def _finalize(self, batch: BatchRecord, lines: Lines) -> None:
+        """Write the output and error files from the finished lines, and end the batch.
+        Expired, the lines never run go to the error file as `batch_expired` (OpenAI's)."""
         rows = await self.db.run(lambda c: records.results_of(c, batch.id))
+        written = rows
         ending: BatchStatus = "cancelled" if batch.status == "cancelling" else "completed"
-        if ending == "completed" and len(rows) < total and self._expired(batch):
+        if ending == "completed" and len(rows) < len(lines) and self._expired(batch):
             ending = "expired"
+            done = {row[0] for row in rows}
+            written = sorted([*rows, *(expired_row(line) for line in lines if line.index not in done)])
         elif batch.status == "in_progress":
             await self._enter(batch, "finalizing")
-        made = await asyncio.to_thread(write_outputs, self.files, batch, rows)
+        made = await asyncio.to_thread(write_outputs, self.files, batch, written)
         for record in made:
             await self.files.keep(record)
         batch.output_file_id = next((f.id for f in made if f.filename.endswith("_output.jsonl")), None)
