@@ -74,6 +74,7 @@ class BatchRunner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.db.close()
 
     async def create(
         self, owner: Owner, input_file_id: str, endpoint: str, metadata: dict[str, str] | None
