@@ -230,6 +230,10 @@ async def test_bad_uploads_and_ids(server: tuple[FastAPI, httpx.AsyncClient]) ->
         assert answer.status_code in (400, 404) and "error" in answer.json(), (path, answer.text)
     assert (await http.get("/v1/files/file-0123456789abcdef01234567", headers=headers)).status_code == 404
     assert (await http.get("/v1/files?limit=0", headers=headers)).status_code == 400
+    methods = {"/v1/files": "GET, POST", "/v1/files/file-x": "DELETE, GET", "/v1/batches": "GET, POST"}
+    for path, allowed in methods.items():
+        refused = await http.request("PUT", path, headers=headers)  # a 405 lists every method of the path
+        assert (refused.status_code, refused.headers["allow"]) == (405, allowed)
     assert (await http.get("/v1/batches?limit=101", headers=headers)).status_code == 400
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute
 
 from modelpool.errors import ModelpoolError
 from modelpool.wire.errors import shaped_error
@@ -48,4 +50,19 @@ async def _on_http_exception(request: Request, exc: HTTPException) -> JSONRespon
     type_, code = _HTTP_CODES.get(exc.status_code, ("invalid_request_error", None))
     message = f"Unknown route: {request.method} {request.url.path}" if exc.status_code == 404 else str(exc.detail)
     body = shaped_error(request.url.path, exc.status_code, error_body(message, type_, code))
-    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # Starlette names only the first route of the path (/v1/files has GET and POST)
+        headers["Allow"] = ", ".join(_methods_of(request.app.routes, request.url.path)) or headers.get("Allow", "")
+    return JSONResponse(body, status_code=exc.status_code, headers=headers)
+
+
+def _methods_of(routes: list[BaseRoute], path: str) -> list[str]:
+    """Every method some route answers at `path` (inside included routers too)."""
+    methods: set[str] = set()
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            methods.update(_methods_of(inner.routes, path))
+        elif isinstance(route, APIRoute) and route.path_regex.match(path):
+            methods.update(route.methods or ())
+    return sorted(methods)
