@@ -29,6 +29,7 @@ from modelpool.backends.textgen.pipeline import chat_output, prompt_clock
 from modelpool.backends.threads import EngineThread, drain
 from modelpool.backends.torch_device import estimate_on, pick_device, weights_placement
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
+from modelpool.backends.transformers.adapters import AdapterFolders, AdapterSpec, PeftAdapters
 from modelpool.backends.transformers.beam import check_beam_sampling, run_beam_search
 from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher
 from modelpool.backends.transformers.packed_linear import can_pack, pack_linears
@@ -133,6 +134,7 @@ class TransformersBackend(DeclaredBackend):
         tools=True,
         structured_output=True,
         tokenizer=True,
+        adapters=True,
         max_beam_size=DEFAULT_MAX_BEAM_SIZE,
         max_beam_tokens=DEFAULT_MAX_BEAM_TOKENS,
     )
@@ -153,7 +155,8 @@ class TransformersBackend(DeclaredBackend):
         if not options.vision:
             return declared
         images = frozenset({Modality.TEXT, Modality.IMAGE})
-        declared = replace(declared, modalities=images, max_images=options.max_images)
+        # PEFT adapters are served on text models (a vision model's prefill runs outside them).
+        declared = replace(declared, modalities=images, max_images=options.max_images, adapters=False)
         if not options.video:
             return declared
         return replace(declared, modalities=declared.modalities | {Modality.VIDEO}, video_fps=options.video_fps,
@@ -163,6 +166,7 @@ class TransformersBackend(DeclaredBackend):
         self.model = model
         self.options = options
         self.hub = context.hub
+        self.adapter_folders = AdapterFolders(model, context.hub)
         self._tokenizer_thread = EngineThread(f"{model.id}-tokenizer")
         self._engine: ContinuousBatcher | None = None
         self._tokenizer: Any = None
@@ -184,7 +188,8 @@ class TransformersBackend(DeclaredBackend):
             weights = files_size(path) * (dtype_bytes if path.suffix == ".gguf" else 1)
         if self._packs_linears() and dtype_bytes == 4 and pick_device(self._device()) == "cpu":
             weights += _tied_head_parameters(path) * 4  # the packed copy of a tied LM head
-        return estimate_on(self._device(), int(weights * 1.1) + _MiB(128), host_bytes=_MiB(128))
+        adapters = await asyncio.to_thread(self.adapter_folders.largest_bytes) if self.model.adapters else 0
+        return estimate_on(self._device(), int(weights * 1.1) + _MiB(128) + adapters, host_bytes=_MiB(128))
 
     async def start(self) -> None:
         require_engine(self.model.id, ("torch", "transformers"), "transformers")
@@ -200,6 +205,10 @@ class TransformersBackend(DeclaredBackend):
             options.max_batch_size, options.max_batch_tokens, options.prefill_chunk, options.prefill_rows
         )
         self._engine = ContinuousBatcher(model, tokenizer, _eos_ids(model, tokenizer), limits, self.model.id)
+        if self.model.adapters:
+            self._engine.adapters = PeftAdapters(model, max_adapters=self.model.max_adapters, model_id=self.model.id)
+            for spec in await asyncio.to_thread(self.adapter_folders.preloaded):
+                await self.load_spec(spec)
 
     async def warmup(self) -> None:
         await drain(self._generate([*await self._encode("Hello")], SamplingParams(max_tokens=1, temperature=0)))
@@ -228,7 +237,9 @@ class TransformersBackend(DeclaredBackend):
             prompt = await self._tokenizer_thread.call(self._render_chat, plan, request.template_kwargs)
         prompt_seconds = prompt_clock() - started  # with images: their processing too
         constraint = await self._constraint(plan.grammar, grammar_param(request))
-        chunks = self._generate(prompt, request.sampling, param="messages", constraint=constraint, vision=vision)
+        adapter = await self._adapter(request.adapter)
+        chunks = self._generate(prompt, request.sampling, param="messages", constraint=constraint, vision=vision,
+                                adapter=adapter)  # fmt: skip
         tools = make_parser(plan.parser, live=plan.live) if plan.parser else None
         reasoning = self.model.reasoning_parser
         async for chunk in chat_output(chunks, reasoning=reasoning, tools=tools, prompt_seconds=prompt_seconds):
@@ -242,11 +253,12 @@ class TransformersBackend(DeclaredBackend):
             prompt = self._check_ids(request.prompt, "prompt")
             echo_text = await self._tokenizer_thread.call(self._tokenizer.decode, prompt)
         echoed: tuple[TokenLogprob, ...] = ()
+        adapter = await self._adapter(request.adapter)
         if request.echo and request.sampling.logprobs is not None:
-            echoed = tuple(await self.score_tokens(prompt, request.sampling.logprobs))
+            echoed = tuple(await self._score(prompt, request.sampling.logprobs, adapter))
         grammar = output_grammar(request.output) if request.output is not None else None
         constraint = await self._constraint(grammar, "response_format")
-        chunks = self._generate(prompt, request.sampling, param="prompt", constraint=constraint)
+        chunks = self._generate(prompt, request.sampling, param="prompt", constraint=constraint, adapter=adapter)
         async for chunk in with_echo(chunks, echo_text, echoed) if request.echo else chunks:
             yield chunk
 
@@ -277,9 +289,38 @@ class TransformersBackend(DeclaredBackend):
         return int(bos) if bos is not None else None
 
     async def score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
+        return await self._score(tokens, top_n, None)
+
+    # ----- LoRA adapters (PEFT) --------------------------------------------------------
+
+    async def load_adapter(self, name: str) -> None:
+        await self.load_spec(await asyncio.to_thread(self.adapter_folders.spec, name))
+
+    async def load_spec(self, spec: AdapterSpec) -> None:
+        engine = self._require_engine()
+        await asyncio.wrap_future(engine.call(lambda: engine.under_adapter(spec, 1, lambda: None)))
+
+    async def unload_adapter(self, name: str) -> bool:
+        engine = self._require_engine()
+        if engine.adapters is None:
+            return False
+        adapters = engine.adapters
+        unloaded: bool = await asyncio.wrap_future(engine.call(lambda: adapters.unload(name, engine.adapters_in_use())))
+        return unloaded
+
+    def loaded_adapters(self) -> list[str]:
+        engine = self._engine
+        return engine.adapters.loaded if engine is not None and engine.adapters is not None else []
+
+    async def _adapter(self, name: str | None) -> AdapterSpec | None:
+        """The adapter a request names, its folder resolved (off the loop: `hf:` may download)."""
+        return None if name is None else await asyncio.to_thread(self.adapter_folders.spec, name)
+
+    async def _score(self, tokens: list[int], top_n: int, adapter: AdapterSpec | None) -> list[TokenLogprob]:
         engine = self._require_engine()
         self._check_fits(tokens, 0, "prompt")
-        future = engine.call(lambda: score_tokens(engine.model, self._tokenizer, tokens, top_n))
+        work = lambda: score_tokens(engine.model, self._tokenizer, tokens, top_n)  # noqa: E731
+        future = engine.call(lambda: engine.under_adapter(adapter, 1, work))
         return list(await asyncio.wrap_future(future))
 
     # ----- internals -----------------------------------------------------------------
@@ -291,6 +332,7 @@ class TransformersBackend(DeclaredBackend):
         param: str = "prompt",
         constraint: TokenConstraint | None = None,
         vision: dict[str, Any] | None = None,
+        adapter: AdapterSpec | None = None,
     ) -> AsyncGenerator[GenerationChunk, None]:
         engine = self._require_engine()
         max_new = self._check_fits(prompt, sampling.max_tokens, param)
@@ -312,6 +354,7 @@ class TransformersBackend(DeclaredBackend):
             eos_ids=engine.eos_ids,
             constraint=constraint,
             vision=vision,
+            adapter=adapter,
         )
         if sampling.beam is None:
             engine.submit(sequence)
@@ -333,7 +376,8 @@ class TransformersBackend(DeclaredBackend):
     def _beam_search(engine: ContinuousBatcher, sequence: Sequence, beam: BeamSearch) -> None:
         """The search runs on the engine thread between two steps (see `beam`); were the
         engine closed first, the call fails and so does the sequence."""
-        future = engine.call(lambda: run_beam_search(engine.model, sequence, beam))
+        search = lambda: run_beam_search(engine.model, sequence, beam)  # noqa: E731
+        future = engine.call(lambda: engine.under_adapter(sequence.adapter, beam.width, search))
 
         def failed(done: Future[Any]) -> None:
             error = done.exception()
@@ -426,8 +470,10 @@ class TransformersBackend(DeclaredBackend):
         return model, tokenizer
 
     def _packs_linears(self) -> bool:
-        """Whether `onednn_linear` applies: text models placed whole (not vision, not device_map)."""
-        return self.options.onednn_linear and not self.options.vision and self.options.device_map is None
+        """Whether `onednn_linear` applies: text models placed whole (not vision, not device_map),
+        without LoRA adapters (PEFT wraps plain `nn.Linear` layers and reads their weights)."""
+        options = self.options
+        return options.onednn_linear and not options.vision and options.device_map is None and not self.model.adapters
 
     def _pack(self, model: Any) -> None:
         """The linears on oneDNN, where the weights allow it (else PyTorch's own, said in the log)."""

@@ -13,20 +13,24 @@ is a prompt with images, in one piece (its image tokens must meet their pixels).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 
 from modelpool.backends.textgen.engine_loop import EngineLoop
 from modelpool.backends.textgen.step_failure import sequence_failed
+from modelpool.backends.transformers.adapters import AdapterSpec, PeftAdapters
 from modelpool.backends.transformers.sampling import choose_token
 from modelpool.backends.transformers.sequence import Sequence
 from modelpool.errors import InvalidRequest
+
+T = TypeVar("T")
 
 WORTH_SHARING = 64
 """Prompt tokens a shared prefix must save (its length times the other rows) to be run
@@ -72,6 +76,8 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         self._cache: Any = None
         self._mask: torch.Tensor | None = None
         self._next_pos: torch.Tensor | None = None
+        self.adapters: PeftAdapters | None = None
+        """The model's LoRA adapters (PEFT), set before the first request when it declares any."""
         self.start_thread()
 
     # ----- from other threads --------------------------------------------------------
@@ -90,7 +96,41 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         return torch.inference_mode()
 
     def intake(self, arrived: list[Sequence]) -> None:
-        self._prefilling.extend(arrived)
+        self._prefilling.extend(arrived if self.adapters is None else self._with_adapters(arrived))
+
+    def _with_adapters(self, arrived: list[Sequence]) -> list[Sequence]:
+        """The arrivals whose adapter is loaded (loading it now); one that cannot be fails alone."""
+        assert self.adapters is not None
+        busy, admitted = self.adapters_in_use(), []
+        for seq in arrived:
+            if seq.adapter is not None:
+                try:
+                    self.adapters.acquire(seq.adapter, busy)
+                except Exception as exc:
+                    seq.fail(exc)
+                    continue
+                busy.add(seq.adapter.name)
+            admitted.append(seq)
+        return admitted
+
+    def adapters_in_use(self) -> set[str]:
+        return {s.adapter.name for s in [*self._active, *self._prefilling] if s.adapter is not None and not s.done}
+
+    def under_adapter(self, adapter: AdapterSpec | None, rows: int, work: Callable[[], T]) -> T:
+        """On the engine thread: `work` (a forward outside the batch, `rows` wide: a prompt's
+        scoring, a beam search) with every row under `adapter` (loaded first if need be)."""
+        if self.adapters is None:
+            return work()
+        if adapter is not None:
+            self.adapters.acquire(adapter, self.adapters_in_use())
+        with self.adapters.rows([adapter.name if adapter is not None else None] * rows):
+            return work()
+
+    def _adapter_rows(self, seqs: list[Sequence]) -> Any:
+        """Around one forward: each row runs with its sequence's adapter (PEFT's `adapter_names`)."""
+        if self.adapters is None:
+            return contextlib.nullcontext()
+        return self.adapters.rows([s.adapter.name if s.adapter is not None else None for s in seqs])
 
     def busy(self) -> bool:
         return bool(self._active or self._prefilling)
@@ -128,8 +168,8 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         prefills whole, and that the batch has room for."""
         group: list[Sequence] = []
         for seq in self._prefilling[: self.limits.prefill_rows]:
-            if seq.vision is not None or seq.prefilled:
-                break
+            if seq.vision is not None or seq.prefilled or (group and seq.adapter != group[0].adapter):
+                break  # (a shared prefix's KV is computed under the first row's adapter)
             candidate = [*group, seq]
             shared = _shared_prefix([s.prompt for s in candidate])
             if _prefill_cost(candidate, shared) > budget or not self._has_room(candidate):
@@ -145,7 +185,9 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         cache, shared = DynamicCache(), _shared_prefix([s.prompt for s in group])
         if shared:
             prefix = torch.tensor([group[0].prompt[:shared]], device=self.device)
-            self._forward(prefix, cache, torch.arange(shared, device=self.device).unsqueeze(0), torch.ones_like(prefix))
+            positions = torch.arange(shared, device=self.device).unsqueeze(0)
+            with self._adapter_rows(group[:1]):
+                self._forward(prefix, cache, positions, torch.ones_like(prefix))
             cache.batch_repeat_interleave(len(group))
         rests = [s.prompt[shared:] for s in group]
         width = max(len(rest) for rest in rests)
@@ -154,7 +196,8 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         # Each row's tokens go on from the shared prefix; positions under padding are masked.
         positions = (own.cumsum(dim=1) - 1 + shared).clamp(min=0)
         mask = torch.cat([torch.ones(len(group), shared, dtype=torch.long, device=self.device), own], dim=1)
-        logits = self._forward(ids, cache, positions, mask)
+        with self._adapter_rows(group):
+            logits = self._forward(ids, cache, positions, mask)
         self.largest_prefill = max(self.largest_prefill, len(group))
         del self._prefilling[: len(group)]
         self._join(group, cache, mask, torch.tensor([len(s.prompt) for s in group], device=self.device))
@@ -206,13 +249,14 @@ class ContinuousBatcher(EngineLoop[Sequence]):
             seq.cache = DynamicCache()
         # With images the model places the prompt's tokens itself (2-D or multimodal positions).
         positions = torch.arange(start, start + len(chunk), device=self.device).unsqueeze(0)
-        logits = self._forward(
-            torch.tensor([chunk], device=self.device),
-            seq.cache,
-            None if seq.vision is not None else positions,
-            torch.ones(1, start + len(chunk), dtype=torch.long, device=self.device),
-            **(seq.vision or {}),
-        )
+        with self._adapter_rows([seq]):
+            logits = self._forward(
+                torch.tensor([chunk], device=self.device),
+                seq.cache,
+                None if seq.vision is not None else positions,
+                torch.ones(1, start + len(chunk), dtype=torch.long, device=self.device),
+                **(seq.vision or {}),
+            )
         if seq.vision is not None:
             seq.position_offset = self._rope_delta()
         seq.prefilled += len(chunk)
@@ -241,7 +285,8 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         rows = len(self._active)
         ids = torch.tensor([[s.tokens[-1]] for s in self._active], device=self.device)
         mask = torch.cat([self._mask, torch.ones(rows, 1, dtype=torch.long, device=self.device)], dim=1)
-        logits_rows = self._run_model(ids, self._cache, self._next_pos.unsqueeze(1), mask)
+        with self._adapter_rows(self._active):
+            logits_rows = self._run_model(ids, self._cache, self._next_pos.unsqueeze(1), mask)
         self._mask, self._next_pos = mask, self._next_pos + 1
         self.decode_steps += 1
         self.largest_batch = max(self.largest_batch, rows)

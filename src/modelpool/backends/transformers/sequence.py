@@ -11,6 +11,7 @@ import torch
 from modelpool.backends.constraint import TokenConstraint
 from modelpool.backends.textgen.logprobs import decoded, entry
 from modelpool.backends.textgen.sequence import Detokenizer, Output, TextSequence
+from modelpool.backends.transformers.adapters import AdapterSpec
 from modelpool.inference import SamplingParams, TokenLogprob
 
 
@@ -31,6 +32,7 @@ class Sequence(TextSequence):
         eos_ids: set[int],
         constraint: TokenConstraint | None = None,
         vision: dict[str, Any] | None = None,
+        adapter: AdapterSpec | None = None,
     ) -> None:
         super().__init__(sampling=params, max_new=max_new, output=out, detok=detok, end_ids=eos_ids,
                          prompt_tokens=len(prompt), constraint=constraint)  # fmt: skip
@@ -41,6 +43,8 @@ class Sequence(TextSequence):
         self.vision = vision
         """A vision model's image inputs (pixel_values, ...) for the prompt: it is prefilled
         in one piece with them, then decodes in the batch like any other sequence."""
+        self.adapter = adapter
+        """The LoRA adapter this sequence runs with (None: the base model)."""
         self.position_offset = 0
         """Added to the positions of this sequence's generated tokens. Qwen2-VL gives an
         image fewer rotary positions than tokens (M-RoPE); the model reports the difference

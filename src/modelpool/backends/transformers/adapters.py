@@ -1,0 +1,158 @@
+"""LoRA adapters of the transformers engine, through PEFT.
+
+The first adapter loaded wraps the model with PEFT (its LoRA layers go into the model's
+own modules, in place); later ones are added beside it (`load_adapter`). Every forward of
+the engine then names each row's adapter (`adapter_names`, "__base__" for the base
+model), so rows of different adapters and of the base model run in ONE forward: each LoRA
+layer runs the base weights over the whole batch and adds each adapter's update to its
+own rows (PEFT's mixed-batch path). At most `max_adapters` are held; one more deletes the
+least recently used adapter that no sequence in the engine uses. The engine thread owns
+everything here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import HubLocation, files_size, resolve_source
+from modelpool.errors import AdapterNotFound, ModelLoadFailed, Overloaded
+
+BASE = "__base__"
+"""PEFT's name for rows that run without an adapter."""
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """An adapter a request asks for: its name, its PEFT folder (resolved) and its scale."""
+
+    name: str
+    folder: str
+    scale: float
+
+
+class PeftAdapters:
+    """The adapters loaded into one model, least recently used first."""
+
+    def __init__(self, model: Any, *, max_adapters: int, model_id: str) -> None:
+        self._model = model
+        self._peft: Any = None
+        """The PeftModel around `_model` (None until the first adapter loads)."""
+        self.max_adapters = max_adapters
+        self._model_id = model_id
+        self._loaded: OrderedDict[str, tuple[AdapterSpec, int]] = OrderedDict()
+        self.loads = self.evictions = 0
+
+    @property
+    def loaded(self) -> list[str]:
+        return list(self._loaded)
+
+    def total_bytes(self) -> int:
+        """What the loaded adapters' tensors take."""
+        return sum(size for _, size in self._loaded.values())
+
+    def acquire(self, spec: AdapterSpec, busy: set[str]) -> None:
+        """Make `spec` loaded and most recently used, unloading an idle one if all places are taken."""
+        held = self._loaded.get(spec.name)
+        if held is not None and held[0] == spec:
+            self._loaded.move_to_end(spec.name)
+            return
+        if held is not None:  # the same name from another folder or scale (a reload): load anew
+            self._delete(spec.name)
+        while len(self._loaded) >= self.max_adapters:
+            idle = next((name for name in self._loaded if name not in busy), None)
+            if idle is None:
+                raise Overloaded(f"model '{self._model_id}': all {self.max_adapters} adapter places are in use")
+            self._delete(idle)
+            self.evictions += 1
+        self._load(spec)
+
+    def unload(self, name: str, busy: set[str]) -> bool:
+        """Unload an adapter now (admin); False if it was not loaded; Overloaded while in use."""
+        if name not in self._loaded:
+            return False
+        if name in busy:
+            raise Overloaded(f"model '{self._model_id}': adapter '{name}' is in use by a running request")
+        self._delete(name)
+        return True
+
+    @contextlib.contextmanager
+    def rows(self, names: list[str | None]) -> Iterator[None]:
+        """Forwards inside run row i with adapter names[i] (None: the base model)."""
+        if self._peft is None:  # nothing loaded yet: every row is the base model
+            yield
+            return
+        with self._peft.base_model._enable_peft_forward_hooks(adapter_names=[n or BASE for n in names]):
+            yield
+
+    def _load(self, spec: AdapterSpec) -> None:
+        try:
+            # PEFT 0.21 asks transformers 5 a deprecated question on wrapping (a FutureWarning).
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+                if self._peft is None:
+                    from peft import PeftModel
+
+                    self._peft = PeftModel.from_pretrained(self._model, spec.folder, adapter_name=spec.name)
+                else:
+                    self._peft.load_adapter(spec.folder, adapter_name=spec.name)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise ModelLoadFailed(f"model '{self._model_id}': PEFT could not load adapter '{spec.name}' "
+                                  f"(is it a PEFT LoRA adapter made for this model?): {exc}") from exc  # fmt: skip
+        self._loaded[spec.name] = (spec, self._scale(spec))
+        self.loads += 1
+
+    def _scale(self, spec: AdapterSpec) -> int:
+        """Apply the configured scale to every LoRA layer of the adapter; the bytes its tensors take."""
+        from peft.tuners.lora import LoraLayer
+
+        size = 0
+        for module in self._model.modules():
+            if isinstance(module, LoraLayer) and spec.name in module.lora_A:
+                module.set_scale(spec.name, spec.scale)
+                for part in (module.lora_A[spec.name], module.lora_B[spec.name]):
+                    size += sum(p.numel() * p.element_size() for p in part.parameters())
+        return size
+
+    def _delete(self, name: str) -> None:
+        del self._loaded[name]
+        self._peft.delete_adapter(name)
+
+
+class AdapterFolders:
+    """A model's configured adapters, their sources resolved to PEFT folders once (an `hf:`
+    source may download: callers run `spec` off the event loop)."""
+
+    def __init__(self, model: ModelConfig, hub: HubLocation) -> None:
+        self._model, self._hub = model, hub
+        self._specs: dict[str, AdapterSpec] = {}
+
+    def spec(self, name: str) -> AdapterSpec:
+        spec = self._specs.get(name)
+        if spec is None:
+            adapter = self._model.adapters.get(name)
+            if adapter is None:  # the pool checks names first; this keeps any other path honest
+                raise AdapterNotFound(f"model '{self._model.id}' has no adapter '{name}'", param="adapter")
+            path = resolve_source(adapter.source, model_id=self._model.id, hub=self._hub, backend="transformers")
+            folder = path.parent if path.is_file() else path  # a path to its adapter_model.safetensors
+            spec = self._specs[name] = AdapterSpec(name, str(folder), adapter.scale)
+        return spec
+
+    def preloaded(self) -> list[AdapterSpec]:
+        return [self.spec(name) for name, adapter in self._model.adapters.items() if adapter.preload]
+
+    def largest_bytes(self) -> int:
+        """The most memory the adapters may add at once: the `max_adapters` largest weight files."""
+        sizes = sorted((_weights_bytes(Path(self.spec(name).folder)) for name in self._model.adapters), reverse=True)
+        return sum(sizes[: self._model.max_adapters])
+
+
+def _weights_bytes(folder: Path) -> int:
+    weights = [p for p in folder.glob("adapter_model.*") if p.is_file()]
+    return sum(files_size(p) for p in weights) if weights else files_size(folder)

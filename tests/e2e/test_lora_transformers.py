@@ -1,0 +1,161 @@
+"""LoRA adapters on the transformers engine (PEFT), on the real SmolLM2-135M (float32) with
+two small adapters built by the tests (tests/lora_models.py, their PEFT form): an adapter's
+prompt logprobs and greedy text equal PEFT's own `PeftModel` on the same weights and differ
+from the base model's; two adapters and the base model decoding in one forward each equal
+their solo output; an unknown adapter is a 400 naming it; a model holds at most
+`max_adapters`, the least recently used idle one unloaded; adapters count in the model's
+memory estimate."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from functools import cache
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from fastapi import FastAPI
+
+from modelpool.backends.context import BackendContext
+from modelpool.backends.textgen.hf_convert import hf_folder_for
+from modelpool.backends.transformers.backend import TransformersBackend, TransformersOptions
+from modelpool.config.schema import ModelConfig
+from modelpool.config.sources import HubLocation
+from tests.conftest import sdk, serving
+from tests.e2e.conftest import smollm2_gguf
+from tests.lora_models import peft_folder
+
+MODEL, LRU_MODEL = "lora-hf", "lora-hf-lru"
+PROMPT = "The capital of France is"
+pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+"""PEFT's own model (the reference) asks transformers 5 a deprecated question on wrapping."""
+
+
+def entry(max_adapters: int) -> dict[str, Any]:
+    adapters = {"pirate": str(peft_folder("pirate")), "poet": {"source": str(peft_folder("poet")), "scale": 1.0}}
+    return {"backend": "transformers", "source": str(smollm2_gguf()), "tasks": ["chat", "completion"],
+            "options": {"max_batch_size": 4}, "adapters": adapters, "max_adapters": max_adapters}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+async def served() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    models = {MODEL: entry(2), LRU_MODEL: entry(1)}
+    async with serving({"enabled_models": list(models), "models": models}) as (app, client):
+        for model in models:
+            await app.state.pool.slot(model).ensure_ready(None)
+        yield app, client
+
+
+def engine_of(app: FastAPI, model: str) -> Any:
+    return app.state.pool.slot(model).replicas.members[0].backend._engine
+
+
+@cache
+def reference(adapter: str | None) -> tuple[Any, Any]:
+    """PEFT's own path: the same float32 weights, the adapter through `PeftModel` (tokenizer, model)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = hf_folder_for(smollm2_gguf(), HubLocation.work_dir)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, str(peft_folder(adapter))).eval()
+    return AutoTokenizer.from_pretrained(folder), model
+
+
+def reference_run(adapter: str | None, max_tokens: int) -> tuple[list[float], str]:
+    """The prompt's logprobs and the greedy continuation, by PEFT's model."""
+    import torch
+
+    tokenizer, model = reference(adapter)
+    ids = tokenizer(PROMPT, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        logprobs = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
+                             do_sample=False)  # fmt: skip
+    scored = [float(logprobs[i - 1, ids[0, i]]) for i in range(1, ids.shape[1])]
+    return scored, tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+
+
+async def complete(client: openai.AsyncOpenAI, model: str, **extra: Any) -> openai.types.Completion:
+    body: dict[str, Any] = {"max_tokens": 12, "temperature": 0, **extra}
+    return await client.completions.create(model=model, prompt=PROMPT, **body)
+
+
+async def test_adapter_logprobs_and_text_equal_pefts_own_model(served) -> None:
+    _, http = served
+    client = sdk(http)
+    texts = {}
+    for adapter in (None, "pirate", "poet"):
+        model = MODEL if adapter is None else f"{MODEL}:{adapter}"
+        served_run = await complete(client, model, echo=True, logprobs=1, max_tokens=12)
+        choice = served_run.choices[0]
+        assert choice.logprobs is not None and choice.logprobs.token_logprobs is not None
+        prompt_count = served_run.usage.prompt_tokens if served_run.usage else 0
+        prompt_logprobs = choice.logprobs.token_logprobs[1:prompt_count]
+        want_logprobs, want_text = await asyncio.to_thread(reference_run, adapter, 12)
+        assert prompt_logprobs == pytest.approx(want_logprobs, abs=2e-3)
+        text = (await complete(client, model)).choices[0].text
+        assert text == want_text
+        texts[adapter] = (text, prompt_logprobs)
+    assert len({text for text, _ in texts.values()}) == 3  # each adapter changes the greedy text
+    assert texts["pirate"][1] != pytest.approx(texts[None][1], abs=1e-2)
+
+
+async def test_two_adapters_and_the_base_in_one_forward_equal_their_solo_output(served) -> None:
+    app, http = served
+    client = sdk(http)
+    models = [MODEL, f"{MODEL}:pirate", f"{MODEL}:poet"]
+
+    async def chat(model: str) -> str:
+        reply = await client.chat.completions.create(model=model, max_tokens=16, temperature=0,
+                                                     messages=[{"role": "user", "content": "Tell me a story."}])  # fmt: skip
+        return reply.choices[0].message.content or ""
+
+    alone = [await chat(model) for model in models]
+    engine = engine_of(app, MODEL)
+    largest = engine.largest_batch
+    engine.largest_batch = 0
+    together = await asyncio.gather(*(chat(model) for model in models))
+    assert engine.largest_batch == 3, "the three requests never decoded in one forward"
+    engine.largest_batch = max(largest, engine.largest_batch)
+    assert list(together) == alone and len(set(alone)) == 3
+
+
+async def test_an_unknown_adapter_is_a_400_naming_it(served) -> None:
+    _, http = served
+    client = sdk(http)
+    for extra in ({"model": f"{MODEL}:nope"}, {"model": MODEL, "extra_body": {"adapter": "nope"}}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.completions.create(prompt=PROMPT, max_tokens=2, **extra)  # type: ignore[call-overload]
+        assert caught.value.status_code == 400 and "'nope'" in caught.value.message
+        assert caught.value.code == "adapter_not_found"
+
+
+async def test_least_recently_used_adapter_is_unloaded(served) -> None:
+    app, http = served
+    client = sdk(http)
+    engine = engine_of(app, LRU_MODEL)
+    pirate = (await complete(client, f"{LRU_MODEL}:pirate")).choices[0].text
+    assert engine.adapters.loaded == ["pirate"]
+    evictions = engine.adapters.evictions
+    poet = (await complete(client, f"{LRU_MODEL}:poet")).choices[0].text
+    assert engine.adapters.loaded == ["poet"] and engine.adapters.evictions == evictions + 1
+    assert (await complete(client, f"{LRU_MODEL}:pirate")).choices[0].text == pirate  # reloaded, same output
+    assert pirate != poet
+    held = app.state.pool.slot(LRU_MODEL).replicas.members[0].backend.loaded_adapters()
+    assert held == ["pirate"] and engine.adapters.total_bytes() > 0
+
+
+async def test_adapters_count_in_the_models_memory_estimate() -> None:
+    config = entry(2)
+    with_adapters = ModelConfig(id="m", **config)
+    without = ModelConfig(id="m", **{**config, "adapters": {}})
+    options = TransformersOptions.model_validate(config["options"])
+    sizes = sum((peft_folder(name) / "adapter_model.safetensors").stat().st_size for name in ("pirate", "poet"))
+    backends = [TransformersBackend(m, options, BackendContext()) for m in (with_adapters, without)]
+    estimates = [await backend.estimate_memory() for backend in backends]
+    assert estimates[0].ram_bytes - estimates[1].ram_bytes == sizes
