@@ -61,6 +61,14 @@ def test_a_backend_without_adapters_is_refused_naming_the_model_and_backend() ->
     assert model_capabilities(ModelConfig(id="m", **model(adapters={"a": {"source": "/a"}}))).as_json()["adapters"]
 
 
+def test_transformers_serves_adapters_on_text_models_only() -> None:
+    text = {"id": "hf", "backend": "transformers", "source": "/m", "adapters": {"a": {"source": "/a"}}}
+    assert model_capabilities(ModelConfig.model_validate(text)).as_json()["adapters"]
+    vision = ModelConfig.model_validate({**text, "options": {"vision": True}})
+    with pytest.raises(ConfigError, match=r"'hf'.*'transformers' cannot serve LoRA adapters"):
+        model_capabilities(vision)
+
+
 def test_base_colon_adapter_may_not_be_another_models_name() -> None:
     models = {"m": model(adapters={"v2": "/a.gguf"}), "m:v2": model()}
     with pytest.raises(ValidationError, match="'m:v2' is used by both"):

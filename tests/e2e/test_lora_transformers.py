@@ -130,7 +130,7 @@ async def test_an_unknown_adapter_is_a_400_naming_it(served) -> None:
     client = sdk(http)
     for extra in ({"model": f"{MODEL}:nope"}, {"model": MODEL, "extra_body": {"adapter": "nope"}}):
         with pytest.raises(openai.BadRequestError) as caught:
-            await client.completions.create(prompt=PROMPT, max_tokens=2, **extra)  # type: ignore[call-overload]
+            await client.completions.create(prompt=PROMPT, max_tokens=2, **extra)
         assert caught.value.status_code == 400 and "'nope'" in caught.value.message
         assert caught.value.code == "adapter_not_found"
 
