@@ -3,8 +3,8 @@ two small adapters built by the tests (tests/lora_models.py, their PEFT form): a
 prompt logprobs and greedy text equal PEFT's own `PeftModel` on the same weights and differ
 from the base model's; two adapters and the base model decoding in one forward each equal
 their solo output; an unknown adapter is a 400 naming it; a model holds at most
-`max_adapters`, the least recently used idle one unloaded; adapters count in the model's
-memory estimate."""
+`max_adapters`, the least recently used idle one unloaded; the admin API loads and unloads
+them and reports their memory; adapters count in the model's memory estimate."""
 
 from __future__ import annotations
 
@@ -21,10 +21,13 @@ from fastapi import FastAPI
 from modelpool.backends.context import BackendContext
 from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.backends.transformers.backend import TransformersBackend, TransformersOptions
+from modelpool.client import AdminClient
+from modelpool.client import InvalidRequest as ClientInvalidRequest
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
 from tests.conftest import sdk, serving
 from tests.e2e.conftest import smollm2_gguf
+from tests.live_server import live_server
 from tests.lora_models import peft_folder
 
 MODEL, LRU_MODEL = "lora-hf", "lora-hf-lru"
@@ -111,8 +114,8 @@ async def test_two_adapters_and_the_base_in_one_forward_equal_their_solo_output(
     models = [MODEL, f"{MODEL}:pirate", f"{MODEL}:poet"]
 
     async def chat(model: str) -> str:
-        reply = await client.chat.completions.create(model=model, max_tokens=16, temperature=0,
-                                                     messages=[{"role": "user", "content": "Tell me a story."}])  # fmt: skip
+        messages: list[Any] = [{"role": "user", "content": "Tell me a story."}]
+        reply = await client.chat.completions.create(model=model, max_tokens=16, temperature=0, messages=messages)
         return reply.choices[0].message.content or ""
 
     alone = [await chat(model) for model in models]
@@ -159,3 +162,21 @@ async def test_adapters_count_in_the_models_memory_estimate() -> None:
     backends = [TransformersBackend(m, options, BackendContext()) for m in (with_adapters, without)]
     estimates = [await backend.estimate_memory() for backend in backends]
     assert estimates[0].ram_bytes - estimates[1].ram_bytes == sizes
+
+
+async def test_admin_loads_and_unloads_adapters_and_reports_their_memory(served) -> None:
+    app, _ = served
+    engine = engine_of(app, MODEL)
+    async with live_server(app, lifespan=False) as url:
+        with AdminClient(url) as admin:
+            shown = await asyncio.to_thread(admin.load_adapter, MODEL, "poet")
+            assert shown["adapters_loaded"][-1] == "poet" and engine.adapters.loaded[-1] == "poet"
+            memory = await asyncio.to_thread(admin.memory)
+            assert memory["models"][MODEL]["adapters_bytes"] == engine.adapters.total_bytes() > 0
+            shown = await asyncio.to_thread(admin.unload_adapter, MODEL, "poet")
+            assert "poet" not in shown["adapters_loaded"] and "poet" not in engine.adapters.loaded
+            with pytest.raises(ClientInvalidRequest) as caught:
+                await asyncio.to_thread(admin.load_adapter, MODEL, "nope")
+            assert caught.value.code == "adapter_not_found"
+    # unloaded, it still serves the next request that names it (loaded again on demand)
+    assert (await complete(sdk(served[1]), f"{MODEL}:poet")).choices[0].text == reference_run("poet", 12)[1]

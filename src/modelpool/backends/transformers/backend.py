@@ -312,6 +312,10 @@ class TransformersBackend(DeclaredBackend):
         engine = self._engine
         return engine.adapters.loaded if engine is not None and engine.adapters is not None else []
 
+    def adapter_bytes(self) -> int:
+        engine = self._engine
+        return engine.adapters.total_bytes() if engine is not None and engine.adapters is not None else 0
+
     async def _adapter(self, name: str | None) -> AdapterSpec | None:
         """The adapter a request names, its folder resolved (off the loop: `hf:` may download)."""
         return None if name is None else await asyncio.to_thread(self.adapter_folders.spec, name)
