@@ -153,6 +153,19 @@ async def test_least_recently_used_adapter_is_unloaded(served) -> None:
     assert held == ["pirate"] and engine.adapters.total_bytes() > 0
 
 
+async def test_a_request_for_another_adapter_waits_while_all_places_are_in_use(served) -> None:
+    app, http = served
+    client = sdk(http)
+    solo = {name: (await complete(client, f"{LRU_MODEL}:{name}", max_tokens=24)).choices[0].text
+            for name in ("pirate", "poet")}  # fmt: skip
+    engine = engine_of(app, LRU_MODEL)
+    evictions = engine.adapters.evictions
+    # max_adapters 1: the second waits until the first's sequence ends, then its adapter swaps in
+    both = await asyncio.gather(*(complete(client, f"{LRU_MODEL}:{name}", max_tokens=24) for name in solo))
+    assert [reply.choices[0].text for reply in both] == list(solo.values())
+    assert engine.adapters.evictions >= evictions + 1
+
+
 async def test_adapters_count_in_the_models_memory_estimate() -> None:
     config = entry(2)
     with_adapters = ModelConfig(id="m", **config)

@@ -28,7 +28,7 @@ from modelpool.backends.textgen.step_failure import sequence_failed
 from modelpool.backends.transformers.adapters import AdapterSpec, PeftAdapters
 from modelpool.backends.transformers.sampling import choose_token
 from modelpool.backends.transformers.sequence import Sequence
-from modelpool.errors import InvalidRequest
+from modelpool.errors import InvalidRequest, Overloaded
 
 T = TypeVar("T")
 
@@ -96,25 +96,28 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         return torch.inference_mode()
 
     def intake(self, arrived: list[Sequence]) -> None:
-        self._prefilling.extend(arrived if self.adapters is None else self._with_adapters(arrived))
+        self._prefilling.extend(arrived)
 
-    def _with_adapters(self, arrived: list[Sequence]) -> list[Sequence]:
-        """The arrivals whose adapter is loaded (loading it now); one that cannot be fails alone."""
-        assert self.adapters is not None
-        busy, admitted = self.adapters_in_use(), []
-        for seq in arrived:
-            if seq.adapter is not None:
-                try:
-                    self.adapters.acquire(seq.adapter, busy)
-                except Exception as exc:
-                    seq.fail(exc)
-                    continue
-                busy.add(seq.adapter.name)
-            admitted.append(seq)
-        return admitted
+    def _adapter_ready(self, head: Sequence) -> bool:
+        """The next prompt's adapter is loaded (now, if a place is free or idle). False: every
+        place is held by running sequences, and it waits its turn (in order); a load that
+        fails fails that request alone (it leaves the queue)."""
+        if self.adapters is None or head.adapter is None:
+            return True
+        try:
+            self.adapters.acquire(head.adapter, self.adapters_in_use())
+        except Overloaded:
+            return False
+        except Exception as exc:
+            self._prefilling.remove(head)
+            head.fail(exc)
+            return False
+        return True
 
     def adapters_in_use(self) -> set[str]:
-        return {s.adapter.name for s in [*self._active, *self._prefilling] if s.adapter is not None and not s.done}
+        """Adapters of the running sequences (and of a prompt part-way through its prefill)."""
+        running = [*self._active, *(s for s in self._prefilling if s.prefilled)]
+        return {s.adapter.name for s in running if s.adapter is not None and not s.done}
 
     def under_adapter(self, adapter: AdapterSpec | None, rows: int, work: Callable[[], T]) -> T:
         """On the engine thread: `work` (a forward outside the batch, `rows` wide: a prompt's
@@ -148,6 +151,10 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         budget = self.limits.prefill_chunk
         while budget > 0 and self._prefilling:
             head = self._prefilling[0]
+            if not self._adapter_ready(head):
+                if head in self._prefilling:
+                    return  # it waits for an adapter place
+                continue
             if head.vision is not None or head.prefilled or len(head.prompt) > self.limits.prefill_chunk:
                 if not self._has_room([head]):
                     return
