@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from modelpool.loadgen import Kind, LoadPlan, LoadSpec, run_sweep
+from modelpool.loadgen.report import notes
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -159,3 +160,44 @@ async def test_a_duration_level_stops_starting_requests_at_its_end():
     assert run.records and set(run.summary.errors) == {"http_503"}
     assert all(r.started_s < 0.3 for r in run.records)
     assert [r.index for r in run.records] == list(range(len(run.records)))
+
+
+STREAM = http("200 OK", "text/event-stream", b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n')
+
+
+def closing_kept_alive(answered: int) -> tuple[Handler, list[int]]:
+    """llama-server's way (cpp-httplib): a reply whose headers keep the connection alive, then
+    the connection closed. Made deterministic here: the connection stays open until the next
+    request arrives on it, which is then dropped unanswered. Only the first `answered`
+    connections get their first request answered; the list counts connections."""
+    opened: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        opened.append(1)
+        await read_request(reader)
+        if len(opened) <= answered:
+            writer.write(STREAM.replace(b"\r\n\r\n", b"\r\nkeep-alive: timeout=5, max=100\r\n\r\n", 1))
+            await writer.drain()
+            await read_request(reader)  # the client reused the connection: drop it, no reply
+
+    return handle, opened
+
+
+async def test_a_kept_alive_connection_closed_by_the_server_is_resent_once_on_a_fresh_one():
+    handler, opened = closing_kept_alive(answered=1_000)
+    async with stub(handler) as url:
+        _, runs = await run_sweep(LoadSpec(url, "m", timeout_s=5), LoadPlan(requests=4, concurrency=(1,), warmup=0))
+    (run,) = runs
+    assert run.summary.errors == {} and run.summary.succeeded == 4
+    assert [r.resent for r in run.records] == [0, 1, 1, 1]  # the first went out on a fresh connection
+    assert run.summary.resent == 3 and len(opened) == 4
+    assert any("sent again on a fresh connection" in note for note in notes(LoadSpec(url, "m"), runs))
+
+
+async def test_a_resent_request_that_fails_again_is_counted_not_resent_twice():
+    handler, opened = closing_kept_alive(answered=1)  # later connections close unanswered
+    async with stub(handler) as url:
+        _, runs = await run_sweep(LoadSpec(url, "m", timeout_s=5), LoadPlan(requests=3, concurrency=(1,), warmup=0))
+    (run,) = runs
+    assert [(r.error, r.resent) for r in run.records] == [(None, 0), ("closed", 1), ("closed", 0)]
+    assert len(opened) == 3  # the 2nd: its own and its resend; the 3rd failed on a fresh one, not resent

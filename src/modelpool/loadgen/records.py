@@ -22,6 +22,7 @@ class RequestRecord:
     output_bytes: int = 0  # speech: the audio's size
     chunk_gaps_s: list[float] = field(default_factory=list)  # between content chunks
     status: int | None = None
+    resent: int = 0  # sent again on a fresh connection: a kept-alive one was closed under it
     error: str | None = None
     detail: str = ""
 

@@ -60,12 +60,17 @@ def table(spec: LoadSpec, runs: list[LevelRun]) -> Table:
 
 
 def notes(spec: LoadSpec, runs: list[LevelRun]) -> list[str]:
-    """What the table's reader must know: how tokens were counted."""
+    """What the table's reader must know: how tokens were counted, what was sent twice."""
     said = []
     counted = [r.summary.concurrency for r in runs if r.summary.succeeded and not r.summary.tokens_from_usage]
     if spec.kind in GENERATES and counted:
         how = "content chunks counted" if spec.stream else "no tokens counted"
         said.append(f"≈ the server sent no usage at concurrency {counted}: {how} as output tokens")
+    if resent := sum(r.summary.resent for r in runs):
+        said.append(
+            f"{resent} request(s) sent again on a fresh connection: the server closed a kept-alive one "
+            "before answering (their latency includes the failed try)"
+        )
     return said
 
 

@@ -46,8 +46,7 @@ async def send(client: httpx.AsyncClient, spec: LoadSpec, prompt: str, record: R
 async def _exchange(
     client: httpx.AsyncClient, spec: LoadSpec, prompt: str, record: RequestRecord, began: float
 ) -> None:
-    request = _build(client, spec, prompt)
-    response = await client.send(request, stream=True)
+    response = await _open(client, spec, prompt, record)
     try:
         record.status = response.status_code
         if response.status_code != 200:
@@ -61,6 +60,34 @@ async def _exchange(
             _read_json(await response.aread(), spec, record, began)
     finally:
         await response.aclose()
+
+
+_STALE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+async def _open(client: httpx.AsyncClient, spec: LoadSpec, prompt: str, record: RequestRecord) -> httpx.Response:
+    """Send the request; its reply's head. A kept-alive connection the server has closed
+    fails before any byte of the reply: llama-server (cpp-httplib) closes the connection
+    after every streamed reply while its headers say `Keep-Alive`, and when the next request
+    goes out before its FIN arrives it meets a closed socket. That request, and only one
+    that failed on a reused connection (no connect traced) before its status line, is sent
+    once more, on a fresh connection (the pool has dropped the dead one), and counted in
+    `record.resent`. A failure on a fresh connection is the server's and is reported."""
+    connected = False
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        nonlocal connected
+        connected = connected or event.startswith("connection.connect_")  # tcp or unix socket
+
+    request = _build(client, spec, prompt)
+    request.extensions["trace"] = trace
+    try:
+        return await client.send(request, stream=True)
+    except _STALE:
+        if connected:
+            raise
+    record.resent += 1
+    return await client.send(_build(client, spec, prompt), stream=True)
 
 
 def _headers(spec: LoadSpec) -> dict[str, str]:

@@ -60,6 +60,7 @@ class LevelSummary:
     time_per_output_token: Spread  # per request: (latency − TTFT) / (tokens − 1)
     latency: Spread
     errors: dict[str, int] = field(default_factory=dict)
+    resent: int = 0  # requests sent again on a fresh connection (see `requests._open`)
 
 
 def summarize(records: list[RequestRecord], concurrency: int, wall_s: float) -> LevelSummary:
@@ -85,4 +86,5 @@ def summarize(records: list[RequestRecord], concurrency: int, wall_s: float) -> 
         time_per_output_token=Spread.of(tpot),
         latency=Spread.of([r.latency_s for r in good]),
         errors=dict(sorted(Counter(r.error for r in records if r.error is not None).items())),
+        resent=sum(r.resent for r in records),
     )
