@@ -219,3 +219,14 @@ async def test_responses_and_anthropic_messages_take_base_colon_adapter(served) 
             await claude.messages.create(model=f"{MODEL}:nope", messages=[{"role": "user", "content": "hi"}],
                                          max_tokens=2)  # fmt: skip
         assert "'nope'" in caught.value.message
+
+
+async def test_generate_takes_the_adapter_and_refuses_an_unknown_one(served) -> None:
+    _, http = served
+    body = {"prompts": [PROMPT], "max_tokens": 16, "temperature": 0}
+    pirate = (await complete(sdk(http), f"{MODEL}:pirate")).choices[0].text
+    for extra in ({"model": f"{MODEL}:pirate"}, {"model": MODEL, "adapter": "pirate"}):
+        reply = await http.post("/generate", json={**body, **extra})
+        assert reply.status_code == 200 and reply.json()["completions"] == [pirate]
+    refused = await http.post("/generate", json={**body, "model": f"{MODEL}:nope"})
+    assert refused.status_code == 400 and "'nope'" in refused.json()["error"]["message"]

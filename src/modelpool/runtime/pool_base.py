@@ -24,6 +24,7 @@ from modelpool.media.video import VideoPolicy
 from modelpool.pool_api.call import DEFAULT_CALL, CallOptions
 from modelpool.pool_api.results import Outcome
 from modelpool.pool_api.usage import RequestUsage
+from modelpool.runtime.adapters import split_adapter
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.clock import Clock
 from modelpool.runtime.eviction import Budget
@@ -121,8 +122,8 @@ class PoolBase:
             raise ModelNotFound(name, list(self._slots)) from None
 
     def model_id(self, name: str) -> str:
-        """The canonical id of the model `name` names (an id or an alias)."""
-        return self.slot(name).id
+        """The canonical id of the model `name` names (an id, an alias, or `base:adapter`)."""
+        return self.slot(split_adapter(self._names, name, None)[0]).id
 
     def model_for(self, name: str | None, task: Task) -> str:
         """The model a request for `task` uses: the one it names; else the server's default

@@ -149,6 +149,8 @@ class TextRequests(PoolBase):
         """Generate for every prompt at once, on as many turns of the model (at most all):
         an engine that batches runs them together, one that does not runs them in turn. The
         first that fails (or the caller leaving) stops all the others before this returns."""
+        name, adapter = split_adapter(self._names, name, requests[0].adapter if requests else None)
+        requests = [replace(r, adapter=adapter) for r in requests]
         if any(r.output is not None for r in requests):
             _check_structured(self.slot_for(name, Task.COMPLETION, options), "json_schema")
         self._check_beams(name, requests, options)
