@@ -57,7 +57,7 @@ async def test_a_bad_prompt_in_a_batch_stops_every_sibling_and_the_next_request_
 async def test_a_batch_client_that_leaves_stops_every_generation(app: FastAPI, http: httpx.AsyncClient) -> None:
     engine = engine_of(app)
     await until(lambda: engine.in_flight == 0, "an idle engine", timeout_s=60)
-    request = asyncio.create_task(http.post("/generate", json=generate_body([LONG_PROMPT] * 4, 2000)))
+    request = asyncio.create_task(http.post("/generate", json=generate_body([LONG_PROMPT] * 4, 1500)))
     await until(lambda: engine.in_flight == 4, "the batch's 4 generations in the engine", timeout_s=30)
     request.cancel()  # the client goes away
     await asyncio.gather(request, return_exceptions=True)
