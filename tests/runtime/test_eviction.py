@@ -39,6 +39,7 @@ def test_choose_victims(need: Need, residents: list[Resident], budget: Budget, v
 
 
 LOADING_A = Resident("a", 100, last_used=1, busy=True, changing=True)
+WAITING_FOR_ROOM_A = Resident("a", 600, last_used=1, busy=True, changing=True, granted=False)
 BUSY_B = Resident("b", 200, last_used=2, busy=True)
 BUSY_C = Resident("c", 300, last_used=0, busy=True)
 TIGHT = Budget(memory_bytes=1000)
@@ -58,6 +59,11 @@ TIGHT = Budget(memory_bytes=1000)
         (Need(950), [PINNED_A, BUSY_B], 60.0, SwapDecision(Swap.REFUSE)),  # pinned: no wait can help
         (Need(2000), [BUSY_A], 0.0, SwapDecision(Swap.REFUSE)),  # bigger than the budget
         (Need(1), [BUSY_A], 0.0, SwapDecision(Swap.WAIT)),  # max_models below
+        # A load still waiting for its room holds nothing: it is no one's obstacle (two such
+        # loads once waited for each other forever).
+        (Need(600), [WAITING_FOR_ROOM_A], 0.0, SwapDecision(Swap.EVICT, [])),
+        (Need(950), [WAITING_FOR_ROOM_A, B], 0.0, SwapDecision(Swap.EVICT, ["b"])),
+        (Need(1), [WAITING_FOR_ROOM_A], 0.0, SwapDecision(Swap.EVICT, [])),  # max_models 1: it fits
     ],
 )
 def test_decide_swap(need: Need, residents: list[Resident], waited_s: float, decision: SwapDecision) -> None:

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from modelpool.backends.base import MemoryEstimate
+from modelpool.errors import ShuttingDown
 from modelpool.inference import ChatMessage, ChatRequest
 from modelpool.pool_api.generation import collect
 from modelpool.runtime.lifecycle import SlotState
@@ -47,3 +51,54 @@ async def test_past_swap_after_s_the_busy_resident_is_drained_not_cut_off() -> N
     assert result.text.split() == ["one", "two", "three"]
     await collect(await swap)
     assert (resident.state, wanted.state) == (SlotState.UNLOADED, SlotState.READY)
+
+
+class _EstimateOffTheLoop(FakeBackend):
+    async def estimate_memory(self) -> MemoryEstimate:
+        await asyncio.sleep(0.01)  # a real engine reads its file off the loop: both loads reach make_room
+        return await super().estimate_memory()
+
+
+@pytest.mark.parametrize(
+    ("budget", "fields", "backend"),
+    [
+        pytest.param({"memory_bytes": 1000}, {"memory_bytes": 600}, FakeBackend, id="memory declared in config"),
+        pytest.param({"memory_bytes": 1000}, {}, _EstimateOffTheLoop, id="estimates that both finish first"),
+        pytest.param({"max_models": 1}, {}, FakeBackend, id="max_loaded_models 1"),
+    ],
+)
+async def test_two_loads_at_once_that_cannot_both_fit_both_serve_one_after_the_other(
+    budget: dict[str, int], fields: dict[str, object], backend: type[FakeBackend]
+) -> None:
+    fakes = FakePool(**budget)
+    b = fakes.slot(backend(memory=600), "b", **fields)
+    c = fakes.slot(backend(memory=600), "c", **fields)
+    pool = fakes.pool()
+
+    async def ask(model: str) -> str:
+        return (await collect(await pool.chat(model, REQUEST))).text
+
+    async with asyncio.timeout(10):  # before the fix each waited for the other's load: forever
+        answers = await asyncio.gather(ask("b"), ask("c"))
+    assert [a.split() for a in answers] == [["one", "two", "three"]] * 2
+    assert {b.state, c.state} == {SlotState.READY, SlotState.UNLOADED}  # the first went idle and made room
+
+
+async def test_shutdown_ends_a_pending_swap_at_once() -> None:
+    fakes = FakePool(memory_bytes=1000)
+    step = asyncio.Event()
+    fakes.slot(FakeBackend(memory=600, step=step), "resident")
+    wanted = fakes.slot(FakeBackend(memory=600), "wanted")
+    pool = fakes.pool()
+    running = await pool.chat("resident", REQUEST)
+    swap = asyncio.create_task(pool.chat("wanted", REQUEST))
+    await until(lambda: wanted.state is SlotState.LOADING, "the swap to be pending")
+    closing = asyncio.create_task(pool.close())
+    await until(swap.done, "the pending swap to give up")  # while the resident still runs
+    with pytest.raises(ShuttingDown):
+        swap.result()
+    step.set()
+    await collect(running)  # the resident's running request still finishes whole
+    async with asyncio.timeout(10):
+        await closing
+    assert wanted.state is not SlotState.READY

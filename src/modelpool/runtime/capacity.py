@@ -1,7 +1,9 @@
 """Room for a load: the pool's budget, and the eviction that makes room (CapacityGate).
 
-Decisions are serialised by one lock, and a slot that is loading counts as resident (and
-busy) with its estimate, so two loads never both think the same room is free.
+Decisions are serialised by one lock, and a load that was granted its room counts as
+resident (and busy) with its estimate from then on, so two loads never both think the same
+room is free. A load still waiting for room counts for nothing (two such loads waiting for
+each other would wait forever), and gives up when the server shuts down.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from modelpool.errors import InsufficientCapacity
+from modelpool.errors import InsufficientCapacity, ShuttingDown
 from modelpool.runtime.eviction import Budget, Need, Resident, Swap, decide_swap
 from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.runtime.slot import ModelSlot
@@ -65,6 +67,8 @@ class Capacity:
         nothing could make room."""
         started = self._clock()
         while True:
+            if slot.closing:
+                raise ShuttingDown(f"the server is shutting down: model '{slot.id}' will not load")
             async with self._room:
                 others = {s.id: s for s in self._slots() if s is not slot and s.holds_memory()}
                 residents = [s.as_resident() for s in others.values()]

@@ -12,6 +12,10 @@ running requests finish, its waiting ones load it again later): then the memory 
 needed and its queue has had its bound. A model that is loading or unloading is never
 drained (it is waited for); a pinned one never goes. When even all of that cannot make room
 the load is refused at once (503 insufficient_capacity).
+
+A load still waiting for its room (not `granted`) holds nothing and is not in anyone's way:
+two loads that cannot both fit never wait for each other. Whichever is decided first gets
+the room; the other then waits for it as for any resident model.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class Resident:
     gpu_bytes: int = 0
     changing: bool = False
     """Loading or unloading: busy, and never drained (its memory is waited for)."""
+    granted: bool = True
+    """False for a load not yet granted its room: it holds no memory and is no one's obstacle."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ def decide_swap(
     need: Need, residents: Sequence[Resident], budget: Budget, waited_s: float, swap_after_s: float
 ) -> SwapDecision:
     """What a load that has waited `waited_s` for room does now (see the module's rules)."""
+    residents = [r for r in residents if r.granted]
     idle = choose_victims(need, residents, budget)
     if idle is not None:
         return SwapDecision(Swap.EVICT, idle)

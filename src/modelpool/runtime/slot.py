@@ -92,6 +92,8 @@ class ModelSlot:
         self._clock = clock
         self._capacity = capacity or NoLimits()
         self._work = SlotTasks()
+        self._room_granted = False
+        """The load in flight has its room (see `eviction.Resident.granted`)."""
         self._hub = hub
         """Where `hf:` weights come from; None: no download phase (sources are local)."""
         self.download: Download | None = None
@@ -120,6 +122,11 @@ class ModelSlot:
         """Work is running or waiting, or the slot is changing state: not evictable."""
         changing = self.state in (SlotState.LOADING, SlotState.UNLOADING)
         return changing or self.admission.running > 0 or self.admission.waiting > 0
+
+    @property
+    def closing(self) -> bool:
+        """The server is shutting down: a load still waiting for room gives up."""
+        return self._work.closing
 
     def holds_memory(self) -> bool:
         return self.state in (SlotState.LOADING, SlotState.READY, SlotState.UNLOADING)
@@ -155,6 +162,7 @@ class ModelSlot:
             pinned=self.config.pinned,
             gpu_bytes=self.gpu_bytes(),
             changing=self.state in (SlotState.LOADING, SlotState.UNLOADING),
+            granted=self.state is not SlotState.LOADING or self._room_granted,
         )
 
     def expired(self) -> bool:
@@ -295,6 +303,7 @@ class ModelSlot:
         log.info("model ready", extra={"model": self.id, "replicas": len(self.replicas), "load_seconds": seconds})
 
     async def _start_replicas(self) -> None:
+        self._room_granted = False
         await self._download_weights()
         # The runtime first, measured alone as its own (and known to the budget before the
         # room for this model is judged); estimating may import it otherwise (torch's device).
@@ -302,6 +311,7 @@ class ModelSlot:
         first = self._new_backend()
         self.record.estimate = await first.estimate_memory()
         await self._make_room(self.config.replicas, new_model=True)
+        self._room_granted = True
         for index in range(self.config.replicas):
             backend = first if index == 0 else self._new_backend()
             await self.replicas.start(index, backend, self.config, self.capabilities, self.record.estimate)
