@@ -29,12 +29,15 @@ def test_an_engine_setting_reloads_and_a_per_request_one_is_hot() -> None:
     before = config(a={}, b={}, c={})
     after = config(
         a={"options": {"prefix": "x"}},
-        b={"description": "new", "sampling": {"temperature": 0.2}, "aliases": ["bee"]},
+        b={"description": "new", "sampling": {"temperature": 0.2}, "aliases": ["bee"],
+           "max_queue_per_key": 2, "priority_aging_s": 5.0},  # the queue's settings: read per request
         c={"description": "new", "replicas": 2},  # one reloading field makes the whole change a reload
     )
     diff = diff_configs(before, after)
     assert diff.reloading == (ModelChange("a", ("options",)), ModelChange("c", ("description", "replicas")))
-    assert diff.hot == (ModelChange("b", ("aliases", "description", "sampling")),)
+    assert diff.hot == (
+        ModelChange("b", ("aliases", "description", "max_queue_per_key", "priority_aging_s", "sampling")),
+    )
     assert diff.unchanged == 0
 
 

@@ -52,7 +52,7 @@ async def test_resize_hands_new_turns_to_waiters() -> None:
     admission = Admission(turns=1, queue=5, model_id="m")
     admission.admit()
     waiters = [admission.admit() for _ in range(2)]
-    admission.resize(turns=3, queue=5)
+    admission.resize(turns=3, queue=5, per_key=None, aging_s=30.0)
     await asyncio.gather(*(w.wait_turn() for w in waiters))
     assert admission.running == 3 and admission.waiting == 0
 

@@ -238,3 +238,18 @@ async def test_the_pool_queues_by_the_call_options_schedule_and_reports_depth_pe
 def test_out_of_bounds_pool_and_anonymous_settings_are_config_errors(section: str, field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
         load_config(environ={}, cli={"enabled_models": [], section: {field: value}})
+
+
+def test_a_reload_keeps_every_queue_setting_and_takes_a_new_aging_pace() -> None:
+    slot = fake_slot(FakeBackend(), "m", max_queue=8, max_queue_per_key=2, priority_aging_s=5.0)
+    assert (slot.admission.per_key, slot.admission.aging_s) == (2, 5.0)
+    slot.retune(slot.config.model_copy(update={"max_queue": 16}))  # a hot change of another setting
+    assert (slot.admission.queue, slot.admission.per_key, slot.admission.aging_s) == (16, 2, 5.0)
+    slot.retune(slot.config.model_copy(update={"max_queue_per_key": 3, "priority_aging_s": 60.0}))
+    assert (slot.admission.per_key, slot.admission.aging_s) == (3, 60.0)
+
+
+async def test_a_reconfigured_model_ages_its_queue_at_the_new_pace() -> None:
+    slot = fake_slot(FakeBackend(), "m", priority_aging_s=5.0)
+    await slot.reconfigure(slot.config.model_copy(update={"priority_aging_s": 90.0}), slot.capabilities)
+    assert slot.admission.aging_s == 90.0

@@ -13,7 +13,8 @@ from modelpool.config.schema import Config, ModelConfig
 
 HOT_MODEL_FIELDS = frozenset({
     "aliases", "description", "owned_by", "install_hint", "preload", "autoload", "keep_alive", "pinned",
-    "max_concurrency", "max_queue", "replica_max", "retry_cooldown_s", "restart_backoff_s", "max_restarts",
+    "max_concurrency", "max_queue", "max_queue_per_key", "priority_aging_s",
+    "replica_max", "retry_cooldown_s", "restart_backoff_s", "max_restarts",
     "allow_remote", "warmup", "sampling", "enable_thinking", "reasoning_parser", "tool_parser",
     "constrained_auto_tools",
 })  # fmt: skip

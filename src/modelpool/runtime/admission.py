@@ -88,6 +88,11 @@ class Admission:
         self._places: dict[Entry, _Place] = {}
 
     @property
+    def aging_s(self) -> float:
+        """Seconds in line that move a request up one priority class."""
+        return self._line.aging_s
+
+    @property
     def waiting(self) -> int:
         """Requests in line."""
         return len(self._line)
@@ -124,9 +129,11 @@ class Admission:
                 retry_after_s=retry_after_s,
             )
 
-    def resize(self, turns: int, queue: int, per_key: int | None = None) -> None:
-        """New limits (replicas added or removed); waiting requests get any new turns."""
+    def resize(self, turns: int, queue: int, per_key: int | None, aging_s: float) -> None:
+        """New limits (replicas added or removed, or a config reload); waiting requests get
+        any new turns, and age at the new pace from now on."""
         self.turns, self.queue, self.per_key = turns, queue, per_key
+        self._line.aging_s = aging_s
         self._hand_out()
 
     def _turns_for(self, place: _Place) -> int:

@@ -297,7 +297,7 @@ class ModelSlot:
         self.last_used = self._clock.monotonic()
         self.expires_at = None if self.config.keep_alive < 0 else self.last_used + self.config.keep_alive
         self._metrics.load_seconds.labels(model=self.id).observe(self.record.load_seconds)
-        self.admission.resize(self._turns(), self._queue_size(), self._per_key_size())
+        self._resize_admission()
         self._apply(Event.LOADED)
         seconds = round(self.record.load_seconds, 3)
         log.info("model ready", extra={"model": self.id, "replicas": len(self.replicas), "load_seconds": seconds})
@@ -451,19 +451,19 @@ class ModelSlot:
                 )
         else:
             await self.replicas.retire(active[replicas:])
-        self.admission.resize(self._turns(), self._queue_size(), self._per_key_size())
+        self._resize_admission()
 
     async def reconfigure(self, config: ModelConfig, capabilities: ModelCapabilities) -> None:
         """Take new settings; a loaded model is unloaded (drained) first and loads with them next."""
         await self.unload()
         self.config, self.capabilities = config, capabilities
-        self.admission.resize(self._turns(), self._queue_size(), self._per_key_size())
+        self._resize_admission()
 
     def retune(self, config: ModelConfig) -> None:
         """Take settings that apply without a reload (a config reload's hot changes: see
         `config/reload_diff.py`); the loaded engine and its options stay as they are."""
         self.config = config.model_copy(update={"options": self.config.options, "replicas": self.config.replicas})
-        self.admission.resize(self._turns(), self._queue_size())
+        self._resize_admission()
 
     def close(self) -> None:
         self._work.closing = True
@@ -494,6 +494,11 @@ class ModelSlot:
         if self.tasks & {Task.EMBEDDING, Task.RERANK}:  # batched: many requests share one engine call
             per_replica = max(per_replica, self.config.batch.max_batch_size)
         return per_replica
+
+    def _resize_admission(self) -> None:
+        """The queue's limits and aging from the config now (every setting, so none falls back
+        to a default when another changes)."""
+        self.admission.resize(self._turns(), self._queue_size(), self._per_key_size(), self.config.priority_aging_s)
 
     def _queue_size(self) -> int:
         return self.config.max_queue * max(1, self.config.replicas)
