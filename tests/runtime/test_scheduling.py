@@ -90,6 +90,38 @@ def test_aging_moves_a_waiting_request_up_one_class_per_period(
     assert effective_rank(entry, 100.0 + waited, aging_s) == rank
 
 
+def test_an_aged_request_is_not_held_behind_a_fresh_one_of_its_class() -> None:
+    # Low "old" has two requests in line since t=0; a fresh low caller arrives at 70 (its
+    # start tag is the present: the class's fair-share head), a high request at 72. At 75
+    # both old requests have aged to high and arrived first: they go before both.
+    arrivals = [("old", L, 1, 0.0), ("old", L, 1, 0.0), ("fresh", L, 1, 70.0), ("h", H, 1, 72.0)]
+    assert _order(arrivals, now=75.0) == ["old", "old", "h", "fresh"]
+
+
+def test_a_low_request_waits_about_two_aging_periods_under_steady_high_and_low_traffic() -> None:
+    """The reviewer's case: a high caller always has a request waiting, a low caller always
+    has one from t=61 on, one turn a second: the low requests queued at t=0 still go by
+    2×aging_s (before, the fresh low caller's request headed the class unaged, forever)."""
+    queue, aging_s, now = FairQueue(30.0), 30.0, 0.0
+    waits: dict[str, list[float]] = {"batch": [], "x": []}
+    for _ in range(3):
+        queue.push(Entry(Schedule("batch", L), 1, 0.0))
+    queue.push(Entry(Schedule("h", H), 1, now))
+    for _ in range(200):
+        now += 1.0
+        if now >= 62.0 and queue.held_by("x") == 0:
+            queue.push(Entry(Schedule("x", L), 1, now))
+        entry = queue.peek(now)
+        assert entry is not None
+        queue.pop(entry)
+        if entry.schedule.party == "h":
+            queue.push(Entry(Schedule("h", H), 1, now))
+        else:
+            waits[entry.schedule.party].append(now - entry.arrived)
+    assert len(waits["batch"]) == 3 and max(waits["batch"]) <= 2 * aging_s + 3  # + the two before it
+    assert len(waits["x"]) >= 2 and max(waits["x"]) <= 2 * aging_s + 1
+
+
 def test_an_aged_low_request_overtakes_later_high_ones() -> None:
     arrivals = [("old-low", L, 1, 0.0)] + [("h", H, 1, t) for t in (10.0, 20.0, 30.0, 70.0)]
     # At t=75 the low request has waited 75 s ≥ 2×30: it competes as high, and arrived first.

@@ -6,7 +6,10 @@ Pure bookkeeping (no event loop, no clock of its own), tested with tables.
   request: after each `aging_s` in line it competes one class higher (low → normal after
   `aging_s`, → high after 2×`aging_s`). Between equal effective classes the earlier arrival
   goes first, so a low request waits at most about 2×`aging_s` plus the high work that
-  arrived before it: nothing starves forever.
+  arrived before it: nothing starves forever. Every caller's first waiting request competes
+  with its own age (not only its class's fair-share head: a fresh caller's request would
+  be that head, unaged, and keep older ones of its class stuck), and aged requests go in
+  arrival order, ahead of their class's fair order.
 - **Fair shares inside a class**: start-time fair queueing over one FIFO per party (a key,
   or an address without keys). A request's start tag is max(the class's virtual time, its
   party's last finish tag); its finish tag adds size/weight. The smallest start tag goes
@@ -56,10 +59,18 @@ class _Class:
     virtual_time: float = 0.0
     parties: dict[str, _Party] = field(default_factory=dict)
 
-    def head(self) -> Entry | None:
-        """The next of this class: the smallest start tag (then the earliest arrival)."""
+    def head(self, now: float, aging_s: float) -> Entry | None:
+        """The next of this class: the most aged of its parties' first requests; among
+        unaged ones the smallest start tag (fair shares), among aged ones the earliest
+        arrival (the aging bound). Then the earliest arrival."""
+
+        def order(entry: Entry) -> tuple[int, float, int]:
+            rank = effective_rank(entry, now, aging_s)
+            aged = rank > entry.schedule.priority.rank
+            return -rank, float(entry.seq) if aged else entry.start, entry.seq
+
         heads = (party.queue[0] for party in self.parties.values())
-        return min(heads, key=lambda e: (e.start, e.seq), default=None)
+        return min(heads, key=order, default=None)
 
 
 class FairQueue:
@@ -95,7 +106,7 @@ class FairQueue:
 
     def peek(self, now: float) -> Entry | None:
         """The request that goes next: the class heads compete by effective class, then arrival."""
-        heads = [h for h in (c.head() for c in self._classes.values()) if h is not None]
+        heads = [h for h in (c.head(now, self.aging_s) for c in self._classes.values()) if h is not None]
         return min(heads, key=lambda e: (-effective_rank(e, now, self.aging_s), e.seq), default=None)
 
     def pop(self, entry: Entry) -> None:
