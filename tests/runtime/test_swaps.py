@@ -12,6 +12,7 @@ from modelpool.backends.base import MemoryEstimate
 from modelpool.errors import ShuttingDown
 from modelpool.inference import ChatMessage, ChatRequest
 from modelpool.pool_api.generation import collect
+from modelpool.runtime.eviction import Budget
 from modelpool.runtime.lifecycle import SlotState
 from tests.fakes import FakeBackend, FakePool
 from tests.polling import until
@@ -70,7 +71,8 @@ class _EstimateOffTheLoop(FakeBackend):
 async def test_two_loads_at_once_that_cannot_both_fit_both_serve_one_after_the_other(
     budget: dict[str, int], fields: dict[str, object], backend: type[FakeBackend]
 ) -> None:
-    fakes = FakePool(**budget)
+    fakes = FakePool()
+    fakes.capacity.budget = Budget(**budget)
     b = fakes.slot(backend(memory=600), "b", **fields)
     c = fakes.slot(backend(memory=600), "c", **fields)
     pool = fakes.pool()
