@@ -105,6 +105,11 @@ async def test_adapter_logprobs_and_text_equal_pefts_own_model(served) -> None:
         assert text == want_text
         texts[adapter] = (text, prompt_logprobs)
     assert len({text for text, _ in texts.values()}) == 3  # each adapter changes the greedy text
+    attention = engine_of(served[0], MODEL).model.model.layers[0].self_attn
+    kinds = {name: type(getattr(attention, name)).__name__ for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    # PEFT wraps the adapters' targets; the other linears stay packed for oneDNN
+    assert kinds == {"q_proj": "Linear", "k_proj": "PackedLinear", "v_proj": "Linear", "o_proj": "PackedLinear"}
+    assert type(attention.q_proj).__module__.startswith("peft.")
     assert texts["pirate"][1] != pytest.approx(texts[None][1], abs=1e-2)
 
 

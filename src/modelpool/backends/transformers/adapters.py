@@ -13,9 +13,10 @@ everything here.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,30 @@ class AdapterFolders:
             folder = path.parent if path.is_file() else path  # a path to its adapter_model.safetensors
             spec = self._specs[name] = AdapterSpec(name, str(folder), adapter.scale)
         return spec
+
+    def adapted_modules(self) -> Callable[[str], bool] | None:
+        """Whether a module of the model (by qualified name) is one some declared adapter wraps
+        (a LoRA target, or a module it saves whole), by PEFT's own matching: those stay plain
+        `nn.Linear` for PEFT, the rest may be packed. None: that cannot be told before the
+        adapters load (`all-linear`, target parameters), so nothing may be packed."""
+        from peft import PeftConfig
+        from peft.tuners.tuners_utils import check_target_module_exists
+
+        configs = [PeftConfig.from_pretrained(self.spec(name).folder) for name in self._model.adapters]
+        for config in configs:
+            targets = getattr(config, "target_modules", None)
+            if targets is None or targets == "all-linear" or getattr(config, "target_parameters", None):
+                return None
+
+        def adapted(key: str) -> bool:
+            for config in configs:
+                saved = getattr(config, "modules_to_save", None) or []
+                whole = any(re.match(rf"(^|.*\.){m}($|\..*)", key) for m in saved)
+                if whole or check_target_module_exists(config, key):
+                    return True
+            return False
+
+        return adapted
 
     def preloaded(self) -> list[AdapterSpec]:
         return [self.spec(name) for name, adapter in self._model.adapters.items() if adapter.preload]

@@ -474,10 +474,8 @@ class TransformersBackend(DeclaredBackend):
         return model, tokenizer
 
     def _packs_linears(self) -> bool:
-        """Whether `onednn_linear` applies: text models placed whole (not vision, not device_map),
-        without LoRA adapters (PEFT wraps plain `nn.Linear` layers and reads their weights)."""
-        options = self.options
-        return options.onednn_linear and not options.vision and options.device_map is None and not self.model.adapters
+        """Whether `onednn_linear` applies: text models placed whole (not vision, not device_map)."""
+        return self.options.onednn_linear and not self.options.vision and self.options.device_map is None
 
     def _pack(self, model: Any) -> None:
         """The linears on oneDNN, where the weights allow it (else PyTorch's own, said in the log)."""
@@ -485,7 +483,14 @@ class TransformersBackend(DeclaredBackend):
         if refused is not None:
             log.info("transformers linears left unpacked", extra={"model": self.model.id, "reason": refused})
             return
-        extra = pack_linears(model)
+        keep = None
+        if self.model.adapters:  # PEFT wraps plain `nn.Linear` layers and reads their weights: not those
+            keep = self.adapter_folders.adapted_modules()
+            if keep is None:
+                log.info("transformers linears left unpacked", extra={"model": self.model.id,
+                         "reason": "an adapter's targets are known only once it loads"})  # fmt: skip
+                return
+        extra = pack_linears(model, keep)
         log.info("transformers linears packed for oneDNN", extra={"model": self.model.id, "extra_bytes": extra})
 
     def _device(self) -> str:

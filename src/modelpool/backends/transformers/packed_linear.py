@@ -16,6 +16,7 @@ is extra memory, counted by `extra_bytes`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -51,13 +52,16 @@ def can_pack(model: Any) -> str | None:
     return None
 
 
-def pack_linears(model: nn.Module) -> int:
-    """Replace every plain `nn.Linear` in `model` by a `PackedLinear`; the bytes the packed
+def pack_linears(model: nn.Module, keep: Callable[[str], bool] | None = None) -> int:
+    """Replace every plain `nn.Linear` in `model` by a `PackedLinear` (but those whose
+    qualified name `keep` says: LoRA targets, which PEFT wraps later); the bytes the packed
     copies of tied weights add (their other user keeps the original)."""
     tied = _tied_weights(model)
     extra = 0
-    for parent in list(model.modules()):
+    for parent_name, parent in list(model.named_modules()):
         for name, child in list(parent.named_children()):
+            if keep is not None and keep(f"{parent_name}.{name}" if parent_name else name):
+                continue
             if type(child) is nn.Linear:  # subclasses (adapters, quantised layers) keep their own forward
                 if id(child.weight) in tied:
                     extra += child.weight.numel() * child.weight.element_size()
