@@ -342,7 +342,8 @@ async def test_an_unload_gives_pytorchs_cached_gpu_memory_back(monkeypatch: pyte
 async def test_the_transformers_estimate_is_the_parameter_count_at_the_load_dtype() -> None:
     """SmolLM2 as a float32 safetensors folder: its parameters (counted by transformers on
     the meta device) at 2 bytes on a GPU (bfloat16, half the files' size: the old estimate
-    took the files whole, twice too high) and at 4 on the CPU, + 10% and 128 MiB."""
+    took the files whole, twice too high) and at 4 on the CPU, + 10% and 128 MiB; on the CPU
+    with oneDNN's packed linears, + a packed copy of the tied LM head."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from modelpool.backends.textgen.hf_convert import hf_folder_for
@@ -364,8 +365,13 @@ async def test_the_transformers_estimate_is_the_parameter_count_at_the_load_dtyp
     files = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
     assert on_gpu.gpu_bytes < (int(files * 1.3) + 128 * MiB) * 0.55  # the old estimate: about twice this
     assert (await estimate(device="cuda", dtype="float32")).gpu_bytes == int(count * 4 * 1.1) + 128 * MiB
-    on_cpu = await estimate(device="cpu")
-    assert on_cpu.gpu_bytes == 0 and on_cpu.ram_bytes == int(count * 4 * 1.1) + 128 * MiB
+    unpacked = await estimate(device="cpu", onednn_linear="false")
+    assert unpacked.gpu_bytes == 0 and unpacked.ram_bytes == int(count * 4 * 1.1) + 128 * MiB
+    # Packed for oneDNN (the CPU float32 default), a tied LM head gets a copy of its own.
+    head = params.config.vocab_size * params.config.hidden_size
+    assert params.config.tie_word_embeddings
+    packed = await estimate(device="cpu")
+    assert packed.gpu_bytes == 0 and packed.ram_bytes == int((count + head) * 4 * 1.1) + 128 * MiB
 
 
 def test_a_kv_type_is_read_as_the_options_name_it() -> None:
