@@ -4,12 +4,14 @@ environment of its own (vLLM pins its own torch and transformers)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 from pathlib import Path
 
 from modelpool.backends.base import MemoryEstimate
-from modelpool.backends.managed.base import MANAGED_CAPABILITIES, ManagedOptions, ManagedServerBackend
+from modelpool.backends.managed.base import MANAGED_CAPABILITIES, EngineSpec, ManagedOptions, ManagedServerBackend
 from modelpool.backends.managed.tokenizing import VllmTokenizer
+from modelpool.backends.managed.vllm_adapters import RUNTIME_LORA_ENV, VllmRuntimeAdapters
 from modelpool.backends.vllm_common import (
     VllmEngineArgs,
     engine_concurrency,
@@ -21,6 +23,8 @@ from modelpool.backends.vllm_common import (
 )
 from modelpool.capabilities import Capabilities
 from modelpool.config.sources import files_size, resolve_source
+from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk
+from modelpool.services.process import ProcessSpec
 from modelpool.tasks import Task
 
 
@@ -38,7 +42,7 @@ class VllmOptions(ManagedOptions, VllmEngineArgs):
     """A `vllm` command to run as `vllm serve MODEL` instead of `python -m ...`."""
 
 
-class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
+class VllmServeBackend(VllmRuntimeAdapters, VllmTokenizer, ManagedServerBackend):
     Options = VllmOptions
     capabilities = replace(MANAGED_CAPABILITIES, default_tasks=frozenset({Task.CHAT, Task.COMPLETION}), tokenizer=True,
                            adapters=True)  # fmt: skip
@@ -77,6 +81,27 @@ class VllmServeBackend(VllmTokenizer, ManagedServerBackend):
         if self._adapter_paths is None:
             self._adapter_paths = self._resolve_adapters()
         return self._adapter_paths
+
+    def _spec(self, weights: Path) -> ProcessSpec:
+        """With adapters, vLLM's run-time load/unload routes on (the admin API uses them)."""
+        spec = super()._spec(weights)
+        if not self.model.adapters:
+            return spec
+        return replace(spec, env={RUNTIME_LORA_ENV: "True", **spec.env})
+
+    async def _connect(self, spec: EngineSpec) -> None:
+        self._forget_registry()  # a started (or adopted) engine registered every adapter
+        await super()._connect(spec)
+
+    def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
+        if request.adapter is None:
+            return super().chat(request)
+        return self._with_adapter(request.adapter, lambda: super(VllmServeBackend, self).chat(request))
+
+    def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
+        if request.adapter is None:
+            return super().complete(request)
+        return self._with_adapter(request.adapter, lambda: super(VllmServeBackend, self).complete(request))
 
     async def estimate_memory(self) -> MemoryEstimate:
         """Weights, the vLLM process itself (~2 GiB of Python and torch), and its KV cache:

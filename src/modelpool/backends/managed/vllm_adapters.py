@@ -1,0 +1,89 @@
+"""vllm_serve's LoRA adapters at run time, through vLLM's own routes
+`POST /v1/load_lora_adapter` (`{"lora_name", "lora_path"}`) and `/v1/unload_lora_adapter`
+(`{"lora_name"}`), which vLLM serves only with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its
+environment (set for a model with adapters).
+
+Every declared adapter is registered at start (`--lora-modules`); vLLM keeps `--max-loras`
+of them on the GPU and swaps the rest itself (its own LRU). An admin unload takes one out of
+vLLM's registry (requests already running keep it); a later admin load, or the first request
+that names it, registers it again. Only declared adapters: the path sent is the config's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable
+
+from modelpool.backends.remote.client import UpstreamClient
+from modelpool.config.schema import ModelConfig
+from modelpool.errors import UpstreamUnavailable
+from modelpool.inference import GenerationChunk
+
+RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+"""What turns vLLM's load/unload routes on (without it they are 404)."""
+
+
+class VllmRuntimeAdapters:
+    """`AdapterBackend` for a vLLM process: what it has registered, least recently used first."""
+
+    model: ModelConfig
+    upstream: UpstreamClient | None = None
+    _registered: dict[str, None] | None = None
+    """Ordered (dicts keep insertion order): a use moves a name to the end."""
+    _adapter_lock: asyncio.Lock | None = None
+
+    def _adapters(self) -> dict[str, str]:
+        raise NotImplementedError  # the backend resolves its adapters' paths
+
+    def _registry(self) -> dict[str, None]:
+        if self._registered is None:  # as started: `--lora-modules` registered them all
+            self._registered = dict.fromkeys(self.model.adapters)
+        return self._registered
+
+    def _forget_registry(self) -> None:
+        """A (re)started engine registers every declared adapter again."""
+        self._registered = None
+
+    def _lock(self) -> asyncio.Lock:
+        if self._adapter_lock is None:
+            self._adapter_lock = asyncio.Lock()
+        return self._adapter_lock
+
+    async def load_adapter(self, name: str) -> None:
+        async with self._lock():
+            registry = self._registry()
+            if name not in registry:  # vLLM refuses a second load of a registered name (400)
+                await self._engine_call("load_lora_adapter", {"lora_name": name, "lora_path": self._adapters()[name]})
+            registry.pop(name, None)
+            registry[name] = None
+
+    async def unload_adapter(self, name: str) -> bool:
+        async with self._lock():
+            registry = self._registry()
+            if name not in registry:
+                return False
+            await self._engine_call("unload_lora_adapter", {"lora_name": name})
+            del registry[name]
+            return True
+
+    def loaded_adapters(self) -> list[str]:
+        return list(self._registry()) if self.upstream is not None else []
+
+    def adapter_bytes(self) -> int:
+        """0: vLLM holds adapters inside its own process and GPU share (`gpu_memory_utilization`),
+        which the model's estimate already counts; modelpool cannot see how they are split."""
+        return 0
+
+    async def _engine_call(self, route: str, body: dict[str, str]) -> None:
+        """vLLM answers these routes in plain text (not JSON): read as bytes; a 4xx/5xx raises."""
+        if self.upstream is None:
+            raise UpstreamUnavailable(f"model '{self.model.id}': its engine process is not running")
+        async for _ in await self.upstream.stream_bytes(route, body):
+            pass
+
+    async def _with_adapter(
+        self, adapter: str, forward: Callable[[], AsyncGenerator[GenerationChunk, None]]
+    ) -> AsyncGenerator[GenerationChunk, None]:
+        """The request's chunks, once its adapter is registered (again, after an admin unload)."""
+        await self.load_adapter(adapter)
+        async for chunk in forward():
+            yield chunk
