@@ -58,13 +58,15 @@ class StandInVllm:
         body = await request.json()
         self.calls.append(("generate", body))
         if body["model"] not in self.registered | {"smol"}:
-            return web.json_response({"error": {"message": f"model {body['model']} not found", "code": 404}}, status=404)
+            error = {"message": f"model {body['model']} not found", "code": 404}
+            return web.json_response({"error": error}, status=404)
         return web.json_response({"choices": [{"index": 0, "text": "ok", "finish_reason": "stop",
                                                "message": {"role": "assistant", "content": "ok"}}]})  # fmt: skip
 
 
 def backend_with(adapters: dict[str, str]) -> VllmServeBackend:
-    model = ModelConfig(id="smol", backend="vllm_serve", source="/models/smollm2", adapters=adapters)
+    model = ModelConfig.model_validate({"id": "smol", "backend": "vllm_serve", "source": "/models/smollm2",
+                                        "adapters": adapters})  # fmt: skip
     backend = VllmServeBackend(model, VllmOptions(), BackendContext())
     backend.upstream_model = "smol"
     return backend
