@@ -6,9 +6,11 @@ this is its command line: options, their bounds, the progress bar, the files."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import platform
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated
@@ -78,6 +80,8 @@ def bench(
         plan = LoadPlan(parse_levels(concurrency), count, duration, warmup)
         if chart is not None and chart.suffix.lower() not in (".svg", ".png"):
             raise ChartError(f"chart: {chart.name} must end in .svg or .png")
+        _check_writable("json", json_out)
+        _check_writable("chart", chart)
     except (LoadSpecError, ChartError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
@@ -92,6 +96,26 @@ def bench(
     if not any(run.summary.succeeded for run in runs):
         typer.echo("error: no request succeeded (see the errors column)", err=True)
         raise typer.Exit(1)
+
+
+def _check_writable(setting: str, path: Path | None) -> None:
+    """Refuse an output file that could not be written, before any request is sent: the
+    files are written after the whole run, which would then be lost. A probe file is made
+    and removed in the folder (permissions alone say nothing when running as root)."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise LoadSpecError(f"{setting}: {path} is a folder, not a file")
+    folder = path.parent
+    if not folder.is_dir():
+        raise LoadSpecError(f"{setting}: cannot write {path}: the folder {folder} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, "permission denied")
+    except OSError as error:
+        raise LoadSpecError(f"{setting}: cannot write {path}: {error.strerror}") from None
 
 
 def _kind(kind: str) -> Kind:

@@ -29,7 +29,7 @@ async def send(client: httpx.AsyncClient, spec: LoadSpec, prompt: str, record: R
     began = time.perf_counter()
     try:
         await asyncio.wait_for(_exchange(client, spec, prompt, record, began), timeout=spec.timeout_s)
-    except (TimeoutError, httpx.TimeoutException):
+    except (asyncio.TimeoutError, httpx.TimeoutException):  # not the builtin: on 3.10 wait_for raises its own
         record.fail("timeout", f"no complete reply within {spec.timeout_s:g} s")
     except httpx.ConnectError as error:
         record.fail("connect", str(error) or "connection refused")
