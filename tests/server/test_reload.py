@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from modelpool.config.loader import config_files, load_config
+from modelpool.runtime.lifecycle import SlotState
 from modelpool.runtime.pool import ModelPool
 from modelpool.server.app import create_app
 from modelpool.server.reload import ConfigSources
@@ -156,6 +158,53 @@ async def test_a_removed_model_drains_its_stream_and_goes(tmp_path: Path) -> Non
         await until(lambda: [slot.id for slot in pool.resident_slots()] == ["keep"], "the removed model to go")
 
 
+async def test_a_request_in_line_for_a_removed_model_gets_404_and_the_model_never_loads_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "models.yaml"
+    write(path, {"keep": {}, "drop": {"max_concurrency": 1}})
+    async with served(path) as (app, client):
+        pool: ModelPool = app.state.pool
+        drop = pool.slot("drop")
+        HeldEchoBackend.gate = asyncio.Event()
+        body = {"model": "drop", "stream": True, "messages": [{"role": "user", "content": "a b"}]}
+        async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
+            lines = stream.aiter_lines()
+            while "data: {" not in await anext(lines):
+                pass
+            in_line = asyncio.create_task(answer(client, "drop", "queued"))
+            await until(lambda: drop.admission.waiting == 1, "the second request to wait in line")
+            write(path, {"keep": {}})
+            assert (await reload(client))["removed"] == ["drop"]
+            HeldEchoBackend.gate.set()
+            rest = "".join([line async for line in lines])
+        assert "[DONE]" in rest  # the running one finished
+        refused = await in_line
+        assert refused.status_code == 404 and refused.json()["error"]["code"] == "model_not_found", refused.text
+        await until(lambda: [slot.id for slot in pool.resident_slots()] == ["keep"], "the removed model to go")
+        assert drop.state is SlotState.UNLOADED and len(drop.replicas) == 0  # not loaded again, unowned
+        series = (await client.get("/metrics")).text.splitlines()
+        assert not [line for line in series if 'model="drop"' in line and ("_state" in line or "queued" in line)]
+        assert 'modelpool_model_state{model="keep",state="unloaded"}' in "\n".join(series)
+
+
+async def test_the_reload_checks_its_models_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "models.yaml"
+    write(path, {"m": {}})
+    async with served(path) as (app, client):
+        pool: ModelPool = app.state.pool
+        prepare, threads = pool.prepare, []
+
+        def recorded(*args: Any) -> Any:  # resolving an added engine may import torch: seconds
+            threads.append(threading.current_thread())
+            return prepare(*args)
+
+        monkeypatch.setattr(pool, "prepare", recorded)
+        write(path, {"m": {}, "n": {}})
+        assert (await reload(client))["added"] == ["n"]
+        assert threads and threads[0] is not threading.main_thread()
+
+
 @pytest.mark.parametrize(
     "content, named",
     [
@@ -166,8 +215,9 @@ async def test_a_removed_model_drains_its_stream_and_goes(tmp_path: Path) -> Non
         ("a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
          "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
          "f: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n", "values"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "RecursionError"),
     ],
-    ids=["yaml", "engine", "bounds", "alias-bomb"],
+    ids=["yaml", "engine", "bounds", "alias-bomb", "deep"],
 )
 async def test_an_invalid_file_changes_nothing_and_says_why(tmp_path: Path, content: str, named: str) -> None:
     path = tmp_path / "models.yaml"

@@ -45,7 +45,8 @@ class PoolReload(PoolBase):
     def prepare(self, wanted: Config, diff: ConfigDiff) -> PreparedModels:
         """Every added or reloading model's capabilities (its backend and options checked) and
         the default models checked against what the models do. ConfigError names the first
-        problem; nothing has changed."""
+        problem; nothing has changed. Reads the pool and changes nothing: it runs in a worker
+        thread (resolving a backend may import its engine: torch takes seconds)."""
         if diff.added and self.new_slot is None:
             raise ConfigError("this pool cannot add models (it was not built from a config)")
         models = {model.id: model for model in wanted.served_models()}
@@ -116,9 +117,11 @@ class PoolReload(PoolBase):
         await asyncio.gather(*(slot.unload() for slot in list(self._retiring)), return_exceptions=True)
 
     def _retire(self, slot: ModelSlot) -> None:
-        """Out of the names at once (new requests get model_not_found); its requests in flight
-        finish, then it unloads and is gone."""
+        """Out of the names at once (new requests get model_not_found, and so do those still
+        in its line: `ModelSlot.retire`); its requests running finish, then it unloads and is
+        gone. Retired, it cannot load again, so once unloaded it holds nothing."""
         self._pending.pop(slot.id, None)
+        slot.retire()
         self._retiring.add(slot)
 
         async def drain() -> None:

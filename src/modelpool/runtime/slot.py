@@ -23,7 +23,7 @@ from modelpool.backends.runtime_modules import runtime_modules
 from modelpool.capabilities import ModelCapabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
-from modelpool.errors import ModelLoadFailed, ModelNotReady, ModelpoolError, ShuttingDown
+from modelpool.errors import ModelLoadFailed, ModelNotFound, ModelNotReady, ModelpoolError, ShuttingDown
 from modelpool.inference import EmbeddingRequest, Voice
 from modelpool.owner import DEFAULT_SCHEDULE, Priority, Schedule
 from modelpool.pool_api.timing import RequestTiming
@@ -199,6 +199,7 @@ class ModelSlot:
         `schedule`: the caller's class and fair-share party in the queue."""
         if self._work.closing:
             raise ShuttingDown("the server is shutting down")
+        self._refuse_if_retired()
         with tracing.span("modelpool.queue", {tracing.MODEL: self.id}) as queued:
             # A batch runs on one replica: it takes at most that replica's turns.
             ticket = self.admission.admit(size=min(size, self._turns_per_replica()), schedule=schedule)
@@ -207,6 +208,7 @@ class ModelSlot:
                 await self.ensure_ready(wait_s)
                 loaded = self._clock.monotonic()
                 await ticket.wait_turn()
+                self._refuse_if_retired()  # removed by a reload while this request waited in line
                 while self.state is not SlotState.READY or not self.replicas.routable():
                     await self.ensure_ready(wait_s)  # unloaded while this request waited in line
                 replica = self.replicas.least_busy()
@@ -230,6 +232,7 @@ class ModelSlot:
         load or preload, which loads even with autoload off."""
         while self._work.unload is not None:
             await asyncio.shield(self._work.unload)
+        self._refuse_if_retired()  # never loads again: nothing would unload it
         decision = decide(self._facts(), Event.LOAD if explicit else Event.REQUEST)
         if decision.action is Action.SERVE:
             return
@@ -465,6 +468,17 @@ class ModelSlot:
         self.config = config.model_copy(update={"options": self.config.options, "replicas": self.config.replicas})
         self._resize_admission()
 
+    def retire(self) -> None:
+        """Removed by a config reload: requests not yet on a replica (in line, or asking
+        now) get the 404 of an unknown model; it never loads again, and its /metrics series
+        go (a model of the same id added later publishes its own)."""
+        self._work.retired = True
+        self._metrics.forget_model(self.id, _ALL_STATES, [priority.value for priority in Priority])
+
+    def _refuse_if_retired(self) -> None:
+        if self._work.retired:
+            raise ModelNotFound(self.id, None)
+
     def close(self) -> None:
         self._work.closing = True
         if self._download_cancel is not None:
@@ -509,4 +523,5 @@ class ModelSlot:
 
     def _set_state(self, state: SlotState) -> None:
         self.state = state
-        self._metrics.set_model_state(self.id, state.value, _ALL_STATES)
+        if not self._work.retired:  # its series are gone; a new model of the same id may own them
+            self._metrics.set_model_state(self.id, state.value, _ALL_STATES)

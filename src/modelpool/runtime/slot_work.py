@@ -56,6 +56,8 @@ class SlotTasks:
         self.cleanup: asyncio.Task[None] | None = None
         self.closing = False
         """The server is shutting down: no new requests; persistent engines are detached."""
+        self.retired = False
+        """A config reload removed the model: no new requests, no load again."""
         self._background: set[asyncio.Task[None]] = set()
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:

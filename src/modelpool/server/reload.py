@@ -7,7 +7,6 @@ changes nothing; the error says why, in the reply or the log."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import threading
@@ -69,9 +68,9 @@ class Reloader:
                 diff = diff_configs(self.config, wanted)
                 keys = KeyRing.from_config(wanted.auth)
                 check_exposure(self.in_effect(wanted), keys)
-                prepared = self._pool.prepare(wanted, diff)
-            except (ModelpoolError, OSError) as exc:
-                reason = exc.message if isinstance(exc, ModelpoolError) else f"{type(exc).__name__}: {exc}"
+                prepared = await asyncio.to_thread(self._pool.prepare, wanted, diff)  # may import an engine
+            except Exception as exc:  # any: a RecursionError from deeply nested YAML is a bad file too
+                reason = exc.message if isinstance(exc, ModelpoolError) else _described(exc)
                 log.error("config reload failed; the running config is unchanged: %s", reason,
                           extra={"trigger": trigger})  # fmt: skip
                 raise InvalidConfig(f"{reason} (nothing changed: the running config stays)") from None
@@ -113,8 +112,13 @@ class Reloader:
         self._keep(asyncio.create_task(self._quietly(trigger), name=f"reload-{trigger}"))
 
     async def _quietly(self, trigger: str) -> None:
-        with contextlib.suppress(InvalidConfig):  # logged by `reload`; the running config stays
+        """A reload whose failure is logged, never raised: the file watch and SIGHUP go on."""
+        try:
             await self.reload(trigger)
+        except InvalidConfig:
+            pass  # logged by `reload`; the running config stays
+        except Exception:
+            log.exception("config reload failed", extra={"trigger": trigger})
 
     async def _watch(self) -> None:
         from watchfiles import awatch  # a dependency of uvicorn[standard]; loaded only when watching
@@ -132,6 +136,12 @@ class Reloader:
     def _keep(self, task: asyncio.Task[Any]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _described(exc: Exception, limit: int = 300) -> str:
+    """An unexpected error, named and cut short (a parser's message may quote the file)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _log_fields(diff: ConfigDiff) -> dict[str, Any]:

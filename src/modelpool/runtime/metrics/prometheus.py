@@ -3,6 +3,7 @@ so several apps (tests) never share counters."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -153,6 +154,15 @@ class Metrics:
     def set_model_state(self, model: str, state: str, all_states: list[str]) -> None:
         for name in all_states:
             self.model_state.labels(model=model, state=name).set(1 if name == state else 0)
+
+    def forget_model(self, model: str, all_states: list[str], priorities: list[str]) -> None:
+        """A removed model's gauges go from /metrics (its counters stay: totals so far)."""
+        for name in all_states:
+            with contextlib.suppress(KeyError):  # never published
+                self.model_state.remove(model, name)
+        for priority in priorities:
+            with contextlib.suppress(KeyError):
+                self.queued.remove(model, priority)
 
     def count_tokens(self, model: str, *, input_tokens: int, output_tokens: int) -> None:
         self.input_tokens.labels(model=model).inc(input_tokens)
