@@ -295,3 +295,23 @@ async def test_a_server_without_config_sources_answers_409(tmp_path: Path) -> No
         async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
             response = await client.post("/v1/admin/reload", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     assert response.status_code == 409 and response.json()["error"]["code"] == "reload_unavailable"
+
+
+async def test_an_unexpected_failure_in_a_background_reload_is_logged_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "models.yaml"
+    write(path, {"m": {}})
+    async with served(path) as (app, client):
+        pool: ModelPool = app.state.pool
+        apply = pool.apply
+
+        def broken(*_: Any) -> None:
+            raise RuntimeError("a bug while applying")
+
+        monkeypatch.setattr(pool, "apply", broken)
+        write(path, {"m": {}, "n": {}})
+        await app.state.reloader._quietly("watch")  # what the file watch and SIGHUP run: it must go on
+        assert "a bug while applying" in caplog.text
+        monkeypatch.setattr(pool, "apply", apply)
+        assert (await reload(client))["added"] == ["n"]
