@@ -176,6 +176,9 @@ class ModelStatus:
     """The model's LoRA adapters by name (its config's `adapters:`), each served as `<id>:<name>`."""
     adapters_loaded: list[str] = field(default_factory=list)
     """Those held in memory now (by the first replica), least recently used first."""
+    reload_pending: bool = False
+    """A config reload changed a field that needs the model loaded again: it keeps its old
+    config until its next idle moment, then takes the new one (see docs/configuration.md)."""
 
 
 @dataclass(frozen=True)

@@ -123,12 +123,14 @@ async def test_a_changed_model_finishes_its_stream_on_the_old_config_then_reload
             assert diff["reloading"] == [{"id": "m", "fields": ["options"]}]
             pool: ModelPool = app.state.pool
             assert pool.pending_reloads() == ["m"]  # busy: it keeps its old engine for now
+            assert (await client.get("/v1/admin/models/m/status")).json()["reload_pending"] is True
             HeldEchoBackend.gate.set()
             rest = [line async for line in lines]
         words = [json.loads(line[6:])["choices"][0]["delta"].get("content", "")
                  for line in [*seen, *rest] if line.startswith("data: {")]  # fmt: skip
         assert "".join(words).split() == ["old", "one", "two"]
         await until(lambda: not pool.pending_reloads(), "the idle model to take its new config")
+        assert [model["reload_pending"] for model in (await client.get("/v1/admin/models")).json()["data"]] == [False]
 
         async def new_config_answers() -> bool:
             reply = (await answer(client, "m")).json()

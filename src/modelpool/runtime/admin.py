@@ -3,6 +3,7 @@ API renders."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from modelpool.capabilities import Locality
@@ -15,6 +16,7 @@ from modelpool.runtime.adapters import adapter_backends, split_adapter
 from modelpool.runtime.memory_report import pool_memory
 from modelpool.runtime.option_schema import check_override
 from modelpool.runtime.pool_base import PoolBase
+from modelpool.runtime.slot import ModelSlot
 from modelpool.status import EngineLogs, ModelStatus, PoolMemory
 
 
@@ -76,10 +78,15 @@ class PoolAdmin(PoolBase):
     # ----- status --------------------------------------------------------------------
 
     def statuses(self) -> list[ModelStatus]:
-        return [slot.status() for slot in self._slots.values()]
+        return [self._status_of(slot) for slot in self._slots.values()]
 
     def status(self, name: str) -> ModelStatus:
-        return self.slot(name).status()
+        return self._status_of(self.slot(name))
+
+    def _status_of(self, slot: ModelSlot) -> ModelStatus:
+        """The slot's status, and whether a reload's new config waits for it (the pool's to know)."""
+        status = slot.status()
+        return dataclasses.replace(status, reload_pending=True) if slot.id in self._pending else status
 
     async def engine_logs(self, name: str, lines: int) -> EngineLogs:
         """The last output of the model's engine processes; 400 for a model inside modelpool."""
