@@ -4,7 +4,9 @@ llama.cpp, all-MiniLM-L6-v2 through sentence-transformers), loaded once per sess
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+import itertools
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
 
 import httpx
 import openai
@@ -14,9 +16,11 @@ from fastapi import FastAPI
 
 from modelpool.config import Config, load_config
 from modelpool.server.app import create_app
+from modelpool.server import ratelimit
 from modelpool.server.auth import KeyRing
 from tests.containers.host import ContainerHost, find_container_host
 from tests.hub_standin import hub_env, hub_standin  # noqa: F401  # fixtures: the stand-in Hugging Face hub
+from tests.processes import USAGE_PATH_ENV
 
 CHAT_MODEL = "smollm2-135m-instruct"
 EMBED_MODEL = "all-minilm-l6-v2"
@@ -32,6 +36,25 @@ BASE_URL = "http://127.0.0.1"
 server (a loopback bind refuses other Host names: server/host_guard.py)."""
 TEST_HOSTS = {"allowed_hosts": ["modelpool.test"]}
 """The starter apps here also answer to `modelpool.test`, the name tests used before."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_usage_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`usage_store` is on by default with one file under `work_dir`: were every app here to
+    use it, budgets and totals would carry from test to test. Each in-process app gets a file
+    of its own instead; a `modelpool serve` started through `tests.processes` gets one beside
+    its log, and any other child server this session's fallback (never the user's own file).
+    Tests of durability set `usage_store.path` themselves."""
+    folder = tmp_path_factory.mktemp("usage")
+    numbers = itertools.count()
+
+    def fresh_file(config: Config) -> Path:
+        return folder / f"app-{next(numbers)}" / "usage.sqlite"
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ratelimit, "default_usage_path", fresh_file)
+        patch.setenv(USAGE_PATH_ENV, str(folder / "child-servers" / "usage.sqlite"))
+        yield folder
 
 
 def starter_config(**server: object) -> Config:

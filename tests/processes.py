@@ -69,7 +69,14 @@ def modelpool_serve(
 ) -> contextlib.AbstractContextManager[Server]:
     port = port or free_port()
     argv = [sys.executable, "-m", "modelpool", "serve", "--host", "127.0.0.1", "--port", str(port), *args]
-    return running(argv, log_path, "/readyz", env=env, port=port)
+    # Its own usage file beside its log (usage_store is on by default): budgets and totals of
+    # one test's server never carry into another's. A test that sets the path keeps its own.
+    own_usage = {USAGE_PATH_ENV: str(log_path.with_name(log_path.name + ".usage.sqlite"))}
+    return running(argv, log_path, "/readyz", env={**own_usage, **(env or {})}, port=port)
+
+
+USAGE_PATH_ENV = "MODELPOOL_USAGE_STORE__PATH"
+"""`usage_store.path` from the environment (the config's environment layer)."""
 
 
 def llama_cpp_server(

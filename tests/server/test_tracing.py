@@ -59,7 +59,8 @@ run()
 
 
 def loaded_by_tracing(server: dict[str, object]) -> list[str]:
-    cli = json.dumps({"starter_models": False, "server": server})
+    # no usage file: this child process is outside the tests' per-app usage files (conftest)
+    cli = json.dumps({"starter_models": False, "server": server, "usage_store": {"enabled": False}})
     done = subprocess.run([sys.executable, "-c", LOADED_BY_TRACING, cli], capture_output=True, text=True,
                           cwd=ROOT, timeout=120, check=True)  # fmt: skip
     loaded: list[str] = json.loads(done.stdout)

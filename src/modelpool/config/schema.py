@@ -622,9 +622,10 @@ class UsageStoreConfig(_Strict):
     """Per-key usage and rate-limit budgets kept in a local SQLite file, so a restart loses
     neither what each key used nor how much of its budget is left."""
 
-    enabled: bool = False
-    """Keep usage and budgets on disk. Off: they live in memory and start afresh with each
-    start (two servers must not share one file unless they share their keys' budgets)."""
+    enabled: bool = True
+    """Keep usage and budgets on disk (on by default). Off: they live in memory and start
+    afresh with each start. One server per file: a second server finding the file locked by
+    another keeps its usage in memory and warns, rather than sharing the other's budgets."""
 
     path: Path | None = None
     """The SQLite file (default: `usage.sqlite` under `work_dir`)."""

@@ -21,9 +21,11 @@ charged as it sends, its usage booked at its end.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import FastAPI
 from starlette.routing import BaseRoute, Match
@@ -38,11 +40,13 @@ from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.ratelimit.durable import UsageStore
 from modelpool.runtime.ratelimit.limiter import Caller, RateLimiter, duration_text
 from modelpool.runtime.ratelimit.usage import UsageLedger
+from modelpool.runtime.ratelimit.usage_lock import LockedUsageStore, UsageFileLock
 from modelpool.server.asgi import TEMPLATED_ROUTES, send_json
 from modelpool.server.auth import needed_scope
 from modelpool.wire.errors import shaped_error
 from modelpool.wire.openai.errors import error_payload
 
+log = logging.getLogger(__name__)
 _STARTS = ("http.response.start", "websocket.accept")
 REFUSED_LIMIT = "rate_limited"
 """The scope state's entry naming the limit that refused the request (`requests`, `tokens`)."""
@@ -51,22 +55,45 @@ REFUSED_LIMIT = "rate_limited"
 def add_rate_limits(app: FastAPI, config: Config, metrics: Metrics) -> UsageStore | None:
     """The limiter and ledger on `app.state` (the admin route reports them; tests move the
     limiter's clock), and the middleware in its place: add it before `RequireKeys`. With
-    `usage_store.enabled`, the durable store too, usage and budgets restored from it (the
-    lifespan starts and closes it)."""
+    `usage_store.enabled` (the default), the durable store too, usage and budgets restored
+    from it (the lifespan starts and closes it)."""
     app.state.rate_limiter = RateLimiter.from_config(config.auth)
     app.state.usage = UsageLedger(metrics)
-    app.state.usage_history = None
-    settings = config.usage_store
-    if settings.enabled:
-        path = settings.path or (config.work_dir or HubLocation.work_dir) / "usage.sqlite"
-        try:
-            store = UsageStore(path.expanduser(), app.state.usage, app.state.rate_limiter, settings.flush_interval_s)
-            store.restore()
-        except (OSError, sqlite3.Error) as exc:
-            raise ConfigError(f"usage_store.path: cannot use {path}: {exc}") from exc
-        app.state.usage_history = store
+    app.state.usage_history = _durable_store(config, app.state.usage, app.state.rate_limiter)
     app.add_middleware(EnforceRateLimits, limiter=app.state.rate_limiter, ledger=app.state.usage, routes=app.routes)
     return app.state.usage_history  # type: ignore[no-any-return]
+
+
+def default_usage_path(config: Config) -> Path:
+    """Where usage is kept when `usage_store.path` is unset: `usage.sqlite` under `work_dir`
+    (the tests give each app its own file here)."""
+    return (config.work_dir or HubLocation.work_dir) / "usage.sqlite"
+
+
+def _durable_store(config: Config, ledger: UsageLedger, limiter: RateLimiter) -> UsageStore | None:
+    """The store on `usage_store`'s file, its totals and budgets restored; None when off, or
+    when another server holds the file (warned: usage then lives in memory, never shared)."""
+    settings = config.usage_store
+    if not settings.enabled:
+        return None
+    path = (settings.path or default_usage_path(config)).expanduser()
+    lock = UsageFileLock(path)
+    try:
+        if not lock.acquire():
+            log.warning(
+                "usage_store: %s is in use by another modelpool server; this one keeps usage and "
+                "rate-limit budgets in memory (lost at restart). Give each server its own "
+                "usage_store.path, or set usage_store.enabled: false",
+                path,
+            )
+            return None
+        store = LockedUsageStore(path, ledger, limiter, settings.flush_interval_s)
+        store.lock = lock
+        store.restore()
+    except (OSError, sqlite3.Error) as exc:
+        lock.release()
+        raise ConfigError(f"usage_store.path: cannot use {path}: {exc}") from exc
+    return store
 
 
 @dataclass
