@@ -15,8 +15,8 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from modelpool.config import Config, load_config
-from modelpool.server.app import create_app
 from modelpool.server import ratelimit
+from modelpool.server.app import create_app
 from modelpool.server.auth import KeyRing
 from tests.containers.host import ContainerHost, find_container_host
 from tests.hub_standin import hub_env, hub_standin  # noqa: F401  # fixtures: the stand-in Hugging Face hub

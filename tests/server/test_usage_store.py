@@ -70,7 +70,7 @@ async def test_admin_usage_windows_are_read_from_the_store(tmp_path: Path) -> No
         wall[0] = T0 + 2 * HOUR + 60
         app.state.usage.record("alice", RequestUsage(input_tokens=7), "embed")
 
-        async def windowed(**params: object) -> list[tuple[object, ...]]:
+        async def windowed(**params: int | str) -> list[tuple[object, ...]]:
             reply = await http.get("/v1/admin/usage", params=params)
             assert reply.status_code == 200, reply.text
             return [(r["key"], r.get("model"), r["requests"], r["input_tokens"]) for r in reply.json()["windowed"]]
