@@ -4,15 +4,22 @@ and the reply comes back with its status, request id, JSON and Retry-After."""
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
 from modelpool.config.schema import AuthConfig
 from modelpool.owner import Owner, Priority, Schedule, caller_schedule, owner_of
+from modelpool.runtime.batches.database import Database
+from modelpool.runtime.batches.files import FileLimits, FileStore
+from modelpool.runtime.batches.runner import BatchRunner
 from modelpool.server.auth import KeyRing, RequireKeys
 from modelpool.server.batches import InProcessCalls
+
+LIMITS = FileLimits(max_bytes=10_000, max_lines=10, max_line_bytes=1000, key_bytes=100_000, key_files=10)
 
 
 async def test_a_line_runs_as_its_key_at_low_priority() -> None:
@@ -54,3 +61,32 @@ async def test_a_client_scope_cannot_claim_to_be_internal() -> None:
 
 async def _nothing() -> dict[str, Any]:
     return {"type": "http.request", "body": b""}
+
+
+async def test_a_key_removed_mid_batch_fails_the_batch_and_runs_nothing_more(tmp_path: Path) -> None:
+    """A reload that removes the key: its next line is refused (401, the route is never
+    reached as an unknown, unlimited caller) and the batch fails once, `key_revoked`."""
+    alice = AuthConfig.model_validate({"keys": [{"name": "alice", "key_env": "A", "scopes": ["inference"]}]})
+    bob = AuthConfig.model_validate({"keys": [{"name": "bob", "key_env": "B", "scopes": ["inference"]}]})
+    ring = KeyRing.from_config(alice, {"A": "sk-a"})
+    reached: list[str | None] = []
+
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(scope["state"].get("key_name"))
+        ring.replace(KeyRing.from_config(bob, {"B": "sk-b"}))  # alice is revoked once her first line ran
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    db = Database(tmp_path / "b.sqlite")
+    files = FileStore(db, tmp_path / "files", LIMITS)
+    lines = [json.dumps({"custom_id": c, "method": "POST", "url": "/v1/embeddings", "body": {"model": "m"}})
+             for c in "abcd"]  # fmt: skip
+    source = await files.add(Owner("alice"), "in.jsonl", "batch", io.BytesIO("\n".join(lines).encode()))
+    runner = BatchRunner(db, files, lambda endpoint, body: "m", concurrency=1)
+    runner.execute = InProcessCalls(RequireKeys(route, ring)).call
+    batch = await runner.create(Owner("alice"), source.id, "/v1/embeddings", None)
+    await runner.idle()
+    assert reached == ["alice"]
+    assert batch.status == "failed" and [e.code for e in batch.errors] == ["key_revoked"]
+    assert "alice" in batch.errors[0].message and "revoked" in batch.errors[0].message
+    db.close()

@@ -88,6 +88,16 @@ class KeyRing:
         digest = hashlib.sha256(authorization[7:].strip().encode()).hexdigest()
         return next((h for d, h in self._holders.items() if hmac.compare_digest(d, digest)), None)
 
+    def named(self, name: str, needed: KeyScope) -> Holder:
+        """The holder of the key called `name`, still configured and with `needed` (the
+        server's own work for a key, e.g. a batch line: a key revoked since must stop it)."""
+        holder = next((h for h in self._holders.values() if h.name == name), None)
+        if holder is None:
+            raise AuthenticationFailed(f"The API key '{name}' was revoked.")
+        if needed not in holder.scopes:
+            raise PermissionDenied(f"This API key ('{name}') lacks the '{needed.value}' scope.")
+        return holder
+
     def check(self, authorization: str | None, needed: KeyScope) -> Holder:
         if not authorization or not authorization.lower().startswith("bearer "):
             raise AuthenticationFailed("Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.")
@@ -126,10 +136,7 @@ class RequireKeys:
             return
         internal = scope.get(INTERNAL_CALLER)
         if isinstance(internal, InternalCall):  # the server's own request (a batch line) for a key checked before
-            if self.keys.enabled:
-                scope.setdefault("state", {})["key_name"] = internal.owner.name
-            with acting_for(scope, internal.owner, internal.schedule):
-                await self.app(scope, receive, send)
+            await self._internal(internal, scope, receive, send)
             return
         needed = needed_scope(scope.get("path", ""))
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -152,6 +159,22 @@ class RequireKeys:
             known = self.keys.identify(_credential(headers))
             owner = None if known is None else Owner(known.name, admin=KeyScope.ADMIN in known.scopes)
         with acting_for(scope, owner, schedule):
+            await self.app(scope, receive, send)
+
+    async def _internal(self, internal: InternalCall, scope: Scope, receive: Receive, send: Send) -> None:
+        """The key must still exist with the route's scope: a key removed (a reload, a restart)
+        since its batch was made is refused, never run as an unknown, unlimited caller."""
+        needed = needed_scope(scope.get("path", ""))
+        if self.keys.enabled and needed is not None:
+            try:
+                self.keys.named(internal.owner.name, needed)
+            except ModelpoolError as exc:
+                body = shaped_error(scope["path"], exc.status_code, error_payload(exc))
+                await send_json(send, exc.status_code, body, exc.headers)
+                return
+        if self.keys.enabled:
+            scope.setdefault("state", {})["key_name"] = internal.owner.name
+        with acting_for(scope, internal.owner, internal.schedule):
             await self.app(scope, receive, send)
 
 

@@ -61,6 +61,8 @@ class BatchRunner:
         self._turns = asyncio.Semaphore(concurrency)
         self._batches = {b.id: b for b in db.now(records.load_batches)}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._refused: dict[str, str] = {}
+        """Batches whose key was refused (revoked since): the batch fails, its lines stop."""
 
     def start(self) -> None:
         """Resume every batch a previous run left unfinished."""
@@ -122,6 +124,8 @@ class BatchRunner:
             lines = await self._validated(batch)
             if lines is not None and batch.status == "in_progress":
                 await self._run_lines(batch, lines)
+            if batch.id in self._refused:
+                await self._fail_refused(batch)
             if batch.status in ("in_progress", "finalizing", "cancelling"):
                 await self._finalize(batch, lines or [])
         except asyncio.CancelledError:
@@ -161,13 +165,13 @@ class BatchRunner:
                 if line.index in done:
                     continue
                 await self._turns.acquire()
-                if batch.status != "in_progress" or self._expired(batch):
+                if batch.status != "in_progress" or self._expired(batch) or batch.id in self._refused:
                     self._turns.release()
                     break
                 task = asyncio.create_task(self._run_line(batch, line))
                 running.add(task)
                 task.add_done_callback(running.discard)
-            while running and batch.status == "in_progress":
+            while running and batch.status == "in_progress" and batch.id not in self._refused:
                 await asyncio.wait(set(running), timeout=0.5)  # a cancel is seen within half a second
         finally:
             for task in running:
@@ -183,6 +187,9 @@ class BatchRunner:
                 answer = await self.execute(Owner(batch.owner), batch.endpoint, line.body)
             if batch.status != "in_progress":
                 return  # cancelled while it ran: not counted
+            if answer.status_code in (401, 403):  # its key was revoked: no line of it may run, none is a result
+                self._refused.setdefault(batch.id, _message(answer))
+                return
             ok = 200 <= answer.status_code < 300
             output, tokens = line_output(new_id("batch_req"), line.custom_id, answer)
             await self.db.run(lambda c: records.save_result(c, batch.id, line.index, ok, output, tokens))
@@ -211,6 +218,13 @@ class BatchRunner:
         await self._enter(batch, ending)
         await self.db.run(lambda c: records.drop_results(c, batch.id))
 
+    async def _fail_refused(self, batch: BatchRecord) -> None:
+        """The whole batch fails once (not each of its lines), saying why."""
+        reason = self._refused.pop(batch.id)
+        batch.errors.append(LineError("key_revoked", f"The batch's API key was refused: {reason}"))
+        await self._enter(batch, "failed")
+        await self.db.run(lambda c: records.drop_results(c, batch.id))
+
     async def _enter(self, batch: BatchRecord, status: BatchStatus) -> None:
         batch.status = status
         batch.times[f"{status}_at"] = int(self.clock())
@@ -221,6 +235,12 @@ class BatchRunner:
 
     def _expired(self, batch: BatchRecord) -> bool:
         return self.clock() >= batch.expires_at
+
+
+def _message(answer: LineAnswer) -> str:
+    error = answer.body.get("error") if isinstance(answer.body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message)[:300] if message else f"HTTP {answer.status_code}"
 
 
 def _count(batch: BatchRecord, ok: bool, tokens: tuple[int, int]) -> None:
