@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,13 +64,23 @@ class Lifetime:
                     await stack.enter_async_context(self.mcp.run())
                 yield
         finally:
-            if self.batches is not None:  # before the pool closes: its lines stop, to resume at the next start
-                await self.batches.close()
-            if self.usage is not None:  # the last requests' usage and the budgets as they are
-                await self.usage.close()
-            if self.reloader is not None:
-                await self.reloader.stop()
-            await self.history.stop()
-            await self.pool.close()
-            log.info("models unloaded")
-            await self.stop_tracing()
+            await self._teardown()
+
+    async def _teardown(self) -> None:
+        """Each step on its own: one that fails (a broken disk) is logged, the rest still run
+        (the models are unloaded whatever happened to the usage store)."""
+        steps: list[tuple[str, Callable[[], Awaitable[object]]]] = []
+        if self.batches is not None:  # before the pool closes: its lines stop, to resume at the next start
+            steps.append(("batches", self.batches.close))
+        if self.usage is not None:  # the last requests' usage and the budgets as they are
+            steps.append(("usage store", self.usage.close))
+        if self.reloader is not None:
+            steps.append(("reloader", self.reloader.stop))
+        steps += [("metrics history", self.history.stop), ("pool", self.pool.close)]
+        for name, step in steps:
+            try:
+                await step()
+            except Exception:
+                log.exception("shutdown: stopping the %s failed; going on", name)
+        log.info("models unloaded")
+        await self.stop_tracing()

@@ -46,10 +46,11 @@ class Database:
             self._db.execute("BEGIN")
             try:
                 result = work(self._db)
+                self._db.execute("COMMIT")  # inside: a COMMIT that fails (a locked file) rolls back too
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
             return result
 
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:

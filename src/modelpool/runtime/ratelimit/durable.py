@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import threading
 import time
@@ -22,6 +23,8 @@ from modelpool.inference import RequestUsage
 from modelpool.pool_api.usage import KeyUsage, LimitKind, UsageRow
 from modelpool.runtime.ratelimit.limiter import RateLimiter
 from modelpool.runtime.ratelimit.usage import UsageLedger
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -53,20 +56,29 @@ _Hour = tuple[str, str, int]
 
 
 class UsageStore:
-    def __init__(self, path: Path, ledger: UsageLedger, limiter: RateLimiter, flush_interval_s: float) -> None:
+    def __init__(
+        self,
+        path: Path,
+        ledger: UsageLedger,
+        limiter: RateLimiter,
+        flush_interval_s: float,
+        busy_timeout_s: float = 5.0,
+    ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.ledger = ledger
         self.limiter = limiter
         self.flush_interval_s = flush_interval_s
         self.wall: Callable[[], float] = time.time
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(path, busy_timeout_s, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
         self._pending: dict[_Hour, KeyUsage] = {}
         self._task: asyncio.Task[None] | None = None
+        self._saved_levels: list[tuple[str, LimitKind, float]] = []
+        """The bucket levels last written: an idle server writes nothing."""
 
     def restore(self) -> None:
         """Totals into the ledger, key budgets into the limiter (at start, before serving)."""
@@ -91,39 +103,70 @@ class UsageStore:
         self._task = asyncio.create_task(self._flushing(), name="usage store")
 
     async def close(self) -> None:
+        """The last flush, then the file closed; never raises (the server's other teardown
+        steps must run even when the disk is gone: what could not be written is logged)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self.flush()
-        with self._lock:
+        try:
+            await self.flush()
+        except sqlite3.Error as exc:
+            log.error("usage store: the last usage could not be written to %s: %s", self.path, exc)
+        with self._lock, contextlib.suppress(sqlite3.Error):
             self._db.close()
 
     async def flush(self) -> None:
-        """Write what was noted since the last flush, and the budgets as they are now."""
+        """Write what was noted since the last flush, and the budgets when they changed. A
+        failed write keeps what it held pending (for the next flush) and raises."""
         pending, self._pending = self._pending, {}
-        levels = [(account, kind, level, self.wall()) for account, kind, level in self.limiter.levels()]
-        if pending or levels:
+        now = self.limiter.levels()
+        levels = [] if now == self._saved_levels else [(a, kind, level, self.wall()) for a, kind, level in now]
+        if not (pending or levels):
+            return
+        try:
             await asyncio.to_thread(self._write, pending, levels)
+        except BaseException:
+            self._merge_back(pending)
+            raise
+        if levels:
+            self._saved_levels = now
+
+    def _merge_back(self, pending: dict[_Hour, KeyUsage]) -> None:
+        """What a failed write held goes back with what was noted meanwhile."""
+        for key, usage in pending.items():
+            total = self._pending.setdefault(key, KeyUsage())
+            total.add(usage)
+            total.requests += usage.requests
+            total.rate_limited += usage.rate_limited
 
     async def query(self, since: int | None, until: int | None, by_model: bool) -> list[UsageRow]:
         """Use per key (and model) in the hours from `since` up to `until` (unix seconds)."""
         await self.flush()
-        return await asyncio.to_thread(self._read, since or 0, until or 2**62, by_model)
+        upper = 2**62 if until is None else until
+        return await asyncio.to_thread(self._read, since or 0, upper, by_model)
 
     async def _flushing(self) -> None:
-        while True:
+        while True:  # a failed write (a locked or full disk) is logged and tried again at the next turn
             await asyncio.sleep(self.flush_interval_s)
-            await self.flush()
+            try:
+                await self.flush()
+            except sqlite3.Error as exc:
+                log.warning("usage store: cannot write %s, will retry: %s", self.path, exc)
 
     def _write(self, pending: dict[_Hour, KeyUsage], levels: Sequence[tuple[str, str, float, float]]) -> None:
         rows = [(*key, u.requests, u.rate_limited, u.input_tokens, u.output_tokens, u.audio_seconds_in,
                  u.audio_seconds_out) for key, u in pending.items()]  # fmt: skip
         with self._lock:
             self._db.execute("BEGIN")
-            self._db.executemany(_ADD, rows)
-            self._db.executemany("INSERT OR REPLACE INTO buckets VALUES (?,?,?,?)", levels)
-            self._db.execute("COMMIT")
+            try:
+                self._db.executemany(_ADD, rows)
+                self._db.executemany("INSERT OR REPLACE INTO buckets VALUES (?,?,?,?)", levels)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
 
     def _read(self, since: int, until: int, by_model: bool) -> list[UsageRow]:
         group = "account, model" if by_model else "account"
