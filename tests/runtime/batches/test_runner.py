@@ -11,6 +11,7 @@ from modelpool.owner import Owner
 from modelpool.pool_api.batches import LineAnswer
 from modelpool.runtime.batches.database import Database
 from modelpool.runtime.batches.files import FileLimits, FileStore
+from modelpool.runtime.batches.lines import read_lines
 from modelpool.runtime.batches.runner import WINDOW_S, BatchRunner
 
 ALICE = Owner("alice")
@@ -62,3 +63,31 @@ async def test_past_its_window_a_batch_expires_with_what_finished(tmp_path: Path
     errors = runner.files.path_of(batch.error_file_id).read_text().splitlines()
     assert [(json.loads(e)["custom_id"], json.loads(e)["error"]["code"]) for e in errors] == [
         ("b", "batch_expired"), ("c", "batch_expired")]  # fmt: skip
+
+
+def test_a_line_is_known_by_its_place_in_the_file(tmp_path: Path) -> None:
+    """A line that no longer passes the check at a resume (its model gone) must not shift the
+    lines after it onto the indices of lines already done."""
+    path = tmp_path / "in.jsonl"
+    path.write_text(line("a") + "not json\n\n" + line("c"))
+    lines, errors, _ = read_lines(path, "/v1/embeddings", lambda endpoint, body: "m")
+    assert [(x.index, x.custom_id) for x in lines] == [(0, "a"), (2, "c")]
+    assert [e.line for e in errors] == [2]
+
+
+async def test_an_ended_batch_keeps_one_pair_of_files(tmp_path: Path) -> None:
+    """The output files' rows and the ended batch are written together (a restart while
+    finalizing cannot keep a first pair beside a second)."""
+    runner, file_id = await runner_with(tmp_path, [line("a"), line("b")])
+    answers = [LineAnswer(200, "r1", {}), LineAnswer(400, "r2", {"error": {}})]
+
+    async def execute(owner: Owner, endpoint: str, body: bytes) -> LineAnswer:
+        return answers.pop(0)
+
+    runner.execute = execute
+    batch = await runner.create(ALICE, file_id, "/v1/embeddings", None)
+    await runner.idle()
+    stored = runner.db.now(lambda c: c.execute("SELECT id FROM files WHERE purpose = 'batch_output'").fetchall())
+    assert batch.status == "completed" and {r[0] for r in stored} == {batch.output_file_id, batch.error_file_id}
+    again = BatchRunner(runner.db, FileStore(runner.db, tmp_path / "files", LIMITS), lambda e, b: "m", 1)
+    assert again.get(batch.id, ALICE).output_file_id == batch.output_file_id

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass
@@ -77,9 +78,13 @@ class FileStore:
         return record
 
     async def keep(self, record: FileRecord) -> None:
-        """Record a file whose bytes are already at `path_of(record.id)` (a batch's output)."""
+        """Record a file whose bytes are already at `path_of(record.id)`."""
+        await self.db.run(lambda c: insert_file(c, record))
+        self.remember(record)
+
+    def remember(self, record: FileRecord) -> None:
+        """A file whose row a caller's own transaction inserted (`insert_file`)."""
         self._files[record.id] = record
-        await self.db.run(lambda c: c.execute("INSERT INTO files VALUES (?,?,?,?,?,?,?)", astuple(record)))
 
     def get(self, file_id: str, caller: Owner) -> FileRecord:
         found = self._files.get(file_id)
@@ -178,6 +183,10 @@ class _LineChecker:
     def _too_long(self, number: int) -> None:
         raise InvalidRequest(f"Line {number} is longer than {self.limits.max_line_bytes} bytes "
                              "(batch_api.max_line_bytes).", param="file")  # fmt: skip
+
+
+def insert_file(db: sqlite3.Connection, record: FileRecord) -> None:
+    db.execute("INSERT INTO files VALUES (?,?,?,?,?,?,?)", astuple(record))
 
 
 def new_id(prefix: str) -> str:

@@ -23,7 +23,7 @@ MAX_ERRORS = 1000
 @dataclass(frozen=True)
 class BatchLine:
     index: int
-    """0-based position among the file's requests (blank lines skipped)."""
+    """0-based position among the file's lines (blank lines skipped), valid or not."""
     custom_id: str
     body: bytes
     """The request body as JSON, as the endpoint receives it."""
@@ -44,7 +44,8 @@ def read_lines(path: Path, endpoint: str, check: LineCheck) -> tuple[list[BatchL
                 errors.append(LineError(exc.code, exc.message, number, exc.param))
                 continue
             model = model or named
-            lines.append(BatchLine(len(lines), line.custom_id, line.body))
+            # its place in the file, not among the valid lines: what a resume skips cannot shift
+            lines.append(BatchLine(number - 1, line.custom_id, line.body))
     if len(errors) > MAX_ERRORS:
         more = len(errors) - MAX_ERRORS
         errors = [*errors[:MAX_ERRORS], LineError("too_many_errors", f"{more} more lines have problems.")]

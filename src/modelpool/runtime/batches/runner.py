@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,6 +26,7 @@ from modelpool.pool_api.batches import (
     TERMINAL,
     BatchRecord,
     BatchStatus,
+    FileRecord,
     LineAnswer,
     LineError,
     Page,
@@ -32,7 +34,7 @@ from modelpool.pool_api.batches import (
 )
 from modelpool.runtime.batches import records
 from modelpool.runtime.batches.database import Database
-from modelpool.runtime.batches.files import FileStore, new_id, page
+from modelpool.runtime.batches.files import FileStore, insert_file, new_id, page
 from modelpool.runtime.batches.lines import BatchLine, LineCheck, read_lines
 from modelpool.runtime.batches.outputs import expired_row, line_output, write_outputs
 
@@ -210,13 +212,14 @@ class BatchRunner:
         elif batch.status == "in_progress":
             await self._enter(batch, "finalizing")
         made = await asyncio.to_thread(write_outputs, self.files, batch, written)
-        for record in made:
-            await self.files.keep(record)
         batch.output_file_id = next((f.id for f in made if f.filename.endswith("_output.jsonl")), None)
         batch.error_file_id = next((f.id for f in made if f.filename.endswith("_error.jsonl")), None)
         _recount(batch, rows)
-        await self._enter(batch, ending)
-        await self.db.run(lambda c: records.drop_results(c, batch.id))
+        batch.status = ending
+        batch.times[f"{ending}_at"] = int(self.clock())
+        await self.db.run(lambda c: _end(c, batch, made))
+        for record in made:
+            self.files.remember(record)
 
     async def _fail_refused(self, batch: BatchRecord) -> None:
         """The whole batch fails once (not each of its lines), saying why."""
@@ -235,6 +238,15 @@ class BatchRunner:
 
     def _expired(self, batch: BatchRecord) -> bool:
         return self.clock() >= batch.expires_at
+
+
+def _end(db: sqlite3.Connection, batch: BatchRecord, made: list[FileRecord]) -> None:
+    """The files' rows, the ended batch and its results dropped, in one transaction: a
+    restart while finalizing writes the files once more, never keeps two pairs."""
+    for record in made:
+        insert_file(db, record)
+    records.save_batch(db, batch)
+    records.drop_results(db, batch.id)
 
 
 def _message(answer: LineAnswer) -> str:
