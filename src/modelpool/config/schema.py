@@ -662,6 +662,10 @@ class BatchApiConfig(_Strict):
     key_files: int = Field(default=10_000, ge=1, le=1_000_000)
     """Files one key may keep."""
 
+    key_batches: int = Field(default=100, ge=1, le=10_000)
+    """Unfinished batches one key may have at once; one more is a 400 `too_many_batches`.
+    A batch waiting for its turn holds no lines in memory (they are read as they run)."""
+
     concurrency: int = Field(default=1, ge=1, le=16)
     """Requests of all batches together that run at once. Batch work goes to the pool as
     low-priority requests, so it fills idle capacity instead of competing with live callers."""

@@ -3,16 +3,19 @@ again (not a failed line), and a batch past its window expires with what had fin
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from pathlib import Path
+
+import pytest
 
 from modelpool.owner import Owner
 from modelpool.pool_api.batches import LineAnswer
 from modelpool.runtime.batches.database import Database
 from modelpool.runtime.batches.files import FileLimits, FileStore
 from modelpool.runtime.batches.lines import read_lines
-from modelpool.runtime.batches.runner import WINDOW_S, BatchRunner
+from modelpool.runtime.batches.runner import WINDOW_S, BatchRunner, TooManyBatches
 
 ALICE = Owner("alice")
 LIMITS = FileLimits(max_bytes=10_000, max_lines=10, max_line_bytes=1000, key_bytes=100_000, key_files=10)
@@ -91,3 +94,24 @@ async def test_an_ended_batch_keeps_one_pair_of_files(tmp_path: Path) -> None:
     assert batch.status == "completed" and {r[0] for r in stored} == {batch.output_file_id, batch.error_file_id}
     again = BatchRunner(runner.db, FileStore(runner.db, tmp_path / "files", LIMITS), lambda e, b: "m", 1)
     assert again.get(batch.id, ALICE).output_file_id == batch.output_file_id
+
+
+async def test_a_key_may_have_only_so_many_unfinished_batches(tmp_path: Path) -> None:
+    runner, file_id = await runner_with(tmp_path, [line("a")])
+    runner.key_batches = 1
+    release = asyncio.Event()
+
+    async def execute(owner: Owner, endpoint: str, body: bytes) -> LineAnswer:
+        await release.wait()
+        return LineAnswer(200, "r", {})
+
+    runner.execute = execute
+    first = await runner.create(ALICE, file_id, "/v1/embeddings", None)
+    with pytest.raises(TooManyBatches, match=r"batch_api\.key_batches") as refused:
+        await runner.create(ALICE, file_id, "/v1/embeddings", None)
+    assert refused.value.status_code == 400 and refused.value.code == "too_many_batches"
+    release.set()
+    await runner.idle()
+    assert first.status == "completed"
+    await runner.create(ALICE, file_id, "/v1/embeddings", None)  # the first ended: room again
+    await runner.idle()

@@ -6,7 +6,7 @@ is listed with its 1-based line, as OpenAI's `errors.data`."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,23 +33,59 @@ def read_lines(path: Path, endpoint: str, check: LineCheck) -> tuple[list[BatchL
     """The file's requests, the problems found (none: it may run) and the first model named."""
     lines: list[BatchLine] = []
     errors: list[LineError] = []
-    seen: set[str] = set()
     model: str | None = None
+    for line, named, error in _parsed(path, endpoint, check, set()):
+        if error is not None:
+            errors.append(error)
+            continue
+        assert line is not None
+        model = model or named
+        lines.append(line)
+    return lines, _capped(errors), model
+
+
+def check_lines(path: Path, endpoint: str, check: LineCheck) -> tuple[int, list[LineError], str | None]:
+    """As `read_lines`, keeping only the count of the requests (not their bodies)."""
+    count, model = 0, None
+    errors: list[LineError] = []
+    for _, named, error in _parsed(path, endpoint, check, set()):
+        if error is not None:
+            errors.append(error)
+        else:
+            count, model = count + 1, model or named
+    return count, _capped(errors), model
+
+
+def stream_lines(path: Path, endpoint: str, check: LineCheck) -> Iterator[BatchLine]:
+    """The valid requests one by one, read as they are asked for: a batch waiting for its
+    turn holds none of them (its file was checked whole when it was made)."""
+    for line, _, error in _parsed(path, endpoint, check, None):
+        if error is None and line is not None:
+            yield line
+
+
+def _parsed(
+    path: Path, endpoint: str, check: LineCheck, seen: set[str] | None
+) -> Iterator[tuple[BatchLine | None, str, LineError | None]]:
+    """Each non-blank line: (the request, its model, None) or (None, "", what is wrong).
+    `seen`: the custom_ids so far, to refuse a duplicate (None: not checked again)."""
     with open(path, "rb") as source:
         numbered = (raw for raw in source if raw.strip())
         for number, raw in enumerate(numbered, start=1):
             try:
-                line, named = _one(raw, endpoint, check, seen)
+                line, named = _one(raw, endpoint, check, set() if seen is None else seen)
             except InvalidRequest as exc:
-                errors.append(LineError(exc.code, exc.message, number, exc.param))
+                yield None, "", LineError(exc.code, exc.message, number, exc.param)
                 continue
-            model = model or named
             # its place in the file, not among the valid lines: what a resume skips cannot shift
-            lines.append(BatchLine(number - 1, line.custom_id, line.body))
-    if len(errors) > MAX_ERRORS:
-        more = len(errors) - MAX_ERRORS
-        errors = [*errors[:MAX_ERRORS], LineError("too_many_errors", f"{more} more lines have problems.")]
-    return lines, errors, model
+            yield BatchLine(number - 1, line.custom_id, line.body), named, None
+
+
+def _capped(errors: list[LineError]) -> list[LineError]:
+    if len(errors) <= MAX_ERRORS:
+        return errors
+    more = len(errors) - MAX_ERRORS
+    return [*errors[:MAX_ERRORS], LineError("too_many_errors", f"{more} more lines have problems.")]
 
 
 def _one(raw: bytes, endpoint: str, check: LineCheck, seen: set[str]) -> tuple[BatchLine, str]:

@@ -17,7 +17,8 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from modelpool.errors import InvalidRequest, ObjectNotFound
@@ -35,7 +36,7 @@ from modelpool.pool_api.batches import (
 from modelpool.runtime.batches import records
 from modelpool.runtime.batches.database import Database
 from modelpool.runtime.batches.files import FileStore, insert_file, new_id, page
-from modelpool.runtime.batches.lines import BatchLine, LineCheck, read_lines
+from modelpool.runtime.batches.lines import BatchLine, LineCheck, check_lines, read_lines, stream_lines
 from modelpool.runtime.batches.outputs import expired_row, line_output, write_outputs
 
 log = logging.getLogger(__name__)
@@ -53,13 +54,17 @@ Execute = Callable[[Owner, str, bytes], Awaitable[LineAnswer]]
 class BatchRunner:
     """A `BatchService`."""
 
-    def __init__(self, db: Database, files: FileStore, check: LineCheck, concurrency: int) -> None:
+    def __init__(
+        self, db: Database, files: FileStore, check: LineCheck, concurrency: int, key_batches: int = 100
+    ) -> None:
         self.db = db
         self.files = files
         self.check = check
         self.execute: Execute | None = None
         """Set by the server once the app exists (it runs each line through the app)."""
         self.clock: Callable[[], float] = time.time
+        self.key_batches = key_batches
+        """Unfinished batches one key may have (`batch_api.key_batches`)."""
         self._turns = asyncio.Semaphore(concurrency)
         self._batches = {b.id: b for b in db.now(records.load_batches)}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -87,6 +92,10 @@ class BatchRunner:
         if source.purpose != "batch":
             raise InvalidRequest(f"File {input_file_id} has purpose '{source.purpose}', not 'batch'.",
                                  param="input_file_id")  # fmt: skip
+        unfinished = sum(1 for b in self._batches.values() if b.owner == owner.name and b.status not in TERMINAL)
+        if unfinished >= self.key_batches:
+            raise TooManyBatches(f"This key has {unfinished} unfinished batches, the most allowed "
+                                 "(batch_api.key_batches): wait for one to end or cancel one.")  # fmt: skip
         now = int(self.clock())
         batch = BatchRecord(new_id("batch"), owner.name, endpoint, input_file_id, "24h", now, now + WINDOW_S,
                             metadata=metadata, counts=RequestCounts(total=source.lines))  # fmt: skip
@@ -123,13 +132,13 @@ class BatchRunner:
 
     async def _run(self, batch: BatchRecord) -> None:
         try:
-            lines = await self._validated(batch)
-            if lines is not None and batch.status == "in_progress":
-                await self._run_lines(batch, lines)
+            runnable = await self._validated(batch)
+            if runnable and batch.status == "in_progress":
+                await self._run_lines(batch)
             if batch.id in self._refused:
                 await self._fail_refused(batch)
             if batch.status in ("in_progress", "finalizing", "cancelling"):
-                await self._finalize(batch, lines or [])
+                await self._finalize(batch)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug or a broken disk: the batch fails, saying why, the server goes on
@@ -137,37 +146,40 @@ class BatchRunner:
             batch.errors.append(LineError("internal_error", f"The batch stopped: {type(exc).__name__}."))
             await self._enter(batch, "failed")
 
-    async def _validated(self, batch: BatchRecord) -> Lines | None:
-        """The input's lines; a batch with a wrong line fails here, before any runs."""
+    async def _validated(self, batch: BatchRecord) -> bool:
+        """Whether the input may run; a batch with a wrong line fails here, before any runs."""
         if batch.status == "cancelling":
-            return None
+            return False
         try:
             source = self.files.get(batch.input_file_id, Owner(batch.owner))
         except ObjectNotFound:
             batch.errors.append(LineError("file_not_found", "The input file was deleted.", None, "input_file_id"))
             await self._enter(batch, "failed")
-            return None
-        lines, errors, model = await asyncio.to_thread(read_lines, self.files.path(source), batch.endpoint, self.check)
+            return False
         if batch.status == "validating":
+            count, errors, model = await asyncio.to_thread(
+                check_lines, self.files.path(source), batch.endpoint, self.check
+            )
             if errors:
                 batch.errors = errors
                 await self._enter(batch, "failed")
-                return None
-            batch.model, batch.counts = model, RequestCounts(total=len(lines))
+                return False
+            batch.model, batch.counts = model, RequestCounts(total=count)
             await self._enter(batch, "in_progress")
-        return lines
+        return True
 
-    async def _run_lines(self, batch: BatchRecord, lines: Lines) -> None:
+    async def _run_lines(self, batch: BatchRecord) -> None:
         rows = await self.db.run(lambda c: records.results_of(c, batch.id))
         _recount(batch, rows)  # a resumed batch: what finished before the restart
         done = {row[0] for row in rows}
         running: set[asyncio.Task[None]] = set()
+        path = self.files.path(self.files.get(batch.input_file_id, Owner(batch.owner)))
+        lines = stream_lines(path, batch.endpoint, self.check)
         try:
-            for line in lines:
-                if line.index in done:
-                    continue
-                await self._turns.acquire()
-                if batch.status != "in_progress" or self._expired(batch) or batch.id in self._refused:
+            while True:
+                await self._turns.acquire()  # a line is read only once it may run
+                line = await asyncio.to_thread(_next_not_in, lines, done)
+                if line is None or batch.status != "in_progress" or self._expired(batch) or batch.id in self._refused:
                     self._turns.release()
                     break
                 task = asyncio.create_task(self._run_line(batch, line))
@@ -199,27 +211,33 @@ class BatchRunner:
         finally:
             self._turns.release()
 
-    async def _finalize(self, batch: BatchRecord, lines: Lines) -> None:
+    async def _finalize(self, batch: BatchRecord) -> None:
         """Write the output and error files from the finished lines, and end the batch.
         Expired, the lines never run go to the error file as `batch_expired` (OpenAI's)."""
         rows = await self.db.run(lambda c: records.results_of(c, batch.id))
         written = rows
         ending: BatchStatus = "cancelled" if batch.status == "cancelling" else "completed"
-        if ending == "completed" and len(rows) < len(lines) and self._expired(batch):
+        if ending == "completed" and len(rows) < batch.counts.total and self._expired(batch):
             ending = "expired"
             done = {row[0] for row in rows}
+            lines = await asyncio.to_thread(self._lines_of, batch)
             written = sorted([*rows, *(expired_row(line) for line in lines if line.index not in done)])
         elif batch.status == "in_progress":
             await self._enter(batch, "finalizing")
         made = await asyncio.to_thread(write_outputs, self.files, batch, written)
-        batch.output_file_id = next((f.id for f in made if f.filename.endswith("_output.jsonl")), None)
-        batch.error_file_id = next((f.id for f in made if f.filename.endswith("_error.jsonl")), None)
         _recount(batch, rows)
-        batch.status = ending
-        batch.times[f"{ending}_at"] = int(self.clock())
-        await self.db.run(lambda c: _end(c, batch, made))
-        for record in made:
+        named = {f.filename.rsplit("_", 1)[-1]: f.id for f in made}  # "output.jsonl", "error.jsonl"
+        ended = replace(batch, status=ending, times={**batch.times, f"{ending}_at": int(self.clock())},
+                        output_file_id=named.get("output.jsonl"), error_file_id=named.get("error.jsonl"))  # fmt: skip
+        await self.db.run(lambda c: _end(c, ended, made))
+        for record in made:  # the files first: a client that sees the batch ended can fetch them
             self.files.remember(record)
+        batch.output_file_id, batch.error_file_id = ended.output_file_id, ended.error_file_id
+        batch.times, batch.status = ended.times, ending
+
+    def _lines_of(self, batch: BatchRecord) -> Lines:
+        source = self.files.get(batch.input_file_id, Owner(batch.owner))
+        return read_lines(self.files.path(source), batch.endpoint, self.check)[0]
 
     async def _fail_refused(self, batch: BatchRecord) -> None:
         """The whole batch fails once (not each of its lines), saying why."""
@@ -247,6 +265,15 @@ def _end(db: sqlite3.Connection, batch: BatchRecord, made: list[FileRecord]) -> 
         insert_file(db, record)
     records.save_batch(db, batch)
     records.drop_results(db, batch.id)
+
+
+def _next_not_in(lines: Iterator[BatchLine], done: set[int]) -> BatchLine | None:
+    """The next line not done before a restart (None: the file ended)."""
+    return next((line for line in lines if line.index not in done), None)
+
+
+class TooManyBatches(InvalidRequest):
+    code = "too_many_batches"
 
 
 def _message(answer: LineAnswer) -> str:
