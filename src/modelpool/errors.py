@@ -32,6 +32,7 @@ Nothing maps errors by matching message text.
     ├── ModelNotReady                   503  server_error / model_not_ready   (Retry-After)
     ├── ModelLoadFailed                 503  server_error / model_load_error  (Retry-After: the cooldown)
     │   └── ModelSourceError            503  server_error / model_source_error
+    ├── BatchApiUnavailable             503  server_error / batch_api_unavailable (another server holds batch_api.dir)
     ├── InsufficientCapacity            503  server_error / insufficient_capacity
     ├── ModelUnloaded                   503  server_error / model_unloaded (a forced unload cut the request)
     ├── ShuttingDown                    503  server_error / shutting_down
@@ -276,6 +277,13 @@ class ModelNotReady(_RetryLater):
 class ModelLoadFailed(_RetryLater):
     status_code = 503
     code = "model_load_error"
+
+
+class BatchApiUnavailable(ModelpoolError):
+    """The Batch and Files APIs are off on this server (another server holds their directory)."""
+
+    status_code = 503
+    code = "batch_api_unavailable"
 
 
 class InsufficientCapacity(ModelpoolError):

@@ -9,15 +9,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
+from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from modelpool.config.schema import AuthConfig
+from modelpool.api.errors import install_error_handlers
+from modelpool.config.schema import AuthConfig, Config
 from modelpool.owner import Owner, Priority, Schedule, caller_schedule, owner_of
 from modelpool.runtime.batches.database import Database
 from modelpool.runtime.batches.files import FileLimits, FileStore
 from modelpool.runtime.batches.runner import BatchRunner
 from modelpool.server.auth import KeyRing, RequireKeys
-from modelpool.server.batches import InProcessCalls
+from modelpool.server.batches import InProcessCalls, add_batch_api
 
 LIMITS = FileLimits(max_bytes=10_000, max_lines=10, max_line_bytes=1000, key_bytes=100_000, key_files=10)
 
@@ -90,3 +93,30 @@ async def test_a_key_removed_mid_batch_fails_the_batch_and_runs_nothing_more(tmp
     assert batch.status == "failed" and [e.code for e in batch.errors] == ["key_revoked"]
     assert "alice" in batch.errors[0].message and "revoked" in batch.errors[0].message
     db.close()
+
+
+async def test_a_second_server_on_one_batch_directory_turns_its_batch_api_off(tmp_path: Path) -> None:
+    """Two servers resuming the same batches would run their lines twice: the second one to
+    start answers 503 on the Batch and Files routes saying why; the directory is free again
+    once the first stops."""
+    config = Config.model_validate({"batch_api": {"dir": str(tmp_path)}})
+    first, second = FastAPI(), FastAPI()
+    install_error_handlers(second)
+    running, refused = add_batch_api(first, config), add_batch_api(second, config)
+    assert running is not None and refused is not None
+    running.start()
+    refused.start()
+    keyless = RequireKeys(second, KeyRing({}))  # the routes ask who calls
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(keyless), base_url="http://t") as http:
+        upload = {"purpose": "batch"}, {"file": ("in.jsonl", b"{}")}
+        for answer in (await http.get("/v1/batches"), await http.post("/v1/files", data=upload[0], files=upload[1]),
+                       await http.get("/v1/files"), await http.get("/v1/batches/batch_x")):  # fmt: skip
+            assert answer.status_code == 503 and answer.json()["error"]["code"] == "batch_api_unavailable"
+            assert "another modelpool server" in answer.json()["error"]["message"]
+    await running.close()
+    await refused.close()
+    again = add_batch_api(FastAPI(), config)
+    assert again is not None
+    again.start()
+    assert again.files.off is None
+    await again.close()

@@ -43,6 +43,7 @@ def add_batch_api(app: FastAPI, config: Config) -> BatchRunner | None:
         log.warning("the Batch and Files APIs are off: cannot use %s (%s)", root, exc)
         return None
     runner = BatchRunner(db, store, check_line, settings.concurrency, settings.key_batches)
+    runner.lock_path = root / "server.lock"  # taken when the server starts: one server per directory
     runner.execute = InProcessCalls(app).call
     app.state.files, app.state.batches = store, runner
     app.include_router(files.router)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from modelpool.config.schema import BatchApiConfig
-from modelpool.errors import InvalidRequest, ObjectNotFound, RequestTooLarge, StoreFull
+from modelpool.errors import BatchApiUnavailable, InvalidRequest, ObjectNotFound, RequestTooLarge, StoreFull
 from modelpool.owner import Owner
 from modelpool.pool_api.batches import FileRecord, Order, Page
 from modelpool.runtime.batches.database import Database
@@ -57,9 +57,12 @@ class FileStore:
         root.mkdir(parents=True, exist_ok=True)
         rows = db.now(lambda c: c.execute("SELECT * FROM files ORDER BY created_at, rowid").fetchall())
         self._files = {row[0]: FileRecord(*row) for row in rows}
+        self.off: str | None = None
+        """Why this server does not serve the files (another server holds the directory)."""
 
     async def add(self, owner: Owner, filename: str, purpose: str, source: IO[bytes]) -> FileRecord:
         """Store an upload of `purpose` (`batch`) from `source`, checked as it is copied."""
+        self.check_on()
         if purpose not in UPLOAD_PURPOSES:
             raise InvalidRequest(
                 f"Invalid purpose '{purpose}': this server stores files for 'batch' only.", param="purpose"
@@ -87,6 +90,7 @@ class FileStore:
         self._files[record.id] = record
 
     def get(self, file_id: str, caller: Owner) -> FileRecord:
+        self.check_on()
         found = self._files.get(file_id)
         if found is None or not caller.sees(found.owner):
             raise ObjectNotFound(f"No such File object: {file_id}", param="file_id")
@@ -99,6 +103,7 @@ class FileStore:
         return self.root / file_id  # ids are ours (`new_id`): never a client's path
 
     def list(self, caller: Owner, purpose: str | None, limit: int, after: str | None, order: Order) -> Page:
+        self.check_on()
         mine = [f for f in self._files.values() if caller.sees(f.owner) and purpose in (None, f.purpose)]
         return page(mine if order == "asc" else mine[::-1], limit, after, lambda f: f.id)
 
@@ -108,6 +113,10 @@ class FileStore:
         await self.db.run(lambda c: c.execute("DELETE FROM files WHERE id = ?", (file_id,)))
         await asyncio.to_thread(self.path_of(file_id).unlink, True)
         return record
+
+    def check_on(self) -> None:
+        if self.off is not None:
+            raise BatchApiUnavailable(f"The Batch and Files APIs are off on this server: {self.off}.")
 
     def _check_quota(self, owner: str, adding: int) -> None:
         theirs = [f for f in self._files.values() if f.owner == owner]

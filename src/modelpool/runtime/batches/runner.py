@@ -14,12 +14,14 @@ once (their lines are not counted); the output and error files hold what finishe
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from modelpool.errors import InvalidRequest, ObjectNotFound
 from modelpool.owner import Owner
@@ -64,6 +66,10 @@ class BatchRunner:
         """Set by the server once the app exists (it runs each line through the app)."""
         self.clock: Callable[[], float] = time.time
         self.key_batches = key_batches
+        self.lock_path: Path | None = None
+        """A file whose lock `start` takes: a second server on the same directory would resume
+        the same batches and run their lines twice, so it serves neither batches nor files."""
+        self._lock: IO[bytes] | None = None
         """Unfinished batches one key may have (`batch_api.key_batches`)."""
         self._turns = asyncio.Semaphore(concurrency)
         self._batches = {b.id: b for b in db.now(records.load_batches)}
@@ -73,6 +79,12 @@ class BatchRunner:
 
     def start(self) -> None:
         """Resume every batch a previous run left unfinished."""
+        if self.lock_path is not None:
+            self._lock = _locked(self.lock_path)
+            if self._lock is None:
+                self.files.off = f"another modelpool server uses its directory {self.lock_path.parent}"
+                log.warning("the Batch and Files APIs are off: %s (set batch_api.dir)", self.files.off)
+                return
         for batch in self._batches.values():
             if batch.status not in TERMINAL:
                 self._spawn(batch)
@@ -84,11 +96,13 @@ class BatchRunner:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.db.close()
+        if self._lock is not None:
+            self._lock.close()  # the directory is free for the next server
 
     async def create(
         self, owner: Owner, input_file_id: str, endpoint: str, metadata: dict[str, str] | None
     ) -> BatchRecord:
-        source = self.files.get(input_file_id, owner)
+        source = self.files.get(input_file_id, owner)  # off (another server's directory): 503
         if source.purpose != "batch":
             raise InvalidRequest(f"File {input_file_id} has purpose '{source.purpose}', not 'batch'.",
                                  param="input_file_id")  # fmt: skip
@@ -105,12 +119,14 @@ class BatchRunner:
         return batch
 
     def get(self, batch_id: str, caller: Owner) -> BatchRecord:
+        self.files.check_on()  # off (another server holds the directory): 503
         found = self._batches.get(batch_id)
         if found is None or not caller.sees(found.owner):
             raise ObjectNotFound(f"No such Batch object: {batch_id}", param="batch_id")
         return found
 
     def list(self, caller: Owner, limit: int, after: str | None) -> Page:
+        self.files.check_on()
         mine = [b for b in self._batches.values() if caller.sees(b.owner)]
         return page(mine[::-1], limit, after, lambda b: b.id)
 
@@ -265,6 +281,18 @@ def _end(db: sqlite3.Connection, batch: BatchRecord, made: list[FileRecord]) -> 
         insert_file(db, record)
     records.save_batch(db, batch)
     records.drop_results(db, batch.id)
+
+
+def _locked(path: Path) -> IO[bytes] | None:
+    """`path` opened and locked for this process (None: another holds it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "ab")  # noqa: SIM115 - held open while the runner runs: that is the lock
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
 
 
 def _next_not_in(lines: Iterator[BatchLine], done: set[int]) -> BatchLine | None:
