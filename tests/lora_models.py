@@ -39,6 +39,20 @@ def peft_folder(name: str, cache_dir: Path | None = None) -> Path:
     return lora_gguf(name, cache_dir).parent
 
 
+def broken_peft_folder(cache_dir: Path | None = None) -> Path:
+    """A PEFT adapter folder whose config is sound but whose weights do not fit the model: the
+    poet adapter with the last layer's v_proj lora_B one row short. PEFT injects every LoRA
+    layer before it meets the bad shape, so a load fails half done."""
+
+    def write(folder: Path) -> None:
+        tensors = lora_tensors("poet")
+        a, b = tensors[LAYERS - 1, "v"]
+        tensors[LAYERS - 1, "v"] = (a, b[:-1])
+        _write_peft(folder, tensors)
+
+    return _cached(cache_dir or default_cache_dir(), f"lora-broken-v{BUILD_VERSION}", write)
+
+
 def lora_tensors(name: str) -> dict[tuple[int, str], tuple[np.ndarray, np.ndarray]]:
     """(layer, "q" or "v") → (A of shape (r, n_in), B of shape (n_out, r)), float32."""
     rng = np.random.default_rng(SEEDS[name])

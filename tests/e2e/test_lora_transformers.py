@@ -28,9 +28,9 @@ from modelpool.config.sources import HubLocation
 from tests.conftest import sdk, serving
 from tests.e2e.conftest import smollm2_gguf
 from tests.live_server import live_server
-from tests.lora_models import peft_folder
+from tests.lora_models import broken_peft_folder, peft_folder
 
-MODEL, LRU_MODEL = "lora-hf", "lora-hf-lru"
+MODEL, LRU_MODEL, BROKEN_MODEL = "lora-hf", "lora-hf-lru", "lora-hf-broken"
 PROMPT = "The capital of France is"
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 """PEFT's own model (the reference) asks transformers 5 a deprecated question on wrapping."""
@@ -44,7 +44,8 @@ def entry(max_adapters: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 async def served() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    models = {MODEL: entry(2), LRU_MODEL: entry(1)}
+    broken = {**entry(2), "adapters": {"broken": str(broken_peft_folder()), "poet": str(peft_folder("poet"))}}
+    models = {MODEL: entry(2), LRU_MODEL: entry(1), BROKEN_MODEL: broken}
     async with serving({"enabled_models": list(models), "models": models}) as (app, client):
         for model in models:
             await app.state.pool.slot(model).ensure_ready(None)
@@ -131,6 +132,29 @@ async def test_two_adapters_and_the_base_in_one_forward_equal_their_solo_output(
     assert engine.largest_batch == 3, "the three requests never decoded in one forward"
     engine.largest_batch = max(largest, engine.largest_batch)
     assert list(together) == alone and len(set(alone)) == 3
+
+
+async def test_a_broken_adapter_fails_its_requests_and_leaves_the_base_and_others_intact(served) -> None:
+    """PEFT injects an adapter's LoRA layers before it loads their weights: a load that fails
+    half done must take them out again, first adapter (the model unwrapped) or a later one."""
+    _, http = served
+    client = sdk(http)
+    (_, want_base), (_, want_poet) = await asyncio.gather(
+        asyncio.to_thread(reference_run, None, 12), asyncio.to_thread(reference_run, "poet", 12)
+    )
+
+    async def broken_fails() -> None:
+        with pytest.raises(openai.APIStatusError) as caught:
+            await complete(client, f"{BROKEN_MODEL}:broken", max_tokens=2)
+        assert caught.value.status_code == 503 and "adapter 'broken'" in caught.value.message
+        assert "size mismatch" in caught.value.message
+
+    await broken_fails()  # the model's first adapter load
+    assert (await complete(client, BROKEN_MODEL)).choices[0].text == want_base
+    assert (await complete(client, f"{BROKEN_MODEL}:poet")).choices[0].text == want_poet
+    await broken_fails()  # a later one, beside a loaded adapter
+    assert (await complete(client, BROKEN_MODEL)).choices[0].text == want_base
+    assert (await complete(client, f"{BROKEN_MODEL}:poet")).choices[0].text == want_poet
 
 
 async def test_an_unknown_adapter_is_a_400_naming_it(served) -> None:

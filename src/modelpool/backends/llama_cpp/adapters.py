@@ -50,13 +50,23 @@ class AdapterCache:
         self._loaded: OrderedDict[str, LoadedAdapter] = OrderedDict()
         self._applied: LoadedAdapter | None = None
         self.loads = self.evictions = 0
+        self._snapshot: tuple[tuple[LoadedAdapter, ...], int] = ((), 0)
 
     @property
     def loaded(self) -> list[LoadedAdapter]:
-        return list(self._loaded.values())
+        """The loaded adapters (safe from any thread: a snapshot)."""
+        return list(self._snapshot[0])
 
     def total_bytes(self) -> int:
-        return sum(adapter.bytes for adapter in self._loaded.values())
+        """What they add to the model's memory (safe from any thread: a snapshot)."""
+        return self._snapshot[1]
+
+    def _publish(self) -> None:
+        """Refresh the snapshot the memory report reads from the event loop's thread: only the
+        engine thread changes `_loaded`, and iterating it elsewhere could meet a change midway.
+        One tuple assignment: readers see the old or the new whole."""
+        adapters = tuple(self._loaded.values())
+        self._snapshot = (adapters, sum(adapter.bytes for adapter in adapters))
 
     def can_take(self, spec: AdapterSpec, in_use: Callable[[], Iterable[str]]) -> bool:
         """Whether a sequence with `spec` may start now: its adapter is loaded, or there is
@@ -114,10 +124,12 @@ class AdapterCache:
         adapter = LoadedAdapter(spec, handle)
         self._loaded[spec.name] = adapter
         self.loads += 1
+        self._publish()
         return adapter
 
     def _unload(self, name: str) -> None:
         adapter = self._loaded.pop(name)
+        self._publish()
         if adapter is self._applied:
             self.apply(None)
         self._llama.llama_adapter_lora_free(adapter.handle)

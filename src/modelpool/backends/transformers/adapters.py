@@ -49,14 +49,16 @@ class PeftAdapters:
         self._model_id = model_id
         self._loaded: OrderedDict[str, tuple[AdapterSpec, int]] = OrderedDict()
         self.loads = self.evictions = 0
+        self._snapshot: tuple[tuple[str, ...], int] = ((), 0)
 
     @property
     def loaded(self) -> list[str]:
-        return list(self._loaded)
+        """The loaded adapters' names (safe from any thread: a snapshot)."""
+        return list(self._snapshot[0])
 
     def total_bytes(self) -> int:
-        """What the loaded adapters' tensors take."""
-        return sum(size for _, size in self._loaded.values())
+        """What the loaded adapters' tensors take (safe from any thread: a snapshot)."""
+        return self._snapshot[1]
 
     def acquire(self, spec: AdapterSpec, busy: set[str]) -> None:
         """Make `spec` loaded and most recently used, unloading an idle one if all places are taken."""
@@ -98,16 +100,28 @@ class PeftAdapters:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
                 if self._peft is None:
-                    from peft import PeftModel
-
-                    self._peft = PeftModel.from_pretrained(self._model, spec.folder, adapter_name=spec.name)
-                else:
-                    self._peft.load_adapter(spec.folder, adapter_name=spec.name)
+                    self._peft = _wrap(self._model, spec)
+                self._peft.load_adapter(spec.folder, adapter_name=spec.name)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            self._discard_partial(spec.name)
             raise ModelLoadFailed(f"model '{self._model_id}': PEFT could not load adapter '{spec.name}' "
                                   f"(is it a PEFT LoRA adapter made for this model?): {exc}") from exc  # fmt: skip
         self._loaded[spec.name] = (spec, self._scale(spec))
         self.loads += 1
+        self._publish()
+
+    def _discard_partial(self, name: str) -> None:
+        """Take out what a failed load put into the model: PEFT injects an adapter's LoRA layers
+        (active) before it loads their weights, so a half-loaded adapter would otherwise change
+        every row, the base model's too. With no other adapter loaded, the model is unwrapped
+        to its original modules."""
+        if self._peft is None:
+            return
+        if not self._loaded:
+            self._peft.unload()  # puts every wrapped module's base layer back in its place
+            self._peft = None
+        elif name in self._peft.peft_config:
+            self._peft.delete_adapter(name)
 
     def _scale(self, spec: AdapterSpec) -> int:
         """Apply the configured scale to every LoRA layer of the adapter; the bytes its tensors take."""
@@ -124,6 +138,25 @@ class PeftAdapters:
     def _delete(self, name: str) -> None:
         del self._loaded[name]
         self._peft.delete_adapter(name)
+        self._publish()
+
+    def _publish(self) -> None:
+        """Refresh the snapshot the memory report reads from the event loop's thread (this
+        class is mutated only on the engine thread; a reader iterating `_loaded` could meet a
+        change mid-iteration). One tuple assignment: readers see the old or the new whole."""
+        self._snapshot = (tuple(self._loaded), sum(size for _, size in self._loaded.values()))
+
+
+def _wrap(model: Any, spec: AdapterSpec) -> Any:
+    """`model` wrapped by PEFT with the adapter's config and its LoRA layers injected (weights
+    not loaded yet): PeftModel.from_pretrained's first step, done here so a failed weight
+    load still leaves a PeftModel to unload."""
+    from peft import MODEL_TYPE_TO_PEFT_MODEL_MAPPING, PeftConfig, PeftModel
+
+    config = PeftConfig.from_pretrained(spec.folder)
+    config.inference_mode = True
+    wrapper = MODEL_TYPE_TO_PEFT_MODEL_MAPPING.get(config.task_type or "", PeftModel)
+    return wrapper(model, config, adapter_name=spec.name)
 
 
 class AdapterFolders:
