@@ -11,7 +11,7 @@ from pathlib import Path
 from modelpool.backends.base import MemoryEstimate
 from modelpool.backends.managed.base import MANAGED_CAPABILITIES, EngineSpec, ManagedOptions, ManagedServerBackend
 from modelpool.backends.managed.tokenizing import VllmTokenizer
-from modelpool.backends.managed.vllm_adapters import RUNTIME_LORA_ENV, VllmRuntimeAdapters
+from modelpool.backends.vllm_adapters import RUNTIME_LORA_ENV, VllmRuntimeAdapters
 from modelpool.backends.vllm_common import (
     VllmEngineArgs,
     engine_concurrency,
@@ -88,6 +88,14 @@ class VllmServeBackend(VllmRuntimeAdapters, VllmTokenizer, ManagedServerBackend)
         if not self.model.adapters:
             return spec
         return replace(spec, env={RUNTIME_LORA_ENV: "True", **spec.env})
+
+    def _engine_running(self) -> bool:
+        return self.upstream is not None
+
+    async def _engine_call(self, route: str, body: dict[str, str]) -> None:
+        """vLLM answers these routes in plain text (not JSON): read as bytes; a 4xx/5xx raises."""
+        async for _ in await self.client().stream_bytes(route, body):
+            pass
 
     async def _connect(self, spec: EngineSpec) -> None:
         self._forget_registry()  # a started (or adopted) engine registered every adapter

@@ -1,7 +1,8 @@
-"""vllm_serve's LoRA adapters at run time, through vLLM's own routes
-`POST /v1/load_lora_adapter` (`{"lora_name", "lora_path"}`) and `/v1/unload_lora_adapter`
-(`{"lora_name"}`), which vLLM serves only with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its
-environment (set for a model with adapters).
+"""vLLM's LoRA adapters at run time, for both vLLM backends: vLLM's serving models'
+`load_lora_adapter` (`{"lora_name", "lora_path"}`) and `unload_lora_adapter`
+(`{"lora_name"}`), called in process (`vllm`) or through the routes `POST
+/v1/load_lora_adapter` and `/v1/unload_lora_adapter` (`vllm_serve`: vLLM serves them only
+with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment, set for a model with adapters).
 
 Every declared adapter is registered at start (`--lora-modules`); vLLM keeps `--max-loras`
 of them on the GPU and swaps the rest itself (its own LRU). An admin unload takes one out of
@@ -13,9 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Callable
 
-from modelpool.backends.remote.client import UpstreamClient
 from modelpool.config.schema import ModelConfig
-from modelpool.errors import UpstreamUnavailable
 from modelpool.inference import GenerationChunk
 
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
@@ -23,16 +22,23 @@ RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 
 
 class VllmRuntimeAdapters:
-    """`AdapterBackend` for a vLLM process: what it has registered, least recently used first."""
+    """`AdapterBackend` for a vLLM engine: what it has registered, least recently used first.
+    A backend says how to reach the engine (`_engine_call`) and whether it runs."""
 
     model: ModelConfig
-    upstream: UpstreamClient | None = None
     _registered: dict[str, None] | None = None
     """Ordered (dicts keep insertion order): a use moves a name to the end."""
     _adapter_lock: asyncio.Lock | None = None
 
     def _adapters(self) -> dict[str, str]:
         raise NotImplementedError  # the backend resolves its adapters' paths
+
+    def _engine_running(self) -> bool:
+        raise NotImplementedError
+
+    async def _engine_call(self, route: str, body: dict[str, str]) -> None:
+        """vLLM's `load_lora_adapter` or `unload_lora_adapter` with `body`; its refusal raises."""
+        raise NotImplementedError
 
     def _registry(self) -> dict[str, None]:
         if self._registered is None:  # as started: `--lora-modules` registered them all
@@ -66,19 +72,12 @@ class VllmRuntimeAdapters:
             return True
 
     def loaded_adapters(self) -> list[str]:
-        return list(self._registry()) if self.upstream is not None else []
+        return list(self._registry()) if self._engine_running() else []
 
     def adapter_bytes(self) -> int:
         """0: vLLM holds adapters inside its own process and GPU share (`gpu_memory_utilization`),
         which the model's estimate already counts; modelpool cannot see how they are split."""
         return 0
-
-    async def _engine_call(self, route: str, body: dict[str, str]) -> None:
-        """vLLM answers these routes in plain text (not JSON): read as bytes; a 4xx/5xx raises."""
-        if self.upstream is None:
-            raise UpstreamUnavailable(f"model '{self.model.id}': its engine process is not running")
-        async for _ in await self.upstream.stream_bytes(route, body):
-            pass
 
     async def _with_adapter(
         self, adapter: str, forward: Callable[[], AsyncGenerator[GenerationChunk, None]]
