@@ -291,3 +291,42 @@ def test_prompt_logprobs_become_scores_with_greedy_and_best_first_alternatives()
     assert scored[1].token == "<7>" and scored[1].token_id == 7
     with pytest.raises(ValueError, match="lack token 4"):
         scored_tokens([3, 4], positions[:2], 0, lambda token: b"x")
+
+
+async def test_adapters_reach_vllms_parser_as_vllm_serves_lora_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same LoRA flags as `vllm_serve` (`--enable-lora --max-loras --max-lora-rank
+    --lora-modules name=path`), before extra_args; the admin's load/unload reach vLLM's
+    serving models through the engine, and a request for an unloaded adapter registers it first."""
+    given: list[list[str]] = []
+
+    async def start(argv: list[str], name: str) -> VllmEngine:
+        given.append(argv)
+        raise RuntimeError("stand-in engine")
+
+    monkeypatch.setattr(vllm_backend, "VLLM_MODULE", "json")
+    monkeypatch.setattr(VllmEngine, "start", start)
+    pirate = tmp_path / "pirate"
+    pirate.mkdir()
+    declared = {"adapters": {"pirate": str(pirate)}, "options": {"max_lora_rank": 8}}
+    model = ModelConfig.model_validate({"id": "v", "backend": "vllm", "source": str(tmp_path), "max_adapters": 2,
+                                        **declared})  # fmt: skip
+    assert model_capabilities(model).as_json()["adapters"]
+    backend = VllmBackend(model, VllmInProcessOptions.model_validate({"max_lora_rank": 8, "extra_args": ["--x"]}),
+                          BackendContext())  # fmt: skip
+    with pytest.raises(ModelLoadFailed, match="stand-in engine"):
+        await backend.start()
+    lora = ["--enable-lora", "--max-loras", "2", "--max-lora-rank", "8", "--lora-modules", f"pirate={pirate}", "--x"]
+    assert given[0][-len(lora) :] == lora
+    calls: list[tuple[str, dict[str, str]]] = []
+
+    async def adapter_call(route: str, body: dict[str, str]) -> None:
+        calls.append((route, body))
+
+    backend._engine = SimpleNamespace(adapter_call=adapter_call)  # type: ignore[assignment]
+    assert backend.loaded_adapters() == ["pirate"]  # `--lora-modules` registered it at start
+    assert await backend.unload_adapter("pirate") and backend.loaded_adapters() == []
+    await backend.load_adapter("pirate")
+    assert calls == [("unload_lora_adapter", {"lora_name": "pirate"}),
+                     ("load_lora_adapter", {"lora_name": "pirate", "lora_path": str(pirate)})]  # fmt: skip

@@ -28,17 +28,19 @@ from modelpool.backends.textgen.logprobs import decoded
 from modelpool.backends.textgen.reasoning import split_reasoning
 from modelpool.backends.vllm.engine import VLLM_MODULE, VllmEngine
 from modelpool.backends.vllm.scoring import scored_tokens
+from modelpool.backends.vllm_adapters import VllmRuntimeAdapters
 from modelpool.backends.vllm_common import (
     VllmEngineArgs,
     engine_concurrency,
     engine_flags,
     engine_modalities,
     images_per_prompt,
+    lora_flags,
     vllm_gpu_bytes,
 )
 from modelpool.capabilities import Capabilities, Locality
 from modelpool.config.schema import ModelConfig
-from modelpool.config.sources import files_size, locate
+from modelpool.config.sources import files_size, locate, resolve_source
 from modelpool.errors import ContextLengthExceeded, ModelLoadFailed, UpstreamError, UpstreamUnavailable
 from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, TokenLogprob, TokenPiece, Usage
 from modelpool.services.pids import tree_rss
@@ -63,7 +65,7 @@ class VllmInProcessOptions(VllmEngineArgs):
     """On unload, how long the engine's processes may take to exit before they are killed."""
 
 
-class VllmBackend(DeclaredBackend):
+class VllmBackend(VllmRuntimeAdapters, DeclaredBackend):
     Options = VllmInProcessOptions
     capabilities = Capabilities(
         tasks=frozenset({Task.CHAT, Task.COMPLETION, Task.SCORING}),
@@ -73,6 +75,7 @@ class VllmBackend(DeclaredBackend):
         prompt_scoring=True,
         tokenizer=True,
         thinking_in_template=True,  # chat_template_kwargs reach vLLM's template
+        adapters=True,  # LoRA: vLLM's `LoRARequest` per request (vllm_adapters)
         # Its weights and KV cache live in vLLM's engine core process: the pool counts them
         # there (an engine process's memory), not in modelpool's own.
         locality=Locality.ENGINE_PROCESS,
@@ -96,6 +99,7 @@ class VllmBackend(DeclaredBackend):
         self.gpus = context.gpus
         self._engine: VllmEngine | None = None
         self._tokenizer: Any = None
+        self._adapter_paths: dict[str, str] = {}
 
     # ----- lifecycle -----------------------------------------------------------------
 
@@ -124,19 +128,23 @@ class VllmBackend(DeclaredBackend):
         except ImportError as exc:
             raise ModelLoadFailed(f"model '{self.model.id}' (backend vllm): {INSTALL_HINT} ({exc})") from exc
         weights = await self.weights()
-        argv = [
-            "--model",
-            str(weights),
-            "--served-model-name",
-            self.model.id,
-            *engine_flags(self.options),
-            *self.options.extra_args,
-        ]
+        self._adapter_paths = await asyncio.to_thread(self._resolve_adapters)  # `hf:` may download
+        self._forget_registry()  # `--lora-modules` registers every declared adapter
         try:
-            self._engine = await VllmEngine.start(argv, self.model.id)
+            self._engine = await VllmEngine.start(self.engine_argv(weights), self.model.id)
         except Exception as exc:  # vLLM's own errors: a bad model, no memory, a flag it refuses
             raise ModelLoadFailed(f"model '{self.model.id}': vLLM failed to start: {exc}") from exc
         self._tokenizer = self._engine.tokenizer()
+
+    def engine_argv(self, weights: Path) -> list[str]:
+        """The flags `vllm serve` would get: the engine's options, then the adapters'."""
+        argv = ["--model", str(weights), "--served-model-name", self.model.id, *engine_flags(self.options)]
+        adapters = lora_flags(self._adapter_paths, self.model.max_adapters, self.options.max_lora_rank)
+        return argv + adapters + self.options.extra_args
+
+    def _resolve_adapters(self) -> dict[str, str]:
+        return {name: str(resolve_source(adapter.source, model_id=self.model.id, hub=self.hub, backend="vllm"))
+                for name, adapter in self.model.adapters.items()}  # fmt: skip
 
     async def warmup(self) -> None:
         return None  # vLLM warms itself up while it starts (its dummy run)
@@ -186,13 +194,20 @@ class VllmBackend(DeclaredBackend):
     # ----- generation ----------------------------------------------------------------
 
     def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        body = openai_wire.chat_body(request, self.model.id)
-        chunks = self._generate("chat", body, openai_wire.chat_chunks, openai_wire.chat_whole)
+        # An adapter is asked for by its name as `model`, as of `vllm serve`: vLLM's serving
+        # finds its `LoRARequest` (name, int id, path) in its registry and runs the request with it.
+        body = openai_wire.chat_body(request, request.adapter or self.model.id)
+        generated = self._generate("chat", body, openai_wire.chat_chunks, openai_wire.chat_whole)
+        chunks = generated  # with an adapter: registered again first if an admin unloaded it
+        if request.adapter is not None:
+            chunks = self._with_adapter(request.adapter, lambda: generated)
         parser = self.model.reasoning_parser  # as for vllm_serve: the kit's reasoning stage
         return split_reasoning(chunks, parser) if parser else chunks
 
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
-        body = openai_wire.completion_body(request, self.model.id)
+        body = openai_wire.completion_body(request, request.adapter or self.model.id)
+        if request.adapter is not None:
+            await self.load_adapter(request.adapter)  # registered again first if an admin unloaded it
         if not request.echo:
             async with aclosing(self._generate("completion", body, openai_wire.completion_chunks,
                                                openai_wire.completion_whole)) as chunks:  # fmt: skip
@@ -203,7 +218,7 @@ class VllmBackend(DeclaredBackend):
         prompt = await self._prompt_ids(request.prompt)
         text = request.prompt if isinstance(request.prompt, str) else await self.decode_tokens(prompt)
         top_n = request.sampling.logprobs
-        echoed = tuple(await self.score_tokens(prompt, top_n)) if top_n is not None else ()
+        echoed = tuple(await self._score(prompt, top_n, request.adapter)) if top_n is not None else ()
         if request.sampling.max_tokens == 0:
             yield GenerationChunk(text=text, logprobs=echoed)
             yield GenerationChunk(finish_reason="length", usage=Usage(len(prompt), 0))
@@ -238,11 +253,14 @@ class VllmBackend(DeclaredBackend):
         return int(bos) if bos is not None else None
 
     async def score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
+        return await self._score(tokens, top_n, None)
+
+    async def _score(self, tokens: list[int], top_n: int, adapter: str | None) -> list[TokenLogprob]:
         limit = await self.max_model_len()
         if limit is not None and len(tokens) > limit:
             raise ContextLengthExceeded(f"the text is {len(tokens)} tokens; this model takes at most {limit}",
                                         param="prompt")  # fmt: skip
-        positions = await self._require().prompt_logprobs(tokens, top_n)
+        positions = await self._require().prompt_logprobs(tokens, top_n, adapter)
         spell = decoded(self._require_tokenizer())
         return await asyncio.to_thread(scored_tokens, tokens, positions, top_n, spell)
 
@@ -273,6 +291,17 @@ class VllmBackend(DeclaredBackend):
 
     async def max_model_len(self) -> int | None:
         return self._require().max_model_len
+
+    # ----- adapters at run time (the admin API; `VllmRuntimeAdapters`) ------------------
+
+    def _adapters(self) -> dict[str, str]:
+        return self._adapter_paths
+
+    def _engine_running(self) -> bool:
+        return self._engine is not None
+
+    async def _engine_call(self, route: str, body: dict[str, str]) -> None:
+        await self._require().adapter_call(route, body)
 
     # ----- internals -----------------------------------------------------------------
 

@@ -127,19 +127,49 @@ class VllmEngine:
         assert isinstance(result, dict)
         return result
 
+    # ----- LoRA adapters (vLLM's serving models: what `model: <adapter>` finds) ------------
+
+    async def adapter_call(self, route: str, body: dict[str, str]) -> None:
+        """`load_lora_adapter` or `unload_lora_adapter` of vLLM's serving models, as its
+        run-time routes call them; its refusal raises as the route's answer would."""
+        await self._loop.call(self._adapter_call(route, body))
+
+    async def _adapter_call(self, route: str, body: dict[str, str]) -> None:
+        from vllm.entrypoints.serve.lora.protocol import LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest
+
+        models = self._state.openai_serving_models
+        if route == "load_lora_adapter":
+            answer = await _as_served(models.load_lora_adapter(LoadLoRAAdapterRequest.model_validate(body)))
+        else:
+            answer = await _as_served(models.unload_lora_adapter(UnloadLoRAAdapterRequest.model_validate(body)))
+        if not isinstance(answer, str):  # an ErrorResponse
+            _answer(answer, self.name)
+
+    def _lora_request(self, adapter: str | None) -> Any:
+        """vLLM's `LoRARequest` registered under `adapter` (its name and int id), or None."""
+        if adapter is None:
+            return None
+        lora = self._state.openai_serving_models.lora_requests.get(adapter)
+        if lora is None:
+            raise UpstreamError(502, f"model '{self.name}': vLLM has no adapter '{adapter}' registered")
+        return lora
+
     # ----- the engine itself -----------------------------------------------------------
 
-    async def prompt_logprobs(self, tokens: list[int], top_n: int) -> list[dict[int, Any] | None]:
+    async def prompt_logprobs(
+        self, tokens: list[int], top_n: int, adapter: str | None = None
+    ) -> list[dict[int, Any] | None]:
         """vLLM's log-probabilities of each prompt token given the ones before it (None for
-        the first), with the `top_n` best alternatives and each one's rank."""
-        return await self._loop.call(self._prompt_logprobs(tokens, top_n))
+        the first), with the `top_n` best alternatives and each one's rank; under `adapter`."""
+        return await self._loop.call(self._prompt_logprobs(tokens, top_n, adapter))
 
-    async def _prompt_logprobs(self, tokens: list[int], top_n: int) -> list[dict[int, Any] | None]:
+    async def _prompt_logprobs(self, tokens: list[int], top_n: int, adapter: str | None) -> list[dict[int, Any] | None]:
         from vllm import SamplingParams, TokensPrompt
 
         params = SamplingParams(max_tokens=1, prompt_logprobs=top_n, temperature=0.0, detokenize=False)
+        prompt, lora = TokensPrompt(prompt_token_ids=tokens), self._lora_request(adapter)
         final = None
-        async for output in self._llm.generate(TokensPrompt(prompt_token_ids=tokens), params, _request_id("score")):
+        async for output in self._llm.generate(prompt, params, _request_id("score"), lora_request=lora):
             final = output
         if final is None or final.prompt_logprobs is None:
             raise UpstreamError(502, f"model '{self.name}': vLLM returned no prompt logprobs")
