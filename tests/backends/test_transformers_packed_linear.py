@@ -25,14 +25,18 @@ def test_a_packed_linear_equals_nn_linear(bias: bool, shape: tuple[int, ...]) ->
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
 
 
-def test_a_row_gives_the_same_result_whatever_the_batch_size() -> None:
-    """What keeps a sequence's greedy tokens independent of its neighbours in the batch."""
+@pytest.mark.parametrize("features", [(576, 1536), (1536, 576), (576, 49152)])
+def test_a_row_gives_the_same_result_in_any_batch_of_two_or_more(features: tuple[int, int]) -> None:
+    """SmolLM2-135M's real shapes (up, down, LM head). From 2 rows up a row's numbers do not
+    depend on its neighbours; a lone row may take another kernel path (the 1536-wide down
+    projection: ~2e-6 off), so the claim is only closeness there (docs/engines.md)."""
     torch.manual_seed(1)
-    packed = PackedLinear(nn.Linear(576, 1536, bias=False))
-    x = torch.randn(32, 576)
+    packed = PackedLinear(nn.Linear(*features, bias=False))
+    x = torch.randn(32, features[0])
     whole = packed(x)
-    for rows in (1, 5, 16):
+    for rows in (2, 16):
         assert torch.equal(packed(x[:rows]), whole[:rows])
+    torch.testing.assert_close(packed(x[:1]), whole[:1], rtol=0, atol=1e-5)
 
 
 class Tied(nn.Module):

@@ -5,9 +5,11 @@ layers' matrix products (MLP, attention projections, the LM head), the rest Pyth
 KV cache and sampling. PyTorch's default CPU `F.linear` goes to MKL's sgemm, which on
 the small row counts of a decode step (1–32 sequences) measured 2–3× slower than a
 oneDNN inner product on weights reordered once into its blocked layout (what vLLM's CPU
-backend does too). oneDNN also gives a row the same result whatever the batch's size
-(MKL did not for 1 row against 16), so a sequence's greedy tokens do not depend on its
-neighbours.
+backend does too). oneDNN also gives a row the same result in any batch of 2 rows or
+more; a lone row may take another kernel path (SmolLM2's 1536-wide down projection: ~2e-6
+off the same row in a batch). Padding a lone row to 2 measured 1.2-2.5x slower per layer,
+so it is not done: a lone sequence's greedy tokens can differ from its batched ones only on
+a near-tie. MKL's `F.linear` (the default) differs for 1-3 rows against bigger batches.
 
 The packed weight replaces the layer's own (no second copy), except where the weight is
 tied to another module (the LM head sharing the input embeddings): there the packed copy
