@@ -372,6 +372,10 @@ async def test_the_transformers_estimate_is_the_parameter_count_at_the_load_dtyp
     assert params.config.tie_word_embeddings
     packed = await estimate(device="cpu")
     assert packed.gpu_bytes == 0 and packed.ram_bytes == int((count + head) * 4 * 1.1) + 128 * MiB
+    # The same from the GGUF itself (the starter's source): no `output.weight`, so the head is tied.
+    config = ModelConfig(id="hf", backend="transformers", source=str(smollm2_gguf()))
+    from_gguf = [(await estimate(device="cpu", onednn_linear=packs)).ram_bytes for packs in ("true", "false")]
+    assert abs(from_gguf[0] - from_gguf[1] - head * 4 * 1.1) <= 1
 
 
 def test_a_kv_type_is_read_as_the_options_name_it() -> None:

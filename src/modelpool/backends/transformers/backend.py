@@ -187,7 +187,7 @@ class TransformersBackend(DeclaredBackend):
         else:  # GGUF is de-quantised (to float32 on the CPU); .bin checkpoints: as stored
             weights = files_size(path) * (dtype_bytes if path.suffix == ".gguf" else 1)
         if self._packs_linears() and dtype_bytes == 4 and pick_device(self._device()) == "cpu":
-            weights += _tied_head_parameters(path) * 4  # the packed copy of a tied LM head
+            weights += await asyncio.to_thread(_tied_head_parameters, path) * 4  # the packed copy of a tied LM head
         adapters = await asyncio.to_thread(self.adapter_folders.largest_bytes) if self.model.adapters else 0
         return estimate_on(self._device(), int(weights * 1.1) + _MiB(128) + adapters, host_bytes=_MiB(128))
 
@@ -554,7 +554,9 @@ def _dtype(dtype: str, device: str) -> Any:
 
 def _tied_head_parameters(path: Path) -> int:
     """Parameters of the LM head when it is tied to the input embeddings (from a model
-    folder's config.json; 0 when untied or unknown, e.g. a GGUF not converted yet)."""
+    folder's config.json, or a GGUF's tensors; 0 when untied or unknown)."""
+    if path.suffix == ".gguf" and path.is_file():
+        return _gguf_tied_head_parameters(path)
     config = path / "config.json" if path.is_dir() else None
     if config is None or not config.is_file():
         return 0
@@ -566,3 +568,17 @@ def _tied_head_parameters(path: Path) -> int:
         return int(text["vocab_size"]) * int(text["hidden_size"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return 0
+
+
+def _gguf_tied_head_parameters(path: Path) -> int:
+    """A GGUF's LM head is tied when it has no `output.weight` tensor (llama.cpp then reuses
+    `token_embd.weight`, as transformers does once converted): the embedding's size."""
+    import gguf
+
+    try:
+        tensors = {tensor.name: tensor for tensor in gguf.GGUFReader(path).tensors}
+    except (OSError, ValueError, KeyError) as exc:  # an unreadable file fails its load, with its own error
+        log.debug("model file %s: no tensor table read (%s)", path, exc)
+        return 0
+    embedding = tensors.get("token_embd.weight")
+    return 0 if embedding is None or "output.weight" in tensors else int(embedding.n_elements)
