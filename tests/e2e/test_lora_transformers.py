@@ -29,6 +29,7 @@ from tests.conftest import sdk, serving
 from tests.e2e.conftest import smollm2_gguf
 from tests.live_server import live_server
 from tests.lora_models import broken_peft_folder, peft_folder
+from tests.polling import until
 
 MODEL, LRU_MODEL, BROKEN_MODEL = "lora-hf", "lora-hf-lru", "lora-hf-broken"
 PROMPT = "The capital of France is"
@@ -193,6 +194,20 @@ async def test_a_request_for_another_adapter_waits_while_all_places_are_in_use(s
     both = await asyncio.gather(*(complete(client, f"{LRU_MODEL}:{name}", max_tokens=24) for name in solo))
     assert [reply.choices[0].text for reply in both] == list(solo.values())
     assert engine.adapters.evictions >= evictions + 1
+
+
+async def test_a_scoring_for_another_adapter_waits_while_all_places_are_in_use(served) -> None:
+    """A prompt's scoring (`echo` + `logprobs`) runs outside the batch; with its adapter's
+    only place held by a running request it waits its turn too (it was a 429)."""
+    app, http = served
+    client = sdk(http)
+    engine = engine_of(app, LRU_MODEL)
+    solo = await complete(client, f"{LRU_MODEL}:poet", echo=True, logprobs=1, max_tokens=1)
+    running = asyncio.create_task(complete(client, f"{LRU_MODEL}:pirate", max_tokens=96))
+    await until(lambda: engine.adapters_in_use() == {"pirate"}, "pirate holding the only adapter place")
+    scored = await complete(client, f"{LRU_MODEL}:poet", echo=True, logprobs=1, max_tokens=1)
+    assert scored.choices[0].logprobs == solo.choices[0].logprobs
+    await running
 
 
 async def test_adapters_count_in_the_models_memory_estimate() -> None:

@@ -324,8 +324,8 @@ class TransformersBackend(DeclaredBackend):
         engine = self._require_engine()
         self._check_fits(tokens, 0, "prompt")
         work = lambda: score_tokens(engine.model, self._tokenizer, tokens, top_n)  # noqa: E731
-        future = engine.call(lambda: engine.under_adapter(adapter, 1, work))
-        return list(await asyncio.wrap_future(future))
+        scored = await asyncio.wrap_future(engine.adapter_call(adapter, 1, work))
+        return list(scored)
 
     # ----- internals -----------------------------------------------------------------
 
@@ -381,7 +381,7 @@ class TransformersBackend(DeclaredBackend):
         """The search runs on the engine thread between two steps (see `beam`); were the
         engine closed first, the call fails and so does the sequence."""
         search = lambda: run_beam_search(engine.model, sequence, beam)  # noqa: E731
-        future = engine.call(lambda: engine.under_adapter(sequence.adapter, beam.width, search))
+        future = engine.adapter_call(sequence.adapter, beam.width, search)
 
         def failed(done: Future[Any]) -> None:
             error = done.exception()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
@@ -23,12 +24,12 @@ from typing import Any, TypeVar
 import torch
 import torch.nn.functional as F
 
-from modelpool.backends.textgen.engine_loop import EngineLoop
+from modelpool.backends.textgen.engine_loop import UNLOADED, EngineLoop
 from modelpool.backends.textgen.step_failure import sequence_failed
 from modelpool.backends.transformers.adapters import AdapterSpec, PeftAdapters
 from modelpool.backends.transformers.sampling import choose_token
 from modelpool.backends.transformers.sequence import Sequence
-from modelpool.errors import InvalidRequest, Overloaded
+from modelpool.errors import InvalidRequest, ModelUnloaded, Overloaded
 
 T = TypeVar("T")
 
@@ -78,6 +79,8 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         self._next_pos: torch.Tensor | None = None
         self.adapters: PeftAdapters | None = None
         """The model's LoRA adapters (PEFT), set before the first request when it declares any."""
+        self._parked: list[tuple[Callable[[], None], Future[Any]]] = []
+        """Adapter calls waiting for an adapter place, retried before each step, in order."""
         self.start_thread()
 
     # ----- from other threads --------------------------------------------------------
@@ -119,6 +122,30 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         running = [*self._active, *(s for s in self._prefilling if s.prefilled)]
         return {s.adapter.name for s in running if s.adapter is not None and not s.done}
 
+    def adapter_call(self, adapter: AdapterSpec | None, rows: int, work: Callable[[], T]) -> Future[T]:
+        """From any thread: `work` under `adapter` on the engine thread (see `under_adapter`).
+        While every adapter place is held by running sequences it waits, retried between
+        steps, as a prompt for a new adapter does (a scoring or a beam search, not a 429)."""
+        future: Future[T] = Future()
+
+        def attempt() -> None:
+            if self.adapters is not None and adapter is not None:
+                try:
+                    self.adapters.acquire(adapter, self.adapters_in_use())
+                except Overloaded:
+                    self._parked.append((attempt, future))
+                    return
+                except BaseException as exc:
+                    future.set_exception(exc)
+                    return
+            try:
+                future.set_result(self.under_adapter(adapter, rows, work))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self.call(attempt)
+        return future
+
     def under_adapter(self, adapter: AdapterSpec | None, rows: int, work: Callable[[], T]) -> T:
         """On the engine thread: `work` (a forward outside the batch, `rows` wide: a prompt's
         scoring, a beam search) with every row under `adapter` (loaded first if need be)."""
@@ -136,9 +163,12 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         return self.adapters.rows([s.adapter.name if s.adapter is not None else None for s in seqs])
 
     def busy(self) -> bool:
-        return bool(self._active or self._prefilling)
+        return bool(self._active or self._prefilling or self._parked)
 
     def step(self) -> None:
+        parked, self._parked = self._parked, []
+        for attempt, _ in parked:
+            attempt()
         self._drop_cancelled()
         self._drop_bad_prompts()
         self._prefill()
@@ -377,6 +407,9 @@ class ContinuousBatcher(EngineLoop[Sequence]):
                 seq.fail(error_for(seq))
         self._active, self._prefilling = [], []
         self._cache, self._mask, self._next_pos = None, None, None
+        parked, self._parked = self._parked, []
+        for _, future in parked:
+            future.set_exception(ModelUnloaded(UNLOADED))
 
     # ----- one token of one sequence -------------------------------------------------
 
