@@ -4,7 +4,8 @@ prompt logprobs and greedy text equal PEFT's own `PeftModel` on the same weights
 from the base model's; two adapters and the base model decoding in one forward each equal
 their solo output; an unknown adapter is a 400 naming it; a model holds at most
 `max_adapters`, the least recently used idle one unloaded; the admin API loads and unloads
-them and reports their memory; adapters count in the model's memory estimate."""
+them and reports their memory; adapters count in the model's memory estimate; a preloaded adapter
+at scale 0.5 equals PEFT's set_scale(0.5); a broken adapter fails alone."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ from tests.polling import until
 
 MODEL, LRU_MODEL, BROKEN_MODEL = "lora-hf", "lora-hf-lru", "lora-hf-broken"
 PROMPT = "The capital of France is"
+HALF = 0.5
+"""The LRU model's poet adapter runs at this scale (and is preloaded)."""
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 """PEFT's own model (the reference) asks transformers 5 a deprecated question on wrapping."""
 
@@ -46,7 +49,9 @@ def entry(max_adapters: int) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 async def served() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     broken = {**entry(2), "adapters": {"broken": str(broken_peft_folder()), "poet": str(peft_folder("poet"))}}
-    models = {MODEL: entry(2), LRU_MODEL: entry(1), BROKEN_MODEL: broken}
+    half_poet = {"source": str(peft_folder("poet")), "scale": HALF, "preload": True}
+    lru = {**entry(1), "adapters": {"pirate": str(peft_folder("pirate")), "poet": half_poet}}
+    models = {MODEL: entry(2), LRU_MODEL: lru, BROKEN_MODEL: broken}
     async with serving({"enabled_models": list(models), "models": models}) as (app, client):
         for model in models:
             await app.state.pool.slot(model).ensure_ready(None)
@@ -58,24 +63,29 @@ def engine_of(app: FastAPI, model: str) -> Any:
 
 
 @cache
-def reference(adapter: str | None) -> tuple[Any, Any]:
-    """PEFT's own path: the same float32 weights, the adapter through `PeftModel` (tokenizer, model)."""
+def reference(adapter: str | None, scale: float = 1.0) -> tuple[Any, Any]:
+    """PEFT's own path: the same float32 weights, the adapter through `PeftModel` at `scale`
+    (PEFT's `set_scale` on every LoRA layer) (tokenizer, model)."""
     import torch
     from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = hf_folder_for(smollm2_gguf(), HubLocation.work_dir)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     if adapter is not None:
         model = PeftModel.from_pretrained(model, str(peft_folder(adapter))).eval()
+        for module in model.modules():
+            if isinstance(module, LoraLayer):
+                module.set_scale("default", scale)
     return AutoTokenizer.from_pretrained(folder), model
 
 
-def reference_run(adapter: str | None, max_tokens: int) -> tuple[list[float], str]:
+def reference_run(adapter: str | None, max_tokens: int, scale: float = 1.0) -> tuple[list[float], str]:
     """The prompt's logprobs and the greedy continuation, by PEFT's model."""
     import torch
 
-    tokenizer, model = reference(adapter)
+    tokenizer, model = reference(adapter, scale)
     ids = tokenizer(PROMPT, return_tensors="pt").input_ids
     with torch.inference_mode():
         logprobs = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
@@ -166,6 +176,23 @@ async def test_an_unknown_adapter_is_a_400_naming_it(served) -> None:
             await client.completions.create(prompt=PROMPT, max_tokens=2, **extra)
         assert caught.value.status_code == 400 and "'nope'" in caught.value.message
         assert caught.value.code == "adapter_not_found"
+
+
+async def test_a_preloaded_adapter_at_half_scale_equals_pefts_set_scale(served) -> None:
+    """`preload: true` loads the adapter with its model; `scale: 0.5` runs it as PEFT's
+    `set_scale(0.5)` does, not as scale 1 (the other model's poet)."""
+    app, http = served
+    client = sdk(http)
+    assert engine_of(app, LRU_MODEL).adapters.loaded == ["poet"]  # before any request named it
+    run = await complete(client, f"{LRU_MODEL}:poet", echo=True, logprobs=1, max_tokens=12)
+    choice = run.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.token_logprobs is not None
+    prompt_count = run.usage.prompt_tokens if run.usage else 0
+    want_logprobs, want_text = await asyncio.to_thread(reference_run, "poet", 12, HALF)
+    assert choice.logprobs.token_logprobs[1:prompt_count] == pytest.approx(want_logprobs, abs=2e-3)
+    assert (await complete(client, f"{LRU_MODEL}:poet")).choices[0].text == want_text
+    full_logprobs, _ = await asyncio.to_thread(reference_run, "poet", 12)
+    assert want_logprobs != pytest.approx(full_logprobs, abs=1e-2)
 
 
 async def test_least_recently_used_adapter_is_unloaded(served) -> None:
