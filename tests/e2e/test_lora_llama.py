@@ -4,7 +4,8 @@ text equal llama.cpp's own adapter path (`llama_cpp.Llama(lora_path=...)`) and d
 the base model's; two adapters and the base model decoding in one engine step each equal
 their solo output; an unknown adapter is a 400 naming it; a model holds at most
 `max_adapters`, the least recently used idle one unloaded; the prompt cache never reuses KV
-cells computed under another adapter; adapters count in the model's memory estimate."""
+cells computed under another adapter; adapters count in the model's memory estimate; a preloaded
+adapter at scale 0.5 equals `Llama(lora_scale=0.5)`."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ from tests.lora_models import lora_gguf
 MODEL, LRU_MODEL = "lora-chat", "lora-lru"
 OPTIONS = {"n_ctx": 512, "parallel": 4}
 PROMPT = "The capital of France is"
+HALF = 0.5
+"""The LRU model's poet adapter runs at this scale (and is preloaded)."""
 
 
 def entry(max_adapters: int, **options: Any) -> dict[str, Any]:
@@ -44,7 +47,9 @@ def entry(max_adapters: int, **options: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 async def served() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    models = {MODEL: entry(2), LRU_MODEL: entry(1, reuse_prompt_cache=True)}
+    half_poet = {"source": str(lora_gguf("poet")), "scale": HALF, "preload": True}
+    lru = {**entry(1, reuse_prompt_cache=True), "adapters": {"pirate": str(lora_gguf("pirate")), "poet": half_poet}}
+    models = {MODEL: entry(2), LRU_MODEL: lru}
     async with serving({"enabled_models": list(models), "models": models}) as (app, client):
         for model in models:
             await app.state.pool.slot(model).ensure_ready(None)
@@ -55,12 +60,12 @@ def engine_of(app: FastAPI, model: str) -> Any:
     return app.state.pool.slot(model).replicas.members[0].backend._engine
 
 
-def reference_llama(lora: str | None) -> Any:
+def reference_llama(lora: str | None, scale: float = 1.0) -> Any:
     """llama.cpp's own path, with the kernels the engine runs (as tests/e2e/conftest.py's `reference`)."""
     from llama_cpp import Llama
 
-    return Llama(str(smollm2_gguf()), lora_path=lora, logits_all=True, n_ctx=512, n_ubatch=63, flash_attn=True,
-                 verbose=False)  # fmt: skip
+    return Llama(str(smollm2_gguf()), lora_path=lora, lora_scale=scale, logits_all=True, n_ctx=512, n_ubatch=63,
+                 flash_attn=True, verbose=False)  # fmt: skip
 
 
 def reference_logprobs(llm: Any, tokens: list[int]) -> list[float]:
@@ -139,6 +144,25 @@ async def test_an_unknown_adapter_is_a_400_naming_it(served) -> None:
         await client.completions.create(model="no-such-model:pirate", prompt="hi", max_tokens=2)
 
 
+async def test_a_preloaded_adapter_at_half_scale_equals_llamas_lora_scale(served) -> None:
+    """`preload: true` loads the adapter with its model; `scale: 0.5` equals
+    `Llama(lora_scale=0.5)` and differs from scale 1."""
+    app, http = served
+    assert [a.spec.name for a in engine_of(app, LRU_MODEL).adapters.loaded] == ["poet"]  # before any request
+    # Its own prompt: the LRU test below counts prompt-cache reuse of PROMPT under poet.
+    prompt = "Once upon a time"
+    body: dict[str, Any] = {"echo": True, "logprobs": 0, "max_tokens": 1, "temperature": 0}
+    scored = await sdk(http).completions.create(model=f"{LRU_MODEL}:poet", prompt=prompt, **body)
+    assert scored.choices[0].logprobs is not None
+    served_logprobs = [lp for lp in scored.choices[0].logprobs.token_logprobs or [] if lp is not None]
+    llm = reference_llama(str(lora_gguf("poet")), HALF)
+    tokens = llm.tokenize(prompt.encode(), add_bos=False)
+    expected = reference_logprobs(llm, tokens)
+    assert np.allclose(served_logprobs[: len(expected)], expected, atol=2e-3)
+    full = reference_logprobs(reference_llama(str(lora_gguf("poet"))), tokens)
+    assert not np.allclose(expected, full, atol=1e-2)
+
+
 async def test_least_recently_used_adapter_is_unloaded_and_no_kv_is_reused_across_adapters(served) -> None:
     app, http = served
     client = sdk(http)
@@ -146,9 +170,9 @@ async def test_least_recently_used_adapter_is_unloaded_and_no_kv_is_reused_acros
     engine = engine_of(app, LRU_MODEL)
     pirate = (await complete(client, f"{LRU_MODEL}:pirate")).choices[0].text
     assert [a.spec.name for a in engine.adapters.loaded] == ["pirate"]
-    reused = engine.reused_tokens
+    reused, evictions = engine.reused_tokens, engine.adapters.evictions
     poet = (await complete(client, f"{LRU_MODEL}:poet")).choices[0].text
-    assert [a.spec.name for a in engine.adapters.loaded] == ["poet"] and engine.adapters.evictions == 1
+    assert [a.spec.name for a in engine.adapters.loaded] == ["poet"] and engine.adapters.evictions == evictions + 1
     assert engine.reused_tokens == reused  # the same prompt is cached, but under the base model and another adapter
     assert (await complete(client, f"{LRU_MODEL}:poet")).choices[0].text == poet
     assert engine.reused_tokens > reused  # under the same adapter its cells serve again
