@@ -169,7 +169,7 @@ def test_ctrl_d_ends_the_chat(served: Server) -> None:
 def test_ctrl_c_stops_a_reply_and_the_server_stops_generating(served: Server) -> None:
     """Ctrl-C mid-reply: the reply stops, the request is closed, the server's in-flight count
     for the model goes back to 0 (no generation left running), and the chat goes on."""
-    argv = [*MODELPOOL, "run", ALIAS, "--max-tokens", "4000", "--temperature", "0"]
+    argv = [*MODELPOOL, "run", ALIAS, "--max-tokens", "1900", "--temperature", "0"]
     with terminal(argv, cli_environment(served)) as term:
         at = term.wait_for(PROMPT)
         term.send(LONG_ASK)
