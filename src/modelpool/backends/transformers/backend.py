@@ -401,7 +401,9 @@ class TransformersBackend(DeclaredBackend):
         from llguidance.hf import from_tokenizer
 
         engine, tokenizer = self._require_engine(), self._require_tokenizer()
-        vocab_size = int(engine.model.get_output_embeddings().weight.shape[0])
+        # The logits' width: `out_features` holds for nn.Linear and for a head packed for oneDNN
+        # (PackedLinear keeps no `weight`).
+        vocab_size = int(engine.model.get_output_embeddings().out_features)
         eos = sorted(engine.eos_ids)
         if not eos:
             raise InvalidRequest(f"model '{self.model.id}' has no end-of-sequence token, so a constrained output "
