@@ -12,6 +12,7 @@ that names it, registers it again. Only declared adapters: the path sent is the 
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable
 
 from modelpool.config.schema import ModelConfig
@@ -21,7 +22,7 @@ RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 """What turns vLLM's load/unload routes on (without it they are 404)."""
 
 
-class VllmRuntimeAdapters:
+class VllmRuntimeAdapters(ABC):
     """`AdapterBackend` for a vLLM engine: what it has registered, least recently used first.
     A backend says how to reach the engine (`_engine_call`) and whether it runs."""
 
@@ -30,15 +31,16 @@ class VllmRuntimeAdapters:
     """Ordered (dicts keep insertion order): a use moves a name to the end."""
     _adapter_lock: asyncio.Lock | None = None
 
+    @abstractmethod
     def _adapters(self) -> dict[str, str]:
-        raise NotImplementedError  # the backend resolves its adapters' paths
+        """Each declared adapter's path, as the backend resolves it."""
 
-    def _engine_running(self) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def _engine_running(self) -> bool: ...
 
+    @abstractmethod
     async def _engine_call(self, route: str, body: dict[str, str]) -> None:
         """vLLM's `load_lora_adapter` or `unload_lora_adapter` with `body`; its refusal raises."""
-        raise NotImplementedError
 
     def _registry(self) -> dict[str, None]:
         if self._registered is None:  # as started: `--lora-modules` registered them all
