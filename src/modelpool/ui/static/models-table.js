@@ -70,6 +70,18 @@ function keepAliveText(entry) {
   return model.state === "ready" ? "in use" : `${countdown(model.keep_alive_s)} idle`;
 }
 
+const PRIORITIES = ["high", "normal", "low"];
+
+/** The waiting requests by priority class ("2 high · 5 low"), the classes with any only. */
+export function queuedByPriorityText(byPriority) {
+  return PRIORITIES.filter((name) => (byPriority?.[name] || 0) > 0).map((name) => `${byPriority[name]} ${name}`).join(" · ");
+}
+
+function queuedClasses(model) {
+  const text = queuedByPriorityText(model.queued_by_priority);
+  return text ? h("small", { class: "muted block queued-classes", text }) : "";
+}
+
 function fillRow(entry, model, receivedAt) {
   const { cells } = entry;
   entry.model = model;
@@ -78,7 +90,7 @@ function fillRow(entry, model, receivedAt) {
   cells.tasks.replaceChildren(...tags(model.tasks), ...tags(capabilityList(model.capabilities), "tag-capability"));
   cells.replicas.textContent = `${model.replicas.filter((r) => !r.retiring).length} / ${model.replicas_wanted}`;
   cells["in-flight"].textContent = String(model.in_flight);
-  cells.queued.textContent = String(model.queued);
+  cells.queued.replaceChildren(h("span", { text: String(model.queued) }), queuedClasses(model));
   const { measured_bytes: measured, estimate_bytes: estimate } = model.memory;
   cells.memory.replaceChildren(h("span", { text: measured ? formatBytes(measured) : "–" }),
     estimate ? h("small", { class: "muted block", text: `est. ${formatBytes(estimate)}` }) : "");
@@ -95,7 +107,8 @@ function fillRow(entry, model, receivedAt) {
 
 /**
  * The admin table. update(models, gpuSeen) fills it (rows are made once per model and then
- * only changed; the VRAM column shows only when the server sees a GPU); tick() moves the
+ * only changed, and dropped when the model is no longer listed; the VRAM column shows only
+ * when the server sees a GPU); tick() moves the
  * countdowns; mark(id) shows which row is selected.
  */
 export function adminTable(onSelect) {
@@ -120,6 +133,13 @@ export function adminTable(onSelect) {
     element.querySelector("table").classList.toggle("no-gpu", !gpuSeen);
     const receivedAt = performance.now() / 1000;
     for (const model of models) fillRow(rows.get(model.id) || newRow(model), model, receivedAt);
+    // A model a config reload removed is gone from the list: its row goes too.
+    const listed = new Set(models.map((model) => model.id));
+    for (const [id, entry] of rows) {
+      if (listed.has(id)) continue;
+      entry.row.remove();
+      rows.delete(id);
+    }
   }
 
   function tick() {

@@ -4,6 +4,7 @@
 // API's refusal and the read-only list from /v1/models: the page shows what the key may see.
 import { api, ApiError, formatBytes, h, poll } from "./lib.js";
 import { detailPanel } from "./models-detail.js";
+import { reloadControl } from "./models-reload.js";
 import { adminTable, readOnlyTable } from "./models-table.js";
 
 const POLL_MS = 2000;
@@ -84,11 +85,17 @@ export function mount(root) {
     if (stopped) return; // the page was left while the list was on its way
     if (view?.kind !== "admin") {
       view = { kind: "admin", table: adminTable((id) => select(id, true)) };
-      body.replaceChildren(view.table.element);
+      // After the table: from the heading, Tab goes on to the first model, as before.
+      body.replaceChildren(view.table.element, reloadControl({ onReloaded: () => poller.now() }).element);
     }
     view.table.update(models, Boolean(memory?.gpus?.length));
     summary.textContent = adminSummary(models, memory);
     if (!selected) return;
+    if (detail && !view.table.model(selected)) { // a reload removed the selected model
+      detail = null;
+      detailSlot.replaceChildren();
+      return;
+    }
     if (!detail || detail.id() !== selected) select(selected, false);
     else detail.update(view.table.model(selected));
   }
