@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from starlette.responses import StreamingResponse
@@ -82,13 +83,31 @@ def _cut_when_stalled(send: Send, timeout_s: float) -> Send:
     """`send`, raising StalledReader when one message waits longer than `timeout_s` for
     the client to take data (the server's send blocks while the socket's buffers are full)."""
 
-    async def send_or_cut(message: Message) -> None:
+    if _timeout is None:  # Python 3.10
+
+        async def send_or_cut(message: Message) -> None:
+            try:
+                await asyncio.wait_for(send(message), timeout_s)
+            except asyncio.TimeoutError:  # not the builtin TimeoutError on Python 3.10
+                raise StalledReader(f"no data taken for {timeout_s} s") from None
+
+        return send_or_cut
+    timer = _timeout
+
+    async def send_in_time(message: Message) -> None:
         try:
-            await asyncio.wait_for(send(message), timeout_s)
-        except asyncio.TimeoutError:  # not the builtin TimeoutError on Python 3.10
+            async with timer(timeout_s):
+                await send(message)
+        except TimeoutError:
             raise StalledReader(f"no data taken for {timeout_s} s") from None
 
-    return send_or_cut
+    return send_in_time
+
+
+_timeout: Callable[[float], AbstractAsyncContextManager[None]] | None = getattr(asyncio, "timeout", None)
+"""`asyncio.timeout` (Python 3.11+): a timer around each send. `wait_for` wraps every send in
+a Task of its own (one per streamed token on 3.11) and cost the event loop ~1.7x as much
+per send (2026-11-28, uvloop, 2 shared cores, ABBA)."""
 
 
 async def _aclose(iterator: AsyncIterator[bytes]) -> None:

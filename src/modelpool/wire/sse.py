@@ -26,7 +26,7 @@ def sse(payload: dict[str, Any]) -> bytes:
 
 def named_event(payload: dict[str, Any]) -> bytes:
     """An event named by its payload's `type`."""
-    return b"event: " + payload["type"].encode() + b"\ndata: " + orjson.dumps(payload, option=_OPTIONS) + b"\n\n"
+    return f"event: {payload['type']}\ndata: ".encode() + orjson.dumps(payload, option=_OPTIONS) + b"\n\n"
 
 
 def chat_error_events(payload: dict[str, Any]) -> list[bytes]:
