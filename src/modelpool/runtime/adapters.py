@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from modelpool.backends.base import AdapterBackend
+from modelpool.backends.base import AdapterBackend, implements
 from modelpool.errors import AdapterNotFound, InvalidRequest, ModelNotLoaded
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def adapter_backends(slot: ModelSlot) -> list[AdapterBackend]:
     backends = [r.backend for r in slot.replicas.routable() if r.backend is not None]
     if not backends:
         raise ModelNotLoaded(f"model '{slot.id}' is not loaded: load it, then its adapters")
-    able = [b for b in backends if isinstance(b, AdapterBackend)]
+    able = [b for b in backends if implements(b, AdapterBackend)]
     if len(able) != len(backends):
         raise InvalidRequest(f"backend '{slot.config.backend}' loads its adapters at start only "
                              "(every declared adapter is served)", param="model")  # fmt: skip
@@ -51,11 +51,12 @@ def adapter_backends(slot: ModelSlot) -> list[AdapterBackend]:
 def loaded_adapters(slot: ModelSlot) -> list[str]:
     """The adapters the first running replica holds (none when not loaded)."""
     for replica in slot.replicas.routable():
-        if isinstance(replica.backend, AdapterBackend):
+        if implements(replica.backend, AdapterBackend):
             return replica.backend.loaded_adapters()
     return []
 
 
 def adapter_bytes(slot: ModelSlot) -> int:
     """What the adapters of all its running replicas take (the memory report)."""
-    return sum(r.backend.adapter_bytes() for r in slot.replicas.routable() if isinstance(r.backend, AdapterBackend))
+    held = [r.backend for r in slot.replicas.routable() if implements(r.backend, AdapterBackend)]
+    return sum(backend.adapter_bytes() for backend in held)

@@ -18,11 +18,26 @@ def process_rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
+def settle_heap() -> None:
+    """Put every object alive now out of the cyclic garbage collector's reach (`gc.freeze`):
+    called once the server serves and after each model load. Why: with PyTorch and
+    transformers imported the heap holds ~550,000 tracked objects (modules, schemas, a loaded
+    model's Python objects) that live as long as the process or the model, and every full
+    collection — set off by the allocations of ordinary requests — walked them all: measured
+    0.3–0.9 s on a 2-core machine, a stall of every request in flight, and ~30% more
+    event-loop CPU per small request under load. Objects that die by reference counting are
+    freed as before; only cycles among frozen objects wait for the next unload
+    (`release_freed_memory` thaws the heap first, so an unloaded model's own cycles go)."""
+    gc.freeze()
+
+
 def release_freed_memory() -> None:
     """Collect garbage and ask glibc to return free heap pages to the OS (and PyTorch its
     cached GPU memory to the driver), so that an unload shows up in the process RSS and the
     GPUs' used memory instead of sitting in an allocator's free lists."""
+    gc.unfreeze()  # the unloaded model's objects were frozen with the rest (`settle_heap`)
     gc.collect()
+    gc.freeze()
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

@@ -16,6 +16,7 @@ from modelpool.backends.base import (
     PlacedBackend,
     ProcessBackend,
     TokenEmbeddingBackend,
+    implements,
 )
 from modelpool.capabilities import Locality, ModelCapabilities
 from modelpool.config.schema import ModelConfig
@@ -72,7 +73,7 @@ class Replica:
     def current_memory(self) -> int:
         """An engine process's RSS now (its KV cache and buffers grow as it serves: the
         budget counts what it holds today), else what this replica's load measured."""
-        if isinstance(self.backend, ProcessBackend):
+        if implements(self.backend, ProcessBackend):
             self.memory_bytes = self.backend.resident_bytes() or self.memory_bytes
         return self.memory_bytes
 
@@ -81,7 +82,7 @@ class Replica:
         container's processes) is found by PID in NVML's per-process list (`seen`, else read
         now); an in-process model keeps what its load measured (NVML lists one modelpool)."""
         seen = nvml_processes() if seen is None else seen
-        if isinstance(self.backend, ProcessBackend) and self.backend.pid is not None:
+        if implements(self.backend, ProcessBackend) and self.backend.pid is not None:
             tree = tree_pids(self.backend.pid)
             use = processes_use(tree, seen)
             if use is None:
@@ -95,7 +96,7 @@ class Replica:
         return ReplicaGpu(self.index, self.gpu_memory_bytes, "load", (os.getpid(),), devices)
 
     def status(self) -> ReplicaStatus:
-        process = self.backend if isinstance(self.backend, ProcessBackend) else None
+        process = self.backend if implements(self.backend, ProcessBackend) else None
         return ReplicaStatus(
             index=self.index,
             running=self.running,
@@ -104,12 +105,12 @@ class Replica:
             retiring=self.retiring,
             pid=process.pid if process else None,
             port=process.port if process else None,
-            placement=self.backend.placement() if isinstance(self.backend, PlacedBackend) else None,
+            placement=self.backend.placement() if implements(self.backend, PlacedBackend) else None,
         )
 
     def output(self, count: int) -> list[str]:
         """The engine process's last `count` output lines (none for an engine in modelpool)."""
-        return self.backend.log_tail(count) if isinstance(self.backend, ProcessBackend) else []
+        return self.backend.log_tail(count) if implements(self.backend, ProcessBackend) else []
 
     async def stop(self, *, detach: bool = False) -> None:
         """Stop the backend, logging (not raising) what goes wrong. detach: modelpool is
@@ -118,7 +119,7 @@ class Replica:
             if batcher is not None:
                 await batcher.close()
         try:
-            if detach and isinstance(self.backend, ProcessBackend):
+            if detach and implements(self.backend, ProcessBackend):
                 await self.backend.detach()
             else:
                 await self.backend.stop()
@@ -159,7 +160,7 @@ class ReplicaSet:
         """Start `backend` as replica `index` and add it; a failed start leaves nothing behind.
         `estimate` weighs its share of what the process grows by while other loads run too."""
         locality = capabilities.declared.locality
-        in_process = locality is Locality.IN_PROCESS and not isinstance(backend, ProcessBackend)
+        in_process = locality is Locality.IN_PROCESS and not implements(backend, ProcessBackend)
         windows = self._accounts.open_load(estimate or MemoryEstimate(0), in_process=in_process)
         replica = Replica(index, backend)
         try:
@@ -173,13 +174,13 @@ class ReplicaSet:
         replica.started_at = self._clock.monotonic()
         measured = self._accounts.close_load(windows)
         replica.memory_bytes, replica.gpu_memory_bytes = measured.ram_bytes, measured.gpu_bytes
-        if isinstance(backend, ProcessBackend):
+        if implements(backend, ProcessBackend):
             replica.memory_bytes = backend.resident_bytes()
             backend.supervise(lambda message: self._on_crash(replica, message))
         name = f"{self.model_id}#{index}"
-        if Task.EMBEDDING in capabilities.tasks and isinstance(backend, TokenEmbeddingBackend):
+        if Task.EMBEDDING in capabilities.tasks and implements(backend, TokenEmbeddingBackend):
             replica.batcher = Batcher(backend.embed_tokens, config.batch, name)
-        if Task.RERANK in capabilities.tasks and isinstance(backend, PairScoringBackend):
+        if Task.RERANK in capabilities.tasks and implements(backend, PairScoringBackend):
             replica.pair_batcher = Batcher(backend.score_encoded, config.batch, name)
         self.members.append(replica)
         return replica
@@ -221,7 +222,7 @@ class ReplicaSet:
 
     def measured_gpu_bytes(self) -> int:
         """In-process replicas as their loads measured; engine processes as NVML sees them now."""
-        seen = nvml_processes() if any(isinstance(r.backend, ProcessBackend) for r in self.members) else {}
+        seen = nvml_processes() if any(implements(r.backend, ProcessBackend) for r in self.members) else {}
         return sum(r.gpu_use(seen).measured_bytes for r in self.members)
 
     def gpu_uses(self, seen: dict[int, GpuProcess]) -> list[ReplicaGpu]:
@@ -232,7 +233,7 @@ class ReplicaSet:
         return [
             EngineOutput(r.index, r.backend.pid, r.backend.log_tail(count))
             for r in self.members
-            if isinstance(r.backend, ProcessBackend)
+            if implements(r.backend, ProcessBackend)
         ]
 
     def statuses(self) -> list[ReplicaStatus]:

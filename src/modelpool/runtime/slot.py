@@ -18,7 +18,14 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from modelpool import tracing
-from modelpool.backends.base import Backend, EmbeddingBackend, MemoryEstimate, SpeechBackend, contract_problem
+from modelpool.backends.base import (
+    Backend,
+    EmbeddingBackend,
+    MemoryEstimate,
+    SpeechBackend,
+    contract_problem,
+    implements,
+)
 from modelpool.backends.runtime_modules import runtime_modules
 from modelpool.capabilities import ModelCapabilities
 from modelpool.config.schema import ModelConfig
@@ -35,6 +42,7 @@ from modelpool.runtime.download import Download, fetch, plan_download
 from modelpool.runtime.eviction import Need, Resident
 from modelpool.runtime.lease import Lease
 from modelpool.runtime.lifecycle import Action, Decision, Event, Facts, Policy, SlotState, decide
+from modelpool.runtime.memory import settle_heap
 from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.runtime.metrics.prometheus import Metrics
 from modelpool.runtime.replicas import Replica, ReplicaSet
@@ -174,7 +182,7 @@ class ModelSlot:
     async def voices(self) -> list[Voice]:
         """The model's voices, from its files, by a backend that is never started."""
         backend = self._new_backend()
-        return await backend.voices() if isinstance(backend, SpeechBackend) else []
+        return await backend.voices() if implements(backend, SpeechBackend) else []
 
     def engine_logs(self, count: int) -> EngineLogs:
         """The last output of each engine process, and of the one that crashed last."""
@@ -213,7 +221,7 @@ class ModelSlot:
                     await self.ensure_ready(wait_s)  # unloaded while this request waited in line
                 replica = self.replicas.least_busy()
                 backend = replica.backend
-                if not isinstance(backend, protocol):  # checked at load: only a broken backend gets here
+                if not implements(backend, protocol):  # checked at load: only a broken backend gets here
                     raise ModelLoadFailed(f"model '{self.id}': its backend does not implement {protocol.__name__}")
             except BaseException:
                 ticket.done()
@@ -302,6 +310,7 @@ class ModelSlot:
         self._metrics.load_seconds.labels(model=self.id).observe(self.record.load_seconds)
         self._resize_admission()
         self._apply(Event.LOADED)
+        settle_heap()  # the model's objects live as long as it is loaded
         seconds = round(self.record.load_seconds, 3)
         log.info("model ready", extra={"model": self.id, "replicas": len(self.replicas), "load_seconds": seconds})
 
@@ -318,7 +327,7 @@ class ModelSlot:
         for index in range(self.config.replicas):
             backend = first if index == 0 else self._new_backend()
             await self.replicas.start(index, backend, self.config, self.capabilities, self.record.estimate)
-        if self._probes_dimensions() and isinstance(first, EmbeddingBackend):
+        if self._probes_dimensions() and implements(first, EmbeddingBackend):
             probe = await first.embed(EmbeddingRequest(("dimensions",)))  # one more tiny warmup request
             self.dimensions = int(probe.vectors.shape[1])
 

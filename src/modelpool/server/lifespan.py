@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 
 from modelpool.runtime.batches.runner import BatchRunner
+from modelpool.runtime.memory import settle_heap
 from modelpool.runtime.metrics.history import MetricsHistory
 from modelpool.runtime.ratelimit.durable import UsageStore
 from modelpool.runtime.served import ServedPool
@@ -62,6 +63,7 @@ class Lifetime:
             async with contextlib.AsyncExitStack() as stack:
                 if self.mcp is not None:  # the MCP session manager's task group
                     await stack.enter_async_context(self.mcp.run())
+                settle_heap()  # what start-up built lives as long as the server
                 yield
         finally:
             await self._teardown()

@@ -17,7 +17,8 @@ async def create_embeddings(body: EmbeddingsBody, request: Request) -> Response:
     note_model(request, body.model)
     pool = pool_of(request)
     model_id = pool.model_id(body.model)
-    refuse_dimensions_beyond(pool.status(body.model).dimensions, body.dimensions, model_id)  # before any work
+    if body.dimensions is not None:  # checked before any work; a whole status per request is not free
+        refuse_dimensions_beyond(pool.status(body.model).dimensions, body.dimensions, model_id)
     outcome = await unless_disconnected(request, pool.embed(body.model, body.to_request(), body.call_options()))
     result, timing = outcome.value, outcome.timing
     content = embeddings_response(body, result, model_id, metrics_field(request, body.return_metrics, timing))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from modelpool.backends.base import EmbeddingBackend, TokenEmbeddingBackend
+from modelpool.backends.base import EmbeddingBackend, TokenEmbeddingBackend, implements
 from modelpool.inference import EmbeddingRequest, EmbeddingResult
 from modelpool.runtime.lease import Lease
 from modelpool.runtime.tasks.embedding_cache import EmbeddingCache
@@ -13,7 +13,7 @@ from modelpool.runtime.tasks.embedding_cache import EmbeddingCache
 
 async def embed_on(lease: Lease[EmbeddingBackend], cache: EmbeddingCache, request: EmbeddingRequest) -> EmbeddingResult:
     backend = lease.backend
-    if not isinstance(backend, TokenEmbeddingBackend):  # computed upstream: no local tokens to batch or cache
+    if not implements(backend, TokenEmbeddingBackend):  # computed upstream: no local tokens to batch or cache
         return await backend.embed(request)
     ids = await backend.prepare(request)
     keys = [(item, request.truncate) for item in request.inputs]
