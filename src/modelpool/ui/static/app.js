@@ -1,12 +1,13 @@
 // The workbench shell: page switching by URL hash, the API-key dialog. Each page module
 // exports mount(root) and returns a function that stops it (timers, streams), or
 // {stop, route}: route() follows a new hash within the page (a sub-tab, a selected model).
+import * as batches from "./batches.js";
 import { api, ApiError, getKey, notice, setKey } from "./lib.js";
 import * as metrics from "./metrics.js";
 import * as models from "./models.js";
 import * as playground from "./playground.js";
 
-const pages = { models, playground, metrics };
+const pages = { models, playground, metrics, batches };
 let shown = null; // {name, stop, route} of the mounted page
 
 function currentPage() {
