@@ -9,6 +9,9 @@ load drifts over both alike; the report gives tokens/s per concurrency, the rati
 pair and its median, the load average, and whether both variants produced the same
 greedy tokens on every stream.
 
+`--baseline-tree PATH` compares this tree's engine against another checkout's (its
+`src/` on the child's PYTHONPATH), both on oneDNN: a change's before/after in one ABBA run.
+
 Run: `.venv/bin/python -m benchmarks.bench_transformers_engine` (add `--threads 1` on a
 machine other work shares: PyTorch's OpenMP threads spin waiting for each other, and on
 2 busy cores a 16-row matmul measured 30× slower with 2 threads than with 1).
@@ -109,12 +112,14 @@ def measure(packed: bool, streams: list[int], threads: int | None) -> dict[str, 
     return result
 
 
-def _child(variant: str, streams: list[int], threads: int | None) -> dict[str, Any]:
+def _child(variant: str, streams: list[int], threads: int | None, src: Path | None = None) -> dict[str, Any]:
+    """One variant in its own process; `src`: the modelpool sources it imports (another tree's)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         own = ["--threads", str(threads)] if threads else []
         argv = [sys.executable, "-m", "benchmarks.bench_transformers_engine", "--child", variant, "--out", out.name,
                 "--streams", ",".join(map(str, streams)), *own]  # fmt: skip
-        subprocess.run(argv, check=True, cwd=ROOT)
+        env = {**os.environ, "PYTHONPATH": f"{src or ROOT / 'src'}{os.pathsep}{ROOT}"}
+        subprocess.run(argv, check=True, cwd=ROOT, env=env)
         return dict(json.loads(Path(out.name).read_text()))
 
 
@@ -123,6 +128,8 @@ def main() -> None:
     parser.add_argument("--streams", default="1,16,32")
     parser.add_argument("--pairs", type=int, default=1, help="ABBA pairs of each variant")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads in each run")
+    parser.add_argument("--baseline-tree", type=Path, default=None,
+                        help="another checkout to compare this tree against (both on oneDNN)")  # fmt: skip
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -130,20 +137,29 @@ def main() -> None:
     if args.child:
         Path(args.out).write_text(json.dumps(measure(VARIANTS[args.child], streams, args.threads)))
         return
-    runs: dict[str, list[dict[str, Any]]] = {"torch": [], "onednn": []}
+    # (label, --child variant, sources): A then B; the ratio is B / A.
+    if args.baseline_tree:
+        sides = [("baseline", "onednn", args.baseline_tree.resolve() / "src"), ("this tree", "onednn", None)]
+    else:
+        sides = [("torch", "torch", None), ("onednn", "onednn", None)]
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in sides}
     for pair in range(args.pairs):
-        order = ["torch", "onednn"] if pair % 2 == 0 else ["onednn", "torch"]
-        for variant in order + order[::-1]:
-            runs[variant].append(_child(variant, streams, args.threads))
-    print(f"| streams | torch tok/s | onednn tok/s | ratio (median of {len(runs['torch'])}) | load avg | same tokens |")
+        order = sides if pair % 2 == 0 else sides[::-1]
+        for label, variant, src in order + order[::-1]:
+            runs[label].append(_child(variant, streams, args.threads, src))
+    _report(runs, [label for label, _, _ in sides], streams)
+
+
+def _report(runs: dict[str, list[dict[str, Any]]], labels: list[str], streams: list[int]) -> None:
+    a, b = labels
+    print(f"| streams | {a} tok/s | {b} tok/s | ratio (median of {len(runs[a])}) | load avg | same tokens |")
     print("|---|---|---|---|---|---|")
     for count in map(str, streams):
-        pairs = zip(runs["torch"], runs["onednn"], strict=True)
-        ratios = [b[count]["tokens_per_s"] / a[count]["tokens_per_s"] for a, b in pairs]
-        same = all(a[count]["tokens"] == b[count]["tokens"] for a in runs["torch"] for b in runs["onednn"])
-        loads = [r[count]["load"] for variant in runs.values() for r in variant]
-        print(f"| {count} | {statistics.median(r[count]['tokens_per_s'] for r in runs['torch']):.1f} "
-              f"| {statistics.median(r[count]['tokens_per_s'] for r in runs['onednn']):.1f} "
+        ratios = [y[count]["tokens_per_s"] / x[count]["tokens_per_s"] for x, y in zip(runs[a], runs[b], strict=True)]
+        same = all(x[count]["tokens"] == y[count]["tokens"] for x in runs[a] for y in runs[b])
+        loads = [r[count]["load"] for side in runs.values() for r in side]
+        print(f"| {count} | {statistics.median(r[count]['tokens_per_s'] for r in runs[a]):.1f} "
+              f"| {statistics.median(r[count]['tokens_per_s'] for r in runs[b]):.1f} "
               f"| {statistics.median(ratios):.2f}× | {min(loads):.1f}–{max(loads):.1f} | {same} |")  # fmt: skip
 
 

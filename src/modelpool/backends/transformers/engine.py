@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,9 @@ from modelpool.backends.transformers.adapters import AdapterSpec, PeftAdapters
 from modelpool.backends.transformers.sampling import choose_token
 from modelpool.backends.transformers.sequence import Sequence
 from modelpool.errors import InvalidRequest, ModelUnloaded, Overloaded
+
+if TYPE_CHECKING:  # transformers is imported on the engine thread, as a model loads (see `_new_cache`)
+    from modelpool.backends.transformers.kv_cache import SpareCache
 
 T = TypeVar("T")
 
@@ -74,7 +77,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         """Most prompts whose last tokens went through one forward together."""
         self._prefilling: list[Sequence] = []
         self._active: list[Sequence] = []
-        self._cache: Any = None
+        self._cache: SpareCache | None = None
         self._mask: torch.Tensor | None = None
         self._next_pos: torch.Tensor | None = None
         self.adapters: PeftAdapters | None = None
@@ -217,9 +220,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
     def _prefill_together(self, group: list[Sequence]) -> int:
         """Prefill whole prompts in one left-padded forward (after their shared prefix, run
         once), join them to the batch, choose each one's first token."""
-        from transformers import DynamicCache
-
-        cache, shared = DynamicCache(), _shared_prefix([s.prompt for s in group])
+        cache, shared = _new_cache(), _shared_prefix([s.prompt for s in group])
         if shared:
             prefix = torch.tensor([group[0].prompt[:shared]], device=self.device)
             positions = torch.arange(shared, device=self.device).unsqueeze(0)
@@ -281,9 +282,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         # Image tokens must meet their pixels in one forward pass: no chunks for those prompts.
         chunk = seq.prompt[start:] if seq.vision is not None else seq.prompt[start : start + budget]
         if seq.cache is None:
-            from transformers import DynamicCache
-
-            seq.cache = DynamicCache()
+            seq.cache = _new_cache()
         # With images the model places the prompt's tokens itself (2-D or multimodal positions).
         positions = torch.arange(start, start + len(chunk), device=self.device).unsqueeze(0)
         with self._adapter_rows([seq]):
@@ -341,17 +340,15 @@ class ContinuousBatcher(EngineLoop[Sequence]):
 
     # ----- batch bookkeeping ---------------------------------------------------------
 
-    def _join(self, seqs: list[Sequence], cache: Any, mask: torch.Tensor, next_pos: torch.Tensor) -> None:
+    def _join(self, seqs: list[Sequence], cache: SpareCache, mask: torch.Tensor, next_pos: torch.Tensor) -> None:
         """Append freshly prefilled rows (their cache, mask and next positions) to the batch."""
         if self._cache is None or self._mask is None or self._next_pos is None:
             self._cache, self._mask, self._next_pos = cache, mask, next_pos
             self._active.extend(seqs)
             return
         width = max(self._mask.shape[1], mask.shape[1])
-        self._mask = torch.cat([_pad_left(self._cache, self._mask, width), _pad_left(cache, mask, width)])
-        for layer, own in zip(self._cache.layers, cache.layers, strict=True):
-            layer.keys = torch.cat([layer.keys, own.keys], dim=0)
-            layer.values = torch.cat([layer.values, own.values], dim=0)
+        self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
+        self._cache.stack_rows(cache, width)
         self._next_pos = torch.cat([self._next_pos, next_pos])
         self._active.extend(seqs)
 
@@ -362,13 +359,11 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         if not keep:
             self._active, self._cache, self._mask, self._next_pos = [], None, None, None
             return
-        assert self._mask is not None and self._next_pos is not None
+        assert self._cache is not None and self._mask is not None and self._next_pos is not None
         index = torch.tensor(keep, device=self.device)
         mask = self._mask.index_select(0, index)
         first = int(torch.nonzero(mask.sum(dim=0))[0])  # columns that are padding in every row go
-        for layer in self._cache.layers:
-            layer.keys = layer.keys.index_select(0, index)[:, :, first:]
-            layer.values = layer.values.index_select(0, index)[:, :, first:]
+        self._cache.keep_rows(index, first)
         self._mask = mask[:, first:]
         self._next_pos = self._next_pos.index_select(0, index)
         self._active = [self._active[i] for i in keep]
@@ -450,6 +445,13 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         return seen, generated
 
 
+def _new_cache() -> SpareCache:
+    """An empty cache for a prefill (its rows join the batch's cache afterwards)."""
+    from modelpool.backends.transformers.kv_cache import SpareCache
+
+    return SpareCache()
+
+
 def _shared_prefix(prompts: list[list[int]]) -> int:
     """How many leading tokens all `prompts` share, if running them once is worth a forward
     of their own; short of each prompt's last token, whose logits its own row gives."""
@@ -464,12 +466,8 @@ def _prefill_cost(group: list[Sequence], shared: int) -> int:
     return shared + len(group) * max(len(s.prompt) - shared for s in group)
 
 
-def _pad_left(cache: Any, mask: torch.Tensor, width: int) -> torch.Tensor:
-    """Pad a left-padded cache (in place) to `width` columns; returns its mask padded alike."""
+def _pad_left(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """A left-padded mask padded on the left to `width` columns (its cache is padded alike
+    by `SpareCache.stack_rows`)."""
     extra = width - mask.shape[1]
-    if not extra:
-        return mask
-    for layer in cache.layers:
-        layer.keys = F.pad(layer.keys, (0, 0, extra, 0))
-        layer.values = F.pad(layer.values, (0, 0, extra, 0))
-    return F.pad(mask, (extra, 0))
+    return F.pad(mask, (extra, 0)) if extra else mask
