@@ -36,8 +36,8 @@ TOPICS = ["the sea", "a mountain", "a city at night", "a forest", "the desert", 
 VARIANTS = {"torch": False, "onednn": True}
 
 
-class _Output:
-    """What a sequence writes to; the benchmark waits on `done`."""
+class Sink:
+    """What a sequence writes to, keeping nothing (the benchmark and the engine tests wait on `done`)."""
 
     def __init__(self) -> None:
         self.cancelled, self.done = threading.Event(), threading.Event()
@@ -89,7 +89,7 @@ def measure(packed: bool, streams: list[int], threads: int | None) -> dict[str, 
             chat = [{"role": "user", "content": f"Write a short poem about {TOPICS[i % len(TOPICS)]}. ({i})"}]
             prompt = list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
                                                         return_dict=False))  # fmt: skip
-            output = _Output()
+            output = Sink()
             detok = IncrementalDetokenizer(tokenizer, prompt)
             sequence = Sequence(prompt=prompt, params=params, max_new=max_new, out=output, detok=detok,
                                 generator=make_generator(0, engine.device), tokenizer=tokenizer,

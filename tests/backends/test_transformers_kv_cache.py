@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from benchmarks.bench_transformers_engine import Sink
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher, cache_argument
@@ -128,17 +129,6 @@ def test_the_model_gives_the_same_logits_on_spare_and_dynamic_caches(tiny: Any) 
     assert len(set(tokens["spare"])) > 3  # the tokens depend on the context (random weights)
 
 
-class _Output:
-    def __init__(self) -> None:
-        self.cancelled, self.done = threading.Event(), threading.Event()
-
-    def put(self, item: Any) -> None:
-        pass
-
-    def end(self, error: BaseException | None = None) -> None:
-        self.done.set()
-
-
 class _Spelling:
     """Token ids as text: the test reads ids, not text, and the tiny model has no tokenizer."""
 
@@ -152,7 +142,7 @@ class _Spelling:
 def sequence(prompt: list[int], max_new: int, **sampling: Any) -> Sequence:
     params = SamplingParams(**{"max_tokens": max_new, "temperature": 0, "ignore_eos": True, **sampling})
     generator = make_generator(7, torch.device("cpu"))
-    return Sequence(prompt=prompt, params=params, max_new=max_new, out=_Output(), generator=generator,
+    return Sequence(prompt=prompt, params=params, max_new=max_new, out=Sink(), generator=generator,
                     detok=_Spelling(), tokenizer=None, eos_ids={0})  # fmt: skip
 
 
