@@ -115,3 +115,35 @@ async def test_a_key_may_have_only_so_many_unfinished_batches(tmp_path: Path) ->
     assert first.status == "completed"
     await runner.create(ALICE, file_id, "/v1/embeddings", None)  # the first ended: room again
     await runner.idle()
+
+
+async def test_a_cancel_stops_the_running_line_while_every_turn_is_taken(tmp_path: Path) -> None:
+    """With one turn and a long line running, the cancel must not wait for that line to end
+    (docs/batch.md: running lines stop at once)."""
+    runner, file_id = await runner_with(tmp_path, [line("a"), line("b")])
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def execute(owner: Owner, endpoint: str, body: bytes) -> LineAnswer:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # a line that would run for a long time
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        raise AssertionError("unreachable")
+
+    runner.execute = execute
+    batch = await runner.create(ALICE, file_id, "/v1/embeddings", None)
+    await asyncio.wait_for(started.wait(), timeout=5)
+    await runner.cancel(batch.id, ALICE)
+    await asyncio.wait_for(runner.idle(), timeout=5)
+    assert stopped.is_set() and batch.status == "cancelled"
+    assert (batch.counts.completed, batch.counts.failed) == (0, 0)
+
+    async def quick(owner: Owner, endpoint: str, body: bytes) -> LineAnswer:
+        return LineAnswer(200, "r", {})
+
+    runner.execute = quick  # the turns were given back: the next batch runs
+    after = await runner.create(ALICE, file_id, "/v1/embeddings", None)
+    await asyncio.wait_for(runner.idle(), timeout=5)
+    assert after.status == "completed" and after.counts.completed == 2

@@ -192,8 +192,7 @@ class BatchRunner:
         path = self.files.path(self.files.get(batch.input_file_id, Owner(batch.owner)))
         lines = stream_lines(path, batch.endpoint, self.check)
         try:
-            while True:
-                await self._turns.acquire()  # a line is read only once it may run
+            while await self._turn(batch):  # a line is read only once it may run
                 line = await asyncio.to_thread(_next_not_in, lines, done)
                 if line is None or batch.status != "in_progress" or self._expired(batch) or batch.id in self._refused:
                     self._turns.release()
@@ -207,6 +206,26 @@ class BatchRunner:
             for task in running:
                 task.cancel()  # cancelled or shutting down: what runs stops now, its line is not done
             await asyncio.gather(*running, return_exceptions=True)
+
+    async def _turn(self, batch: BatchRecord) -> bool:
+        """A turn for the batch's next line; False, holding none, once the batch no longer
+        runs. Why not a plain acquire: while every turn is taken by a running line, the
+        cancel must still be seen (within half a second) so that the running lines are
+        stopped at once, not when the longest of them ends."""
+        acquire = asyncio.ensure_future(self._turns.acquire())
+        try:
+            while not acquire.done() and self._still_runs(batch):
+                await asyncio.wait({acquire}, timeout=0.5)
+        finally:
+            if not acquire.done():
+                acquire.cancel()
+                await asyncio.gather(acquire, return_exceptions=True)
+            if acquire.done() and not acquire.cancelled() and not self._still_runs(batch):
+                self._turns.release()  # taken as the batch stopped: not this batch's any more
+        return acquire.done() and not acquire.cancelled() and self._still_runs(batch)
+
+    def _still_runs(self, batch: BatchRecord) -> bool:
+        return batch.status == "in_progress" and batch.id not in self._refused
 
     async def _run_line(self, batch: BatchRecord, line: BatchLine) -> None:
         try:
