@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -88,7 +88,11 @@ async def test_a_flooding_key_neither_fills_the_queue_nor_starves_a_quiet_one_an
         blocker = await flood.chat.completions.create(
             model=CHAT_MODEL, messages=HI, max_tokens=1800, stream=True, extra_body={"ignore_eos": True}
         )
-        await blocker.__aiter__().__anext__()  # it is generating
+        chunks = blocker.__aiter__()
+        await chunks.__anext__()  # it is generating
+        # Read on while the test sets up: a stream nobody reads stalls, and the server takes
+        # the turn back after `stream_send_timeout_s` (a slow setup would then lose it).
+        reading = asyncio.create_task(_drain(chunks))
         tasks = [asyncio.create_task(ask(flood, "flood")) for _ in range(6)]
         await until_answered(
             lambda: depth_is(http, {"high": 0, "normal": 6, "low": 0}), "the flood to queue", timeout_s=30
@@ -101,8 +105,15 @@ async def test_a_flooding_key_neither_fills_the_queue_nor_starves_a_quiet_one_an
         await until_answered(lambda: depth_is(http, {"high": 1, "normal": 7, "low": 0}), "vip to queue", timeout_s=30)
         with pytest.raises(openai.RateLimitError, match=r"requests waiting \(max_queue\)"):
             await ask(other, "other")  # now the model's whole queue is full
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
         await blocker.close()  # the turn goes to the line, one request at a time
         await asyncio.gather(*tasks)
     # High first; then the quiet key right after the flood request that was already next:
     # five of the flood's six waited behind it although they came first.
     assert finished == ["vip", "flood", "quiet", "flood", "flood", "flood", "flood", "flood"]
+
+
+async def _drain(chunks: AsyncIterator[object]) -> None:
+    async for _ in chunks:
+        pass
