@@ -6,6 +6,8 @@ after connecting — holds a socket and a file descriptor for good), and connect
 A response the app ended without completing it (a stream cut because its client stopped
 reading) drops the connection at once: a plain close would wait for the unread bytes to
 drain, which a client that never reads never lets happen, so its socket would stay open.
+And what a response writes in one pass of the event loop goes out in one write (headers and
+body together), not one send per piece.
 """
 
 from __future__ import annotations
@@ -28,21 +30,55 @@ def default_max_connections() -> int:
     return max(16, soft * 3 // 4) if soft != resource.RLIM_INFINITY else 65536
 
 
-class _DropsStuckResponses:
-    """The connection's transport, but `close()` during an unfinished response with unsent
-    bytes aborts (drops them) instead of waiting for a reader who stopped reading."""
+class _ConnectionTransport:
+    """The connection's transport, with two changes.
+
+    - Writes made in one pass of the event loop go out as one: uvicorn writes a response's
+      headers and its body separately, and on a loopback or LAN socket each write is a send
+      syscall and a TCP segment of its own (measured: a quarter of the event loop's CPU under
+      32 clients of small embedding requests). The bytes wait at most until the loop's next
+      turn (`call_soon`), so a stream's event is not held back.
+    - `close()` during an unfinished response with unsent bytes aborts (drops them) instead of
+      waiting for a reader who stopped reading.
+    """
 
     def __init__(self, transport: asyncio.Transport, cycle: Callable[[], RequestResponseCycle | None]) -> None:
         self._transport = transport
         self._cycle = cycle
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(bytes(data))
+        self._pending_bytes += len(data)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending, self._pending_bytes = [], 0
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + self._pending_bytes
 
     def close(self) -> None:
+        self._flush()
         cycle = self._cycle()
         unfinished = cycle is not None and not cycle.response_complete
         if unfinished and self._transport.get_write_buffer_size() > 0:
             self._transport.abort()
         else:
             self._transport.close()
+
+    def abort(self) -> None:
+        self._pending, self._pending_bytes = [], 0
+        self._transport.abort()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -55,7 +91,7 @@ def bounded_protocol(header_timeout_s: float, max_connections: int) -> type[Http
         _header_deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            guarded = _DropsStuckResponses(transport, lambda: self.cycle)
+            guarded = _ConnectionTransport(transport, lambda: self.cycle)
             super().connection_made(guarded)  # type: ignore[arg-type]
             if len(self.connections) > max_connections:
                 log.warning("connection refused: %d open connections is the limit", max_connections)
