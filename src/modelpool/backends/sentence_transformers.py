@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -9,6 +10,7 @@ from pydantic import Field
 
 from modelpool.backends.context import BackendContext
 from modelpool.backends.encoder_base import EncoderBackend, EncoderOptions
+from modelpool.backends.lanes import ComputeLanes, auto_lanes
 from modelpool.backends.requirements import require_engine
 from modelpool.backends.torch_device import pick_device
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
@@ -28,6 +30,13 @@ class SentenceTransformersOptions(EncoderOptions):
     """L2-normalise even when the model's own pipeline has no Normalize step."""
     max_seq_length: int | None = Field(default=None, ge=1)
     """Override the model's maximum input length in tokens."""
+    lanes: int = Field(default=0, ge=0, le=64)
+    """Slices of a batch computed at once, each on its own thread with its share of PyTorch's
+    CPU threads (backends/lanes.py says why). 0: two on a CPU with two threads or more, else one."""
+
+
+LANE_ROWS = 4
+"""A batch is split only into slices of at least this many inputs."""
 
 
 class SentenceTransformersBackend(EncoderBackend):
@@ -41,6 +50,7 @@ class SentenceTransformersBackend(EncoderBackend):
         self.options: SentenceTransformersOptions = options
         self.dimensions = 0
         self._special_wrap: tuple[list[int], list[int]] = ([], [])
+        self._lanes: ComputeLanes | None = None
 
     async def start(self) -> None:
         require_engine(self.model.id, ("sentence_transformers",), "embeddings")
@@ -49,6 +59,15 @@ class SentenceTransformersBackend(EncoderBackend):
         self._special_wrap = special_tokens_around(st.tokenizer)
         dimension_of = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
         self.dimensions = int(dimension_of() or 0)
+        lanes = ComputeLanes(self.model.id, auto_lanes(self.options.lanes, st.device.type))
+        await lanes.start()
+        self._lanes = lanes
+
+    async def stop(self) -> None:
+        lanes, self._lanes = self._lanes, None
+        if lanes is not None:
+            await asyncio.to_thread(lanes.shutdown)
+        await super().stop()
 
     async def warmup(self) -> None:
         prefix, suffix = self._special_wrap
@@ -69,7 +88,14 @@ class SentenceTransformersBackend(EncoderBackend):
     async def embed_tokens(self, ids: list[list[int]]) -> np.ndarray:
         """Embeddings of prepared token ids, one row each, in order."""
         st = self._require_model()
-        return await self._thread.call(self._encode_ids, st, ids)
+        lanes = self._lanes
+        if lanes is None or lanes.count < 2 or len(ids) < 2 * LANE_ROWS:
+            return await self._thread.call(self._encode_ids, st, ids)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # each slice: inputs of like length
+        parts = await lanes.map(lambda part: self._encode_ids(st, [ids[i] for i in part]), order, LANE_ROWS)
+        rows = np.empty_like(parts[0], shape=(len(ids), parts[0].shape[1]))
+        rows[order] = np.concatenate(parts)
+        return rows
 
     def _load(self, path: str) -> SentenceTransformer:
         from sentence_transformers import SentenceTransformer

