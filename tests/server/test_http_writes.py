@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
-import uvicorn
+from starlette.types import Receive, Scope, Send
 
 from modelpool.server.http_protocol import bounded_protocol
+from tests.live_server import live_server
 from tests.polling import until
 
 PAUSE_S = 1.0
@@ -35,7 +35,7 @@ class Recording:
         return getattr(self._transport, name)
 
 
-def recording_protocol(writes: list[bytes]) -> type:
+def recording_protocol(writes: list[bytes]) -> type[asyncio.Protocol]:
     class RecordingProtocol(bounded_protocol(header_timeout_s=10, max_connections=100)):  # type: ignore[misc]
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(Recording(transport, writes))
@@ -43,7 +43,7 @@ def recording_protocol(writes: list[bytes]) -> type:
     return RecordingProtocol
 
 
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
     """`/plain`: one small JSON body; `/stream`: an event, a pause, another event."""
     assert scope["type"] == "http"
     if scope["path"] == "/plain":
@@ -59,20 +59,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 @contextlib.asynccontextmanager
 async def serving(writes: list[bytes]) -> AsyncIterator[int]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", http=recording_protocol(writes))
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        await until(lambda: server.started or task.done(), "uvicorn to start", timeout_s=60)
-        if task.done():
-            task.result()
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    async with live_server(app, lifespan=False, http=recording_protocol(writes)) as url:
+        yield int(url.rsplit(":", 1)[1])
 
 
 async def exchange(port: int, request: bytes, until_bytes: bytes) -> bytes:
