@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from modelpool.backends.adapter_places import AdapterPlaces
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation, resolve_source
-from modelpool.errors import AdapterNotFound, ModelLoadFailed, Overloaded
+from modelpool.errors import AdapterNotFound, ModelLoadFailed
 
 
 @dataclass(frozen=True)
@@ -40,33 +40,18 @@ class LoadedAdapter:
         """Its file's size: what it adds to the model's memory (the tensors are the file's bulk)."""
 
 
-class AdapterCache:
-    """The adapters loaded for one model, least recently used first."""
+class AdapterCache(AdapterPlaces[AdapterSpec, LoadedAdapter]):
+    """The adapters loaded for one model, least recently used first, and the one the context applies."""
 
     def __init__(self, llama: Any, model: Any, context: Any, *, max_adapters: int, model_id: str) -> None:
+        super().__init__(max_adapters=max_adapters, model_id=model_id)
         self._llama, self._model, self._context = llama, model, context
-        self.max_adapters = max_adapters
-        self._model_id = model_id
-        self._loaded: OrderedDict[str, LoadedAdapter] = OrderedDict()
         self._applied: LoadedAdapter | None = None
-        self.loads = self.evictions = 0
-        self._snapshot: tuple[tuple[LoadedAdapter, ...], int] = ((), 0)
 
     @property
     def loaded(self) -> list[LoadedAdapter]:
         """The loaded adapters (safe from any thread: a snapshot)."""
-        return list(self._snapshot[0])
-
-    def total_bytes(self) -> int:
-        """What they add to the model's memory (safe from any thread: a snapshot)."""
-        return self._snapshot[1]
-
-    def _publish(self) -> None:
-        """Refresh the snapshot the memory report reads from the event loop's thread: only the
-        engine thread changes `_loaded`, and iterating it elsewhere could meet a change midway.
-        One tuple assignment: readers see the old or the new whole."""
-        adapters = tuple(self._loaded.values())
-        self._snapshot = (adapters, sum(adapter.bytes for adapter in adapters))
+        return self.held
 
     def can_take(self, spec: AdapterSpec, in_use: Callable[[], Iterable[str]]) -> bool:
         """Whether a sequence with `spec` may start now: its adapter is loaded, or there is
@@ -75,23 +60,6 @@ class AdapterCache:
             return True
         busy = set(in_use())
         return any(name not in busy for name in self._loaded)
-
-    def acquire(self, spec: AdapterSpec, in_use: Callable[[], Iterable[str]]) -> LoadedAdapter:
-        """The loaded adapter (most recently used from now), loading it first if needed."""
-        adapter = self._loaded.get(spec.name)
-        if adapter is not None and adapter.spec == spec:
-            self._loaded.move_to_end(spec.name)
-            return adapter
-        if adapter is not None:  # the same name from another file or scale (a reload): load anew
-            self._unload(spec.name)
-        busy = set(in_use())
-        while len(self._loaded) >= self.max_adapters:
-            idle = next((name for name in self._loaded if name not in busy), None)
-            if idle is None:
-                raise Overloaded(f"model '{self._model_id}': all {self.max_adapters} adapter places are in use")
-            self._unload(idle)
-            self.evictions += 1
-        return self._load(spec)
 
     def apply(self, adapter: LoadedAdapter | None) -> None:
         """Set the context's adapters for the next decode (nothing to do if they are already set)."""
@@ -107,32 +75,23 @@ class AdapterCache:
             raise ModelLoadFailed(f"model '{self._model_id}': llama.cpp could not set LoRA adapters ({status})")
         self._applied = adapter
 
-    def unload(self, name: str, in_use: Callable[[], Iterable[str]]) -> bool:
-        """Unload an adapter now (admin); False if it was not loaded. One in use stays (409-like refusal)."""
-        if name not in self._loaded:
-            return False
-        if name in set(in_use()):
-            raise Overloaded(f"model '{self._model_id}': adapter '{name}' is in use by a running request")
-        self._unload(name)
-        return True
-
     def _load(self, spec: AdapterSpec) -> LoadedAdapter:
         handle = self._llama.llama_adapter_lora_init(self._model, spec.path.encode("utf-8"))
         if not handle:
             raise ModelLoadFailed(f"model '{self._model_id}': llama.cpp could not load adapter "
                                   f"'{spec.name}' (is it a LoRA GGUF made for this model?)")  # fmt: skip
-        adapter = LoadedAdapter(spec, handle)
-        self._loaded[spec.name] = adapter
-        self.loads += 1
-        self._publish()
-        return adapter
+        return LoadedAdapter(spec, handle)
 
-    def _unload(self, name: str) -> None:
-        adapter = self._loaded.pop(name)
-        self._publish()
+    def _free(self, adapter: LoadedAdapter) -> None:
         if adapter is self._applied:
             self.apply(None)
         self._llama.llama_adapter_lora_free(adapter.handle)
+
+    def _spec_of(self, adapter: LoadedAdapter) -> AdapterSpec:
+        return adapter.spec
+
+    def _bytes_of(self, adapter: LoadedAdapter) -> int:
+        return adapter.bytes
 
 
 class AdapterSources:

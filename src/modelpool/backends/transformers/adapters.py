@@ -15,15 +15,15 @@ from __future__ import annotations
 import contextlib
 import re
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modelpool.backends.adapter_places import AdapterPlaces
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation, files_size, resolve_source
-from modelpool.errors import AdapterNotFound, ModelLoadFailed, Overloaded
+from modelpool.errors import AdapterNotFound, ModelLoadFailed
 
 BASE = "__base__"
 """PEFT's name for rows that run without an adapter."""
@@ -38,52 +38,26 @@ class AdapterSpec:
     scale: float
 
 
-class PeftAdapters:
+@dataclass(frozen=True)
+class HeldAdapter:
+    spec: AdapterSpec
+    bytes: int
+    """What its LoRA tensors take."""
+
+
+class PeftAdapters(AdapterPlaces[AdapterSpec, HeldAdapter]):
     """The adapters loaded into one model, least recently used first."""
 
     def __init__(self, model: Any, *, max_adapters: int, model_id: str) -> None:
+        super().__init__(max_adapters=max_adapters, model_id=model_id)
         self._model = model
         self._peft: Any = None
         """The PeftModel around `_model` (None until the first adapter loads)."""
-        self.max_adapters = max_adapters
-        self._model_id = model_id
-        self._loaded: OrderedDict[str, tuple[AdapterSpec, int]] = OrderedDict()
-        self.loads = self.evictions = 0
-        self._snapshot: tuple[tuple[str, ...], int] = ((), 0)
 
     @property
     def loaded(self) -> list[str]:
         """The loaded adapters' names (safe from any thread: a snapshot)."""
-        return list(self._snapshot[0])
-
-    def total_bytes(self) -> int:
-        """What the loaded adapters' tensors take (safe from any thread: a snapshot)."""
-        return self._snapshot[1]
-
-    def acquire(self, spec: AdapterSpec, busy: set[str]) -> None:
-        """Make `spec` loaded and most recently used, unloading an idle one if all places are taken."""
-        held = self._loaded.get(spec.name)
-        if held is not None and held[0] == spec:
-            self._loaded.move_to_end(spec.name)
-            return
-        if held is not None:  # the same name from another folder or scale (a reload): load anew
-            self._delete(spec.name)
-        while len(self._loaded) >= self.max_adapters:
-            idle = next((name for name in self._loaded if name not in busy), None)
-            if idle is None:
-                raise Overloaded(f"model '{self._model_id}': all {self.max_adapters} adapter places are in use")
-            self._delete(idle)
-            self.evictions += 1
-        self._load(spec)
-
-    def unload(self, name: str, busy: set[str]) -> bool:
-        """Unload an adapter now (admin); False if it was not loaded; Overloaded while in use."""
-        if name not in self._loaded:
-            return False
-        if name in busy:
-            raise Overloaded(f"model '{self._model_id}': adapter '{name}' is in use by a running request")
-        self._delete(name)
-        return True
+        return [held.spec.name for held in self.held]
 
     @contextlib.contextmanager
     def rows(self, names: list[str | None]) -> Iterator[None]:
@@ -94,7 +68,7 @@ class PeftAdapters:
         with self._peft.base_model._enable_peft_forward_hooks(adapter_names=[n or BASE for n in names]):
             yield
 
-    def _load(self, spec: AdapterSpec) -> None:
+    def _load(self, spec: AdapterSpec) -> HeldAdapter:
         try:
             # PEFT 0.21 asks transformers 5 a deprecated question on wrapping (a FutureWarning).
             with warnings.catch_warnings():
@@ -106,9 +80,7 @@ class PeftAdapters:
             self._discard_partial(spec.name)
             raise ModelLoadFailed(f"model '{self._model_id}': PEFT could not load adapter '{spec.name}' "
                                   f"(is it a PEFT LoRA adapter made for this model?): {exc}") from exc  # fmt: skip
-        self._loaded[spec.name] = (spec, self._scale(spec))
-        self.loads += 1
-        self._publish()
+        return HeldAdapter(spec, self._scale(spec))
 
     def _discard_partial(self, name: str) -> None:
         """Take out what a failed load put into the model: PEFT injects an adapter's LoRA layers
@@ -135,16 +107,14 @@ class PeftAdapters:
                     size += sum(p.numel() * p.element_size() for p in part.parameters())
         return size
 
-    def _delete(self, name: str) -> None:
-        del self._loaded[name]
-        self._peft.delete_adapter(name)
-        self._publish()
+    def _free(self, held: HeldAdapter) -> None:
+        self._peft.delete_adapter(held.spec.name)
 
-    def _publish(self) -> None:
-        """Refresh the snapshot the memory report reads from the event loop's thread (this
-        class is mutated only on the engine thread; a reader iterating `_loaded` could meet a
-        change mid-iteration). One tuple assignment: readers see the old or the new whole."""
-        self._snapshot = (tuple(self._loaded), sum(size for _, size in self._loaded.values()))
+    def _spec_of(self, held: HeldAdapter) -> AdapterSpec:
+        return held.spec
+
+    def _bytes_of(self, held: HeldAdapter) -> int:
+        return held.bytes
 
 
 def _wrap(model: Any, spec: AdapterSpec) -> Any:

@@ -305,7 +305,7 @@ class TransformersBackend(DeclaredBackend):
         if engine.adapters is None:
             return False
         adapters = engine.adapters
-        unloaded: bool = await asyncio.wrap_future(engine.call(lambda: adapters.unload(name, engine.adapters_in_use())))
+        unloaded: bool = await asyncio.wrap_future(engine.call(lambda: adapters.unload(name, engine.adapters_in_use)))
         return unloaded
 
     def loaded_adapters(self) -> list[str]:

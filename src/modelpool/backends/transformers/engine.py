@@ -111,7 +111,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         if self.adapters is None or head.adapter is None:
             return True
         try:
-            self.adapters.acquire(head.adapter, self.adapters_in_use())
+            self.adapters.acquire(head.adapter, self.adapters_in_use)
         except Overloaded:
             return False
         except Exception as exc:
@@ -134,7 +134,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         def attempt() -> None:
             if self.adapters is not None and adapter is not None:
                 try:
-                    self.adapters.acquire(adapter, self.adapters_in_use())
+                    self.adapters.acquire(adapter, self.adapters_in_use)
                 except Overloaded:
                     self._parked.append((attempt, future))
                     return
@@ -155,7 +155,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         if self.adapters is None:
             return work()
         if adapter is not None:
-            self.adapters.acquire(adapter, self.adapters_in_use())
+            self.adapters.acquire(adapter, self.adapters_in_use)
         with self.adapters.rows([adapter.name if adapter is not None else None] * rows):
             return work()
 
