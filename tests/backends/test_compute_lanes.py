@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 import numpy as np
 import pytest
 import torch
+from pydantic import ValidationError
 
 from modelpool.backends.context import BackendContext
 from modelpool.backends.lanes import ComputeLanes, auto_lanes
@@ -101,3 +102,14 @@ async def test_lanes_run_at_once() -> None:
         assert await asyncio.wait_for(lanes.map(lambda part: both.wait() >= 0, [1, 2], 1), timeout=20) == [True, True]
     finally:
         lanes.shutdown()
+
+
+@pytest.mark.parametrize("lanes", [-1, 65, "many"])
+def test_lanes_outside_their_bounds_are_refused_at_load(lanes: object) -> None:
+    with pytest.raises(ValidationError, match="lanes"):
+        SentenceTransformersOptions.model_validate({"lanes": lanes})
+
+
+def test_a_client_cannot_set_lanes_through_an_admin_load() -> None:
+    """Threads are the operator's to give: an admin load's overrides cannot ask for more."""
+    assert "lanes" not in SentenceTransformersBackend.overridable
