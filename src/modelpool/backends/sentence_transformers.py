@@ -59,9 +59,11 @@ class SentenceTransformersBackend(EncoderBackend):
         self._special_wrap = special_tokens_around(st.tokenizer)
         dimension_of = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
         self.dimensions = int(dimension_of() or 0)
-        lanes = ComputeLanes(self.model.id, auto_lanes(self.options.lanes, st.device.type))
-        await lanes.start()
-        self._lanes = lanes
+        count = auto_lanes(self.options.lanes, st.device.type)
+        if count > 1:  # one lane is the engine thread itself
+            lanes = ComputeLanes(self.model.id, count)
+            await lanes.start()
+            self._lanes = lanes
 
     async def stop(self) -> None:
         lanes, self._lanes = self._lanes, None
@@ -89,7 +91,7 @@ class SentenceTransformersBackend(EncoderBackend):
         """Embeddings of prepared token ids, one row each, in order."""
         st = self._require_model()
         lanes = self._lanes
-        if lanes is None or lanes.count < 2 or len(ids) < 2 * LANE_ROWS:
+        if lanes is None or len(ids) < 2 * LANE_ROWS:
             return await self._thread.call(self._encode_ids, st, ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # each slice: inputs of like length
         parts = await lanes.map(lambda part: self._encode_ids(st, [ids[i] for i in part]), order, LANE_ROWS)
