@@ -57,6 +57,7 @@ PROJECT_KEY := $(call key,$(EXTRAS) $(shell cat pyproject.toml $(CONSTRAINTS) 2>
 TORCH_STAMP := $(VENV)/.installed-torch-$(TORCH_KEY)
 LLAMA_STAMP := $(VENV)/.installed-llama-$(LLAMA_KEY)
 LLAMA_WHEELS := .wheels/$(LLAMA_KEY)
+LLAMA_BUILT := $(VENV)/.built-llama-$(LLAMA_KEY)
 INSTALLED := $(VENV)/.installed-project-$(PROJECT_KEY)
 
 install: $(TORCH_STAMP) $(LLAMA_STAMP) $(INSTALLED)
@@ -71,10 +72,21 @@ $(TORCH_STAMP): | $(BIN)/python
 	fi
 	touch $@
 
-$(LLAMA_STAMP): | $(BIN)/python
+# The wheel is built (~5 min of both cores) apart from its install, so that under `make -j`
+# (make test runs the install so) it compiles while PyTorch and the system packages install.
+# Its stamp is in the venv, like the others: a fresh clone pointed at an installed venv is up
+# to date. The install step builds the wheel again only if .wheels/ lost it.
+LLAMA_WHEEL := test -n "$$(ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl 2>/dev/null)" || \
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir "$(LLAMA_SPEC)" -w $(LLAMA_WHEELS)
+$(LLAMA_BUILT): | $(BIN)/python
+	rm -f $(VENV)/.built-llama-*
+	$(LLAMA_WHEEL)
+	touch $@
+
+# After PyTorch (order only): one pip at a time writes into the venv.
+$(LLAMA_STAMP): | $(BIN)/python $(TORCH_STAMP) $(LLAMA_BUILT)
 	rm -f $(VENV)/.installed-llama-*
-	test -n "$$(ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl 2>/dev/null)" || \
-		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir "$(LLAMA_SPEC)" -w $(LLAMA_WHEELS)
+	$(LLAMA_WHEEL)
 	# --force-reinstall: the same version built with other flags is another wheel.
 	$(BIN)/pip install --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	touch $@
@@ -99,8 +111,12 @@ $(VENV)/.installed-ray: $(INSTALLED)
 install-test: $(VENV)/.installed-test
 
 # The tests cover Ray mode too (tests/ray_serve: a two-node Ray cluster on this machine).
-$(VENV)/.installed-test: $(INSTALLED) $(VENV)/.installed-ray
+$(VENV)/.installed-test: $(INSTALLED) $(VENV)/.installed-ray $(VENV)/.installed-test-host
 	$(BIN)/pip install $(PIP_C) -e ".[test]"
+	touch $@
+
+# What the tests need from the system, not the venv (apt; beside the pip steps under -j).
+$(VENV)/.installed-test-host: | $(BIN)/python
 	# The workbench's browser tests drive Debian's Chromium (Playwright's own browser download
 	# does not work offline). Without root or apt, the tests skip and say why.
 	command -v chromium >/dev/null 2>&1 || \
@@ -203,12 +219,14 @@ serve: install
 lint: install-test
 	$(BIN)/ruff check src tests
 
-test: install-test
-	$(BIN)/ruff check src tests
-	$(BIN)/mypy
-	# The tests and benchmarks, not strictly (pyproject's overrides); they need Python 3.11.
-	$(BIN)/mypy --python-version 3.11 tests benchmarks
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# Two pytest processes at once on separate folders, and ruff and mypy (strict on src/; tests
+# and benchmarks not strictly, as Python 3.11) beside them (scripts/test_lanes.py says why);
+# MODELPOOL_TEST_LANES=1 runs the tests as one process.
+# The install runs as `make -j3`: llama.cpp compiles while PyTorch, the other pip steps and
+# the system packages install (each pip step still waits for the one before it).
+test:
+	$(MAKE) --no-print-directory --jobs=3 install-test
+	$(BIN)/python scripts/test_lanes.py --with-checks --durations=15 $(PYTEST_ARGS)
 
 # Ray Serve ingress vs the single-process server, one run (~3 min; a quiet machine, please).
 bench-ray: install-ray

@@ -194,6 +194,9 @@ class FakeBackend:
         ids = await self.prepare(request)
         return EmbeddingResult(await self.embed_tokens(ids), prompt_tokens=len(ids))
 
+    def concurrent_batches(self) -> int:
+        return 1
+
 
 def model_config(model_id: str = "fake", **fields: object) -> ModelConfig:
     return ModelConfig.model_validate({"id": model_id, "backend": "tests.fakes:FakeBackend", "source": "/nowhere",

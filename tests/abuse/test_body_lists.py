@@ -19,7 +19,9 @@ from modelpool.wire.common import MAX_CONTENT_PARTS, MAX_MESSAGES
 
 TOO_MANY = 300_000
 LOOP_HELD_AT_MOST_S = 0.6
-"""Parsing ~10 MB of JSON takes ~0.1 s here; validating the 300,000 items took 1.2 s."""
+"""Parsing ~10 MB of JSON takes ~0.1 s here; validating the 300,000 items took 1.2 s. Counted
+as this thread's CPU time (the event loop's, which runs the whole request in process), not
+wall time: on a loaded machine the wall clock also counts the time other processes ran."""
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +48,9 @@ async def test_a_body_of_too_many_messages_is_refused_before_its_items_are_valid
     client: httpx.AsyncClient, route: str
 ) -> None:
     payload = body(route, TOO_MANY)
-    started = time.perf_counter()
+    started = time.thread_time()
     response = await client.post(route, content=payload, headers={"content-type": "application/json"})
-    took = time.perf_counter() - started
+    took = time.thread_time() - started
     assert response.status_code == 400, response.text
     assert f"at most {MAX_MESSAGES} items" in response.text
     assert took < LOOP_HELD_AT_MOST_S
@@ -57,9 +59,9 @@ async def test_a_body_of_too_many_messages_is_refused_before_its_items_are_valid
 async def test_a_flat_content_array_of_too_many_parts_is_refused_fast(client: httpx.AsyncClient) -> None:
     """llm-pool's flat `input` (parts of one user message) is capped as a message's parts are."""
     payload = json.dumps({"model": "x", "input": [{"type": "text", "text": "a"}] * TOO_MANY}).encode()
-    started = time.perf_counter()
+    started = time.thread_time()
     response = await client.post("/v1/responses", content=payload, headers={"content-type": "application/json"})
-    took = time.perf_counter() - started
+    took = time.thread_time() - started
     assert response.status_code == 400, response.text
     assert "at most" in response.text and response.json()["error"]["param"] == "input"
     assert took < LOOP_HELD_AT_MOST_S

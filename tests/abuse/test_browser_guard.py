@@ -18,7 +18,7 @@ import pytest
 from modelpool.config import load_config
 from modelpool.config.schema import ServerConfig
 from modelpool.server.app import create_app
-from modelpool.server.host_guard import BrowserRule
+from modelpool.server.host_guard import KNOWN_HOSTS, BrowserRule, HostGuard
 from tests.audio_files import wav_bytes
 from tests.live_server import live_server
 
@@ -146,3 +146,21 @@ def test_allowed_hosts_must_be_host_names() -> None:
     for entry in ("http://gpu-box.lan", "gpu-box.lan/api", "gpu box"):
         with pytest.raises(ValueError, match="is not a host"):
             ServerConfig.model_validate({"allowed_hosts": [entry]})
+
+
+async def test_accepted_hosts_are_remembered_up_to_a_bound_and_a_bad_one_is_still_refused() -> None:
+    """The guard remembers Host headers it accepted (parsing one costs more than the rest of
+    the check), at most KNOWN_HOSTS of them: a client sending a new allowed name on every
+    request grows nothing without bound, and a bad name between good ones is refused each time."""
+    async with served(allowed_hosts=["*.corp.example"]) as (app, http, _):
+        guard = app.middleware_stack
+        while not isinstance(guard, HostGuard):
+            guard = guard.app
+        for number in range(KNOWN_HOSTS + 40):
+            good = await http.get("/v1/models", headers={"Host": f"box{number}.corp.example"})
+            assert good.status_code == 200, good.text
+            bad = await http.get("/v1/models", headers={"Host": EVIL})
+            assert bad.status_code == 421, bad.text
+        assert len(guard._good_hosts) == KNOWN_HOSTS
+        assert (await http.get("/v1/models", headers={"Host": "box0.corp.example"})).status_code == 200
+        assert (await http.get("/v1/models", headers={"Host": "box0.corp.example.evil"})).status_code == 421

@@ -16,6 +16,7 @@ from tests.architecture.imports import Import, all_imports, all_modules, existin
 SHARED = frozenset(
     {
         "modelpool",  # the package root: only `__version__`
+        "built_once",  # a cache folder built once, safe across threads and processes
         "capabilities",
         "config",
         "errors",

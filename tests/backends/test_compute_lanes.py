@@ -113,3 +113,28 @@ def test_lanes_outside_their_bounds_are_refused_at_load(lanes: object) -> None:
 def test_a_client_cannot_set_lanes_through_an_admin_load() -> None:
     """Threads are the operator's to give: an admin load's overrides cannot ask for more."""
     assert "lanes" not in SentenceTransformersBackend.overridable
+
+
+async def test_batches_started_together_take_a_lane_each_and_a_lone_one_takes_both() -> None:
+    """What lets the micro-batcher keep two batches in flight: each computes on its own lane
+    at its own pace, instead of the first splitting over both and the second waiting."""
+    lanes = ComputeLanes("shared", 2)
+    both = threading.Barrier(2, timeout=10)  # passes only if the two batches compute at once
+
+    def slice_sizes(part: Sequence[int]) -> tuple[int, str]:
+        return len(part), threading.current_thread().name
+
+    def meet(part: Sequence[int]) -> tuple[int, str]:
+        both.wait()
+        return slice_sizes(part)
+
+    try:
+        first, second = await asyncio.wait_for(
+            asyncio.gather(lanes.map(meet, list(range(16)), 4), lanes.map(meet, list(range(16)), 4)), timeout=20
+        )
+        assert [size for size, _ in first] == [16] and [size for size, _ in second] == [16]
+        assert len({first[0][1], second[0][1]}) == 2  # two lane threads
+        alone = await lanes.map(slice_sizes, list(range(16)), 4)
+        assert [size for size, _ in alone] == [8, 8]  # nothing else waiting: split over both
+    finally:
+        lanes.shutdown()

@@ -40,7 +40,9 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
             {
                 "enabled_models": [CHAT_MODEL],
                 "models": {CHAT_MODEL: {"max_concurrency": 1, "max_queue": 4, "sampling": {"max_tokens": 2000}}},
-                "server": {"shutdown_grace_s": 60},
+                # Ample: the stream must finish by itself, not by the grace running out, and
+                # on a loaded CI machine its 120 tokens took 60 s (2.8 s alone).
+                "server": {"shutdown_grace_s": 300},
             }
         )
     )

@@ -138,9 +138,14 @@ async def test_streaming_matches_the_whole_message(claude: anthropic.AsyncAnthro
     events = sse_events(raw.text)
     names = [name for name, _ in events]
     assert all(name == data["type"] for name, data in events)
-    deltas = len(pieces)
-    assert names == ["message_start", "ping", "content_block_start", *["content_block_delta"] * deltas,
-                     "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
+    # How many deltas is the server's to choose: tokens that arrive while the reply is still
+    # being written go out together (textgen/channel.py), so a loaded machine sends fewer.
+    deltas = names.count("content_block_delta")
+    assert deltas >= 1 and names == ["message_start", "ping", "content_block_start",
+                                     *["content_block_delta"] * deltas,
+                                     "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
+    streamed = "".join(data["delta"]["text"] for name, data in events if name == "content_block_delta")
+    assert streamed == whole.content[0].text
     start, delta = events[0][1]["message"], events[-2][1]
     assert start["id"].startswith("msg_") and start["content"] == [] and start["stop_reason"] is None
     # The prompt's count is known at admission, before the first token: clients that read it

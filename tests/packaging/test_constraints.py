@@ -13,6 +13,8 @@ from types import ModuleType
 
 from packaging.requirements import Requirement
 
+from tests.repo_scripts import load_script
+
 if sys.version_info >= (3, 11):
     import tomllib
 
@@ -21,11 +23,7 @@ CONSTRAINTS = ROOT / "constraints.txt"
 
 
 def lock_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lock", ROOT / "scripts" / "lock.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("lock")
 
 
 def pinned() -> dict[str, str]:

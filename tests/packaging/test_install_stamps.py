@@ -35,11 +35,27 @@ def copy_of_the_repo(folder: Path) -> Path:
 
 @pytest.fixture
 def venv(tmp_path: Path) -> Path:
-    """A venv whose python is the real one and whose pip appends its arguments to pip.log."""
+    """A venv whose python is the real one and whose pip appends its arguments to pip.log
+    (and, asked for a wheel, leaves an empty file of that name)."""
     bin_dir = tmp_path / "venv" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python").symlink_to(sys.executable)
-    (bin_dir / "pip").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "venv" / "pip.log"}\n')
+    # `pip wheel ... -w DIR` leaves a wheel in DIR, as the real one does. $WHEEL_S and $TORCH_S
+    # make the compile and PyTorch's install take that long; each call logs its end too.
+    log = tmp_path / "venv" / "pip.log"
+    stub = """#!/bin/sh
+echo "$*" >> LOG
+case "$*" in *torch==*) sleep "${TORCH_S:-0}";; esac
+if [ "$1" = wheel ]; then
+  sleep "${WHEEL_S:-0}"
+  for a; do
+    [ "$w" = 1 ] && mkdir -p "$a" && touch "$a/llama_cpp_python-0-py3-none-any.whl"
+    [ "$a" = -w ] && w=1 || w=
+  done
+fi
+echo "$1 done" >> LOG
+"""
+    (bin_dir / "pip").write_text(stub.replace("LOG", str(log)))
     (bin_dir / "pip").chmod(0o755)
     return tmp_path / "venv"
 
@@ -57,7 +73,7 @@ def make(repo: Path, venv: Path, *args: str, dry: bool = False) -> subprocess.Co
 
 def pip_calls(venv: Path) -> list[str]:
     log = venv / "pip.log"
-    calls = log.read_text().splitlines() if log.exists() else []
+    calls = [line for line in log.read_text().splitlines() if not line.endswith(" done")] if log.exists() else []
     log.unlink(missing_ok=True)
     return calls
 
@@ -95,6 +111,19 @@ def test_a_first_install_runs_every_step_then_nothing(repo: Path, venv: Path) ->
     assert up_to_date(repo, venv, "TORCH_INDEX=")
     make(repo, venv, "TORCH_INDEX=")
     assert pip_calls(venv) == []
+
+
+def test_under_make_j_the_llama_wheel_compiles_while_torch_installs(repo: Path, venv: Path) -> None:
+    """`make test` installs with -j3: the ~5 min compile overlaps PyTorch's install (and the
+    apt steps), while the pip steps that write into the venv still run one at a time."""
+    argv = ["make", "-C", str(repo), "--jobs=3", "install", f"VENV={venv}", "TORCH_INDEX="]
+    env = {**os.environ, "MAKEFLAGS": "", "WHEEL_S": "2", "TORCH_S": "4"}
+    subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=True)
+    lines = (venv / "pip.log").read_text().splitlines()
+    torch = lines.index("install -c constraints.txt torch==2.13.0")
+    assert torch < lines.index("wheel done") < lines.index("install done"), lines  # compiled during PyTorch's 4 s
+    installs = [line.endswith(" done") for line in lines if line.startswith("install")]
+    assert installs == [False, True] * 4, lines  # each install starts after the one before it ended
 
 
 def test_an_identical_copy_of_the_repo_finds_the_venv_up_to_date(installed: Path, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from modelpool.config.schema import BatchConfig
+from modelpool.errors import ModelUnloaded
 from modelpool.runtime.batching import Batcher
 
 
@@ -168,3 +169,66 @@ async def test_endless_arrivals_wait_no_longer_than_max_window() -> None:
     await flooding
     assert all(len(rows) == 1 for rows in await asyncio.gather(*callers))
     await batcher.close()
+
+
+# ----- several batches in flight (an engine with compute lanes) ---------------------------
+
+
+class HeldEmbedder:
+    """Each call waits until the test releases it; records what each call got."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[list[int]]] = []
+        self.release: list[asyncio.Event] = []
+
+    async def __call__(self, ids: list[list[int]]) -> np.ndarray:
+        self.calls.append(ids)
+        gate = asyncio.Event()
+        self.release.append(gate)
+        await gate.wait()
+        return np.array([[float(i[0])] for i in ids], dtype=np.float32)
+
+
+async def test_queued_inputs_are_shared_between_free_slots_and_started_together() -> None:
+    embed = HeldEmbedder()
+    batcher = Batcher(embed, BatchConfig(max_batch_size=32, window_ms=0), "m", concurrency=2)
+    callers = [asyncio.create_task(batcher.run([[i]])) for i in range(32)]
+    await settle()
+    assert [len(call) for call in embed.calls] == [16, 16]  # two halves, both computing
+    for gate in embed.release:
+        gate.set()
+    rows = await asyncio.gather(*callers)
+    assert [float(r[0][0]) for r in rows] == list(range(32))
+    await batcher.close()
+
+
+async def test_a_batch_gathers_and_starts_while_another_computes() -> None:
+    embed = HeldEmbedder()
+    batcher = Batcher(embed, BatchConfig(max_batch_size=32, window_ms=0), "m", concurrency=2)
+    first = asyncio.create_task(batcher.run([[0]]))
+    await settle()
+    later = [asyncio.create_task(batcher.run([[i]])) for i in range(1, 5)]
+    await settle()
+    assert [len(call) for call in embed.calls] == [1, 4]  # the second started; the first still computes
+    third = asyncio.create_task(batcher.run([[5]]))
+    await settle()
+    assert len(embed.calls) == 2  # both slots taken: it waits
+    embed.release[1].set()
+    await asyncio.gather(*later)
+    await settle()
+    assert [len(call) for call in embed.calls] == [1, 4, 1]  # a slot freed: it started
+    embed.release[0].set()
+    embed.release[2].set()
+    assert float((await first)[0][0]) == 0 and float((await third)[0][0]) == 5
+    await batcher.close()
+
+
+async def test_closing_fails_every_batch_in_flight_and_every_queued_request() -> None:
+    embed = HeldEmbedder()
+    batcher = Batcher(embed, BatchConfig(max_batch_size=2, window_ms=0), "m", concurrency=2)
+    callers = [asyncio.create_task(batcher.run([[i]])) for i in range(6)]
+    await settle()
+    assert [len(call) for call in embed.calls] == [2, 2]
+    await batcher.close()
+    outcomes = await asyncio.gather(*callers, return_exceptions=True)
+    assert all(isinstance(outcome, ModelUnloaded) for outcome in outcomes), outcomes

@@ -6,7 +6,6 @@ NVML readings stood in); what the prepare script downloads is pinned."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.nvml_standin import GiB, nvml_standin, one_gpu
+from tests.repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
@@ -46,12 +46,7 @@ __all__ = ["nvml_standin"]  # the fixture, used by name
 
 
 def script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(name, register=True)
 
 
 def env_without_gpu(tmp_path: Path) -> dict[str, str]:

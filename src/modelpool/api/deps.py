@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from fastapi import Request
 
+from modelpool.api.disconnect import disconnect_of
 from modelpool.errors import ClientDisconnected
 from modelpool.pool_api import PoolApi
 from modelpool.pool_api.results import charge
@@ -59,15 +61,17 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     task = asyncio.ensure_future(work)
     gone = asyncio.Event()
 
-    async def watch() -> None:
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                gone.set()
-                task.cancel()
-                return
+    def leave() -> None:
+        gone.set()
+        task.cancel()
 
-    watcher = asyncio.create_task(watch())
+    disconnect = disconnect_of(request.scope)
+    stop_watching: Callable[[], object]
+    if disconnect is not None:  # modelpool's own server says when the connection goes
+        disconnect.add(leave)
+        stop_watching = partial(disconnect.discard, leave)
+    else:  # any other ASGI server: wait for `http.disconnect`
+        stop_watching = asyncio.create_task(_watch(request, leave)).cancel
     try:
         return await charged_to(meter_of(request), task)
     except asyncio.CancelledError:
@@ -75,4 +79,12 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
             raise ClientDisconnected("the client closed the connection before the response") from None
         raise
     finally:
-        watcher.cancel()
+        stop_watching()
+
+
+async def _watch(request: Request, leave: Callable[[], None]) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            leave()
+            return

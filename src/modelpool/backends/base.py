@@ -166,6 +166,10 @@ class TokenEmbeddingBackend(EmbeddingBackend, Protocol):
     async def embed_tokens(self, ids: list[list[int]]) -> npt.NDArray[np.float32]:
         """One row per prepared input, in order."""
 
+    def concurrent_batches(self) -> int:
+        """How many `embed_tokens` calls compute at once, each at its own pace (its compute
+        lanes); the micro-batcher keeps that many batches in flight."""
+
 
 @runtime_checkable
 class PairScoringBackend(Backend, Protocol):
@@ -178,6 +182,9 @@ class PairScoringBackend(Backend, Protocol):
 
     async def score_encoded(self, pairs: list[EncodedPair]) -> npt.NDArray[np.float32]:
         """One score per pair, in order (the model's activation applied)."""
+
+    def concurrent_batches(self) -> int:
+        """How many `score_encoded` calls compute at once (see TokenEmbeddingBackend)."""
 
 
 @runtime_checkable

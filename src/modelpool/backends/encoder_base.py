@@ -45,6 +45,8 @@ class EncoderBackend(DeclaredBackend):
         self._tokenizer_thread = EngineThread(f"{model.id}-tokenizer")
         self._engine: Any = None
         """The loaded SentenceTransformer or CrossEncoder."""
+        self._concurrent_batches = 1
+        """Batches the engine computes at once (its compute lanes, once started)."""
 
     async def estimate_memory(self) -> MemoryEstimate:
         """Weights plus PyTorch's working memory, before loading (replaced by a measurement after)."""
@@ -56,6 +58,9 @@ class EncoderBackend(DeclaredBackend):
         self._engine = None
         await asyncio.to_thread(self._thread.shutdown)
         await asyncio.to_thread(self._tokenizer_thread.shutdown)
+
+    def concurrent_batches(self) -> int:
+        return self._concurrent_batches
 
     async def check_health(self) -> None:
         self._loaded()

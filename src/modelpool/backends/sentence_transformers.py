@@ -64,9 +64,11 @@ class SentenceTransformersBackend(EncoderBackend):
             lanes = ComputeLanes(self.model.id, count)
             await lanes.start()
             self._lanes = lanes
+            self._concurrent_batches = count
 
     async def stop(self) -> None:
         lanes, self._lanes = self._lanes, None
+        self._concurrent_batches = 1
         if lanes is not None:
             await asyncio.to_thread(lanes.shutdown)
         await super().stop()
@@ -91,7 +93,7 @@ class SentenceTransformersBackend(EncoderBackend):
         """Embeddings of prepared token ids, one row each, in order."""
         st = self._require_model()
         lanes = self._lanes
-        if lanes is None or len(ids) < 2 * LANE_ROWS:
+        if lanes is None:
             return await self._thread.call(self._encode_ids, st, ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # each slice: inputs of like length
         parts = await lanes.map(lambda part: self._encode_ids(st, [ids[i] for i in part]), order, LANE_ROWS)

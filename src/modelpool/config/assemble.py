@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from modelpool.built_once import building
 from modelpool.errors import ModelSourceError
 
 log = logging.getLogger("modelpool.config")
@@ -74,24 +75,13 @@ def read_manifest(folder: Path) -> dict[str, str]:
 
 
 def _build(target: Path, folder: Path, parts: Mapping[str, Sequence[Path]]) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # A private partial folder: two processes assembling at once never write into each
-    # other's files, and whoever renames second keeps the first one's folder.
-    partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-", dir=target.parent))
-    try:
+    with building(target) as partial:
         consumed = {p.resolve() for its_parts in parts.values() for p in its_parts}
         for item in sorted(folder.iterdir()):
             if item.name not in parts and item.resolve() not in consumed:
                 _link(item, partial / item.name)
         digests = {file_name: _join(its_parts, partial / file_name) for file_name, its_parts in parts.items()}
         _write_manifest(partial, digests)
-        try:
-            partial.rename(target)
-        except OSError:
-            if not target.is_dir():
-                raise
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     joined = ", ".join(f"{n} from {len(parts[n])} parts (sha256 {d[:16]}…)" for n, d in digests.items())
     log.info(f"assembled {joined} once into {target}; reused while the parts stay the same")
 

@@ -69,6 +69,34 @@ async def open_client(spec: LoadSpec, concurrency: int) -> AsyncIterator[Clients
         await clients.aclose()
 
 
+NextRequest = Callable[[float], tuple[RequestRecord, str] | None]
+"""Given the seconds since the level began, the next request to send and its prompt, or
+None when the level has no more to start."""
+
+
+async def _drive(
+    clients: Clients, spec: LoadSpec, slots: int, next_request: NextRequest, progress: Progress | None
+) -> None:
+    """`slots` workers, each sending one request at a time on its own connection, until
+    `next_request` has none left for it."""
+    level_start = time.perf_counter()
+
+    async def worker(slot: int) -> None:
+        client = clients.slot(slot)
+        # One clock reading decides and stamps: a request is never recorded as started
+        # later than the moment that allowed it (a duration level starts none after its end).
+        while (taken := next_request(elapsed := time.perf_counter() - level_start)) is not None:
+            record, prompt = taken
+            record.started_s = elapsed
+            await send(client, spec, prompt, record)
+            if progress is not None:
+                progress(record)
+
+    async with anyio.create_task_group() as group:
+        for slot in range(slots):
+            group.start_soon(worker, slot)
+
+
 async def run_batch(
     clients: Clients,
     spec: LoadSpec,
@@ -80,20 +108,13 @@ async def run_batch(
 ) -> list[RequestRecord]:
     """Each prompt once, `concurrency` at a time; the records in prompt order."""
     records = [RequestRecord(first_index + i, concurrency) for i in range(len(prompts))]
-    queue = iter(range(len(prompts)))
-    level_start = time.perf_counter()
+    queue = iter(range(len(prompts)))  # the workers share one iterator: each prompt goes to exactly one
 
-    async def worker(slot: int) -> None:
-        client = clients.slot(slot)
-        for i in queue:  # the workers share one iterator: each prompt goes to exactly one
-            records[i].started_s = time.perf_counter() - level_start
-            await send(client, spec, prompts[i], records[i])
-            if progress is not None:
-                progress(records[i])
+    def next_prompt(_elapsed: float) -> tuple[RequestRecord, str] | None:
+        i = next(queue, None)
+        return None if i is None else (records[i], prompts[i])
 
-    async with anyio.create_task_group() as group:
-        for slot in range(min(concurrency, len(prompts))):
-            group.start_soon(worker, slot)
+    await _drive(clients, spec, min(concurrency, len(prompts)), next_prompt, progress)
     return records
 
 
@@ -109,22 +130,15 @@ async def run_for(
     """`concurrency` requests in flight until `duration_s` has passed; none starts after it
     (those in flight finish, each within the spec's timeout)."""
     records: list[RequestRecord] = []
-    level_start = time.perf_counter()
-    deadline = level_start + duration_s
 
-    async def worker(slot: int) -> None:
-        client = clients.slot(slot)
-        while time.perf_counter() < deadline:
-            record = RequestRecord(first_index + len(records), concurrency)
-            records.append(record)
-            record.started_s = time.perf_counter() - level_start
-            await send(client, spec, spec.prompts[record.index % len(spec.prompts)], record)
-            if progress is not None:
-                progress(record)
+    def until_the_end(elapsed: float) -> tuple[RequestRecord, str] | None:
+        if elapsed >= duration_s:
+            return None
+        record = RequestRecord(first_index + len(records), concurrency)
+        records.append(record)
+        return record, spec.prompts[record.index % len(spec.prompts)]
 
-    async with anyio.create_task_group() as group:
-        for slot in range(concurrency):
-            group.start_soon(worker, slot)
+    await _drive(clients, spec, concurrency, until_the_end, progress)
     return records
 
 

@@ -179,9 +179,13 @@ class ReplicaSet:
             backend.supervise(lambda message: self._on_crash(replica, message))
         name = f"{self.model_id}#{index}"
         if Task.EMBEDDING in capabilities.tasks and implements(backend, TokenEmbeddingBackend):
-            replica.batcher = Batcher(backend.embed_tokens, config.batch, name)
+            replica.batcher = Batcher(
+                backend.embed_tokens, config.batch, name, concurrency=backend.concurrent_batches()
+            )
         if Task.RERANK in capabilities.tasks and implements(backend, PairScoringBackend):
-            replica.pair_batcher = Batcher(backend.score_encoded, config.batch, name)
+            replica.pair_batcher = Batcher(
+                backend.score_encoded, config.batch, name, concurrency=backend.concurrent_batches()
+            )
         self.members.append(replica)
         return replica
 

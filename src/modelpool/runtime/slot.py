@@ -232,7 +232,7 @@ class ModelSlot:
         timing = RequestTiming(
             load_wait_s=loaded - asked, queue_wait_s=now - loaded, replica=replica.index, started=now
         )
-        self._metrics.queue_seconds.labels(model=self.id).observe(timing.queue_wait_s)
+        self._metrics.observe_queue_wait(self.id, timing.queue_wait_s)
         return Lease(self.id, replica, backend, ticket, timing, keep_alive, self._on_release)
 
     async def ensure_ready(self, wait_s: float | None, *, explicit: bool = False) -> None:

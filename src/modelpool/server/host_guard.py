@@ -34,6 +34,7 @@ from modelpool.wire.errors import shaped_error
 from modelpool.wire.openai.errors import error_payload
 
 log = logging.getLogger("modelpool.api")
+KNOWN_HOSTS = 64
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods that change nothing (the API keeps them so): any Origin may send them."""
 
@@ -138,6 +139,9 @@ class HostGuard:
     def __init__(self, app: ASGIApp, rule: BrowserRule) -> None:
         self.app = app
         self.rule = rule
+        self._good_hosts: set[bytes] = set()
+        """Host headers already accepted (parsing one costs more than the rest of this check);
+        at most KNOWN_HOSTS, so a client sending a new Host each time only takes the long way."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -155,8 +159,20 @@ class HostGuard:
         await send_json(send, problem.status_code, body)
 
     def _problem(self, scope: Scope) -> ModelpoolError | None:
-        headers = {name.lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
-        host = headers.get(b"host")
+        raw_host = raw_origin = None
+        for name, value in scope.get("headers", []):
+            lowered = name.lower()
+            if lowered == b"host":
+                raw_host = value
+            elif lowered == b"origin":
+                raw_origin = value
+        host = None if raw_host is None else raw_host.decode("latin-1")
         changes_state = scope["type"] == "websocket" or scope.get("method", "GET") not in SAFE_METHODS
-        origin = headers.get(b"origin") if changes_state else None
-        return self.rule.host_problem(host) or self.rule.origin_problem(origin, host)
+        origin = raw_origin.decode("latin-1") if changes_state and raw_origin is not None else None
+        if raw_host not in self._good_hosts:
+            problem = self.rule.host_problem(host)
+            if problem is not None:
+                return problem
+            if raw_host is not None and len(self._good_hosts) < KNOWN_HOSTS:
+                self._good_hosts.add(raw_host)
+        return self.rule.origin_problem(origin, host)

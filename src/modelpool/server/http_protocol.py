@@ -7,7 +7,9 @@ A response the app ended without completing it (a stream cut because its client 
 reading) drops the connection at once: a plain close would wait for the unread bytes to
 drain, which a client that never reads never lets happen, so its socket would stay open.
 And what a response writes in one pass of the event loop goes out in one write (headers and
-body together), not one send per piece.
+body together), not one send per piece. Each request's scope carries a `Disconnect` under
+`extensions[DISCONNECT]`, fired when the connection is lost, so a route can learn of its
+client's leaving without a task of its own waiting on `receive()`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import asyncio
 import logging
 import resource
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from modelpool.api.disconnect import attach, disconnect_of
 
 log = logging.getLogger("modelpool.api")
 
@@ -102,6 +106,14 @@ def bounded_protocol(header_timeout_s: float, max_connections: int) -> type[Http
         def connection_lost(self, exc: Exception | None) -> None:
             self._headers_arrived()
             super().connection_lost(exc)
+            for cycle in (self.cycle, *(queued for queued, _ in self.pipeline)):
+                disconnect = None if cycle is None or cycle.response_complete else disconnect_of(cycle.scope)
+                if disconnect is not None:
+                    disconnect.fire()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            attach(cast(dict[str, Any], self.scope))
 
         def on_headers_complete(self) -> None:
             self._headers_arrived()

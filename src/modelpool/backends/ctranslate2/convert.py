@@ -14,22 +14,17 @@ runtime needs from the Hugging Face config (context length, end tokens) is kept 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
-import shutil
-import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
+from modelpool.built_once import build_lock, building
 from modelpool.errors import ModelLoadFailed
 
 log = logging.getLogger("modelpool.backends")
@@ -51,8 +46,6 @@ FACTS_FILE = "modelpool.json"
 """Facts from the Hugging Face config that the CT2 folder does not keep."""
 _CONVERT_BYTES_PER_S = 30e6
 """Float32 source weights converted per second on 2 CPU cores (SmolLM2-135M: ~18 s)."""
-_LOCKS: dict[Path, threading.Lock] = {}
-_LOCKS_GUARD = threading.Lock()
 ComputeType = Literal[
     "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"
 ]
@@ -87,24 +80,10 @@ def ct2_folder_for(source: Path, work_dir: Path, quantization: str) -> Path:
     target = work_dir / "ct2" / f"{hf.name}-{_fingerprint(hf)}-{quantization}-ct2-{_ct2_version()}"
     if is_ct2_folder(target):
         return target
-    with _conversion_lock(target):
+    with build_lock(target):
         if not is_ct2_folder(target):  # another load may have converted it while this one waited
             _convert(hf, target, quantization)
     return target
-
-
-@contextlib.contextmanager
-def _conversion_lock(target: Path) -> Iterator[None]:
-    """Held while `target` is converted: a lock for this process's threads (replicas loading
-    at once), then an exclusive flock on `TARGET.lock` for other processes. The lock file
-    stays: removing it could let a third process lock a new file while one holds the old."""
-    with _LOCKS_GUARD:
-        lock = _LOCKS.setdefault(target, threading.Lock())
-    with lock:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target.with_name(target.name + ".lock"), "a+b") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released when the file closes
-            yield
 
 
 def read_facts(folder: Path) -> ModelFacts:
@@ -128,25 +107,18 @@ def _convert(hf: Path, target: Path, quantization: str) -> None:
     expected_s = max(5, round(weights / _CONVERT_BYTES_PER_S))
     log.info(f"converting {hf} to CTranslate2 ({quantization}) once, ~{expected_s} s", extra={"into": str(target)})
     began = time.monotonic()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # A private partial folder: two replicas (or two processes) converting at once never
-    # write into each other's files, and whoever finishes second keeps the first's.
-    partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-", dir=target.parent))
     try:
-        copied = [name for name in TOKENIZER_FILES if (hf / name).is_file()]
-        converter = TransformersConverter(str(hf), copy_files=copied)
-        with MODEL_CONSTRUCTION:  # the converter loads the model through transformers
-            converter.convert(str(partial), quantization=quantization, force=True)
-        (partial / FACTS_FILE).write_text(json.dumps(_facts_of(hf)), encoding="utf-8")
-        if not is_ct2_folder(target):
-            partial.rename(target)
+        with building(target) as partial:  # a replica that did not take the lock keeps the first folder
+            copied = [name for name in TOKENIZER_FILES if (hf / name).is_file()]
+            converter = TransformersConverter(str(hf), copy_files=copied)
+            with MODEL_CONSTRUCTION:  # the converter loads the model through transformers
+                converter.convert(str(partial), quantization=quantization, force=True)
+            (partial / FACTS_FILE).write_text(json.dumps(_facts_of(hf)), encoding="utf-8")
     # NotImplementedError: CTranslate2's converter has no loader for this architecture;
     # KeyError/AttributeError: a config missing what the converter reads; SafetensorError:
     # a truncated weight file (a broken or half-copied folder).
     except (OSError, ValueError, RuntimeError, NotImplementedError, KeyError, AttributeError, SafetensorError) as exc:
         raise ModelLoadFailed(f"cannot convert {hf} for CTranslate2: {exc}") from exc
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     log.info(f"converted {hf.name} to CTranslate2 in {time.monotonic() - began:.1f} s", extra={"into": str(target)})
 
 

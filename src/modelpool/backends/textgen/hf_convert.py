@@ -4,10 +4,10 @@ reused (transformers reads GGUF through the `gguf` package; ~15 s for a 135M mod
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
+from modelpool.built_once import build_lock, building
 from modelpool.errors import ModelLoadFailed
 
 log = logging.getLogger("modelpool.backends")
@@ -19,6 +19,13 @@ def hf_folder_for(gguf: Path, cache_root: Path) -> Path:
     target = cache_root / "gguf-to-hf" / f"{gguf.stem}-{stat.st_size}-{stat.st_mtime_ns}"
     if (target / "config.json").is_file():
         return target
+    with build_lock(target):
+        if not (target / "config.json").is_file():  # another process may have made it meanwhile
+            _convert(gguf, target)
+    return target
+
+
+def _convert(gguf: Path, target: Path) -> None:
     log.info("converting GGUF to a Hugging Face folder (once)", extra={"gguf": str(gguf), "into": str(target)})
     try:
         import torch
@@ -36,9 +43,6 @@ def hf_folder_for(gguf: Path, cache_root: Path) -> Path:
     model.hf_quantizer = None  # type: ignore[assignment]  # torch types Module.__setattr__ as Tensor|Module only; any value is stored
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    partial.rename(target)
-    return target
+    with building(target) as partial:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
