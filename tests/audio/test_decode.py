@@ -88,7 +88,19 @@ def test_audio_within_the_limit_is_held_once() -> None:
     assert peak < decoded.nbytes * 1.1  # one buffer of the counted length: no pieces joined into a copy
 
 
-@pytest.mark.parametrize(("data", "message"), [(b"", "empty"), (b"not audio at all" * 100, "could not decode")])
+def header_only_webm() -> bytes:
+    """A WebM with its Opus track declared and no frame: what a browser's MediaRecorder
+    hands over when stopped before the microphone sent sound."""
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="webm") as container:
+        stream = container.add_stream("libopus", rate=48000)
+        stream.layout = "mono"
+        container.start_encoding()
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("data", "message"), [(b"", "empty"), (b"not audio at all" * 100, "could not decode"),
+                                               (header_only_webm(), "ends before its first audio frame")])  # fmt: skip
 def test_what_is_not_audio_is_a_400(data: bytes, message: str) -> None:
     with pytest.raises(InvalidRequest) as refused:
         decode_audio(data, 16000, max_seconds=60, param="audio_base64")

@@ -447,6 +447,30 @@ async def test_a_recording_from_the_microphone_is_transcribed(microphone: tuple[
         await expect(listen.get_by_label("Recording")).to_have_attribute("src", re.compile(r"^blob:"))
 
 
+
+async def test_a_recording_stopped_before_any_sound_is_not_sent(microphone: tuple[Any, float], ui_url: str) -> None:
+    """Stopped before the microphone's first sound, a recording holds no audio: the page
+    says so instead of sending an empty file, and the counter never started."""
+    with_microphone, _ = microphone
+    async for tab in open_tab(with_microphone, ui_url):
+        page = page_of(tab)
+        section = await open_section(tab, "speech", "Speech")
+        listen = section.get_by_role("region", name="Speech to text")
+        uploads: list[str] = []
+        page.on("request", lambda request: uploads.append(request.url) if "transcriptions" in request.url else None)
+        # Record, and stop in the same moment the recorder starts (the microphone's first
+        # sound comes later: its first piece of recording at the earliest 250 ms on).
+        await page.evaluate("""async () => {
+          const button = (name) => [...document.querySelectorAll("button")].find((b) => b.textContent === name);
+          button("Record").click();
+          while (!button("Stop recording")) await new Promise((done) => setTimeout(done, 0));
+          button("Stop recording").click();
+        }""")
+        await expect(listen.get_by_role("alert")).to_contain_text("sent no sound")
+        await expect(listen.get_by_role("status")).to_have_text("Recording stopped.")
+        assert uploads == []
+        await expect(listen.get_by_label("Recording")).not_to_have_attribute("src", re.compile(r"^blob:"))
+
 # Keeps every stream getUserMedia gives the page, so the test can see whether its tracks
 # still run (the page itself keeps them to itself).
 TRACK_STREAMS = """(() => {

@@ -77,6 +77,12 @@ def _opened(data: bytes, param: str) -> Iterator[av.container.InputContainer]:
             if not container.streams.audio:
                 raise InvalidRequest("the file holds no audio stream", param=param)
             yield container
+    except av.error.EOFError:
+        # What a browser's MediaRecorder makes when stopped before the microphone sent sound:
+        # a container header and no frame.
+        raise InvalidRequest(
+            "the audio file ends before its first audio frame (an empty recording, or a cut upload)", param=param
+        ) from None
     except (av.FFmpegError, ValueError, OSError) as exc:
         raise InvalidRequest(
             f"could not decode the audio ({exc}); send wav, mp3, flac, ogg, m4a or webm", param=param

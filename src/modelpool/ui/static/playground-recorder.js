@@ -5,12 +5,18 @@ export function recordingSupported() {
   return Boolean(navigator.mediaDevices?.getUserMedia) && typeof MediaRecorder !== "undefined";
 }
 
+// How often the recorder hands over what it has: the first non-empty piece is the sign that
+// the microphone really sends sound (a busy machine can take seconds to start it, and a
+// recording stopped before then holds no audio at all).
+const SLICE_MS = 250;
+
 /**
- * Ask for the microphone and start recording. Returns {stop, cancel}: stop() resolves to
- * the recording as a Blob (webm/ogg, which the server decodes like any upload); both
- * release the microphone.
+ * Ask for the microphone and start recording; `onSound` is called once, when the first
+ * audio arrives. Returns {stop, cancel}: stop() resolves to the recording as a Blob
+ * (webm/ogg, which the server decodes like any upload; empty when no sound ever came);
+ * both release the microphone.
  */
-export async function startRecording() {
+export async function startRecording(onSound = () => {}) {
   const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
   const release = () => stream.getTracks().forEach((track) => track.stop());
   const chunks = [];
@@ -19,15 +25,17 @@ export async function startRecording() {
   try {
     recorder = new MediaRecorder(stream);
     recorder.addEventListener("dataavailable", (event) => {
-      if (event.data.size) chunks.push(event.data);
+      if (!event.data.size) return;
+      if (!chunks.length) onSound();
+      chunks.push(event.data);
     });
     finished = new Promise((resolve) => {
       recorder.addEventListener("stop", () => {
         release();
-        resolve(new Blob(chunks, { type: recorder.mimeType || "audio/webm" }));
+        resolve(new Blob(chunks, { type: recorder.mimeType || "audio/webm" })); // pieces of one file
       });
     });
-    recorder.start();
+    recorder.start(SLICE_MS);
   } catch (error) {
     release(); // no recording came of it: the microphone must not stay on
     throw error;

@@ -55,6 +55,10 @@ export function transcribePanel(models) {
     record.textContent = "Record";
     announce.textContent = "Recording stopped.";
     const blob = await taken.stop();
+    if (!blob.size) {
+      errors.show("The microphone sent no sound before the recording stopped: nothing to transcribe. Record again.");
+      return;
+    }
     player.show(blob);
     await running(button, transcript, errors, () => transcribe(blob, "recording.webm"));
   }
@@ -72,7 +76,9 @@ export function transcribePanel(models) {
     recordState.textContent = "Asking for the microphone…";
     let taken;
     try {
-      taken = await startRecording();
+      taken = await startRecording(() => {
+        if (recording === taken) startTimer(); // the counter counts seconds of sound
+      });
     } catch (error) {
       if (!closed) errors.show(`The microphone is not available: ${error.message}`);
       return;
@@ -87,7 +93,7 @@ export function transcribePanel(models) {
     recording = taken;
     record.textContent = "Stop recording";
     announce.textContent = "Recording started.";
-    startTimer();
+    recordState.textContent = "Waiting for sound from the microphone…";
   }
 
   const supported = recordingSupported();
