@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +25,10 @@ from modelpool.tasks import Task
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from modelpool.backends.traced_encoder import TracedEncoder
+
+log = logging.getLogger("modelpool.backends")
+
 
 class SentenceTransformersOptions(EncoderOptions):
     normalize: bool = False
@@ -33,6 +38,11 @@ class SentenceTransformersOptions(EncoderOptions):
     lanes: int = Field(default=0, ge=0, le=64)
     """Slices of a batch computed at once, each on its own thread with its share of PyTorch's
     CPU threads (backends/lanes.py says why). 0: two on a CPU with two threads or more, else one."""
+    trace: bool = True
+    """On a CPU, trace the transformer to TorchScript at load and use it when it encodes
+    probes as the eager forward does (backends/traced_encoder.py: its forward runs without
+    the GIL; one-sentence requests measured 1.3-1.5x the requests/s). false: always the eager
+    forward."""
 
 
 LANE_ROWS = 4
@@ -51,6 +61,7 @@ class SentenceTransformersBackend(EncoderBackend):
         self.dimensions = 0
         self._special_wrap: tuple[list[int], list[int]] = ([], [])
         self._lanes: ComputeLanes | None = None
+        self._traced: TracedEncoder | None = None
 
     async def start(self) -> None:
         require_engine(self.model.id, ("sentence_transformers",), "embeddings")
@@ -59,6 +70,8 @@ class SentenceTransformersBackend(EncoderBackend):
         self._special_wrap = special_tokens_around(st.tokenizer)
         dimension_of = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
         self.dimensions = int(dimension_of() or 0)
+        if self.options.trace and st.device.type == "cpu":
+            await self._thread.call(self._trace, st)
         count = auto_lanes(self.options.lanes, st.device.type)
         if count > 1:  # one lane is the engine thread itself
             lanes = ComputeLanes(self.model.id, count)
@@ -69,6 +82,9 @@ class SentenceTransformersBackend(EncoderBackend):
     async def stop(self) -> None:
         lanes, self._lanes = self._lanes, None
         self._concurrent_batches = 1
+        traced, self._traced = self._traced, None
+        if traced is not None:
+            traced.release()
         if lanes is not None:
             await asyncio.to_thread(lanes.shutdown)
         await super().stop()
@@ -121,6 +137,16 @@ class SentenceTransformersBackend(EncoderBackend):
         st.eval()
         return st
 
+    def _trace(self, st: SentenceTransformer) -> None:
+        from modelpool.backends.traced_encoder import trace_encoder
+
+        traced = trace_encoder(st, str(self.model.source))
+        if isinstance(traced, str):
+            log.info("encoder left eager", extra={"model": self.model.id, "reason": traced})
+            return
+        self._traced = traced
+        log.info("encoder traced to TorchScript", extra={"model": self.model.id})
+
     def _prepare(self, st: SentenceTransformer, request: EmbeddingRequest) -> list[list[int]]:
         texts = [item for item in request.inputs if isinstance(item, str)]
         encoded = iter(
@@ -172,8 +198,9 @@ class SentenceTransformersBackend(EncoderBackend):
             features: dict[str, Any] = {"input_ids": input_ids, "attention_mask": mask}
             if "token_type_ids" in st.tokenizer.model_input_names:
                 features["token_type_ids"] = torch.zeros_like(input_ids)
+            traced = self._traced
             with torch.inference_mode():
-                embedded = st.forward(features)["sentence_embedding"]
+                embedded = traced(features) if traced is not None else st.forward(features)["sentence_embedding"]
             if self.options.normalize:
                 embedded = torch.nn.functional.normalize(embedded, p=2, dim=1)
             vectors = embedded.float().cpu().numpy()
