@@ -127,6 +127,7 @@ def test_a_released_trace_holds_no_weights_and_serves_the_next_load_with_its_own
     first = SentenceTransformer(str(resolve_source(MINILM, model_id="minilm")), device="cpu").eval()
     traced = trace_encoder(first, source)
     assert isinstance(traced, TracedEncoder), traced
+    assert traced._trace is not None
     graph = traced._trace.graph
     traced.release()
     traced.release()  # twice is once
@@ -139,7 +140,7 @@ def test_a_released_trace_holds_no_weights_and_serves_the_next_load_with_its_own
         model.embeddings.word_embeddings.weight.mul_(1.5)
     again = trace_encoder(second, source)
     assert isinstance(again, TracedEncoder), again
-    assert again._trace.graph is graph and traced_encoder._POOL.free_count() == free - 1
+    assert again._trace is not None and again._trace.graph is graph and traced_encoder._POOL.free_count() == free - 1
     with torch.inference_mode():
         torch.testing.assert_close(again(features(second, TEXTS)), eager(second, TEXTS), atol=1e-5, rtol=0)
     assert not torch.allclose(eager(second, TEXTS), eager(first, TEXTS), atol=1e-3)

@@ -50,14 +50,16 @@ class TracedEncoder:
     """The sentence embeddings of prepared features: the traced transformer, then the
     model's own later modules (pooling, normalising) as they are. `release()` at unload."""
 
-    def __init__(self, trace: _Trace, rest: Sequence[Any], output: str) -> None:
-        self._trace = trace
+    def __init__(self, trace: _Trace, rest: Sequence[Any]) -> None:
+        self._trace: _Trace | None = trace
         self._rest = rest
-        self._output = output
 
     def __call__(self, features: dict[str, Any]) -> torch.Tensor:
+        trace = self._trace
+        assert trace is not None, "a released encoder is not called (the backend drops it at unload)"
         features = dict(features)
-        features[self._output] = self._trace.graph(*(features[name] for name in self._trace.inputs))
+        # What the Transformer module hands the next one (Pooling reads it), in every version.
+        features["token_embeddings"] = trace.graph(*(features[name] for name in trace.inputs))
         for module in self._rest:
             features = module(features)
         embedded: torch.Tensor = features["sentence_embedding"]
@@ -65,8 +67,8 @@ class TracedEncoder:
 
     def release(self) -> None:
         """Unbind the weights and give the trace back to the pool (once)."""
-        trace, self._trace = self._trace, _RELEASED
-        if trace is not _RELEASED:
+        trace, self._trace = self._trace, None
+        if trace is not None:
             trace.unbind()
             _POOL.give_back(trace)
 
@@ -75,14 +77,14 @@ def trace_encoder(st: SentenceTransformer, source: str) -> TracedEncoder | str:
     """The traced encoder (a pooled trace of `source` when one is free), or why the eager
     forward stays."""
     modules = list(st)
-    first = modules[0] if modules else None
-    model = getattr(first, "model", None) or getattr(first, "auto_model", None)
-    if not isinstance(model, torch.nn.Module) or type(first).__name__ != "Transformer":
+    if not modules or type(modules[0]).__name__ != "Transformer":
         return "the first module is not a sentence-transformers Transformer"
     if st.device.type != "cpu":
         return f"the model is on {st.device.type} (tracing is for the CPU)"
-    output = getattr(first, "module_output_name", "token_embeddings")
-    inputs = ("input_ids", "attention_mask", "token_type_ids")[: 3 if _takes_token_types(st) else 2]
+    model = modules[0].auto_model  # the Hugging Face model (3.x-5.x attribute, 6.x property)
+    if not isinstance(model, torch.nn.Module):
+        return "the Transformer module holds no PyTorch model"
+    inputs = _input_names(st)
     tensors = _weights(model)
     key = (source, inputs, tuple((name, tuple(t.shape), t.dtype) for name, t in tensors))
     earlier = _POOL.refusal(key)
@@ -97,7 +99,7 @@ def trace_encoder(st: SentenceTransformer, source: str) -> TracedEncoder | str:
                 trace = _Trace.record(key, model, inputs, _tokenized(st, PROBES[1]))
             else:
                 trace.bind(tensors)
-            difference = _probe_difference(st, TracedEncoder(trace, modules[1:], output))
+            difference = _probe_difference(st, TracedEncoder(trace, modules[1:]))
             refused = None
             if not difference <= TOLERANCE:
                 refused = f"the traced forward differs from the eager one by {difference:.2g} on a probe"
@@ -111,7 +113,7 @@ def trace_encoder(st: SentenceTransformer, source: str) -> TracedEncoder | str:
         _POOL.refuse(key, refused)
         return refused
     assert trace is not None  # recorded or taken, and probed
-    return TracedEncoder(trace, modules[1:], output)
+    return TracedEncoder(trace, modules[1:])
 
 
 def _probe_difference(st: SentenceTransformer, encoder: TracedEncoder) -> float:
@@ -176,7 +178,6 @@ class _Trace:
 
 
 _EMPTY = torch.empty(0)
-_RELEASED = _Trace(("", (), ()), None, (), 0)
 
 
 class _TracePool:
@@ -218,12 +219,13 @@ def _weights(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [*model.named_parameters(), *model.named_buffers()]
 
 
-def _takes_token_types(st: SentenceTransformer) -> bool:
-    """Whether the encoder is given token type ids (as the backend's batches give them)."""
-    return "token_type_ids" in st.tokenizer.model_input_names
+def _input_names(st: SentenceTransformer) -> tuple[str, ...]:
+    """The encoder's inputs, in the trace's order: token type ids when the tokenizer makes
+    them (as the backend's batches give them)."""
+    types = ("token_type_ids",) if "token_type_ids" in st.tokenizer.model_input_names else ()
+    return ("input_ids", "attention_mask", *types)
 
 
 def _tokenized(st: SentenceTransformer, texts: list[str]) -> dict[str, torch.Tensor]:
     features = st.tokenizer(texts, padding=True, return_tensors="pt")
-    wanted = ("input_ids", "attention_mask", "token_type_ids")[: 3 if _takes_token_types(st) else 2]
-    return {name: features[name].to(st.device) for name in wanted}
+    return {name: features[name].to(st.device) for name in _input_names(st)}
