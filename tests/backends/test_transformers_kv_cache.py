@@ -15,7 +15,9 @@ import torch.nn.functional as F
 from benchmarks.bench_transformers_engine import Sink
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
+from modelpool.backends.gpu_estimates import GgufShape
 from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher, cache_argument
+from modelpool.backends.transformers.kv_budget import batch_kv_bytes
 from modelpool.backends.transformers.kv_cache import MAX_SPARE, SpareCache, SpareLayer, spare_columns
 from modelpool.backends.transformers.sampling import choose_token, make_generator
 from modelpool.backends.transformers.sequence import Sequence
@@ -224,3 +226,78 @@ def test_a_row_that_may_not_end_never_gets_an_end_id_from_the_shared_argmax(
             batcher.close()
     assert runs[0] == runs[1]
     assert end not in runs[0][0] and runs[0][0][0] == picked[0]
+
+
+def test_a_batch_that_outgrows_its_token_budget_steps_rows_out_and_each_gets_its_lone_tokens(tiny: Any) -> None:
+    """Four rows that would grow to 4 × 31 places of cache under a budget of 64: before a
+    step would pass it the latest joined rows step out and come back later, prefilling what
+    they had. The cache never holds more than the budget, and every sequence (a seeded
+    sampled one too) gets exactly the tokens it gets alone."""
+    budget = 64
+    batcher = ContinuousBatcher(tiny, None, {0}, BatchLimits(8, budget, 256, 8), "kv-budget")
+    try:
+        settings: list[dict[str, Any]] = [{}, {"temperature": 0.9}, {}, {"repetition_penalty": 1.3}]
+        runs = zip(PROMPTS, LENGTHS, settings, strict=True)
+        alone = [generate(batcher, [sequence(p, n, **s)])[0] for p, n, s in runs]
+        assert batcher.preemptions == 0  # a lone row never steps out
+        together = [sequence(p, n, **s) for p, n, s in zip(PROMPTS, LENGTHS, settings, strict=True)]
+        assert generate(batcher, together) == alone
+    finally:
+        batcher.close()
+    assert batcher.preemptions >= 2
+    assert sum(seq.preemptions for seq in together) == batcher.preemptions
+    assert batcher.largest_batch >= 2
+    assert batcher.largest_cache <= budget
+    unbounded = max(len(p) + n for p, n in zip(PROMPTS, LENGTHS, strict=True)) * len(PROMPTS)
+    assert unbounded > budget
+
+
+def test_a_prompt_waits_while_the_widest_row_would_pass_the_budget(tiny: Any) -> None:
+    """Rows are counted at the batch's padded width: a short prompt beside a long-running
+    row joins only while (rows × width) stays within the budget, and the results match
+    each alone."""
+    batcher = ContinuousBatcher(tiny, None, {0}, BatchLimits(8, 48, 256, 8), "kv-width")
+    try:
+        long, short = sequence([5, 17, 3, 44, 60, 2, 9, 11, 12, 13], 30), sequence([33], 5)
+        alone = [generate(batcher, [sequence(s.prompt, s.max_new)])[0] for s in (long, short)]
+        batcher.submit(long)
+        while len(long.tokens) < 20:  # width 30 now: two rows would need 2 × 31 places
+            assert not long.output.done.is_set()  # type: ignore[attr-defined]
+            threading.Event().wait(0.001)
+        assert generate(batcher, [short]) == [alone[1]]
+        assert long.output.done.wait(60)  # type: ignore[attr-defined]
+        assert long.tokens == alone[0]
+    finally:
+        batcher.close()
+    assert batcher.largest_cache <= 48
+
+
+def test_the_kv_bound_holds_what_the_batch_cache_allocates(tiny: Any) -> None:
+    """`batch_kv_bytes` (what the pool counts for the batch's KV cache) against the bytes the
+    cache's buffers take after every decode step of a batch that fills its budget: never
+    more, and not far below (the bound is worth counting)."""
+    limits = BatchLimits(8, 96, 256, 8)
+    config = tiny.config
+    head = config.hidden_size // config.num_attention_heads
+    shape = GgufShape(config.num_hidden_layers, config.num_key_value_heads, head, head)
+    bound = batch_kv_bytes(shape, 8, limits, longest_context=64)  # the tiny model is float64
+    batcher = ContinuousBatcher(tiny, None, {0}, limits, "kv-bound")
+    peak = 0
+    decode = batcher._decode
+
+    def measured_decode() -> None:
+        nonlocal peak
+        decode()
+        cache = batcher._cache
+        if cache is not None:
+            layers = [layer for layer in cache.layers if isinstance(layer, SpareLayer)]
+            buffers = [b for layer in layers for b in (layer._key_buffer, layer._value_buffer) if b is not None]
+            peak = max(peak, sum(b.numel() * b.element_size() for b in buffers))
+
+    batcher._decode = measured_decode  # type: ignore[method-assign]
+    try:
+        generate(batcher, [sequence(p, n) for p, n in zip(PROMPTS * 2, LENGTHS * 2, strict=True)])
+    finally:
+        batcher.close()
+    assert batcher.largest_cache <= limits.max_batch_tokens and batcher.preemptions > 0
+    assert bound / 4 < peak <= bound

@@ -95,6 +95,43 @@ async def test_loading_past_the_budget_evicts_the_least_recently_used_idle_model
     assert old.stops == 1 and recent.stops == 0
 
 
+class _GrowingFake(FakeBackend):
+    """A model whose load grows RSS by `memory` and which may grow by `growth` more under load."""
+
+    def __init__(self, rss: list[int], memory: int, growth: int) -> None:
+        super().__init__(memory=memory)
+        self.rss, self.growth = rss, growth
+
+    async def start(self) -> None:
+        await super().start()
+        self.rss[0] += self.memory
+
+    def growth_bound(self) -> MemoryEstimate:
+        return MemoryEstimate(self.growth)
+
+
+async def test_a_model_that_grows_under_load_is_counted_at_its_bound_from_its_load_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A KV cache that grows with the batch is empty when the load is measured: the model is
+    counted at the load's growth plus its growth bound, so the next load evicts it (300 +
+    500 measured and bound, + 400 > 1000) where the load's growth alone would let both stay."""
+    rss = [0]
+    monkeypatch.setattr("modelpool.runtime.memory_accounts.process_rss", lambda: rss[0])
+    fakes = FakePool(memory_bytes=1000)
+    growing = _GrowingFake(rss, memory=300, growth=500)
+    fakes.slot(growing, "growing")
+    fakes.slot(_GrowingFake(rss, memory=400, growth=0), "plain")
+    pool = fakes.pool()
+    await collect(await pool.chat("growing", REQUEST))
+    assert pool.slot("growing").memory_bytes() == 800
+    fakes.clock.advance(10)
+    await collect(await pool.chat("plain", REQUEST))
+    states = {s.id: s.state for s in pool.slots()}
+    assert states == {"growing": SlotState.UNLOADED, "plain": SlotState.READY}
+    assert growing.stops == 1
+
+
 async def test_when_nothing_can_go_the_load_is_refused_with_what_is_loaded() -> None:
     fakes = FakePool(memory_bytes=1000)
     step = asyncio.Event()

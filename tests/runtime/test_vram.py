@@ -320,6 +320,7 @@ async def test_an_unload_gives_pytorchs_cached_gpu_memory_back(monkeypatch: pyte
     torch = types.ModuleType("torch")
     torch.cuda = cuda  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch", torch)
+
     def collected(*args: object) -> int:
         calls.append("gc")
         return 0
@@ -342,12 +343,15 @@ async def test_an_unload_gives_pytorchs_cached_gpu_memory_back(monkeypatch: pyte
 async def test_the_transformers_estimate_is_the_parameter_count_at_the_load_dtype() -> None:
     """SmolLM2 as a float32 safetensors folder: its parameters (counted by transformers on
     the meta device) at 2 bytes on a GPU (bfloat16, half the files' size: the old estimate
-    took the files whole, twice too high) and at 4 on the CPU, + 10% and 128 MiB; on the CPU
-    with oneDNN's packed linears, + a packed copy of the tied LM head."""
+    took the files whole, twice too high) and at 4 on the CPU, + 10% and 128 MiB, + the
+    batch's KV cache at its fullest; on the CPU with oneDNN's packed linears, + a packed copy
+    of the tied LM head."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from modelpool.backends.textgen.hf_convert import hf_folder_for
     from modelpool.backends.transformers.backend import TransformersBackend, TransformersOptions
+    from modelpool.backends.transformers.engine import BatchLimits
+    from modelpool.backends.transformers.kv_budget import batch_kv_bytes, kv_shape
     from modelpool.config.sources import HubLocation
 
     folder = hf_folder_for(smollm2_gguf(), HubLocation.work_dir)
@@ -360,18 +364,29 @@ async def test_the_transformers_estimate_is_the_parameter_count_at_the_load_dtyp
         backend = TransformersBackend(config, TransformersOptions.model_validate(options), BackendContext())
         return await backend.estimate_memory()
 
+    shape = kv_shape(folder)
+    assert shape is not None and (shape.layers, shape.kv_heads, shape.key_length) == (30, 3, 64)
+
+    def kv(dtype_bytes: int, max_batch_tokens: int = 32768) -> int:  # the batch's KV cache at its fullest
+        assert shape is not None
+        return batch_kv_bytes(shape, dtype_bytes, BatchLimits(32, max_batch_tokens, 256, 32), 8192)
+
     on_gpu = await estimate(device="cuda")
-    assert on_gpu.gpu_bytes == int(count * 2 * 1.1) + 128 * MiB and on_gpu.ram_bytes == 128 * MiB
+    assert on_gpu.gpu_bytes == int(count * 2 * 1.1) + 128 * MiB + kv(2) and on_gpu.ram_bytes == 128 * MiB
     files = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
-    assert on_gpu.gpu_bytes < (int(files * 1.3) + 128 * MiB) * 0.55  # the old estimate: about twice this
-    assert (await estimate(device="cuda", dtype="float32")).gpu_bytes == int(count * 4 * 1.1) + 128 * MiB
+    assert on_gpu.gpu_bytes - kv(2) < (int(files * 1.3) + 128 * MiB) * 0.55  # the old estimate: about twice this
+    assert (await estimate(device="cuda", dtype="float32")).gpu_bytes == int(count * 4 * 1.1) + 128 * MiB + kv(4)
     unpacked = await estimate(device="cpu", onednn_linear="false")
-    assert unpacked.gpu_bytes == 0 and unpacked.ram_bytes == int(count * 4 * 1.1) + 128 * MiB
+    assert unpacked.gpu_bytes == 0 and unpacked.ram_bytes == int(count * 4 * 1.1) + 128 * MiB + kv(4)
     # Packed for oneDNN (the CPU float32 default), a tied LM head gets a copy of its own.
     head = params.config.vocab_size * params.config.hidden_size
     assert params.config.tie_word_embeddings
     packed = await estimate(device="cpu")
-    assert packed.gpu_bytes == 0 and packed.ram_bytes == int((count + head) * 4 * 1.1) + 128 * MiB
+    assert packed.gpu_bytes == 0 and packed.ram_bytes == int((count + head) * 4 * 1.1) + 128 * MiB + kv(4)
+    # A smaller batch budget, a smaller estimate: the KV cache is counted at the size the engine keeps it to.
+    smaller = await estimate(device="cpu", onednn_linear="false", max_batch_tokens="4096")
+    assert unpacked.ram_bytes - smaller.ram_bytes == kv(4) - kv(4, max_batch_tokens=4096)
+    assert kv(4) > 1.5 * 1024**3  # 45 KiB a token place: SmolLM2's batch KV outweighs its weights
     # The same from the GGUF itself (the starter's source): no `output.weight`, so the head is tied.
     config = ModelConfig(id="hf", backend="transformers", source=str(smollm2_gguf()))
     from_gguf = [(await estimate(device="cpu", onednn_linear=packs)).ram_bytes for packs in ("true", "false")]

@@ -265,6 +265,16 @@ class PlacedBackend(Backend, Protocol):
         """Module → device (`{"": "cpu"}` for a model on one device); empty before the load."""
 
 
+@runtime_checkable
+class GrowingBackend(Backend, Protocol):
+    """An in-process backend whose memory grows under load past what its load measured (a
+    KV cache that grows with its batch), up to a bound it knows."""
+
+    def growth_bound(self) -> MemoryEstimate:
+        """The most it may grow by under load (0 before the load): the pool counts it as the
+        model's from the load on, so that the budget holds when the batch is full."""
+
+
 TASK_PROTOCOLS: Mapping[Task, type[Backend]] = {
     Task.CHAT: ChatBackend,
     Task.COMPLETION: CompletionBackend,

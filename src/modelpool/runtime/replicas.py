@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from modelpool.backends.base import (
     Backend,
+    GrowingBackend,
     MemoryEstimate,
     PairScoringBackend,
     PlacedBackend,
@@ -177,6 +178,12 @@ class ReplicaSet:
         if implements(backend, ProcessBackend):
             replica.memory_bytes = backend.resident_bytes()
             backend.supervise(lambda message: self._on_crash(replica, message))
+        if implements(backend, GrowingBackend):
+            # What the load did not see (its batch at its fullest) is added to what it measured;
+            # an unmeasured load is counted at its estimate, which includes it.
+            growth = backend.growth_bound()
+            replica.memory_bytes += growth.ram_bytes if replica.memory_bytes else 0
+            replica.gpu_memory_bytes += growth.gpu_bytes if replica.gpu_memory_bytes else 0
         name = f"{self.model_id}#{index}"
         if Task.EMBEDDING in capabilities.tasks and implements(backend, TokenEmbeddingBackend):
             replica.batcher = Batcher(

@@ -32,6 +32,7 @@ from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from modelpool.backends.transformers.adapters import AdapterFolders, AdapterSpec, PeftAdapters
 from modelpool.backends.transformers.beam import check_beam_sampling, run_beam_search
 from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher
+from modelpool.backends.transformers.kv_budget import batch_kv_bytes, kv_shape
 from modelpool.backends.transformers.packed_linear import can_pack, pack_linears
 from modelpool.backends.transformers.sampling import make_generator
 from modelpool.backends.transformers.scoring import score_tokens
@@ -75,7 +76,10 @@ class TransformersOptions(BaseModel):
     max_batch_size: int = Field(default=32, ge=1)
     """Most sequences decoded together."""
     max_batch_tokens: int = Field(default=32768, ge=1)
-    """Most tokens (prompts + generated so far) held by the running batch."""
+    """Most token places the running batch's KV cache holds: rows × the longest row (the
+    cache is left-padded). A prompt joins while the batch stays within it; as rows grow, the
+    latest joined step out before a step would pass it and resume later (their KV
+    recomputed). The model's memory counts the cache at this size from the load on."""
     prefill_chunk: int = Field(default=256, ge=1)
     """Prompt tokens evaluated between two decode steps (padding included), so running
     streams never stall long; a longer prompt is prefilled in pieces of this size."""
@@ -139,8 +143,17 @@ class TransformersBackend(DeclaredBackend):
         max_beam_tokens=DEFAULT_MAX_BEAM_TOKENS,
     )
     overridable = frozenset(
-        {"max_batch_size", "max_batch_tokens", "prefill_chunk", "prefill_rows", "max_model_len", "dtype",
-         "max_beam_size", "max_beam_tokens", "onednn_linear"}
+        {
+            "max_batch_size",
+            "max_batch_tokens",
+            "prefill_chunk",
+            "prefill_rows",
+            "max_model_len",
+            "dtype",
+            "max_beam_size",
+            "max_beam_tokens",
+            "onednn_linear",
+        }
     )
 
     @classmethod
@@ -174,11 +187,14 @@ class TransformersBackend(DeclaredBackend):
         self._video_settings: VideoSettings | None = None
         """A vision model's processor (None for a text model)."""
         self._max_len = 0
+        self._kv_bytes = 0
+        """The batch's KV cache at its fullest (`kv_budget`), known once loaded."""
 
     async def estimate_memory(self) -> MemoryEstimate:
         """The parameters at the dtype they load in (from the safetensors headers: a float32
         checkpoint loaded in bfloat16 on a GPU takes half its files), plus 10% and 128 MiB
-        of working memory (activations, the KV cache of a short batch)."""
+        of working memory (activations), plus the most the batch's KV cache may hold
+        (`kv_budget`)."""
         path = await locate(self.model, self.hub)
         dtype_bytes = _dtype_bytes(self.options.dtype, self._device())
         counts = await asyncio.to_thread(safetensors_parameters, path)
@@ -189,7 +205,25 @@ class TransformersBackend(DeclaredBackend):
         if self._packs_linears() and dtype_bytes == 4 and pick_device(self._device()) == "cpu":
             weights += await asyncio.to_thread(_tied_head_parameters, path) * 4  # the packed copy of a tied LM head
         adapters = await asyncio.to_thread(self.adapter_folders.largest_bytes) if self.model.adapters else 0
-        return estimate_on(self._device(), int(weights * 1.1) + _MiB(128) + adapters, host_bytes=_MiB(128))
+        kv = await asyncio.to_thread(self._kv_bound, path)
+        return estimate_on(self._device(), int(weights * 1.1) + _MiB(128) + kv + adapters, host_bytes=_MiB(128))
+
+    def growth_bound(self) -> MemoryEstimate:
+        """The batch's KV cache at its fullest, which the load did not measure (it starts empty)."""
+        return estimate_on(self._device(), self._kv_bytes, host_bytes=0)
+
+    def _kv_bound(self, path: Path) -> int:
+        """The most the batch's KV cache may hold (0 when the model's shape is not known
+        before it loads)."""
+        shape = kv_shape(path)
+        if shape is None:
+            return 0
+        dtype_bytes = _dtype_bytes(self.options.dtype, self._device())
+        return batch_kv_bytes(shape, dtype_bytes, self._limits(), self.options.max_model_len or DEFAULT_MAX_LEN)
+
+    def _limits(self) -> BatchLimits:
+        o = self.options
+        return BatchLimits(o.max_batch_size, o.max_batch_tokens, o.prefill_chunk, o.prefill_rows)
 
     async def start(self) -> None:
         require_engine(self.model.id, ("torch", "transformers"), "transformers")
@@ -199,12 +233,9 @@ class TransformersBackend(DeclaredBackend):
         self._processor = loaded if self.options.vision else None
         tokenizer = loaded.tokenizer if self.options.vision else loaded
         self._tokenizer = tokenizer
-        self._max_len = min(self.options.max_model_len or 8192, _model_limit(model))
-        options = self.options
-        limits = BatchLimits(
-            options.max_batch_size, options.max_batch_tokens, options.prefill_chunk, options.prefill_rows
-        )
-        self._engine = ContinuousBatcher(model, tokenizer, _eos_ids(model, tokenizer), limits, self.model.id)
+        self._max_len = min(self.options.max_model_len or DEFAULT_MAX_LEN, _model_limit(model))
+        self._kv_bytes = await asyncio.to_thread(self._kv_bound, path)
+        self._engine = ContinuousBatcher(model, tokenizer, _eos_ids(model, tokenizer), self._limits(), self.model.id)
         if self.model.adapters:
             self._engine.adapters = PeftAdapters(model, max_adapters=self.model.max_adapters, model_id=self.model.id)
             for spec in await asyncio.to_thread(self.adapter_folders.preloaded):
@@ -522,6 +553,10 @@ def _usage(prompt: list[int], generated: int) -> Usage:
     return Usage(len(prompt), generated)
 
 
+DEFAULT_MAX_LEN = 8192
+"""The longest prompt + completion when `max_model_len` is not set (or the model's own limit if less)."""
+
+
 def _MiB(count: int) -> int:
     return count * 1024 * 1024
 
@@ -536,7 +571,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
 
 def _model_limit(model: Any) -> int:
     config = model.config.get_text_config()  # a vision model's language part; the config itself otherwise
-    return int(getattr(config, "max_position_embeddings", 0) or 8192)
+    return int(getattr(config, "max_position_embeddings", 0) or DEFAULT_MAX_LEN)
 
 
 def _dtype_bytes(dtype: str, device: str) -> int:

@@ -9,6 +9,15 @@ copied into each row. The group's cache is then padded to L and its rows appende
 batch. A prompt longer than `prefill_chunk` is prefilled alone, in chunks (one chunk
 between two decode steps, so running streams never stall for a whole long prompt), and so
 is a prompt with images, in one piece (its image tokens must meet their pixels).
+
+The cache holds rows × the longest row token places (left-padded), and `max_batch_tokens`
+bounds that, not only what joins: every row grows by one place a step, so a batch admitted
+within the budget outgrows it (32 rows asking for 8,192 tokens each would hold 262,144
+places: 12 GB of float32 KV for SmolLM2-135M). Before a decode step would pass the budget,
+the latest joined rows step out (their KV dropped) and wait at the head of the queue; they
+come back when there is room, prefilling their prompt and what they generated so far, and
+go on choosing the same tokens (vLLM's preemption by recomputation). A row with images
+never steps out (its image inputs are not run again), and neither does a lone row.
 """
 
 from __future__ import annotations
@@ -75,6 +84,10 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         """Forward passes over prompts (a group, a shared prefix, a chunk of a long prompt)."""
         self.largest_prefill = 0
         """Most prompts whose last tokens went through one forward together."""
+        self.largest_cache = 0
+        """Most token places (rows × width) the batch's cache held after a decode step."""
+        self.preemptions = 0
+        """Rows that stepped out of the batch to keep its cache within `max_batch_tokens`."""
         self._prefilling: list[Sequence] = []
         self._active: list[Sequence] = []
         self._cache: SpareCache | None = None
@@ -188,7 +201,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
                 if head in self._prefilling:
                     return  # it waits for an adapter place
                 continue
-            if head.vision is not None or head.prefilled or len(head.prompt) > self.limits.prefill_chunk:
+            if head.vision is not None or head.prefilled or len(head.context) > self.limits.prefill_chunk:
                 if not self._has_room([head]):
                     return
                 budget -= self._prefill_alone(head, budget)
@@ -211,7 +224,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
             if seq.vision is not None or seq.prefilled or (group and seq.adapter != group[0].adapter):
                 break  # (a shared prefix's KV is computed under the first row's adapter)
             candidate = [*group, seq]
-            shared = _shared_prefix([s.prompt for s in candidate])
+            shared = _shared_prefix([s.context for s in candidate])
             if _prefill_cost(candidate, shared) > budget or not self._has_room(candidate):
                 break
             group = candidate
@@ -220,14 +233,14 @@ class ContinuousBatcher(EngineLoop[Sequence]):
     def _prefill_together(self, group: list[Sequence]) -> int:
         """Prefill whole prompts in one left-padded forward (after their shared prefix, run
         once), join them to the batch, choose each one's first token."""
-        cache, shared = _new_cache(), _shared_prefix([s.prompt for s in group])
+        cache, shared = _new_cache(), _shared_prefix([s.context for s in group])
         if shared:
-            prefix = torch.tensor([group[0].prompt[:shared]], device=self.device)
+            prefix = torch.tensor([group[0].context[:shared]], device=self.device)
             positions = torch.arange(shared, device=self.device).unsqueeze(0)
             with self._adapter_rows(group[:1]):
                 self._forward(prefix, cache, positions, torch.ones_like(prefix))
             cache.batch_repeat_interleave(len(group))
-        rests = [s.prompt[shared:] for s in group]
+        rests = [s.context[shared:] for s in group]
         width = max(len(rest) for rest in rests)
         ids = torch.tensor([[0] * (width - len(r)) + r for r in rests], device=self.device)
         own = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], device=self.device)
@@ -238,7 +251,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
             logits = self._forward(ids, cache, positions, mask)
         self.largest_prefill = max(self.largest_prefill, len(group))
         del self._prefilling[: len(group)]
-        self._join(group, cache, mask, torch.tensor([len(s.prompt) for s in group], device=self.device))
+        self._join(group, cache, mask, torch.tensor([len(s.context) for s in group], device=self.device))
         self._accept_rows(group, logits)
         self._remove_done()
         return _prefill_cost(group, shared)
@@ -279,7 +292,8 @@ class ContinuousBatcher(EngineLoop[Sequence]):
     def _prefill_piece(self, seq: Sequence, budget: int) -> int:
         start = seq.prefilled
         # Image tokens must meet their pixels in one forward pass: no chunks for those prompts.
-        chunk = seq.prompt[start:] if seq.vision is not None else seq.prompt[start : start + budget]
+        context = seq.context
+        chunk = context[start:] if seq.vision is not None else context[start : start + budget]
         if seq.cache is None:
             seq.cache = _new_cache()
         # With images the model places the prompt's tokens itself (2-D or multimodal positions).
@@ -295,10 +309,10 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         if seq.vision is not None:
             seq.position_offset = self._rope_delta()
         seq.prefilled += len(chunk)
-        if seq.prefilled == len(seq.prompt):
+        if seq.prefilled == len(context):
             self._prefilling.pop(0)
             self.largest_prefill = max(self.largest_prefill, 1)
-            length = len(seq.prompt)
+            length = len(context)
             mask = torch.ones(1, length, dtype=torch.long, device=self.device)
             self._join([seq], seq.cache, mask, torch.tensor([length + seq.position_offset], device=self.device))
             seq.cache = None
@@ -314,6 +328,7 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         return int(deltas.flatten()[0]) if isinstance(deltas, torch.Tensor) and deltas.numel() else 0
 
     def _decode(self) -> None:
+        self._keep_within_budget()
         if not self._active:
             return
         assert self._mask is not None and self._next_pos is not None
@@ -325,16 +340,37 @@ class ContinuousBatcher(EngineLoop[Sequence]):
         self._mask, self._next_pos = mask, self._next_pos + 1
         self.decode_steps += 1
         self.largest_batch = max(self.largest_batch, rows)
+        self.largest_cache = max(self.largest_cache, rows * mask.shape[1])
         self._accept_rows(list(self._active), logits_rows)
         self._remove_done()
 
     def _has_room(self, newcomers: list[Sequence]) -> bool:
+        """The batch takes `newcomers` if it stays within `max_batch_size` rows and, through
+        the next decode step, within `max_batch_tokens` places of cache (rows × the widest)."""
         if not self._active and len(newcomers) == 1:  # alone, any prompt that fits the model runs
             return True
-        if len(self._active) + len(newcomers) > self.limits.max_batch_size:
+        rows = len(self._active) + len(newcomers)
+        if rows > self.limits.max_batch_size:
             return False
-        tokens = sum(s.length for s in self._active) + sum(len(s.prompt) for s in newcomers)
-        return tokens <= self.limits.max_batch_tokens
+        width = max([self._width(), *(len(s.context) for s in newcomers)])
+        return rows * (width + 1) <= self.limits.max_batch_tokens
+
+    def _width(self) -> int:
+        return 0 if self._mask is None else int(self._mask.shape[1])
+
+    def _keep_within_budget(self) -> None:
+        """Before a decode step: while the grown cache would pass `max_batch_tokens`, the
+        latest joined row (not a lone one, not one with images) steps out to the head of the
+        queue, its KV dropped (see the module's docstring)."""
+        while len(self._active) > 1 and len(self._active) * (self._width() + 1) > self.limits.max_batch_tokens:
+            victim = next((i for i in reversed(range(len(self._active))) if self._active[i].vision is None), None)
+            if victim is None:
+                return
+            seq = self._active[victim]
+            self._keep_rows([i for i in range(len(self._active)) if i != victim])
+            seq.preempt()
+            self._prefilling.insert(0, seq)
+            self.preemptions += 1
 
     # ----- batch bookkeeping ---------------------------------------------------------
 
@@ -352,8 +388,12 @@ class ContinuousBatcher(EngineLoop[Sequence]):
 
     def _remove_done(self) -> None:
         keep = [i for i, s in enumerate(self._active) if not s.done]
-        if len(keep) == len(self._active):
-            return
+        if len(keep) < len(self._active):
+            self._keep_rows(keep)
+
+    def _keep_rows(self, keep: list[int]) -> None:
+        """Only these rows of the batch stay (in order); columns that are padding in every
+        row that stays go too."""
         if not keep:
             self._active, self._cache, self._mask, self._next_pos = [], None, None, None
             return
@@ -494,7 +534,7 @@ def _shared_prefix(prompts: list[list[int]]) -> int:
 
 def _prefill_cost(group: list[Sequence], shared: int) -> int:
     """Tokens one group's prefill runs: the shared prefix once, then every row padded to the longest rest."""
-    return shared + len(group) * max(len(s.prompt) - shared for s in group)
+    return shared + len(group) * max(len(s.context) - shared for s in group)
 
 
 def _pad_left(mask: torch.Tensor, width: int) -> torch.Tensor:

@@ -52,13 +52,32 @@ class Sequence(TextSequence):
         self.tokens: list[int] = []
         """The generated token ids."""
         self.prefilled = 0
+        """Tokens of `context` in its prefill cache so far (a long context is prefilled in pieces)."""
         self.cache: Any = None
+        self._resume: list[int] | None = None
+        self.preemptions = 0
+        """Times it stepped out of the batch to keep the batch's KV cache within its budget."""
         self.logits: torch.Tensor | None = None
         """The row of logits the token being accepted was chosen from (for its logprob)."""
 
     @property
     def length(self) -> int:
         return len(self.prompt) + len(self.tokens)
+
+    @property
+    def context(self) -> list[int]:
+        """The ids its prefill runs: the prompt, or after a preemption the prompt and every
+        token generated so far (the last one included: its prefill's logits choose the next
+        token, as the decode step it missed would have)."""
+        return self._resume if self._resume is not None else self.prompt
+
+    def preempt(self) -> None:
+        """Its KV was dropped from the batch: it goes back to prefill and resumes from what it
+        has, choosing no token again (its sampler, grammar and stops go on where they were)."""
+        self._resume = [*self.prompt, *self.tokens]
+        self.prefilled = 0
+        self.cache = None
+        self.preemptions += 1
 
     def accept(self, token: int) -> bool:
         if token not in self.end_ids:
