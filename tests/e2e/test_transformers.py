@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import threading
 import time
@@ -68,6 +69,35 @@ async def test_greedy_outputs_in_a_batch_equal_each_alone(hf) -> None:
     together = await asyncio.gather(*(ask(p) for p in PROMPTS))
     assert together == alone
     assert engine_of(app).largest_batch >= 2
+
+
+async def test_a_batch_past_its_kv_budget_steps_rows_out_and_each_still_equals_its_run_alone(hf) -> None:
+    """Four greedy requests whose rows would grow past a KV budget of 192 token places (the
+    chat template alone is ~30 tokens a prompt): the latest rows step out and resume, the
+    cache never holds more than the budget, and every reply is the one it gets alone. The
+    model counts its batch's KV cache at its bound (the default budget) from its load on."""
+    app, client = hf
+    oai, engine = sdk(client), engine_of(app)
+    slot = app.state.pool.slot(HF_MODEL)
+    growth = slot.replicas.members[0].backend.growth_bound().ram_bytes
+    assert growth > 1024**3 and slot.memory_bytes() > growth  # 32,768 places of 45 KiB, and the weights
+
+    async def ask(text: str) -> str | None:
+        reply = await oai.chat.completions.create(
+            model=HF_MODEL, messages=[{"role": "user", "content": text}], max_tokens=40, temperature=0
+        )
+        return reply.choices[0].message.content
+
+    alone = [await ask(p) for p in PROMPTS]
+    default, preempted = engine.limits, engine.preemptions
+    engine.limits = dataclasses.replace(default, max_batch_tokens=192)
+    engine.largest_cache = 0
+    try:
+        together = await asyncio.gather(*(ask(p) for p in PROMPTS))
+    finally:
+        engine.limits = default
+    assert together == alone
+    assert engine.preemptions > preempted and 0 < engine.largest_cache <= 192
 
 
 @asynccontextmanager
