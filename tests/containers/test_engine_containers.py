@@ -37,7 +37,7 @@ from tests.containers.engines import (
     remove_containers,
     write_config,
 )
-from tests.containers.host import ContainerHost
+from tests.containers.host import PREBUILT, ContainerHost
 from tests.containers.registry_standin import RegistryStandin, registries_conf, registry_standin
 from tests.polling import wait_until
 from tests.processes import Server, modelpool_serve
@@ -55,6 +55,7 @@ def engine_image(container_host: ContainerHost, tmp_path_factory: pytest.TempPat
     print(f"\nengine image {image.tag}: built in {image.build_s:.1f}s, {image.size_bytes / 1e6:.0f} MB")
     yield image
     container_host.remove_image(image.tag)
+    container_host.remove_image(f"{PREBUILT}:llama")
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import openai
 import pytest
 
 from modelpool.services.ports import free_port
-from tests.containers.host import REPO, ContainerHost, make_image_tag
+from tests.containers.host import PREBUILT, REPO, ContainerHost, make_image_tag
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -56,20 +56,16 @@ class Container:
         return f"http://127.0.0.1:{self.port}"
 
 
-def build_flags(host: ContainerHost, target: str) -> list[str]:
-    # Podman's default OCI format drops HEALTHCHECK; the Docker format keeps it (as `make image`).
-    return [*(["--format", "docker"] if host.cli == "podman" else []), "--target", target]
-
-
 @pytest.fixture(scope="session")
 def image(container_host: ContainerHost) -> Iterator[Image]:
     tag = f"localhost/{PREFIX}-cpu:1"
     try:
-        seconds = container_host.build(tag, extra=build_flags(container_host, "image"))
+        seconds = container_host.build_target(tag, "image")
         print(f"\nmodelpool image built in {seconds:.0f} s, {container_host.image_bytes(tag) / 1e6:.0f} MB")
         yield Image(tag, seconds)
     finally:
         container_host.remove_image(tag)
+        container_host.remove_image(f"{PREBUILT}:image")
 
 
 def start(host: ContainerHost, image: Image, name: str, *args: str) -> Container:
@@ -282,7 +278,7 @@ def test_the_ray_variant_is_a_layer_with_the_pinned_ray(container_host: Containe
     assert tag.endswith(f"-ray{pinned_ray()}")
     local = f"localhost/{PREFIX}-ray:1"
     try:
-        seconds = container_host.build(local, extra=build_flags(container_host, "ray"))
+        seconds = container_host.build_target(local, "ray")
         print(f"\nRay variant built in {seconds:.0f} s, {container_host.image_bytes(local) / 1e6:.0f} MB")
         # bash -l, as KubeRay starts Ray: /etc/profile resets PATH, profile.d puts the venv back.
         script = "ray --version && python -c 'import ray; print(ray.__version__)'"
@@ -291,6 +287,7 @@ def test_the_ray_variant_is_a_layer_with_the_pinned_ray(container_host: Containe
         assert container_host.run("run", "--rm", "--entrypoint", "id", local, "-u").stdout.strip() == str(IMAGE_UID)
     finally:
         container_host.remove_image(local)
+        container_host.remove_image(f"{PREBUILT}:ray")
 
 
 def pinned_ray() -> str:
