@@ -130,7 +130,7 @@ $(VENV)/.installed-test-host: | $(BIN)/python
 # Order only: the builds install llama-cpp-python from the wheel in .wheels/ and start from the
 # base image scripts/container_host.sh makes; the script itself needs only the standard library.
 test-images: | $(BIN)/python $(LLAMA_BUILT) $(VENV)/.installed-test-host
-	$(BIN)/python -m tests.containers.prebuild
+	$(BIN)/python -m tests.containers.prebuild --background $(VENV)/prebuild.log
 
 # Move constraints.txt forward: the whole test install into a fresh venv with no constraints
 # (the newest releases the pyproject floors allow), frozen by scripts/lock.py. Then run
@@ -229,8 +229,9 @@ lint: install-test
 # MODELPOOL_TEST_LANES=1 runs the tests as one process.
 # The install runs as `make -j3`: llama.cpp compiles while PyTorch, the other pip steps and
 # the system packages install (each pip step still waits for the one before it). For the
-# whole suite, the container tests' images are built ahead beside the last pip steps
-# (tests/containers/prebuild.py says why); the tests' own builds then find their layers.
+# whole suite, the container tests' images are built ahead, in the background from the end
+# of llama.cpp's compile on (tests/containers/prebuild.py says why); the tests' own builds
+# then find their layers.
 test:
 	$(MAKE) --no-print-directory --jobs=3 install-test $(if $(PYTEST_ARGS),,test-images)
 	$(BIN)/python scripts/test_lanes.py --with-checks --durations=15 $(PYTEST_ARGS)

@@ -7,12 +7,15 @@ each mounted into the build rather than copied into a layer."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +27,11 @@ BASE_IMAGE = os.environ.get("MODELPOOL_TEST_BASE_IMAGE", "localhost/debian:bookw
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 BUILD_TIMEOUT_S = 1800
 ENGINE_IMAGE_DIR = Path(__file__).with_name("engine_image")
+PREBUILD_LOCK = Path(
+    os.environ.get("MODELPOOL_TEST_PREBUILD_LOCK")
+    or Path(tempfile.gettempdir()) / f"modelpool-prebuild-{hashlib.sha256(bytes(REPO)).hexdigest()[:12]}.lock"
+)
+"""Held by tests/containers/prebuild.py while it builds (one per checkout)."""
 PREBUILT = "localhost/modelpool-test-prebuilt"
 """`make test` builds the images the container tests build, under this name (`:image`,
 `:ray`, `:llama`), while the venv installs (tests/containers/prebuild.py says why): the
@@ -106,6 +114,14 @@ def wheel_folders() -> list[Path]:
             folders += [Path(p) for p in value.strip("'\"").split() if Path(p).is_dir()]
     folders += sorted(p for p in (REPO / ".wheels").glob("*") if p.is_dir())
     return list(dict.fromkeys(folders))
+
+
+def wait_for_prebuild() -> None:
+    """Return once `make test`'s early build of these images is over (at once if none runs):
+    a test that built meanwhile would do the same work beside it instead of finding it done.
+    The early build's own steps are bounded by BUILD_TIMEOUT_S each."""
+    with PREBUILD_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
 
 
 def find_container_host() -> ContainerHost | str:

@@ -37,7 +37,7 @@ from tests.containers.engines import (
     remove_containers,
     write_config,
 )
-from tests.containers.host import PREBUILT, ContainerHost
+from tests.containers.host import PREBUILT, ContainerHost, wait_for_prebuild
 from tests.containers.registry_standin import RegistryStandin, registries_conf, registry_standin
 from tests.polling import wait_until
 from tests.processes import Server, modelpool_serve
@@ -51,6 +51,7 @@ GRACE_S = 5  # the models' stop_grace_s (engine_model)
 
 @pytest.fixture(scope="session")
 def engine_image(container_host: ContainerHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineImage]:
+    wait_for_prebuild()
     image = build_engine_image(container_host, tmp_path_factory.mktemp("engine-image"))
     print(f"\nengine image {image.tag}: built in {image.build_s:.1f}s, {image.size_bytes / 1e6:.0f} MB")
     yield image

@@ -25,7 +25,7 @@ import openai
 import pytest
 
 from modelpool.services.ports import free_port
-from tests.containers.host import PREBUILT, REPO, ContainerHost, make_image_tag
+from tests.containers.host import PREBUILT, REPO, ContainerHost, make_image_tag, wait_for_prebuild
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -59,6 +59,7 @@ class Container:
 @pytest.fixture(scope="session")
 def image(container_host: ContainerHost) -> Iterator[Image]:
     tag = f"localhost/{PREFIX}-cpu:1"
+    wait_for_prebuild()
     try:
         seconds = container_host.build_target(tag, "image")
         print(f"\nmodelpool image built in {seconds:.0f} s, {container_host.image_bytes(tag) / 1e6:.0f} MB")
