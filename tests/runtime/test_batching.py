@@ -232,3 +232,68 @@ async def test_closing_fails_every_batch_in_flight_and_every_queued_request() ->
     await batcher.close()
     outcomes = await asyncio.gather(*callers, return_exceptions=True)
     assert all(isinstance(outcome, ModelUnloaded) for outcome in outcomes), outcomes
+
+
+class Scripted:
+    """A `pause` that sleeps as asked (so `max_window_ms` passes) and lets the scripted number
+    of requests arrive during each wait: a cohort read with gaps in it."""
+
+    def __init__(self, batcher: Batcher[list[int]], script: list[int]) -> None:
+        self.batcher, self.script = batcher, list(script)
+        self.callers: list[asyncio.Task[np.ndarray]] = []
+
+    async def __call__(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        for _ in range(self.script.pop(0) if self.script else 0):
+            self.callers.append(asyncio.create_task(self.batcher.run([[100 + len(self.callers)]])))
+        await settle()
+
+
+async def test_a_freed_slot_waits_through_a_quiet_window_for_its_fair_share() -> None:
+    """A request of 8 inputs computes in one slot; for the other, 1 request waits, then 1
+    more comes, a quiet window, 2, another quiet window, 1. The fair share of all the inputs
+    is over 5, so the batch does not start at the first quiet window (which does end a wait
+    from idle, as the first batch's shows) but takes all 5 when `max_window_ms` ends it."""
+    embed = HeldEmbedder()
+    config = BatchConfig(max_batch_size=32, window_ms=2, max_window_ms=100)
+    batcher = Batcher(embed, config, "m", concurrency=2)
+    script = Scripted(batcher, [0, 1, 0, 2, 0, 1])
+    batcher._pause = script
+    big = asyncio.create_task(batcher.run([[i] for i in range(8)]))
+    await until_calls(embed, 1)
+    first = asyncio.create_task(batcher.run([[50]]))
+    await until_calls(embed, 2)
+    assert [len(call) for call in embed.calls] == [8, 5]
+    for gate in embed.release:
+        gate.set()
+    rows = await asyncio.gather(big, first, *script.callers)
+    assert [float(r[0][0]) for r in rows[1:]] == [50, 100, 101, 102, 103]
+    await batcher.close()
+
+
+async def test_a_freed_slot_takes_no_more_than_a_fair_share_and_leaves_the_rest() -> None:
+    """One input computes; 27 queued for the free slot: it takes 14 ((27 + 1) / 2), and the
+    other 13 start together when the first slot frees: the two batches stay even."""
+    embed = HeldEmbedder()
+    batcher = Batcher(embed, BatchConfig(max_batch_size=64, window_ms=2, max_window_ms=50), "m", concurrency=2)
+    lone = asyncio.create_task(batcher.run([[0]]))
+    await until_calls(embed, 1)
+    burst = [asyncio.create_task(batcher.run([[i]])) for i in range(1, 28)]
+    await until_calls(embed, 2)
+    assert [len(call) for call in embed.calls] == [1, 14]
+    embed.release[0].set()
+    await until_calls(embed, 3)
+    assert [len(call) for call in embed.calls] == [1, 14, 13]
+    for gate in embed.release:
+        gate.set()
+    rows = await asyncio.gather(lone, *burst)
+    assert [float(r[0][0]) for r in rows] == list(range(28))
+    await batcher.close()
+
+
+async def until_calls(embed: HeldEmbedder, count: int) -> None:
+    async def reached() -> None:
+        while len(embed.calls) < count:
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(reached(), 10)

@@ -12,6 +12,14 @@ the next batch gathers. Free slots share what is queued (32 waiting inputs and t
 lanes: two batches of 16, started together), so no lane waits on a batch that took all.
 Why, measured on 2 cores (32 clients of one-sentence embeddings): one batch at a time split
 over both lanes left a core idle while the loop wrote 32 replies and read 32 requests.
+
+With batches in flight, each batch is sized to a fair share of all the inputs the engine
+has (queued + computing, over its `concurrency`): a freed slot waits (up to `max_window_ms`)
+until its share has come in, and takes no more than it. Why, measured on 2 cores: the
+clients of a batch send their next requests together, so each batch's clients stay a
+cohort, and cohorts drifted apart (batches of 5 beside 27, alternating: a lane running 5
+rows pays nearly what 16 cost). Fair shares keep them even: 293 against 266 requests/s
+(5 rounds, side by side), 5.8 against 6.4 ms of the server's CPU per request.
 """
 
 from __future__ import annotations
@@ -136,8 +144,11 @@ class Batcher(Generic[Item]):
             start += len(job.ids)
 
     def _take_shares(self, slots: int) -> list[list[_Job[Item]]]:
-        """Up to `slots` batches from the queue, each about an equal share of its inputs."""
+        """Up to `slots` batches from the queue, each about an equal share of its inputs (and,
+        when batches gather, of all the engine has: see the module's docstring)."""
         share = -(-self._queued() // max(1, slots))
+        if self._config.window_ms > 0:
+            share = min(share, self._fair_share())
         batches: list[list[_Job[Item]]] = []
         while self._jobs and len(batches) < slots:
             batch = self._take(min(share, self._config.max_batch_size))
@@ -177,7 +188,9 @@ class Batcher(Generic[Item]):
         while not self._full():
             queued = self._queued()
             left = deadline - loop.time()
-            if queued == seen or left <= 0:
+            # A quiet window ends the wait once this batch's fair share is in; short of it,
+            # the rest of its cohort is still coming (up to max_window).
+            if left <= 0 or (queued == seen and not self._short_of_share()):
                 return
             seen = queued
             await self._pause(min(window, left))
@@ -186,4 +199,19 @@ class Batcher(Generic[Item]):
         return sum(len(job.ids) for job in self._jobs)
 
     def _full(self) -> bool:
-        return self._queued() >= self._config.max_batch_size
+        return self._queued() >= min(self._config.max_batch_size, self._fair_share())
+
+    def _short_of_share(self) -> bool:
+        """Batches are computing and the queue holds less than a fair share of all inputs."""
+        return self._computing() > 0 and self._queued() < self._fair_share()
+
+    def _computing(self) -> int:
+        return sum(len(job.ids) for batch in self._running.values() for job in batch)
+
+    def _fair_share(self) -> int:
+        """The inputs queued and computing, over the batches the engine computes at once;
+        with nothing computing, every input queued (a burst from idle gathers whole)."""
+        computing = self._computing()
+        if not computing:
+            return self._config.max_batch_size
+        return max(1, -(-(self._queued() + computing) // self._concurrency))
