@@ -8,6 +8,7 @@ import pytest
 from modelpool.config.schema import BatchConfig
 from modelpool.errors import ModelUnloaded
 from modelpool.runtime.batching import Batcher
+from tests.polling import until
 
 
 class GatedEmbedder:
@@ -292,8 +293,4 @@ async def test_a_freed_slot_takes_no_more_than_a_fair_share_and_leaves_the_rest(
 
 
 async def until_calls(embed: HeldEmbedder, count: int) -> None:
-    async def reached() -> None:
-        while len(embed.calls) < count:
-            await asyncio.sleep(0.001)
-
-    await asyncio.wait_for(reached(), 10)
+    await until(lambda: len(embed.calls) >= count, f"{count} engine calls")
