@@ -230,10 +230,12 @@ lint: install-test
 # The install runs as `make -j3`: llama.cpp compiles while PyTorch, the other pip steps and
 # the system packages install (each pip step still waits for the one before it). For the
 # whole suite, the container tests' images are built ahead, in the background from the end
-# of llama.cpp's compile on (tests/containers/prebuild.py says why); the tests' own builds
-# then find their layers.
+# of llama.cpp's compile on, beside the install's last pip steps, and the tests start once
+# they are built (tests/containers/prebuild.py says why); the tests' own builds then find
+# their layers.
 test:
 	$(MAKE) --no-print-directory --jobs=3 install-test $(if $(PYTEST_ARGS),,test-images)
+	$(if $(PYTEST_ARGS),,$(BIN)/python -m tests.containers.prebuild --wait)
 	$(BIN)/python scripts/test_lanes.py --with-checks --durations=15 $(PYTEST_ARGS)
 
 # Ray Serve ingress vs the single-process server, one run (~3 min; a quiet machine, please).

@@ -125,6 +125,7 @@ async def test_a_model_that_grows_under_load_is_counted_at_its_bound_from_its_lo
     pool = fakes.pool()
     await collect(await pool.chat("growing", REQUEST))
     assert pool.slot("growing").memory_bytes() == 800
+    assert pool.slot("growing").replicas.measured_bytes() == 300  # measured stays what was measured
     fakes.clock.advance(10)
     await collect(await pool.chat("plain", REQUEST))
     states = {s.id: s.state for s in pool.slots()}

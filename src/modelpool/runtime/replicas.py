@@ -43,6 +43,9 @@ class Replica:
     the engine process's own RSS."""
     gpu_memory_bytes: int = 0
     """Measured: its share of the GPUs' growth while it started (0 without a GPU)."""
+    growth: MemoryEstimate = field(default_factory=lambda: MemoryEstimate(0))
+    """What it may still grow by under load, which its load did not measure (a KV cache
+    that fills with its batch: `GrowingBackend`); counted on top of the measured use."""
     started_at: float = 0.0
     """Monotonic time it became ready."""
     running: int = 0
@@ -179,11 +182,7 @@ class ReplicaSet:
             replica.memory_bytes = backend.resident_bytes()
             backend.supervise(lambda message: self._on_crash(replica, message))
         if implements(backend, GrowingBackend):
-            # What the load did not see (its batch at its fullest) is added to what it measured;
-            # an unmeasured load is counted at its estimate, which includes it.
-            growth = backend.growth_bound()
-            replica.memory_bytes += growth.ram_bytes if replica.memory_bytes else 0
-            replica.gpu_memory_bytes += growth.gpu_bytes if replica.gpu_memory_bytes else 0
+            replica.growth = backend.growth_bound()
         name = f"{self.model_id}#{index}"
         if Task.EMBEDDING in capabilities.tasks and implements(backend, TokenEmbeddingBackend):
             replica.batcher = Batcher(
@@ -230,6 +229,12 @@ class ReplicaSet:
 
     def measured_bytes(self) -> int:
         return sum(r.current_memory() for r in self.members)
+
+    def growth(self) -> MemoryEstimate:
+        """What the replicas may still grow by under load (`Replica.growth`), in all."""
+        return MemoryEstimate(
+            sum(r.growth.ram_bytes for r in self.members), sum(r.growth.gpu_bytes for r in self.members)
+        )
 
     def measured_gpu_bytes(self) -> int:
         """In-process replicas as their loads measured; engine processes as NVML sees them now."""

@@ -145,20 +145,22 @@ class ModelSlot:
         return readiness_problem_of(self)
 
     def memory_bytes(self) -> int:
-        """RAM: measured use when loaded, else the configured or estimated need."""
+        """RAM: measured use when loaded (and what it may still grow by under load), else
+        the configured or estimated need (an estimate includes that growth)."""
         count = len(self.replicas) or self.config.replicas
         if self.config.memory_bytes is not None:
             return int(self.config.memory_bytes) * count
         measured = self.replicas.measured_bytes()
         if self.state is SlotState.READY and measured > 0:
-            return measured
+            return measured + self.replicas.growth().ram_bytes
         return self._need_per_replica().memory_bytes * count
 
     def gpu_bytes(self) -> int:
-        """GPU memory: measured use when loaded (and measurable), else the estimated need."""
+        """GPU memory: measured use when loaded (and measurable; with what it may still grow
+        by under load), else the estimated need."""
         measured = self.replicas.measured_gpu_bytes()
         if self.state is SlotState.READY and measured > 0:
-            return measured
+            return measured + self.replicas.growth().gpu_bytes
         return self._need_per_replica().gpu_bytes * (len(self.replicas) or self.config.replicas)
 
     def as_resident(self) -> Resident:
