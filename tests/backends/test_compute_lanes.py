@@ -104,6 +104,35 @@ async def test_lanes_run_at_once() -> None:
         lanes.shutdown()
 
 
+async def test_a_batch_that_waited_for_a_lane_is_split_only_into_big_slices() -> None:
+    """Under load a batch finds its lanes freed together by the one before: splitting it
+    would keep every batch split. It takes one lane unless each slice gets
+    `smallest_when_busy` rows; a batch finding lanes free still splits."""
+    lanes = ComputeLanes("busy", 2)
+
+    async def after_a_batch_on_both_lanes(rows: int) -> list[list[int]]:
+        release = threading.Event()
+
+        def held(part: Sequence[int]) -> int:
+            release.wait(timeout=20)
+            return len(part)
+
+        first = asyncio.create_task(lanes.map(held, list(range(16)), 4, 16))
+        await asyncio.sleep(0.05)
+        waited = asyncio.create_task(lanes.map(len, list(range(rows)), 4, 16))
+        await asyncio.sleep(0.05)
+        assert not waited.done()
+        release.set()
+        return list(await asyncio.wait_for(asyncio.gather(first, waited), timeout=20))
+
+    try:
+        assert await after_a_batch_on_both_lanes(16) == [[8, 8], [16]]  # one lane, not 8 + 8
+        assert await after_a_batch_on_both_lanes(32) == [[8, 8], [16, 16]]
+        assert await lanes.map(len, list(range(16)), 4, 16) == [8, 8]  # idle again: split
+    finally:
+        lanes.shutdown()
+
+
 @pytest.mark.parametrize("lanes", [-1, 65, "many"])
 def test_lanes_outside_their_bounds_are_refused_at_load(lanes: object) -> None:
     with pytest.raises(ValidationError, match="lanes"):

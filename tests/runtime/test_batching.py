@@ -144,6 +144,22 @@ async def test_a_full_batch_stops_waiting_for_more() -> None:
     await batcher.close()
 
 
+async def test_the_arrival_that_fills_a_batch_ends_its_window_at_once() -> None:
+    """With the batcher's own pause, a full batch runs when its last input arrives, not when
+    the window ends: a lane freed under load would otherwise sit idle through the window."""
+    embed = GatedEmbedder()
+    embed.gate.set()
+    config = BatchConfig(max_batch_size=3, window_ms=600_000, max_window_ms=10_000)
+    batcher: Batcher[list[int]] = Batcher(embed, config, "m")
+    first = asyncio.create_task(batcher.run([[0]]))
+    await settle()
+    assert embed.calls == []  # waiting in its window for more
+    rest = [asyncio.create_task(batcher.run([[i]])) for i in (1, 2)]
+    await asyncio.wait_for(asyncio.gather(first, *rest), timeout=30)  # the window is ten minutes
+    assert [len(call) for call in embed.calls] == [3]
+    await batcher.close()
+
+
 async def test_endless_arrivals_wait_no_longer_than_max_window() -> None:
     """Requests that never stop coming (each well within `window_ms` of the last) still get
     a batch run: the wait is capped by `max_window_ms`."""

@@ -65,10 +65,22 @@ class ComputeLanes:
         restore.start()
         await asyncio.to_thread(restore.join)
 
-    async def map(self, work: Callable[[Sequence[Row]], T], items: Sequence[Row], smallest: int) -> list[T]:
+    async def map(
+        self,
+        work: Callable[[Sequence[Row]], T],
+        items: Sequence[Row],
+        smallest: int,
+        smallest_when_busy: int | None = None,
+    ) -> list[T]:
         """`work` on contiguous slices of `items`, one per free lane at once (fewer when a
-        slice would hold under `smallest` items), results in the slices' order."""
-        wanted = max(1, min(self.count, len(items) // max(1, smallest)))
+        slice would hold under `smallest` items, or under `smallest_when_busy` when the call
+        had to wait for a lane), results in the slices' order.
+
+        Why two sizes: split over idle lanes, a lone batch answers sooner; but once the
+        engine is busy, a batch that waited finds its lanes freed together by the batch
+        before it, and splitting it keeps every batch split from then on (measured on
+        2 cores, 32 clients: 352 of 401 slices were 8 rows), where one lane per batch runs
+        bigger slices at a lower cost a row."""
         self._waiting += 1
         try:
             # Batches dispatched together (the micro-batcher starts its batches in one go)
@@ -76,7 +88,10 @@ class ComputeLanes:
             # lanes instead of the first taking them all.
             await asyncio.sleep(0)
             async with self._freed:
+                waited = not self._free
                 await self._freed.wait_for(lambda: bool(self._free))
+                least = smallest_when_busy if waited and smallest_when_busy is not None else smallest
+                wanted = max(1, min(self.count, len(items) // max(1, least)))
                 share = max(1, len(self._free) // self._waiting)
                 taken = self._free[: min(wanted, share)]
                 self._free = self._free[len(taken) :]
