@@ -29,6 +29,12 @@ run alternately, `--pairs` times each in ABBA order (baseline, this tree, this t
 baseline, ...), so the machine's load drifts over both alike; the
 report ends with this tree's ratios to the baseline per pair and their median.
 
+`--repeat N` runs the chosen servers N turns (native, starter, starter, native, ...) and
+compares each with native in its own turn, with the medians: this VM's speed drifts by
+10-20% within minutes, so one run of each, one after the other, can read 0.8x or 1.0x of
+the same code (2026-11-29: 0.80x, 0.89x, 1.01x in three runs). Issue 33's item 6 figure:
+`.venv/bin/python -m benchmarks.bench_llm_concurrency native starter --repeat 4`.
+
 Targets (the issue): in-process llama.cpp at 16 streams ≥ 1.0× native (floor 0.9×), its TTFT
 p50 at 16 ≤ 2× native's, one stream ≥ 0.97× native.
 
@@ -134,6 +140,7 @@ class Level:
 class Result:
     server: str
     label: str
+    run: int = 0  # which turn, with --repeat or a baseline
     status: str = "ok"  # ok | skipped | failed | timed out
     message: str = ""
     notes: list[str] = field(default_factory=list)
@@ -459,8 +466,8 @@ async def level(
 
 def run_one(name: str, launch: Launch, args: argparse.Namespace, directory: Path, run: int = 0) -> Result:
     label = LABELS[name].format(streams=args.streams, baseline_of=args.baseline_of)
-    counted = args.baseline_tree is not None and run_counted(name, args.baseline_of)
-    result = Result(name, f"{label} (run {run + 1})" if counted else label)
+    counted = args.repeat > 1 or (args.baseline_tree is not None and run_counted(name, args.baseline_of))
+    result = Result(name, f"{label} (run {run + 1})" if counted else label, run=run)
     print(f"- {name}: starting", file=sys.stderr)
     began = time.monotonic()
     try:
@@ -534,7 +541,9 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
         )
     native = next((r for r in results if r.server == "native" and r.status == "ok"), None)
     others = [r for r in results if not math.isnan(r.single_tps) and r is not native]
-    if native is not None and others:
+    if args.repeat > 1:
+        against_native_by_run(results, n)
+    elif native is not None and others:
         print()
         print(f"| vs native | 1 stream | {n} streams | TTFT p50 at {n} |")
         print("|---|---|---|---|")
@@ -613,10 +622,44 @@ def run_counted(name: str, baseline_of: str = "inprocess") -> bool:
     return name in (baseline_of, BASELINE)
 
 
-def schedule(names: list[str], pairs: int, baseline_of: str = "inprocess") -> list[tuple[str, int]]:
+def _over(r: Result, native: Result) -> tuple[float, float, float]:
+    """1 stream tok/s, many streams tok/s and TTFT p50 at many, each over native's."""
+    return (ratio(r.single_tps, native.single_tps), ratio(r.concurrent_tps, native.concurrent_tps),
+            ratio(r.ttft_p50, native.ttft_p50))  # fmt: skip
+
+
+def against_native_by_run(results: list[Result], n: int) -> None:
+    """With `--repeat`: each server over native in the same turn (a drift in the machine's
+    speed weighs on both alike), turn by turn, and the median; the starter's targets on the
+    medians."""
+    native = {r.run: r for r in results if r.server == "native" and r.status == "ok"}
+    print()
+    print(f"| vs native in the same turn | turn | 1 stream | {n} streams | TTFT p50 at {n} |")
+    print("|---|---|---|---|---|")
+    for server in dict.fromkeys(r.server for r in results if r.server != "native"):
+        rows = [(r.run, *_over(r, native[r.run])) for r in results
+                if r.server == server and r.status == "ok" and r.run in native]  # fmt: skip
+        label = LABELS[server].split(",")[0]
+        for run, one, many, ttft in rows:
+            print(f"| {label} | {run + 1} | {num(one, 2)}× | {num(many, 2)}× | {num(ttft, 2)}× |")
+        if not rows:
+            continue
+        one, many, ttft = (percentile([row[k] for row in rows], 50) for k in (1, 2, 3))
+        print(f"| {label} | median | {num(one, 2)}× | {num(many, 2)}× | {num(ttft, 2)}× |")
+        if server == "starter":
+            print()
+            print(f"Targets, the starter as shipped vs native, medians of {len(rows)} turns: {n} streams ≥ 1.0×: "
+                  f"{many:.2f}× — {'met' if many >= 1.0 else 'NOT met'}; TTFT p50 at {n} ≤ 1.5×: {ttft:.2f}× — "
+                  f"{'met' if ttft <= 1.5 else 'NOT met'}.")  # fmt: skip
+
+
+def schedule(names: list[str], pairs: int, baseline_of: str = "inprocess", repeat: int = 1) -> list[tuple[str, int]]:
     """(server, run) in order: with a baseline (`pairs` > 0), `baseline_of` becomes `pairs`
     pairs of it and the baseline in ABBA order, so a drift in the machine's load weighs on
-    both alike; without one (`pairs` 0) every server runs once."""
+    both alike; without one (`pairs` 0) every server runs once, or `repeat` times, the
+    servers in turn and every other turn reversed (native, starter, starter, native, ...)."""
+    if pairs == 0 and repeat > 1:
+        return [(name, i) for i in range(repeat) for name in (names if i % 2 == 0 else names[::-1])]
     order: list[tuple[str, int]] = []
     for name in names:
         if name != baseline_of or pairs == 0:
@@ -680,7 +723,12 @@ def main() -> None:
     parser.add_argument("--baseline-of", choices=("inprocess", "starter"), default="inprocess",
                         help="with --baseline-tree: the server run from both trees")  # fmt: skip
     parser.add_argument("--pairs", type=int, default=3, help="with --baseline-tree: baseline/this-tree pairs to run")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the servers this many turns, every other turn in reverse order, and compare "
+                             "each with native in its own turn (not with --baseline-tree)")  # fmt: skip
     args = parser.parse_args()
+    if args.repeat < 1 or (args.repeat > 1 and args.baseline_tree is not None):
+        parser.error("--repeat: 1 or more, and not with --baseline-tree")
     names = list(dict.fromkeys(args.servers)) or list(SERVERS)
     if args.baseline_tree is not None:
         if not (args.baseline_tree / "modelpool").is_dir():
@@ -695,7 +743,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-llm-concurrency-") as tmp:
         directory = Path(tmp)
         plans = launches(args, gguf, directory)
-        for name, run in schedule(names, args.pairs if args.baseline_tree is not None else 0, args.baseline_of):
+        pairs = args.pairs if args.baseline_tree is not None else 0
+        for name, run in schedule(names, pairs, args.baseline_of, args.repeat):
             results.append(run_one(name, plans[name], args, directory, run))
     print(f"  total {time.monotonic() - started_at:.0f} s", file=sys.stderr)
     report(results, args)

@@ -14,8 +14,10 @@ from benchmarks.bench_llm_concurrency import (
     MODEL,
     Level,
     Result,
+    against_native_by_run,
     engines_side_by_side,
     launches,
+    schedule,
     write_modelpool_config,
 )
 
@@ -62,3 +64,27 @@ def test_side_by_side_ratio_per_level(capsys: pytest.CaptureFixture[str]) -> Non
     assert "| ratio | 0.50× | 0.50× | 0.50× |" in table
     engines_side_by_side([row("transformers", 1.0)], args)  # no vllm row: no table
     assert capsys.readouterr().out == ""
+
+
+def test_repeated_turns_alternate_and_compare_each_with_native_in_its_own_turn(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert schedule(["native", "starter"], 0, repeat=3) == [
+        ("native", 0), ("starter", 0), ("starter", 1), ("native", 1), ("native", 2), ("starter", 2),
+    ]  # fmt: skip
+    assert schedule(["native", "starter"], 0) == [("native", 0), ("starter", 0)]
+
+    def turn(server: str, run: int, tps: float, ttft: float) -> Result:
+        return Result(server, server, run=run, single_tps=tps / 2, concurrent_tps=tps, ttft_p50=ttft)
+
+    # The machine slows in turn 2: native and the starter alike; turn 3's starter failed.
+    results = [turn("native", 0, 100, 1.0), turn("starter", 0, 110, 1.2), turn("starter", 1, 45, 1.0),
+               turn("native", 1, 50, 2.0), turn("native", 2, 100, 1.0),
+               Result("starter", "starter", run=2, status="failed")]  # fmt: skip
+    against_native_by_run(results, 16)
+    table = capsys.readouterr().out
+    assert "| modelpool | 1 | 1.10× | 1.10× | 1.20× |" in table
+    assert "| modelpool | 2 | 0.90× | 0.90× | 0.50× |" in table
+    assert "| modelpool | 3 |" not in table
+    assert "| modelpool | median | 1.00× | 1.00× | 0.85× |" in table
+    assert "16 streams ≥ 1.0×: 1.00× — met; TTFT p50 at 16 ≤ 1.5×: 0.85× — met." in table
