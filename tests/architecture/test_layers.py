@@ -25,6 +25,7 @@ SHARED = frozenset(
         "logs",
         "offload",
         "owner",  # who a stored thing belongs to, and who is calling
+        "quiet_warnings",  # a warning silenced around one call, safe across threads
         "tasks",
         "tracing",
     }

@@ -26,6 +26,7 @@ from modelpool.client import AdminClient
 from modelpool.client import InvalidRequest as ClientInvalidRequest
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
+from modelpool.quiet_warnings import ignoring
 from tests.conftest import sdk, serving
 from tests.e2e.conftest import smollm2_gguf
 from tests.live_server import live_server
@@ -74,7 +75,8 @@ def reference(adapter: str | None, scale: float = 1.0) -> tuple[Any, Any]:
     folder = hf_folder_for(smollm2_gguf(), HubLocation.work_dir)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     if adapter is not None:
-        model = PeftModel.from_pretrained(model, str(peft_folder(adapter))).eval()
+        with ignoring(FutureWarning, "`is_gradient_checkpointing` is deprecated"):  # as the engine's load does
+            model = PeftModel.from_pretrained(model, str(peft_folder(adapter))).eval()
         for module in model.modules():
             if isinstance(module, LoraLayer):
                 module.set_scale("default", scale)

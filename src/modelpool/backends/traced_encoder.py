@@ -26,11 +26,12 @@ loads (it imports PyTorch).
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from modelpool.quiet_warnings import ignoring
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -92,9 +93,12 @@ def trace_encoder(st: SentenceTransformer, source: str) -> TracedEncoder | str:
         return earlier
     trace = _POOL.take(key)
     try:
-        with torch.inference_mode(), warnings.catch_warnings():
-            # TracerWarnings name Python values recorded as constants: the probes judge them.
-            warnings.simplefilter("ignore")
+        # TracerWarnings name Python values recorded as constants: the probes judge them.
+        with (
+            torch.inference_mode(),
+            ignoring(torch.jit.TracerWarning),  # type: ignore[attr-defined]  # public, not in __all__
+            ignoring(DeprecationWarning, r"`torch\.jit\."),  # PyTorch 2.10+ deprecates tracing; it still works
+        ):
             if trace is None:
                 trace = _Trace.record(key, model, inputs, _tokenized(st, PROBES[1]))
             else:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-import warnings
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from modelpool.errors import ModelLoadFailed
+from modelpool.quiet_warnings import ignoring
 
 if TYPE_CHECKING:
     from llguidance import LLTokenizer
@@ -139,6 +139,5 @@ def grammar_tokenizer(model: GgufModel) -> LLTokenizer:
     warning is silenced here."""
     from llguidance.llamacpp import lltokenizer_from_vocab
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+    with ignoring(DeprecationWarning):
         return lltokenizer_from_vocab(model.vocab, n_vocab=model.n_vocab, eos_token=model.eos)

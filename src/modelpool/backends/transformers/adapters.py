@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from modelpool.backends.adapter_places import AdapterPlaces
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation, files_size, resolve_source
 from modelpool.errors import AdapterNotFound, ModelLoadFailed
+from modelpool.quiet_warnings import ignoring
 
 BASE = "__base__"
 """PEFT's name for rows that run without an adapter."""
@@ -71,8 +71,7 @@ class PeftAdapters(AdapterPlaces[AdapterSpec, HeldAdapter]):
     def _load(self, spec: AdapterSpec) -> HeldAdapter:
         try:
             # PEFT 0.21 asks transformers 5 a deprecated question on wrapping (a FutureWarning).
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+            with ignoring(FutureWarning, "`is_gradient_checkpointing` is deprecated"):
                 if self._peft is None:
                     self._peft = _wrap(self._model, spec)
                 self._peft.load_adapter(spec.folder, adapter_name=spec.name)
