@@ -18,6 +18,7 @@ from modelpool.backends.lanes import ComputeLanes, auto_lanes
 from modelpool.backends.sentence_transformers import SentenceTransformersBackend, SentenceTransformersOptions
 from modelpool.config.schema import ModelConfig
 from modelpool.inference import EmbeddingRequest
+from tests.polling import until
 
 pytestmark = pytest.mark.skipif(torch.get_num_threads() < 2, reason="lanes split PyTorch's threads: needs two")
 
@@ -118,9 +119,9 @@ async def test_a_batch_that_waited_for_a_lane_is_split_only_into_big_slices() ->
             return len(part)
 
         first = asyncio.create_task(lanes.map(held, list(range(16)), 4, 16))
-        await asyncio.sleep(0.05)
+        await until(lambda: lanes._free == [], "the first batch on both lanes")
         waited = asyncio.create_task(lanes.map(len, list(range(rows)), 4, 16))
-        await asyncio.sleep(0.05)
+        await until(lambda: lanes._waiting == 1, "the second batch waiting for a lane")
         assert not waited.done()
         release.set()
         return list(await asyncio.wait_for(asyncio.gather(first, waited), timeout=20))
