@@ -160,6 +160,30 @@ async def test_the_arrival_that_fills_a_batch_ends_its_window_at_once() -> None:
     await batcher.close()
 
 
+async def test_the_queued_count_follows_arrivals_leavers_and_taken_batches() -> None:
+    """Each arrival asks whether a filling batch is full from a running count, not a walk of
+    the queue (a flood would make that quadratic): the count must stay the queue's inputs."""
+    embed = GatedEmbedder()
+    batcher: Batcher[list[int]] = Batcher(embed, BatchConfig(window_ms=0, max_batch_size=4), "m")
+
+    def counted() -> tuple[int, int]:
+        return batcher._queued(), sum(len(job.ids) for job in batcher._jobs)
+
+    blocker = asyncio.create_task(batcher.run([[0]]))
+    await settle()  # the first batch computes behind the gate
+    callers = [asyncio.create_task(batcher.run([[i]] * size)) for i, size in enumerate((3, 1, 2, 5), start=1)]
+    await settle()
+    assert counted() == (11, 11)
+    callers[1].cancel()  # a caller that went away: its inputs leave as the next batch is taken
+    await settle()
+    embed.gate.set()
+    await asyncio.gather(blocker, *(c for i, c in enumerate(callers) if i != 1))
+    assert counted() == (0, 0)
+    assert [len(call) for call in embed.calls] == [1, 3, 2, 5]  # the cancelled one skipped
+    await batcher.close()
+    assert counted() == (0, 0)
+
+
 async def test_endless_arrivals_wait_no_longer_than_max_window() -> None:
     """Requests that never stop coming (each well within `window_ms` of the last) still get
     a batch run: the wait is capped by `max_window_ms`."""

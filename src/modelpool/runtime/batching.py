@@ -74,6 +74,9 @@ class Batcher(Generic[Item]):
         self._name = name
         self._concurrency = concurrency
         self._jobs: deque[_Job[Item]] = deque()
+        self._queued_inputs = 0
+        """The inputs of `_jobs`, kept as they come and go: each arrival asks whether a filling
+        batch is full, which must not cost a walk of the queue."""
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._running: dict[asyncio.Task[None] | None, list[_Job[Item]]] = {}
@@ -88,6 +91,7 @@ class Batcher(Generic[Item]):
         """The rows for `ids`, computed in a batch with whatever else arrives meanwhile."""
         job = _Job(ids, asyncio.get_running_loop().create_future())
         self._jobs.append(job)
+        self._queued_inputs += len(ids)
         self._wake.set()
         if self._filling and self._full():
             self._filled.set()
@@ -108,6 +112,7 @@ class Batcher(Generic[Item]):
             if not job.result.done():
                 job.result.set_exception(ModelUnloaded(f"model '{self._name}' was unloaded"))
         self._jobs.clear()
+        self._queued_inputs = 0
         self._running = {}
 
     async def _work(self) -> None:
@@ -171,13 +176,14 @@ class Batcher(Generic[Item]):
         while self._jobs:
             job = self._jobs[0]
             if job.result.done():  # the caller went away
-                self._jobs.popleft()
+                self._queued_inputs -= len(self._jobs.popleft().ids)
                 continue
             grown_inputs, grown_longest = inputs + len(job.ids), max(longest, job.longest)
             too_many = grown_inputs > most_inputs
             if batch and (too_many or grown_inputs * grown_longest > self._config.max_batch_tokens):
                 break
             batch.append(self._jobs.popleft())
+            self._queued_inputs -= len(job.ids)
             inputs, longest = grown_inputs, grown_longest
         return batch
 
@@ -216,7 +222,7 @@ class Batcher(Generic[Item]):
             await within(self._filled.wait(), seconds)
 
     def _queued(self) -> int:
-        return sum(len(job.ids) for job in self._jobs)
+        return self._queued_inputs
 
     def _full(self) -> bool:
         return self._queued() >= min(self._config.max_batch_size, self._fair_share())
