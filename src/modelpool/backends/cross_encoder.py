@@ -59,7 +59,7 @@ class CrossEncoderBackend(EncoderBackend):
 
     async def prepare_pairs(self, request: PairScoreRequest) -> list[EncodedPair]:
         ce = self._require_model()
-        return await self._tokenizer_thread.call(self._prepare, ce, request)
+        return await self._tokenizing.call(self._prepare, ce, request)
 
     async def score_encoded(self, pairs: list[EncodedPair]) -> npt.NDArray[np.float32]:
         ce = self._require_model()

@@ -13,6 +13,7 @@ from modelpool.backends import hf_tokens
 from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
 from modelpool.backends.threads import EngineThread
+from modelpool.backends.tokenizer_access import TokenizerAccess
 from modelpool.backends.torch_device import estimate_on
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
@@ -41,8 +42,9 @@ class EncoderBackend(DeclaredBackend):
         self.hub = context.hub
         self._thread = EngineThread(model.id)
         # Tokenizing on its own thread lets requests be prepared while a batch computes (the
-        # tokenizer is not thread-safe, so it gets exactly one thread too).
-        self._tokenizer_thread = EngineThread(f"{model.id}-tokenizer")
+        # tokenizer is not thread-safe: one user at a time, that thread or, for a small
+        # request while it is free, the event loop).
+        self._tokenizing = TokenizerAccess(f"{model.id}-tokenizer")
         self._engine: Any = None
         """The loaded SentenceTransformer or CrossEncoder."""
         self._concurrent_batches = 1
@@ -57,7 +59,7 @@ class EncoderBackend(DeclaredBackend):
     async def stop(self) -> None:
         self._engine = None
         await asyncio.to_thread(self._thread.shutdown)
-        await asyncio.to_thread(self._tokenizer_thread.shutdown)
+        await asyncio.to_thread(self._tokenizing.shutdown)
 
     def concurrent_batches(self) -> int:
         return self._concurrent_batches
@@ -69,7 +71,7 @@ class EncoderBackend(DeclaredBackend):
 
     async def encode_text(self, text: str, add_special_tokens: bool) -> list[int]:
         tokenizer = self._loaded().tokenizer
-        return await self._tokenizer_thread.call(hf_tokens.encode, tokenizer, text, add_special_tokens)
+        return await self._tokenizing.call(hf_tokens.encode, tokenizer, text, add_special_tokens)
 
     async def encode_chat(self, request: ChatRequest, add_generation_prompt: bool) -> list[int]:
         raise InvalidRequest(
@@ -77,10 +79,10 @@ class EncoderBackend(DeclaredBackend):
         )
 
     async def decode_tokens(self, ids: list[int]) -> str:
-        return await self._tokenizer_thread.call(hf_tokens.decode, self._loaded().tokenizer, ids)
+        return await self._tokenizing.call(hf_tokens.decode, self._loaded().tokenizer, ids)
 
     async def token_pieces(self, ids: list[int]) -> list[TokenPiece] | None:
-        return await self._tokenizer_thread.call(hf_tokens.pieces, self._loaded().tokenizer, ids)
+        return await self._tokenizing.call(hf_tokens.pieces, self._loaded().tokenizer, ids)
 
     async def max_model_len(self) -> int | None:
         limit = self._loaded().max_seq_length

@@ -105,9 +105,10 @@ class SentenceTransformersBackend(EncoderBackend):
 
     async def prepare(self, request: EmbeddingRequest) -> list[list[int]]:
         """The token ids of each input, special tokens included, checked against the model's
-        limits."""
+        limits (a one-sentence request on the event loop: tokenizer_access.py says why)."""
         st = self._require_model()
-        return await self._tokenizer_thread.call(self._prepare, st, request)
+        size = sum(len(item) for item in request.inputs)
+        return await self._tokenizing.call_small(len(request.inputs), size, self._prepare, st, request)
 
     async def embed_tokens(self, ids: list[list[int]]) -> np.ndarray:
         """Embeddings of prepared token ids, one row each, in order."""
