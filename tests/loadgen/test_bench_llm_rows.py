@@ -66,6 +66,23 @@ def test_side_by_side_ratio_per_level(capsys: pytest.CaptureFixture[str]) -> Non
     assert capsys.readouterr().out == ""
 
 
+def test_side_by_side_with_turns_compares_each_turn_and_gives_the_median(capsys: pytest.CaptureFixture[str]) -> None:
+    def row(server: str, run: int, scale: float) -> Result:
+        return Result(server, server, run=run, single_tps=10 * scale, concurrent_tps=100 * scale,
+                      more={32: Level(150 * scale, math.nan, math.nan)})  # fmt: skip
+
+    args = argparse.Namespace(streams=16, more_streams=[32])
+    # The machine slows in turn 2 for both; turn 3 has no vLLM row.
+    results = [row("transformers", 0, 1.0), row("vllm", 0, 1.25), row("vllm", 1, 0.5), row("transformers", 1, 0.5),
+               row("transformers", 2, 1.0)]  # fmt: skip
+    engines_side_by_side(results, args)
+    table = capsys.readouterr().out
+    assert "| turn 1 | 0.80× | 0.80× | 0.80× |" in table and "| turn 2 | 1.00× | 1.00× | 1.00× |" in table
+    assert "| turn 3 |" not in table and "| median | 0.90× | 0.90× | 0.90× |" in table
+    against_native_by_run(results, 16)  # no native row: no table of ratios to it
+    assert capsys.readouterr().out == ""
+
+
 def test_repeated_turns_alternate_and_compare_each_with_native_in_its_own_turn(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
