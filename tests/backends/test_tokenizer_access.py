@@ -16,6 +16,7 @@ from modelpool.backends.sentence_transformers import SentenceTransformersBackend
 from modelpool.backends.tokenizer_access import INLINE_ITEMS, INLINE_SIZE, TokenizerAccess
 from modelpool.config.schema import ModelConfig
 from modelpool.inference import EmbeddingRequest
+from tests.polling import until
 
 
 @pytest.fixture
@@ -57,13 +58,9 @@ async def test_while_the_thread_uses_the_tokenizer_small_work_waits_its_turn_the
         return where()
 
     busy = asyncio.ensure_future(access.call(use, lambda: release.wait(30)))
-    for _ in range(3000):  # until the thread is inside `use`
-        if inside:
-            break
-        await asyncio.sleep(0.01)
-    assert inside == 1
+    await until(lambda: inside == 1, "the thread inside its use of the tokenizer", timeout_s=30)
     small = asyncio.ensure_future(access.call_small(1, 10, use, lambda: None))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # a chance to run, which it must not take: the thread holds the tokenizer
     assert not small.done()  # queued behind the thread's call, not run beside it
     release.set()
     first, second = await asyncio.gather(busy, small)
