@@ -38,7 +38,9 @@ async def test_small_work_runs_on_the_event_loop_and_the_rest_on_the_thread(
     access: TokenizerAccess, items: int, size: int, inline: bool
 ) -> None:
     here = where()
-    ran_on = await access.call_small(items, size, where)
+    inputs = ["x" * (size // items)] * (items - 1) + ["x" * (size - (size // items) * (items - 1))]
+    assert len(inputs) == items and sum(map(len, inputs)) == size
+    ran_on = await access.call_small(inputs, where)
     assert (ran_on == here) is inline, ran_on
     assert access.inline_calls == int(inline)
     assert await access.call(where) != here  # `call` always uses the thread
@@ -59,7 +61,7 @@ async def test_while_the_thread_uses_the_tokenizer_small_work_waits_its_turn_the
 
     busy = asyncio.ensure_future(access.call(use, lambda: release.wait(30)))
     await until(lambda: inside == 1, "the thread inside its use of the tokenizer", timeout_s=30)
-    small = asyncio.ensure_future(access.call_small(1, 10, use, lambda: None))
+    small = asyncio.ensure_future(access.call_small(["ten chars!"], use, lambda: None))
     await asyncio.sleep(0.05)  # a chance to run, which it must not take: the thread holds the tokenizer
     assert not small.done()  # queued behind the thread's call, not run beside it
     release.set()
@@ -72,8 +74,8 @@ async def test_a_failure_on_the_event_loop_frees_the_tokenizer(access: Tokenizer
         raise ValueError("a bad input")
 
     with pytest.raises(ValueError, match="a bad input"):
-        await access.call_small(1, 1, bad)
-    assert await access.call_small(1, 1, where) == where()  # the lock was released
+        await access.call_small(["a"], bad)
+    assert await access.call_small(["a"], where) == where()  # the lock was released
 
 
 async def test_a_one_sentence_request_is_tokenized_on_the_event_loop_with_the_threads_ids() -> None:

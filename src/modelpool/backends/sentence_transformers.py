@@ -107,8 +107,7 @@ class SentenceTransformersBackend(EncoderBackend):
         """The token ids of each input, special tokens included, checked against the model's
         limits (a one-sentence request on the event loop: tokenizer_access.py says why)."""
         st = self._require_model()
-        size = sum(len(item) for item in request.inputs)
-        return await self._tokenizing.call_small(len(request.inputs), size, self._prepare, st, request)
+        return await self._tokenizing.call_small(request.inputs, self._prepare, st, request)
 
     async def embed_tokens(self, ids: list[list[int]]) -> np.ndarray:
         """Embeddings of prepared token ids, one row each, in order."""

@@ -17,7 +17,7 @@ goes to the thread, behind what is running there).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence, Sized
 from typing import Any, TypeVar
 
 from modelpool.backends.threads import EngineThread
@@ -41,10 +41,11 @@ class TokenizerAccess:
         """`fn(*args)` on the tokenizer's thread."""
         return await self._thread.call(self._locked, fn, *args)
 
-    async def call_small(self, items: int, size: int, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(*args)` here, on the event loop, when the work is small (`items` inputs of
-        `size` characters or ids in all) and the tokenizer is free; else on its thread."""
-        if items <= INLINE_ITEMS and size <= INLINE_SIZE and self._lock.acquire(blocking=False):
+    async def call_small(self, inputs: Sequence[Sized], fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` here, on the event loop, when the work is small (`inputs`: the texts
+        or token-id lists it tokenizes) and the tokenizer is free; else on its thread."""
+        small = len(inputs) <= INLINE_ITEMS and sum(len(item) for item in inputs) <= INLINE_SIZE
+        if small and self._lock.acquire(blocking=False):
             try:
                 self.inline_calls += 1
                 return fn(*args)
