@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -47,25 +46,25 @@ async def test_small_work_runs_on_the_event_loop_and_the_rest_on_the_thread(
 
 
 async def test_while_the_thread_uses_the_tokenizer_small_work_waits_its_turn_there(access: TokenizerAccess) -> None:
-    inside, most = 0, 0
+    inside, most, order = 0, 0, list[str]()
     release = threading.Event()
 
-    def use(hold: Callable[[], object]) -> str:
+    def use(name: str, hold: Callable[[], object]) -> str:
         nonlocal inside, most
         inside += 1
         most = max(most, inside)
-        hold()
-        time.sleep(0.01)  # a use that takes a while: a second user now would overlap it
+        hold()  # the thread's use stays inside until released: a second user now would overlap it
+        order.append(name)
         inside -= 1
         return where()
 
-    busy = asyncio.ensure_future(access.call(use, lambda: release.wait(30)))
+    busy = asyncio.ensure_future(access.call(use, "thread's", lambda: release.wait(30)))
     await until(lambda: inside == 1, "the thread inside its use of the tokenizer", timeout_s=30)
-    small = asyncio.ensure_future(access.call_small(["ten chars!"], use, lambda: None))
-    await asyncio.sleep(0.05)  # a chance to run, which it must not take: the thread holds the tokenizer
-    assert not small.done()  # queued behind the thread's call, not run beside it
+    small = asyncio.ensure_future(access.call_small(["ten chars!"], use, "small", lambda: None))
+    await asyncio.sleep(0)  # the small call's first step: it finds the tokenizer held
     release.set()
     first, second = await asyncio.gather(busy, small)
+    assert order == ["thread's", "small"]  # queued behind the thread's use, not run beside it
     assert first == second != where() and most == 1 and access.inline_calls == 0
 
 
