@@ -66,6 +66,7 @@ def measure(packed: bool, streams: list[int], threads: int | None) -> dict[str, 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
+    from modelpool.backends.threads import call_in_passing_thread
     from modelpool.backends.transformers.engine import BatchLimits, ContinuousBatcher
     from modelpool.backends.transformers.packed_linear import pack_linears
     from modelpool.backends.transformers.sampling import make_generator
@@ -76,9 +77,14 @@ def measure(packed: bool, streams: list[int], threads: int | None) -> dict[str, 
         torch.set_num_threads(threads)
     folder = _model_folder()
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    if packed:
-        pack_linears(model)
+
+    def built() -> Any:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        if packed:
+            pack_linears(model)
+        return model
+
+    model = call_in_passing_thread(built)  # as the server loads: no OpenMP pool left on this thread
     engine = ContinuousBatcher(model, tokenizer, {tokenizer.eos_token_id}, BatchLimits(64, 32768, 256, 64), "bench")
     params = SamplingParams(max_tokens=64, temperature=0, ignore_eos=True)
 

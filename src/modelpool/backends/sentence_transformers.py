@@ -13,6 +13,7 @@ from modelpool.backends.context import BackendContext
 from modelpool.backends.encoder_base import EncoderBackend, EncoderOptions
 from modelpool.backends.lanes import ComputeLanes, auto_lanes
 from modelpool.backends.requirements import require_engine
+from modelpool.backends.threads import in_passing_thread
 from modelpool.backends.torch_device import pick_device
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from modelpool.capabilities import Capabilities
@@ -70,12 +71,14 @@ class SentenceTransformersBackend(EncoderBackend):
     async def start(self) -> None:
         require_engine(self.model.id, ("sentence_transformers",), "embeddings")
         path = await locate(self.model, self.hub)
-        st = self._engine = await self._thread.call(self._load, str(path))
+        # Built and traced on a thread that ends: with lanes it would hold an idle OpenMP pool
+        # for good, which slows every other engine's parallel regions (threads.py).
+        st = self._engine = await in_passing_thread(self._load, str(path))
         self._special_wrap = special_tokens_around(st.tokenizer)
         dimension_of = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
         self.dimensions = int(dimension_of() or 0)
         if self.options.trace and st.device.type == "cpu":
-            await self._thread.call(self._trace, st)
+            await in_passing_thread(self._trace, st)
         count = auto_lanes(self.options.lanes, st.device.type)
         if count > 1:  # one lane is the engine thread itself
             lanes = ComputeLanes(self.model.id, count)

@@ -40,7 +40,7 @@ from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, 
 from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
 from modelpool.backends.textgen.hf_text import chat_prompt_ids, encode_text
 from modelpool.backends.textgen.pipeline import chat_output, prompt_clock
-from modelpool.backends.threads import EngineThread, drain
+from modelpool.backends.threads import EngineThread, drain, in_passing_thread
 from modelpool.capabilities import Capabilities
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate, resolve_source
@@ -163,7 +163,7 @@ class CTranslate2Backend(DeclaredBackend):
     async def start(self) -> None:
         require_engine(self.model.id, ("ctranslate2", "transformers"), "ctranslate2")
         path = await locate(self.model, self.hub)
-        self._engine = await asyncio.to_thread(self._load, path)
+        self._engine = await in_passing_thread(self._load, path)
 
     async def warmup(self) -> None:
         await drain(self._generate(await self._encode("Hello"), SamplingParams(max_tokens=1, temperature=0)))

@@ -37,6 +37,7 @@ from modelpool.backends.requirements import require_engine
 from modelpool.backends.textgen.channel import Channel, chunk_stream
 from modelpool.backends.textgen.decoding import check_token_ids, start_of_text, tokens_to_generate, with_echo
 from modelpool.backends.textgen.pipeline import chat_output, prompt_clock
+from modelpool.backends.threads import in_passing_thread
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import locate, resolve_source
@@ -255,7 +256,7 @@ class LlamaCppBackend(DeclaredBackend):
     async def start(self) -> None:
         require_engine(self.model.id, ("llama_cpp",), "llama")
         path = await locate(self.model, self.hub)
-        self._engine = await asyncio.to_thread(self._load, str(path))
+        self._engine = await in_passing_thread(self._load, str(path))
         for spec in await asyncio.to_thread(self.adapter_sources.preloaded):
             await asyncio.wrap_future(self._engine.load_adapter(spec))
         if Task.CHAT in self.tasks:

@@ -26,7 +26,7 @@ from modelpool.backends.textgen.detokenize import IncrementalDetokenizer
 from modelpool.backends.textgen.hf_convert import hf_folder_for
 from modelpool.backends.textgen.hf_text import chat_prompt_ids, encode_text
 from modelpool.backends.textgen.pipeline import chat_output, prompt_clock
-from modelpool.backends.threads import EngineThread, drain
+from modelpool.backends.threads import EngineThread, drain, in_passing_thread
 from modelpool.backends.torch_device import estimate_on, pick_device, weights_placement
 from modelpool.backends.torch_loading import MODEL_CONSTRUCTION
 from modelpool.backends.transformers.adapters import AdapterFolders, AdapterSpec, PeftAdapters
@@ -228,7 +228,7 @@ class TransformersBackend(DeclaredBackend):
     async def start(self) -> None:
         require_engine(self.model.id, ("torch", "transformers"), "transformers")
         path = await locate(self.model, self.hub)
-        model, loaded = await asyncio.to_thread(self._load, path)
+        model, loaded = await in_passing_thread(self._load, path)
         # A vision model loads its processor, which holds its tokenizer.
         self._processor = loaded if self.options.vision else None
         tokenizer = loaded.tokenizer if self.options.vision else loaded
