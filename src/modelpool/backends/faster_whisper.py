@@ -18,7 +18,7 @@ from modelpool.backends.base import DeclaredBackend, MemoryEstimate
 from modelpool.backends.context import BackendContext
 from modelpool.backends.ctranslate2.convert import ComputeType, ct2_folder_for, is_ct2_folder
 from modelpool.backends.requirements import require_engine
-from modelpool.backends.threads import EngineThread, drain
+from modelpool.backends.threads import EngineThread, drain, in_passing_thread
 from modelpool.capabilities import Capabilities, Modality
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import files_size, locate
@@ -92,7 +92,9 @@ class FasterWhisperBackend(DeclaredBackend):
     async def start(self) -> None:
         require_engine(self.model.id, ("faster_whisper",), "speech")
         path = await locate(self.model, self.hub)
-        self._whisper = await self._thread.call(self._load, path)
+        # On a passing thread: a pool the load leaves on the engine thread would stay idle for
+        # good (CTranslate2 computes on threads of its own) and slow every other pool (threads.py).
+        self._whisper = await in_passing_thread(self._load, path)
         if self.options.languages is None:  # a request naming another language gets 400
             self.languages = frozenset(self._whisper.supported_languages)
 
@@ -151,7 +153,7 @@ class FasterWhisperBackend(DeclaredBackend):
         )
 
     def _load(self, source: Path) -> Any:
-        """On the engine thread: convert a Hugging Face folder (once), then load the CT2 one."""
+        """Convert a Hugging Face folder (once), then load the CT2 one."""
         from faster_whisper import WhisperModel
 
         device = self.options.device if self.options.device != "auto" else self._device()
