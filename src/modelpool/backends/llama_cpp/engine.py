@@ -497,6 +497,10 @@ class LlamaEngine(EngineLoop[Job | ScoringJob]):
             logits[~job.constraint.allowed()] = -np.inf
         elif not job.may_end():
             logits[self.model.eog_ids] = -np.inf
+        if job.argmax_only:
+            # llama_sampler_sample fills a fresh candidate array of the whole vocabulary (49,152
+            # entries for SmolLM2) for every pick; greedy alone needs only the argmax.
+            return int(np.argmax(logits))
         return int(self._llama.llama_sampler_sample(job.sampler, self.context, index))
 
     def _score(self, job: ScoringJob, index: int, position: int) -> None:

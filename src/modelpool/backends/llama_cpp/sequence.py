@@ -99,6 +99,9 @@ class Job(_InEngine, TextSequence):
         self.guessed = self.guesses_taken = 0
         self._model = model
         self._logprobs: npt.NDArray[np.float64] | None = None
+        self.argmax_only = sampling.temperature <= 0 and not _penalised(sampling)
+        """Its chain is llama.cpp's greedy sampler alone: the engine takes the first highest
+        logit itself (the same pick) without the chain's copy of the whole vocabulary."""
 
     def start(self, llama: Any) -> None:
         """Admitted: a sampler chain of its own. A text prompt's first (empty) chunk says the
@@ -171,7 +174,7 @@ def make_sampler(llama: Any, sampling: SamplingParams, n_vocab: int, seed: int) 
         llama.llama_sampler_chain_add(chain, sampler)  # the chain owns it from here
 
     if _penalised(sampling):
-        add(llama.llama_sampler_init_penalties(PENALTY_WINDOW, sampling.repetition_penalty,
+        add(llama.llama_sampler_init_penalties(n_vocab, PENALTY_WINDOW, sampling.repetition_penalty,
                                                sampling.frequency_penalty, sampling.presence_penalty))  # fmt: skip
     if sampling.temperature <= 0:
         add(llama.llama_sampler_init_greedy())
