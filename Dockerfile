@@ -48,7 +48,6 @@ RUN set -eu; \
 # llama-cpp-python: a prebuilt wheel when PIP_FIND_LINKS holds one (`make install` leaves it in
 # .wheels/), else compiled here. Portable x86-64 (AVX2) flags, not -march=native: the image runs
 # on other CPUs than the one that built it (the Makefile says why). On ARM: LLAMA_CMAKE_ARGS=" ".
-# Without OpenMP, as the Makefile builds it: llama.cpp's own thread pool (the Makefile says why).
 ARG LLAMA_CMAKE_ARGS=
 RUN set -eu; \
     spec="$(grep -i '^llama-cpp-python==' /build/constraints.txt)"; \
@@ -57,7 +56,7 @@ RUN set -eu; \
         [ "$GPU" != cuda ] || default="-DGGML_CUDA=ON -DGGML_NATIVE=OFF"; \
         apt-get update; \
         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential cmake; \
-        CMAKE_ARGS="${LLAMA_CMAKE_ARGS:-$default} -DGGML_OPENMP=OFF" /build/pip-install.sh wheel --no-deps "$spec" -w /build/llama; \
+        CMAKE_ARGS="${LLAMA_CMAKE_ARGS:-$default}" /build/pip-install.sh wheel --no-deps "$spec" -w /build/llama; \
     fi; \
     /build/pip-install.sh install --no-deps /build/llama/llama_cpp_python-*.whl; \
     rm -rf /build/llama

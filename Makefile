@@ -24,14 +24,6 @@ else
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 endif
 LLAMA_SPEC ?= llama-cpp-python==0.3.36
-# In process, llama.cpp runs its own thread pool, not OpenMP. PyTorch puts its libgomp in the
-# process's global scope, so llama.cpp's (and CTranslate2's) OpenMP calls land in that one
-# runtime; once it holds more workers than there are cores (any other engine's idle pool),
-# every pool's workers sleep between parallel regions and each region pays to wake them: the
-# starter chat model made 45 tokens/s beside the starter's other models against 104 alone, and
-# 103 beside them built this way (docs/engines.md, "Threads"). The native llama-server below
-# is its own process and keeps llama.cpp's default (OpenMP), as users build it.
-LLAMA_WHEEL_ARGS := $(LLAMA_CMAKE_ARGS) -DGGML_OPENMP=OFF
 # `make install-llama-server`: llama.cpp's native `llama-server`, built from the vendored
 # llama.cpp in the sdist of the installed llama-cpp-python (same LLAMA_CMAKE_ARGS), for
 # `backend: llama_server` with `options: {binary: .llama-server/bin/llama-server}`.
@@ -60,7 +52,7 @@ $(BIN)/python:
 key = $(shell printf '%s' '$(1)' | sha256sum | cut -c1-12)
 EXTRAS := audio,mcp,llama,embeddings,transformers,speech,kokoro,starter,otel
 TORCH_KEY := $(call key,$(TORCH_SPEC) $(TORCH_INDEX))
-LLAMA_KEY := $(call key,$(LLAMA_SPEC) $(LLAMA_WHEEL_ARGS))
+LLAMA_KEY := $(call key,$(LLAMA_SPEC) $(LLAMA_CMAKE_ARGS))
 PROJECT_KEY := $(call key,$(EXTRAS) $(shell cat pyproject.toml $(CONSTRAINTS) 2>/dev/null | sha256sum))
 TORCH_STAMP := $(VENV)/.installed-torch-$(TORCH_KEY)
 LLAMA_STAMP := $(VENV)/.installed-llama-$(LLAMA_KEY)
@@ -85,7 +77,7 @@ $(TORCH_STAMP): | $(BIN)/python
 # Its stamp is in the venv, like the others: a fresh clone pointed at an installed venv is up
 # to date. The install step builds the wheel again only if .wheels/ lost it.
 LLAMA_WHEEL := test -n "$$(ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl 2>/dev/null)" || \
-	CMAKE_ARGS="$(LLAMA_WHEEL_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir "$(LLAMA_SPEC)" -w $(LLAMA_WHEELS)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --no-deps --no-cache-dir "$(LLAMA_SPEC)" -w $(LLAMA_WHEELS)
 $(LLAMA_BUILT): | $(BIN)/python
 	rm -f $(VENV)/.built-llama-*
 	$(LLAMA_WHEEL)

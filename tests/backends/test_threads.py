@@ -164,15 +164,3 @@ async def test_a_model_loads_on_a_thread_that_has_ended(kind: str) -> None:
         assert not loaders[0].is_alive() and loaders[0].name.startswith("passing")
     finally:
         await backend.stop()
-
-
-def test_llama_cpp_in_process_runs_its_own_thread_pool_not_openmp() -> None:
-    """llama.cpp built with OpenMP would share PyTorch's OpenMP runtime in this process, where
-    any other engine's idle pool puts its workers to sleep between regions (the Makefile's
-    LLAMA_WHEEL_ARGS): `make install` builds it with `-DGGML_OPENMP=OFF`."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    libraries = sorted((Path(llama_cpp.__file__).parent / "lib").glob("libggml*.so"))
-    assert any(library.name == "libggml-cpu.so" for library in libraries), libraries
-    for library in libraries:
-        linked = subprocess.run(["ldd", str(library)], capture_output=True, text=True, check=True).stdout
-        assert "libgomp" not in linked and "libomp" not in linked, f"{library.name} links OpenMP:\n{linked}"
