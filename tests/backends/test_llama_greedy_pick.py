@@ -42,15 +42,22 @@ async def replies(backend: LlamaCppBackend, **sampling: Any) -> list[str]:
     return alone + [generation.text for generation in together]
 
 
-async def test_the_engines_argmax_equals_llamas_greedy_sampler(backend, monkeypatch) -> None:
+def count_chain_picks(backend: LlamaCppBackend, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """A list that grows by one each time a sampler chain picks a token."""
     picks: list[bool] = []
-    chain_sample = backend._engine._llama.llama_sampler_sample
+    llama = backend._engine._llama  # type: ignore[union-attr]
+    chain_sample = llama.llama_sampler_sample
 
     def counted(*args: Any) -> Any:
         picks.append(True)
         return chain_sample(*args)
 
-    monkeypatch.setattr(backend._engine._llama, "llama_sampler_sample", counted)
+    monkeypatch.setattr(llama, "llama_sampler_sample", counted)
+    return picks
+
+
+async def test_the_engines_argmax_equals_llamas_greedy_sampler(backend, monkeypatch) -> None:
+    picks = count_chain_picks(backend, monkeypatch)
     by_argmax = await replies(backend)
     assert not picks  # greedy alone never reached the chain
     with monkeypatch.context() as chain_only:
@@ -62,14 +69,7 @@ async def test_the_engines_argmax_equals_llamas_greedy_sampler(backend, monkeypa
 
 
 async def test_a_penalised_greedy_request_keeps_its_chain(backend, monkeypatch) -> None:
-    picks: list[bool] = []
-    chain_sample = backend._engine._llama.llama_sampler_sample
-
-    def counted(*args: Any) -> Any:
-        picks.append(True)
-        return chain_sample(*args)
-
-    monkeypatch.setattr(backend._engine._llama, "llama_sampler_sample", counted)
+    picks = count_chain_picks(backend, monkeypatch)
     plain = await replies(backend)
     assert not picks
     # llama-cpp-python 0.3.36's penalties sampler takes the vocabulary size first: a request
