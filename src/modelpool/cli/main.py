@@ -22,6 +22,7 @@ from modelpool.cli import show as show_cli
 from modelpool.cli import status as status_cli
 from modelpool.cli.output import echo_err, print_models_table
 from modelpool.config import load_config
+from modelpool.config.environment import apply_openmp_waits
 from modelpool.config.loader import config_files
 from modelpool.config.redact import redacted_config
 from modelpool.config.schema import Config, LogFormat
@@ -104,6 +105,7 @@ def serve(
     from modelpool.cli.serving import dry_run_models, run_server
     from modelpool.server.reload import ConfigSources
 
+    apply_openmp_waits()  # before any engine loads OpenMP
     if dry_run:
         raise typer.Exit(dry_run_models(cfg))
     if on_ray or ray_address:

@@ -13,6 +13,7 @@ from typing import Any
 import ray
 from ray import serve
 
+from modelpool.config.environment import apply_openmp_waits
 from modelpool.config.schema import Config, ModelConfig, ServerDefaults
 from modelpool.errors import InvalidRequest, ModelpoolError
 from modelpool.logs import configure_logging, current_request_id
@@ -74,6 +75,7 @@ class ModelReplica:
     ) -> None:
         parsed = Config.model_validate(config)
         configure_logging(parsed.server.log_format, parsed.server.log_level)
+        apply_openmp_waits()  # before its engines load OpenMP (a worker may have loaded it already)
         self.pool: ModelPool = build_pool(replica_config(parsed, model_ids, group_size))
         self._overrides: dict[str, dict[str, Any]] = {}
         self._started = False
