@@ -96,7 +96,7 @@ def transcription_s(url: str) -> float:
 
 
 def measure(setup: str, env: dict[str, str], args: argparse.Namespace, directory: Path) -> tuple[float, float | None]:
-    config = {"state_dir": str(directory / "state")}
+    config: dict[str, object] = {"state_dir": str(directory / "state")}
     if SETUPS[setup] is not None:
         config["enabled_models"] = SETUPS[setup]
     path = directory / "config.yaml"
