@@ -59,7 +59,8 @@ def test_the_operators_own_setting_is_kept_and_reaches_engines() -> None:
     code = """
 import json, os
 from modelpool.config.environment import apply_openmp_waits, engine_environment
-print(json.dumps([apply_openmp_waits(), os.environ.get("GOMP_SPINCOUNT"), engine_environment({}).get("OMP_WAIT_POLICY")]))
+engine = engine_environment({})
+print(json.dumps([apply_openmp_waits(), os.environ.get("GOMP_SPINCOUNT"), engine.get("OMP_WAIT_POLICY")]))
 """
     assert json.loads(fresh_python(code, env={"OMP_WAIT_POLICY": "PASSIVE"})) == [{}, None, "PASSIVE"]
 
