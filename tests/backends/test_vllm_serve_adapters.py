@@ -5,6 +5,7 @@ first, and the engine is started with the routes turned on. A stand-in HTTP serv
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from modelpool.backends.remote.client import RetryPolicy, UpstreamClient
 from modelpool.config.schema import ModelConfig
 from modelpool.errors import UpstreamError
 from modelpool.inference import ChatMessage, ChatRequest, CompletionRequest
+from modelpool.status import GpuMemory
 
 
 class StandInVllm:
@@ -29,6 +31,10 @@ class StandInVllm:
     def __init__(self, registered: set[str]) -> None:
         self.registered = set(registered)
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.hold_s = 0.0  # how long a generation stays in flight
+        self.in_flight: list[str] = []
+        self.most_at_once = 0
+        self.mixed: list[set[str]] = []  # the models in flight together, each time there were several
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -60,27 +66,36 @@ class StandInVllm:
         if body["model"] not in self.registered | {"smol"}:
             error = {"message": f"model {body['model']} not found", "code": 404}
             return web.json_response({"error": error}, status=404)
+        self.in_flight.append(body["model"])
+        self.most_at_once = max(self.most_at_once, len(self.in_flight))
+        if len(set(self.in_flight)) > 1:
+            self.mixed.append(set(self.in_flight))
+        await asyncio.sleep(self.hold_s)
+        self.in_flight.remove(body["model"])
         return web.json_response({"choices": [{"index": 0, "text": "ok", "finish_reason": "stop",
                                                "message": {"role": "assistant", "content": "ok"}}]})  # fmt: skip
 
 
-def backend_with(adapters: dict[str, str]) -> VllmServeBackend:
+def backend_with(
+    adapters: dict[str, str], options: dict[str, Any] | None = None, context: BackendContext | None = None
+) -> VllmServeBackend:
     model = ModelConfig.model_validate({"id": "smol", "backend": "vllm_serve", "source": "/models/smollm2",
                                         "adapters": adapters})  # fmt: skip
-    backend = VllmServeBackend(model, VllmOptions(), BackendContext())
+    backend = VllmServeBackend(model, VllmOptions.model_validate(options or {}), context or BackendContext())
     backend.upstream_model = "smol"
     return backend
 
 
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[tuple[VllmServeBackend, StandInVllm]]:
+@pytest.fixture(params=[None])
+async def engine(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[tuple[VllmServeBackend, StandInVllm]]:
+    """The backend on the CPU (no GPUs seen); `request.param`: its options."""
     paths = {name: str(tmp_path / name) for name in ("pirate", "poet")}
     for path in paths.values():
         Path(path).mkdir()
     vllm = StandInVllm(set(paths))  # `--lora-modules` registered both at start
     server = TestServer(vllm.app(), host="127.0.0.1")
     await server.start_server()
-    backend = backend_with(paths)
+    backend = backend_with(paths, request.param)
     backend.upstream = UpstreamClient("smol", str(server.make_url("/v1")), retry=RetryPolicy(retries=0))
     await backend.upstream.open()
     yield backend, vllm
@@ -139,3 +154,53 @@ def test_the_engine_gets_the_runtime_routes_only_with_adapters(tmp_path: Path) -
     plain = backend_with({})._spec(Path("/models/smollm2"))
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in plain.env
     assert backend_with({}).loaded_adapters() == []
+
+
+async def drain(backend: VllmServeBackend, request: ChatRequest | CompletionRequest) -> str:
+    chunks = backend.chat(request) if isinstance(request, ChatRequest) else backend.complete(request)
+    return "".join([chunk.text async for chunk in chunks])
+
+
+async def test_on_the_cpu_requests_for_different_adapters_are_never_in_vllm_together(
+    engine: tuple[VllmServeBackend, StandInVllm],
+) -> None:
+    """vLLM-CPU gave a row of a batch mixing adapters other numbers than alone: by default on
+    the CPU each adapter (and the base) has the engine to itself, and waiters for the same
+    adapter go in together."""
+    backend, vllm = engine
+    vllm.hold_s = 0.05
+    requests = [chat("pirate"), chat("poet"), chat(None), chat("pirate"), chat("poet"),
+                CompletionRequest("hi", streamed=False, adapter=None)]  # fmt: skip
+    assert await asyncio.gather(*(drain(backend, r) for r in requests)) == ["ok"] * 6
+    assert vllm.mixed == []
+    order = [body["model"] for kind, body in vllm.calls if kind == "generate"]
+    assert order == ["pirate", "poet", "poet", "smol", "smol", "pirate"]  # fair by arrival
+    assert vllm.most_at_once == 2
+
+
+@pytest.mark.parametrize("engine", [{"adapters_apart": False}], indirect=True)
+async def test_adapters_apart_false_lets_vllm_batch_them_together(engine: tuple[VllmServeBackend, StandInVllm]) -> None:
+    backend, vllm = engine
+    vllm.hold_s = 0.05
+    await asyncio.gather(*(drain(backend, chat(adapter)) for adapter in ("pirate", "poet", None)))
+    assert vllm.mixed and vllm.most_at_once == 3
+
+
+ON_A_GPU = BackendContext(gpus=lambda: [GpuMemory("cuda:0", 80 << 30, 80 << 30)])
+
+
+@pytest.mark.parametrize(
+    ("adapters", "options", "context", "apart"),
+    [
+        ({"pirate": "/a"}, {}, None, True),  # the CPU: apart by default
+        ({"pirate": "/a"}, {}, ON_A_GPU, False),  # GPUs: vLLM's mixed batches
+        ({"pirate": "/a"}, {"adapters_apart": True}, ON_A_GPU, True),
+        ({"pirate": "/a"}, {"adapters_apart": False}, None, False),
+        ({"pirate": "/a"}, {"env": {"CUDA_VISIBLE_DEVICES": ""}}, ON_A_GPU, True),  # GPUs hidden from it
+        ({}, {"adapters_apart": True}, None, False),  # no adapters: nothing to keep apart
+    ],
+)
+def test_when_adapters_run_apart(
+    adapters: dict[str, str], options: dict[str, Any], context: BackendContext | None, apart: bool
+) -> None:
+    assert backend_with(adapters, options, context).adapters_apart() is apart

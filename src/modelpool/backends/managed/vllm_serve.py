@@ -102,14 +102,18 @@ class VllmServeBackend(VllmRuntimeAdapters, VllmTokenizer, ManagedServerBackend)
         await super()._connect(spec)
 
     def chat(self, request: ChatRequest) -> AsyncGenerator[GenerationChunk, None]:
-        if request.adapter is None:
-            return super().chat(request)
-        return self._with_adapter(request.adapter, lambda: super(VllmServeBackend, self).chat(request))
+        chunks = self._in_turn(request.adapter, lambda: super(VllmServeBackend, self).chat(request))
+        return chunks if request.adapter is None else self._with_adapter(request.adapter, lambda: chunks)
 
     def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
-        if request.adapter is None:
-            return super().complete(request)
-        return self._with_adapter(request.adapter, lambda: super(VllmServeBackend, self).complete(request))
+        chunks = self._in_turn(request.adapter, lambda: super(VllmServeBackend, self).complete(request))
+        return chunks if request.adapter is None else self._with_adapter(request.adapter, lambda: chunks)
+
+    def _on_gpus(self) -> bool:
+        return bool(self.gpus()) and self._on_gpu()
+
+    def _adapters_apart_option(self) -> bool | None:
+        return self.options.adapters_apart
 
     async def estimate_memory(self) -> MemoryEstimate:
         """Weights, the vLLM process itself (~2 GiB of Python and torch), and its KV cache:

@@ -197,14 +197,18 @@ class VllmBackend(VllmRuntimeAdapters, DeclaredBackend):
         # An adapter is asked for by its name as `model`, as of `vllm serve`: vLLM's serving
         # finds its `LoRARequest` (name, int id, path) in its registry and runs the request with it.
         body = openai_wire.chat_body(request, request.adapter or self.model.id)
-        generated = self._generate("chat", body, openai_wire.chat_chunks, openai_wire.chat_whole)
-        chunks = generated  # with an adapter: registered again first if an admin unloaded it
-        if request.adapter is not None:
+        chunks = self._in_turn(request.adapter, lambda: self._generate("chat", body, openai_wire.chat_chunks,
+                                                                       openai_wire.chat_whole))  # fmt: skip
+        if request.adapter is not None:  # registered again first if an admin unloaded it
+            generated = chunks
             chunks = self._with_adapter(request.adapter, lambda: generated)
         parser = self.model.reasoning_parser  # as for vllm_serve: the kit's reasoning stage
         return split_reasoning(chunks, parser) if parser else chunks
 
-    async def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
+    def complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
+        return self._in_turn(request.adapter, lambda: self._complete(request))
+
+    async def _complete(self, request: CompletionRequest) -> AsyncGenerator[GenerationChunk, None]:
         body = openai_wire.completion_body(request, request.adapter or self.model.id)
         if request.adapter is not None:
             if request.echo and request.sampling.logprobs is not None:
@@ -223,7 +227,7 @@ class VllmBackend(VllmRuntimeAdapters, DeclaredBackend):
         prompt = await self._prompt_ids(request.prompt)
         text = request.prompt if isinstance(request.prompt, str) else await self.decode_tokens(prompt)
         top_n = request.sampling.logprobs
-        echoed = tuple(await self.score_tokens(prompt, top_n)) if top_n is not None else ()
+        echoed = tuple(await self._score_tokens(prompt, top_n)) if top_n is not None else ()  # in this turn
         if request.sampling.max_tokens == 0:
             yield GenerationChunk(text=text, logprobs=echoed)
             yield GenerationChunk(finish_reason="length", usage=Usage(len(prompt), 0))
@@ -258,6 +262,10 @@ class VllmBackend(VllmRuntimeAdapters, DeclaredBackend):
         return int(bos) if bos is not None else None
 
     async def score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
+        async with self._turn(None):  # the base model's scores
+            return await self._score_tokens(tokens, top_n)
+
+    async def _score_tokens(self, tokens: list[int], top_n: int) -> list[TokenLogprob]:
         limit = await self.max_model_len()
         if limit is not None and len(tokens) > limit:
             raise ContextLengthExceeded(f"the text is {len(tokens)} tokens; this model takes at most {limit}",
@@ -301,6 +309,12 @@ class VllmBackend(VllmRuntimeAdapters, DeclaredBackend):
 
     def _engine_running(self) -> bool:
         return self._engine is not None
+
+    def _on_gpus(self) -> bool:
+        return bool(self.gpus())
+
+    def _adapters_apart_option(self) -> bool | None:
+        return self.options.adapters_apart
 
     async def _engine_call(self, route: str, body: dict[str, str]) -> None:
         await self._require().adapter_call(route, body)
