@@ -169,8 +169,8 @@ async def test_on_the_cpu_requests_for_different_adapters_are_never_in_vllm_toge
     adapter go in together."""
     backend, vllm = engine
     vllm.hold_s = 0.05
-    requests: list[ChatRequest | CompletionRequest] = [chat("pirate"), chat("poet"), chat(None), chat("pirate"),
-                                                       chat("poet"), CompletionRequest("hi", streamed=False)]  # fmt: skip
+    requests: list[ChatRequest | CompletionRequest] = [chat("pirate"), chat("poet"), chat(None), chat("pirate")]
+    requests += [chat("poet"), CompletionRequest("hi", streamed=False)]
     assert await asyncio.gather(*(drain(backend, r) for r in requests)) == ["ok"] * 6
     assert vllm.mixed == []
     order = [body["model"] for kind, body in vllm.calls if kind == "generate"]
