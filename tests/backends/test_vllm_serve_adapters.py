@@ -204,3 +204,16 @@ def test_when_adapters_run_apart(
     adapters: dict[str, str], options: dict[str, Any], context: BackendContext | None, apart: bool
 ) -> None:
     assert backend_with(adapters, options, context).adapters_apart() is apart
+
+
+def test_adapters_apart_is_the_configs_word_and_a_bool() -> None:
+    """A load-time override cannot let a client's admin key mix adapters on vLLM-CPU (the
+    admin's override refuses names outside `overridable`), and the option takes a bool only."""
+    from pydantic import ValidationError
+
+    from modelpool.backends.vllm.backend import VllmBackend, VllmInProcessOptions
+
+    assert "adapters_apart" not in VllmServeBackend.overridable | VllmBackend.overridable
+    for options in (VllmOptions, VllmInProcessOptions):
+        with pytest.raises(ValidationError, match="adapters_apart"):
+            options.model_validate({"adapters_apart": "sometimes"})
