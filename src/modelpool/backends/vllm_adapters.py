@@ -55,19 +55,16 @@ class VllmRuntimeAdapters(ABC):
     ) -> AsyncGenerator[GenerationChunk, None]:
         """The chunks of a request for `adapter` (None: the base model), in that adapter's turn
         when the model's adapters run apart (`AdapterTurns`); as they come otherwise."""
-        if not self.adapters_apart():
-            return forward()
-        if self._turns is None:
-            self._turns = AdapterTurns()
-        return self._turns.stream(adapter, forward)
+        return self._adapter_turns().stream(adapter, forward) if self.adapters_apart() else forward()
 
     def _turn(self, adapter: str | None) -> AbstractAsyncContextManager[None]:
         """`adapter`'s turn around one call that is not a stream (scoring), as `_in_turn`."""
-        if not self.adapters_apart():
-            return contextlib.nullcontext()
+        return self._adapter_turns().turn(adapter) if self.adapters_apart() else contextlib.nullcontext()
+
+    def _adapter_turns(self) -> AdapterTurns:
         if self._turns is None:
             self._turns = AdapterTurns()
-        return self._turns.turn(adapter)
+        return self._turns
 
     def adapters_apart(self) -> bool:
         """Whether requests run one adapter at a time: for a model with adapters, as
