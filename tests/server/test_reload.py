@@ -212,11 +212,16 @@ async def test_the_reload_checks_its_models_off_the_event_loop(tmp_path: Path, m
     [
         ("models: [unclosed", "is not valid YAML"),
         ("starter_models: false\nmodels:\n  m:\n    backend: no_such_engine\n", "no_such_engine"),
-        ("starter_models: false\nmodels:\n  m:\n    backend: tests.fakes:HeldEchoBackend\n    max_queue: -1\n",
-         "models.m.max_queue"),
-        ("a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-         "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
-         "f: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n", "values"),
+        (
+            "starter_models: false\nmodels:\n  m:\n    backend: tests.fakes:HeldEchoBackend\n    max_queue: -1\n",
+            "models.m.max_queue",
+        ),
+        (
+            "a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+            "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+            "f: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n",
+            "values",
+        ),
         ("a: " + "[" * 5000 + "]" * 5000 + "\n", "RecursionError"),
     ],
     ids=["yaml", "engine", "bounds", "alias-bomb", "deep"],
@@ -317,3 +322,62 @@ async def test_an_unexpected_failure_in_a_background_reload_is_logged_not_raised
         assert "a bug while applying" in caplog.text
         monkeypatch.setattr(pool, "apply", apply)
         assert (await reload(client))["added"] == ["n"]
+
+
+async def test_a_hot_change_beside_a_waiting_reload_leaves_the_engines_settings_to_it(tmp_path: Path) -> None:
+    """A second reload that changes only a hot field must not slip the first one's settings
+    (here the options and the memory the model is counted at) into the model while its old
+    engine still serves."""
+    path = tmp_path / "models.yaml"
+    write(path, {"m": {"options": {"prefix": "old "}}})
+    async with served(path) as (app, client):
+        HeldEchoBackend.gate = asyncio.Event()
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "one"}]}
+        async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
+            lines = stream.aiter_lines()
+            while "old" not in await anext(lines):
+                pass
+            changed = {"options": {"prefix": "new "}, "memory_bytes": 12345}
+            write(path, {"m": changed})
+            assert (await reload(client))["reloading"] == [{"id": "m", "fields": ["memory_bytes", "options"]}]
+            write(path, {"m": {**changed, "description": "second"}})
+            assert (await reload(client))["hot"] == [{"id": "m", "fields": ["description"]}]
+            pool: ModelPool = app.state.pool
+            slot = pool.slot("m")
+            assert slot.config.description == "second"  # the hot field took at once
+            assert slot.config.options == {"prefix": "old "}  # the engine's own stay until it reloads
+            assert slot.config.memory_bytes is None
+            assert pool.pending_reloads() == ["m"]
+            HeldEchoBackend.gate.set()
+            async for _ in lines:
+                pass
+        await until(lambda: not pool.pending_reloads(), "the idle model to take its new config")
+        assert pool.slot("m").config.options == {"prefix": "new "}
+        assert pool.slot("m").config.memory_bytes == 12345
+        assert pool.slot("m").config.description == "second"  # the waiting reload took the hot change too
+        reply = (await answer(client, "m")).json()
+        assert reply["choices"][0]["message"]["content"].startswith("new hello")
+
+
+async def test_a_hot_change_is_checked_as_at_start_up_and_changes_what_the_model_says_it_does(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "models.yaml"
+    listening = {"backend": "tests.fakes:SampleCountingTranscriber"}
+    write(path, {"m": {}, "ears": listening})
+    async with served(path) as (_, client):
+        write(path, {"m": {}, "ears": {**listening, "enable_thinking": True}})  # start-up refuses it: so must this
+        response = await client.post("/v1/admin/reload")
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["code"] == "invalid_config" and "enable_thinking" in error["message"], error
+
+        def thinking_modes(models: dict[str, Any]) -> list[str]:
+            return next(m["capabilities"]["thinking_modes"] for m in models["data"] if m["id"] == "m")
+
+        assert thinking_modes((await client.get("/v1/models")).json()) == []
+        write(path, {"m": {"reasoning_parser": "think", "enable_thinking": False}, "ears": listening})
+        assert (await reload(client))["hot"] == [{"id": "m", "fields": ["enable_thinking", "reasoning_parser"]}]
+        models = (await client.get("/v1/models")).json()
+        assert thinking_modes(models) == ["default", "enabled", "disabled"]
+        assert next(m for m in models["data"] if m["id"] == "m")["capabilities"]["thinking_default"] is False

@@ -86,6 +86,13 @@ def diff_configs(running: Config, wanted: Config) -> ConfigDiff:
     )
 
 
+def with_hot_fields(running: ModelConfig, wanted: ModelConfig) -> ModelConfig:
+    """`running` with `wanted`'s hot fields: what a served model takes at once. Its other
+    fields stay those its engine was loaded with, even when `wanted` changes them too (a
+    reload waiting for the model's next idle moment brings them then)."""
+    return running.model_copy(update={field: getattr(wanted, field) for field in HOT_MODEL_FIELDS})
+
+
 def changed_fields(old: ModelConfig, new: ModelConfig) -> tuple[str, ...]:
     before, after = old.model_dump(mode="json"), new.model_dump(mode="json")
     return tuple(sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key)))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelpool.capabilities import ModelCapabilities
-from modelpool.config.reload_diff import ConfigDiff
+from modelpool.config.reload_diff import ConfigDiff, with_hot_fields
 from modelpool.config.schema import Config, ModelConfig
 from modelpool.errors import ConfigError
 from modelpool.runtime.detached import detached_task
@@ -43,15 +43,17 @@ class PoolReload(PoolBase):
     """Builds the slot of a model a reload adds (set by `build_pool`); None: models cannot be added."""
 
     def prepare(self, wanted: Config, diff: ConfigDiff) -> PreparedModels:
-        """Every added or reloading model's capabilities (its backend and options checked) and
+        """Every added, reloading or hot-changed model's capabilities (its backend and options checked) and
         the default models checked against what the models do. ConfigError names the first
         problem; nothing has changed. Reads the pool and changes nothing: it runs in a worker
         thread (resolving a backend may import its engine: torch takes seconds)."""
         if diff.added and self.new_slot is None:
             raise ConfigError("this pool cannot add models (it was not built from a config)")
         models = {model.id: model for model in wanted.served_models()}
-        checked = [*diff.added, *(change.id for change in diff.reloading)]
+        checked = [*diff.added, *(change.id for change in diff.reloading), *(change.id for change in diff.hot)]
         resolved = {model_id: self._resolve(models[model_id]) for model_id in checked}
+        for change in diff.hot:  # and what each serves until then: its running settings with the hot ones
+            self._resolve(with_hot_fields(self._slots[change.id].config, models[change.id]))
         names = {name: model_id for model_id, model in models.items() for name in (model_id, *model.aliases)}
         for task, name in wanted.defaults.models.items():
             model_id = names.get(name)
@@ -69,9 +71,10 @@ class PoolReload(PoolBase):
             assert self.new_slot is not None  # prepare refused otherwise
             self._slots[model_id] = self.new_slot(models[model_id], prepared.resolved[model_id])
         for change in diff.hot:
-            self._slots[change.id].retune(models[change.id])
+            slot = self._slots[change.id]
+            slot.retune(models[change.id], self._hot_capabilities(slot, models[change.id]))
             if change.id in self._pending:  # a reload still waiting takes the hot change with it
-                self._pending[change.id] = (models[change.id], self._pending[change.id][1])
+                self._pending[change.id] = (models[change.id], prepared.resolved[change.id])
         for change in diff.reloading:
             self._pending[change.id] = (models[change.id], prepared.resolved[change.id])
         self._configured = dict(models)
@@ -132,6 +135,16 @@ class PoolReload(PoolBase):
                 self._retiring.discard(slot)
 
         self._in_background(drain(), f"retire-{slot.id}")
+
+    def _hot_capabilities(self, slot: ModelSlot, wanted: ModelConfig) -> ModelCapabilities:
+        """What `slot` does with `wanted`'s hot settings (`enable_thinking`, `reasoning_parser`
+        change its thinking modes), checked by `prepare` against the slot's settings then;
+        should a waiting reload have applied since, they resolve as `wanted` did."""
+        try:
+            return self._resolve(with_hot_fields(slot.config, wanted))
+        except ConfigError:  # not reached (prepare checked both); apply must not fail half-way
+            log.exception("model %s keeps its capabilities", slot.id)
+            return slot.capabilities
 
     def _tasks_of(self, model_id: str | None) -> frozenset[Task]:
         slot = self._slots.get(model_id or "")

@@ -28,6 +28,7 @@ from modelpool.backends.base import (
 )
 from modelpool.backends.runtime_modules import runtime_modules
 from modelpool.capabilities import ModelCapabilities
+from modelpool.config.reload_diff import with_hot_fields
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
 from modelpool.errors import ModelLoadFailed, ModelNotFound, ModelNotReady, ModelpoolError, ShuttingDown
@@ -473,10 +474,14 @@ class ModelSlot:
         self.config, self.capabilities = config, capabilities
         self._resize_admission()
 
-    def retune(self, config: ModelConfig) -> None:
-        """Take settings that apply without a reload (a config reload's hot changes: see
-        `config/reload_diff.py`); the loaded engine and its options stay as they are."""
-        self.config = config.model_copy(update={"options": self.config.options, "replicas": self.config.replicas})
+    def retune(self, config: ModelConfig, capabilities: ModelCapabilities | None = None) -> None:
+        """Take `config`'s settings that apply without a reload (a config reload's hot
+        changes: `HOT_MODEL_FIELDS`), and the capabilities they make; every other setting
+        stays what the loaded engine was made with (its options and replicas, which an
+        admin may have overridden, too)."""
+        self.config = with_hot_fields(self.config, config)
+        if capabilities is not None:
+            self.capabilities = capabilities
         self._resize_admission()
 
     def retire(self) -> None:
