@@ -212,16 +212,11 @@ async def test_the_reload_checks_its_models_off_the_event_loop(tmp_path: Path, m
     [
         ("models: [unclosed", "is not valid YAML"),
         ("starter_models: false\nmodels:\n  m:\n    backend: no_such_engine\n", "no_such_engine"),
-        (
-            "starter_models: false\nmodels:\n  m:\n    backend: tests.fakes:HeldEchoBackend\n    max_queue: -1\n",
-            "models.m.max_queue",
-        ),
-        (
-            "a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-            "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
-            "f: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n",
-            "values",
-        ),
+        ("starter_models: false\nmodels:\n  m:\n    backend: tests.fakes:HeldEchoBackend\n    max_queue: -1\n",
+         "models.m.max_queue"),
+        ("a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+         "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+         "f: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n", "values"),
         ("a: " + "[" * 5000 + "]" * 5000 + "\n", "RecursionError"),
     ],
     ids=["yaml", "engine", "bounds", "alias-bomb", "deep"],

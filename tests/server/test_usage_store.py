@@ -84,5 +84,19 @@ async def test_admin_usage_windows_are_read_from_the_store(tmp_path: Path) -> No
         assert bad.status_code == 400
 
 
+async def test_usage_is_kept_under_served_models_not_the_names_clients_invent(tmp_path: Path) -> None:
+    """Each distinct model a request names would otherwise be a durable row for good."""
+    app = app_for(usage_store={"path": str(tmp_path / "usage.sqlite")},
+                  models={"m": {"backend": "tests.fakes:EchoBackend"}})  # fmt: skip
+    async with LifespanManager(app), client(app) as http:
+        for name in ("m", "no-such-model", "x" * 100_000, "m:no-such-adapter", "other-invented"):
+            body = {"model": name, "messages": [{"role": "user", "content": "hi"}]}
+            await http.post("/v1/chat/completions", json=body)
+        reply = await http.get("/v1/admin/usage", params={"start_time": 0, "group_by": "model"})
+        assert reply.status_code == 200, reply.text
+        rows = {row["model"]: row["requests"] for row in reply.json()["windowed"]}
+    assert rows == {"m": 2, "unknown": 3}
+
+
 def client(app: FastAPI) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)

@@ -128,7 +128,7 @@ def _add_middlewares(
     app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes, max_upload_bytes=server.max_upload_bytes,
                        body_timeout_s=server.body_timeout_s,
                        max_file_bytes=config.batch_api.max_file_bytes + FORM_OVERHEAD)  # fmt: skip
-    add_rate_limits(app, config, pool.metrics)  # inside RequireKeys, which names the key
+    add_rate_limits(app, config, pool.metrics, pool.metrics_label)  # inside RequireKeys, which names the key
     app.add_middleware(RequireKeys, keys=keys)
     stop_tracing = install_tracing(app, server, tracer_provider)  # inside RequestContext: has its request id
     app.add_middleware(RequestContext, metrics=pool.metrics, model_label=pool.metrics_label)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,15 +52,19 @@ REFUSED_LIMIT = "rate_limited"
 """The scope state's entry naming the limit that refused the request (`requests`, `tokens`)."""
 
 
-def add_rate_limits(app: FastAPI, config: Config, metrics: Metrics) -> UsageStore | None:
+def add_rate_limits(
+    app: FastAPI, config: Config, metrics: Metrics, model_label: Callable[[str], str]
+) -> UsageStore | None:
     """The limiter and ledger on `app.state` (the admin route reports them; tests move the
     limiter's clock), and the middleware in its place: add it before `RequireKeys`. With
     `usage_store.enabled` (the default), the durable store too, usage and budgets restored
-    from it (the lifespan starts and closes it)."""
+    from it (the lifespan starts and closes it). `model_label`: the model a request's usage
+    is kept under (the pool's `metrics_label`)."""
     app.state.rate_limiter = RateLimiter.from_config(config.auth)
     app.state.usage = UsageLedger(metrics)
     app.state.usage_history = _durable_store(config, app.state.usage, app.state.rate_limiter)
-    app.add_middleware(EnforceRateLimits, limiter=app.state.rate_limiter, ledger=app.state.usage, routes=app.routes)
+    app.add_middleware(EnforceRateLimits, limiter=app.state.rate_limiter, ledger=app.state.usage, routes=app.routes,
+                       model_label=model_label)  # fmt: skip
     return app.state.usage_history  # type: ignore[no-any-return]
 
 
@@ -106,13 +110,22 @@ class _Bill:
 
 class EnforceRateLimits:
     def __init__(
-        self, app: ASGIApp, limiter: RateLimiter, ledger: UsageLedger, routes: list[BaseRoute] | None = None
+        self,
+        app: ASGIApp,
+        limiter: RateLimiter,
+        ledger: UsageLedger,
+        routes: list[BaseRoute] | None = None,
+        model_label: Callable[[str], str] = lambda name: "unknown",
     ) -> None:
-        """`routes`: the app's, to name the route of a refused request (it never reaches routing)."""
+        """`routes`: the app's, to name the route of a refused request (it never reaches
+        routing). `model_label`: a served model's id for the name a request asked for, a
+        fixed one for any other, so that invented names cannot grow the (durable) usage
+        records without bound."""
         self.app = app
         self.limiter = limiter
         self.ledger = ledger
         self.routes = routes or []
+        self.model_label = model_label
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not _limited(scope):
@@ -133,8 +146,9 @@ class EnforceRateLimits:
             await self.app(scope, receive, self._with_headers(send, bill) if caller.limits.any else send)
         finally:
             self._settle(bill)
-            model = scope.get("state", {}).get("model_id")
-            self.ledger.record(caller.account, bill.meter.total(), model if isinstance(model, str) else "")
+            asked = scope.get("state", {}).get("model_id")
+            model = self.model_label(asked) if isinstance(asked, str) else ""
+            self.ledger.record(caller.account, bill.meter.total(), model)
 
     def _with_headers(self, send: Send, bill: _Bill) -> Send:
         async def send_with_headers(message: Message) -> None:
