@@ -657,7 +657,8 @@ class BatchApiConfig(_Strict):
     """Largest line of a batch input file (one request's body); a longer line is a 400 naming it."""
 
     key_storage_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
-    """Bytes of files (uploads and batch outputs) one key may keep; past it an upload gets 413."""
+    """Bytes of files (uploads and batch outputs) one key may keep, counting its running
+    batches' finished lines; past it an upload gets 413 and a running batch stops (`failed`)."""
 
     key_files: int = Field(default=10_000, ge=1, le=1_000_000)
     """Files one key may keep."""

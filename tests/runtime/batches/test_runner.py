@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import threading
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from modelpool.errors import InvalidRequest, StoreFull
 from modelpool.owner import Owner
 from modelpool.pool_api.batches import LineAnswer
 from modelpool.runtime.batches.database import Database
@@ -147,3 +151,81 @@ async def test_a_cancel_stops_the_running_line_while_every_turn_is_taken(tmp_pat
     after = await runner.create(ALICE, file_id, "/v1/embeddings", None)
     await asyncio.wait_for(runner.idle(), timeout=5)
     assert after.status == "completed" and after.counts.completed == 2
+
+
+async def test_outputs_stop_at_the_keys_quota_the_batch_failing_with_what_finished(tmp_path: Path) -> None:
+    """Each answer here is ~30 KB against a 100 KB quota: the finished lines' outputs count
+    as they are kept, the batch stops once they fill it, and its files hold those lines."""
+    runner, file_id = await runner_with(tmp_path, [line(c) for c in "abcdefghij"])
+    ran: list[bytes] = []
+
+    async def execute(owner: Owner, endpoint: str, body: bytes) -> LineAnswer:
+        ran.append(body)
+        return LineAnswer(200, "r", {"data": "x" * 30_000})
+
+    runner.execute = execute
+    batch = await runner.create(ALICE, file_id, "/v1/embeddings", None)
+    await asyncio.wait_for(runner.idle(), timeout=10)
+    assert batch.status == "failed" and [e.code for e in batch.errors] == ["storage_quota_exceeded"]
+    assert "batch_api.key_storage_bytes" in batch.errors[0].message
+    assert len(ran) == 4 and batch.counts.completed == 4  # the input's ~1 KB and 3 answers leave room for one
+    assert batch.output_file_id is not None
+    kept = runner.files.path_of(batch.output_file_id).read_text().splitlines()
+    assert [json.loads(out)["custom_id"] for out in kept] == ["a", "b", "c", "d"]
+    assert runner.db.now(lambda c: c.execute("SELECT COUNT(*) FROM results").fetchone()) == (0,)
+    with pytest.raises(StoreFull, match="quota"):  # the outputs are the key's files now
+        await runner.files.add(ALICE, "more.jsonl", "batch", io.BytesIO(line("k").encode()))
+
+
+async def test_a_cancel_while_the_file_is_checked_is_kept(tmp_path: Path) -> None:
+    checking, resume = threading.Event(), threading.Event()
+
+    def slow_check(endpoint: str, body: dict[str, Any]) -> str:
+        checking.set()
+        resume.wait(timeout=10)
+        return "m"
+
+    runner, file_id = await runner_with(tmp_path, [line("a"), line("b")])
+    runner.check = slow_check
+    ran: list[bytes] = []
+
+    async def execute(owner: Owner, endpoint: str, body: bytes) -> LineAnswer:
+        ran.append(body)
+        return LineAnswer(200, "r", {})
+
+    runner.execute = execute
+    batch = await runner.create(ALICE, file_id, "/v1/embeddings", None)
+    await asyncio.to_thread(checking.wait, 10)
+    assert batch.status == "validating"
+    assert (await runner.cancel(batch.id, ALICE)).status == "cancelling"
+    resume.set()
+    await asyncio.wait_for(runner.idle(), timeout=10)
+    assert batch.status == "cancelled" and ran == []
+
+
+async def test_uploads_ending_together_cannot_all_pass_the_quota(tmp_path: Path) -> None:
+    db = Database(tmp_path / "b.sqlite")
+    files = FileStore(db, tmp_path / "files", LIMITS)
+    run = db.run
+
+    async def slow_run(work: Any) -> Any:  # the database's write: the moment a second upload used to slip in
+        await asyncio.sleep(0.2)
+        return await run(work)
+
+    files.db.run = slow_run  # type: ignore[method-assign]
+    upload = "".join(line(f"{i:04}" + "y" * 300) for i in range(5)).encode()
+    files.limits = replace(LIMITS, key_bytes=len(upload) * 5 // 2)  # room for two
+    results = await asyncio.gather(
+        *(files.add(ALICE, f"{i}.jsonl", "batch", io.BytesIO(upload)) for i in range(5)), return_exceptions=True
+    )
+    assert sorted(type(r).__name__ for r in results) == ["FileRecord"] * 2 + ["StoreFull"] * 3, results
+
+
+async def test_a_line_nested_too_deeply_is_a_400_naming_it(tmp_path: Path) -> None:
+    roomy = replace(LIMITS, max_bytes=50_000, max_line_bytes=20_000)
+    files = FileStore(Database(tmp_path / "b.sqlite"), tmp_path / "files", roomy)
+    deep = line("a") + "[" * 5000 + "]" * 5000 + "\n"
+    with pytest.raises(InvalidRequest, match="Line 2 nests its JSON too deeply") as refused:
+        await files.add(ALICE, "deep.jsonl", "batch", io.BytesIO(deep.encode()))
+    assert refused.value.status_code == 400
+    assert list((tmp_path / "files").iterdir()) == []

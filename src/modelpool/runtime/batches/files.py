@@ -59,6 +59,9 @@ class FileStore:
         self._files = {row[0]: FileRecord(*row) for row in rows}
         self.off: str | None = None
         """Why this server does not serve the files (another server holds the directory)."""
+        self.held: Callable[[str], int] = lambda owner: 0
+        """Bytes of finished lines a key's unfinished batches hold, their files to be (set by
+        the batch runner): they count against the key's quota like its files."""
 
     async def add(self, owner: Owner, filename: str, purpose: str, source: IO[bytes]) -> FileRecord:
         """Store an upload of `purpose` (`batch`) from `source`, checked as it is copied."""
@@ -77,13 +80,20 @@ class FileStore:
         except StoreFull:
             self.path_of(file_id).unlink(missing_ok=True)
             raise
-        await self.keep(record)
+        # Counted at once, with no await since the check: uploads ending together cannot all
+        # pass the quota one of them fills.
+        self.remember(record)
+        try:
+            await self.db.run(lambda c: insert_file(c, record))
+        except BaseException:
+            self._files.pop(file_id, None)
+            self.path_of(file_id).unlink(missing_ok=True)
+            raise
         return record
 
-    async def keep(self, record: FileRecord) -> None:
-        """Record a file whose bytes are already at `path_of(record.id)`."""
-        await self.db.run(lambda c: insert_file(c, record))
-        self.remember(record)
+    def room(self, owner: str) -> int:
+        """Bytes the key may still store: its quota less its files and what its batches hold."""
+        return self.limits.key_bytes - self._used(owner) - self.held(owner)
 
     def remember(self, record: FileRecord) -> None:
         """A file whose row a caller's own transaction inserted (`insert_file`)."""
@@ -123,11 +133,15 @@ class FileStore:
         if len(theirs) >= self.limits.key_files:
             raise StoreFull(f"This key keeps {len(theirs)} files, the most allowed (batch_api.key_files): "
                             "delete some first.")  # fmt: skip
-        used = sum(f.bytes for f in theirs)
+        used = self._used(owner) + self.held(owner)
         if used + adding > self.limits.key_bytes:
             quota = self.limits.key_bytes
-            raise StoreFull(f"This key's files would take {used + adding} bytes, more than its quota of {quota} "
-                            "(batch_api.key_storage_bytes): delete some first.")  # fmt: skip
+            raise StoreFull(f"This key's files (and its batches' outputs) would take {used + adding} bytes, "
+                            f"more than its quota of {quota} (batch_api.key_storage_bytes): "
+                            "delete some first.")  # fmt: skip
+
+    def _used(self, owner: str) -> int:
+        return sum(f.bytes for f in self._files.values() if f.owner == owner)
 
     def _copy(self, source: IO[bytes], target: Path) -> int:
         """Copy `source` to `target`, checking its size and each line; the lines it holds."""
@@ -186,6 +200,8 @@ class _LineChecker:
             parsed = json.loads(line)
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidRequest(f"Line {self.lines} is not valid JSON: {exc}.", param="file") from None
+        except RecursionError:  # `[[[[...` deeper than the parser goes
+            raise InvalidRequest(f"Line {self.lines} nests its JSON too deeply.", param="file") from None
         if not isinstance(parsed, dict):
             raise InvalidRequest(f"Line {self.lines} is not a JSON object.", param="file")
 

@@ -91,7 +91,7 @@ def _capped(errors: list[LineError]) -> list[LineError]:
 def _one(raw: bytes, endpoint: str, check: LineCheck, seen: set[str]) -> tuple[BatchLine, str]:
     try:
         item = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise InvalidRequest("The line is not valid JSON.") from None
     if not isinstance(item, dict):
         raise InvalidRequest("The line is not a JSON object.")

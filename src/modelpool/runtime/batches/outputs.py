@@ -5,8 +5,10 @@ the input's order, as `{"id", "custom_id", "response": {"status_code", "request_
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
+import sqlite3
 import time
 from typing import Any
 
@@ -40,21 +42,51 @@ def _tokens(body: Any) -> tuple[int, int]:
     return int(prompt or 0), int(output or 0)
 
 
-def write_outputs(files: FileStore, batch: BatchRecord, rows: list[records.ResultRow]) -> list[FileRecord]:
+def write_outputs(
+    files: FileStore, db: sqlite3.Connection, batch: BatchRecord, expired: list[records.ResultRow]
+) -> list[FileRecord]:
     """The output file (if any line succeeded) and the error file (if any failed), written
-    and synced (run on a worker thread). Their records are for the caller to keep."""
-    made = []
-    for ok, suffix in ((True, "output"), (False, "error")):
-        chosen = [row[2] for row in rows if row[1] is ok]
-        if not chosen:
-            continue
-        file_id = new_id("file")
-        path = files.path_of(file_id)
-        data = ("\n".join(chosen) + "\n").encode()
-        with open(path, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        made.append(FileRecord(file_id, batch.owner, f"{batch.id}_{suffix}.jsonl", "batch_output", len(data),
-                               int(time.time()), len(chosen)))  # fmt: skip
-    return made
+    and synced (run on a worker thread, holding the database). The finished lines stream
+    from SQLite in the input's order, merged with `expired` (lines the window closed on),
+    so a large output is never held in memory. Their records are for the caller to keep."""
+    stored = records.result_outputs(db, batch.id)
+    merged = heapq.merge(stored, ((row[0], row[1], row[2]) for row in expired))
+    sinks: dict[bool, _Sink] = {}
+    try:
+        for _, ok, output in merged:
+            if ok not in sinks:
+                sinks[ok] = _Sink(files, batch, "output" if ok else "error")
+            sinks[ok].write(output)
+        return [sinks[ok].close() for ok in (True, False) if ok in sinks]
+    except BaseException:
+        for sink in sinks.values():
+            sink.discard()
+        raise
+
+
+class _Sink:
+    """One output file being written: its lines, then synced and described."""
+
+    def __init__(self, files: FileStore, batch: BatchRecord, suffix: str) -> None:
+        self.id = new_id("file")
+        self.path = files.path_of(self.id)
+        self.name = f"{batch.id}_{suffix}.jsonl"
+        self.owner = batch.owner
+        self.lines = self.bytes = 0
+        self._out = open(self.path, "wb")  # noqa: SIM115 - closed by close() or discard()
+
+    def write(self, line: str) -> None:
+        data = line.encode() + b"\n"
+        self._out.write(data)
+        self.lines += 1
+        self.bytes += len(data)
+
+    def close(self) -> FileRecord:
+        self._out.flush()
+        os.fsync(self._out.fileno())
+        self._out.close()
+        return FileRecord(self.id, self.owner, self.name, "batch_output", self.bytes, int(time.time()), self.lines)
+
+    def discard(self) -> None:
+        self._out.close()
+        self.path.unlink(missing_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -12,6 +13,9 @@ from modelpool.pool_api.batches import BatchRecord, LineError, RequestCounts
 
 ResultRow = tuple[int, bool, str, int, int]
 """(line, ok, output line, input tokens, output tokens)."""
+ResultCount = tuple[int, bool, int, int, int]
+"""(line, ok, input tokens, output tokens, bytes of the output line): a finished line
+without its output, which may be large."""
 
 
 def save_batch(db: sqlite3.Connection, record: BatchRecord) -> None:
@@ -39,12 +43,20 @@ def save_result(
     db.execute("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?)", row)
 
 
-def results_of(db: sqlite3.Connection, batch_id: str) -> list[ResultRow]:
-    """(line, ok, output line, input tokens, output tokens), in the input's order."""
+def result_counts(db: sqlite3.Connection, batch_id: str) -> list[ResultCount]:
+    """The finished lines, in the input's order, without their outputs."""
     rows = db.execute(
-        "SELECT line, ok, output, tokens_in, tokens_out FROM results WHERE batch_id = ? ORDER BY line", (batch_id,)
+        "SELECT line, ok, tokens_in, tokens_out, LENGTH(CAST(output AS BLOB)) FROM results WHERE batch_id = ? "
+        "ORDER BY line",
+        (batch_id,),
     )
-    return [(line, bool(ok), output, tokens_in, tokens_out) for line, ok, output, tokens_in, tokens_out in rows]
+    return [(line, bool(ok), tokens_in, tokens_out, size) for line, ok, tokens_in, tokens_out, size in rows]
+
+
+def result_outputs(db: sqlite3.Connection, batch_id: str) -> Iterator[tuple[int, bool, str]]:
+    """(line, ok, output line) of each finished line, in the input's order, read as iterated."""
+    rows = db.execute("SELECT line, ok, output FROM results WHERE batch_id = ? ORDER BY line", (batch_id,))
+    return ((line, bool(ok), output) for line, ok, output in rows)
 
 
 def drop_results(db: sqlite3.Connection, batch_id: str) -> None:

@@ -14,6 +14,7 @@ once (their lines are not counted); the output and error files hold what finishe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import sqlite3
@@ -48,7 +49,8 @@ WINDOW_S = 24 * 3600
 MAX_RETRY_WAIT_S = 60.0
 """Longest wait before a line refused with 429 (its key's budget, its queue's cap) is tried again."""
 Lines = list[BatchLine]
-Rows = list[records.ResultRow]
+_FULL = ("The batch stopped: this key's files and batch outputs reached its quota of {quota} bytes "
+         "(batch_api.key_storage_bytes). The output and error files hold the lines that finished.")  # fmt: skip
 Execute = Callable[[Owner, str, bytes], Awaitable[LineAnswer]]
 """(the batch's owner, endpoint, body) → what the endpoint answered, as that key."""
 
@@ -76,6 +78,13 @@ class BatchRunner:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._refused: dict[str, str] = {}
         """Batches whose key was refused (revoked since): the batch fails, its lines stop."""
+        self._held: dict[str, int] = {}
+        """Bytes of the finished lines' outputs each running batch keeps in SQLite until its
+        files are written: they count against its key's storage quota."""
+        self._full: set[str] = set()
+        """Batches stopped because their key's quota is full: they end `failed`, their
+        finished lines kept in their files."""
+        files.held = self._held_by
 
     def start(self) -> None:
         """Resume every batch a previous run left unfinished."""
@@ -161,6 +170,11 @@ class BatchRunner:
             log.exception("batch %s failed", batch.id)
             batch.errors.append(LineError("internal_error", f"The batch stopped: {type(exc).__name__}."))
             await self._enter(batch, "failed")
+            with contextlib.suppress(Exception):  # nothing reads a failed batch's lines: free their rows
+                await self.db.run(lambda c: records.drop_results(c, batch.id))
+        finally:
+            self._held.pop(batch.id, None)
+            self._full.discard(batch.id)
 
     async def _validated(self, batch: BatchRecord) -> bool:
         """Whether the input may run; a batch with a wrong line fails here, before any runs."""
@@ -176,6 +190,8 @@ class BatchRunner:
             count, errors, model = await asyncio.to_thread(
                 check_lines, self.files.path(source), batch.endpoint, self.check
             )
+            if _cancelled(batch):  # while its file was checked
+                return False
             if errors:
                 batch.errors = errors
                 await self._enter(batch, "failed")
@@ -185,8 +201,9 @@ class BatchRunner:
         return True
 
     async def _run_lines(self, batch: BatchRecord) -> None:
-        rows = await self.db.run(lambda c: records.results_of(c, batch.id))
+        rows = await self.db.run(lambda c: records.result_counts(c, batch.id))
         _recount(batch, rows)  # a resumed batch: what finished before the restart
+        self._held[batch.id] = sum(row[4] for row in rows)
         done = {row[0] for row in rows}
         running: set[asyncio.Task[None]] = set()
         path = self.files.path(self.files.get(batch.input_file_id, Owner(batch.owner)))
@@ -194,13 +211,13 @@ class BatchRunner:
         try:
             while await self._turn(batch):  # a line is read only once it may run
                 line = await asyncio.to_thread(_next_not_in, lines, done)
-                if line is None or batch.status != "in_progress" or self._expired(batch) or batch.id in self._refused:
+                if line is None or not self._still_runs(batch) or self._expired(batch):
                     self._turns.release()
                     break
                 task = asyncio.create_task(self._run_line(batch, line))
                 running.add(task)
                 task.add_done_callback(running.discard)
-            while running and batch.status == "in_progress" and batch.id not in self._refused:
+            while running and self._still_runs(batch):
                 await asyncio.wait(set(running), timeout=0.5)  # a cancel is seen within half a second
         finally:
             for task in running:
@@ -225,7 +242,10 @@ class BatchRunner:
         return acquire.done() and not acquire.cancelled() and self._still_runs(batch)
 
     def _still_runs(self, batch: BatchRecord) -> bool:
-        return batch.status == "in_progress" and batch.id not in self._refused
+        return batch.status == "in_progress" and batch.id not in self._refused and batch.id not in self._full
+
+    def _held_by(self, owner: str) -> int:
+        return sum(self._held.get(b.id, 0) for b in self._batches.values() if b.owner == owner)
 
     async def _run_line(self, batch: BatchRecord, line: BatchLine) -> None:
         try:
@@ -243,23 +263,29 @@ class BatchRunner:
             output, tokens = line_output(new_id("batch_req"), line.custom_id, answer)
             await self.db.run(lambda c: records.save_result(c, batch.id, line.index, ok, output, tokens))
             _count(batch, ok, tokens)
+            self._held[batch.id] = self._held.get(batch.id, 0) + len(output)  # ASCII: characters are bytes
+            if self.files.room(batch.owner) <= 0:  # kept, and no line after it runs
+                self._full.add(batch.id)
         finally:
             self._turns.release()
 
     async def _finalize(self, batch: BatchRecord) -> None:
         """Write the output and error files from the finished lines, and end the batch.
         Expired, the lines never run go to the error file as `batch_expired` (OpenAI's)."""
-        rows = await self.db.run(lambda c: records.results_of(c, batch.id))
-        written = rows
         ending: BatchStatus = "cancelled" if batch.status == "cancelling" else "completed"
-        if ending == "completed" and len(rows) < batch.counts.total and self._expired(batch):
+        if batch.status == "in_progress":
+            await self._enter(batch, "finalizing")  # from here a cancel is refused: the batch is ending
+        rows = await self.db.run(lambda c: records.result_counts(c, batch.id))
+        expired: list[records.ResultRow] = []
+        if batch.id in self._full:
+            ending = "failed"
+            batch.errors.append(LineError("storage_quota_exceeded", _FULL.format(quota=self.files.limits.key_bytes)))
+        elif ending == "completed" and len(rows) < batch.counts.total and self._expired(batch):
             ending = "expired"
             done = {row[0] for row in rows}
             lines = await asyncio.to_thread(self._lines_of, batch)
-            written = sorted([*rows, *(expired_row(line) for line in lines if line.index not in done)])
-        elif batch.status == "in_progress":
-            await self._enter(batch, "finalizing")
-        made = await asyncio.to_thread(write_outputs, self.files, batch, written)
+            expired = [expired_row(line) for line in lines if line.index not in done]
+        made = await self.db.run(lambda c: write_outputs(self.files, c, batch, expired))
         _recount(batch, rows)
         named = {f.filename.rsplit("_", 1)[-1]: f.id for f in made}  # "output.jsonl", "error.jsonl"
         ended = replace(batch, status=ending, times={**batch.times, f"{ending}_at": int(self.clock())},
@@ -267,6 +293,7 @@ class BatchRunner:
         await self.db.run(lambda c: _end(c, ended, made))
         for record in made:  # the files first: a client that sees the batch ended can fetch them
             self.files.remember(record)
+        self._held.pop(batch.id, None)  # counted as its files now
         batch.output_file_id, batch.error_file_id = ended.output_file_id, ended.error_file_id
         batch.times, batch.status = ended.times, ending
 
@@ -280,6 +307,7 @@ class BatchRunner:
         batch.errors.append(LineError("key_revoked", f"The batch's API key was refused: {reason}"))
         await self._enter(batch, "failed")
         await self.db.run(lambda c: records.drop_results(c, batch.id))
+        self._held.pop(batch.id, None)
 
     async def _enter(self, batch: BatchRecord, status: BatchStatus) -> None:
         batch.status = status
@@ -314,6 +342,10 @@ def _locked(path: Path) -> IO[bytes] | None:
     return handle
 
 
+def _cancelled(batch: BatchRecord) -> bool:
+    return batch.status == "cancelling"
+
+
 def _next_not_in(lines: Iterator[BatchLine], done: set[int]) -> BatchLine | None:
     """The next line not done before a restart (None: the file ended)."""
     return next((line for line in lines if line.index not in done), None)
@@ -337,13 +369,13 @@ def _count(batch: BatchRecord, ok: bool, tokens: tuple[int, int]) -> None:
     _add_usage(batch.usage, *tokens)
 
 
-def _recount(batch: BatchRecord, rows: Rows) -> None:
+def _recount(batch: BatchRecord, rows: list[records.ResultCount]) -> None:
     """From what SQLite holds (a resumed batch's counts in memory start from zero)."""
     batch.counts.completed = sum(1 for row in rows if row[1])
     batch.counts.failed = sum(1 for row in rows if not row[1])
     batch.usage = {}
     for row in rows:
-        _add_usage(batch.usage, row[3], row[4])
+        _add_usage(batch.usage, row[2], row[3])
 
 
 def _add_usage(usage: dict[str, Any], tokens_in: int, tokens_out: int) -> None:
