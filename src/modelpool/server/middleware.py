@@ -13,6 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -102,8 +103,9 @@ FORM_OVERHEAD = 64 * 1024
 
 
 class BodyLimit:
-    """413 before an oversized body is read whole; 408 when a body stops coming for
-    `body_timeout_s` (one slow client must not hold a request task for ever)."""
+    """413 before an oversized body is read whole (a declared length at once, a chunked
+    body as its bytes pass the limit); 408 when a body stops coming for `body_timeout_s`
+    (one slow client must not hold a request task for ever)."""
 
     def __init__(
         self, app: ASGIApp, max_bytes: int, max_upload_bytes: int, body_timeout_s: float, max_file_bytes: int = 0
@@ -126,43 +128,30 @@ class BodyLimit:
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await self._reject(send, limit, scope["path"])
             return
-        clock = _BodyClock(receive, send, self.body_timeout_s, scope["path"])
-        await self._forward(scope, clock.receive, clock.send, limit, declared is not None)
-
-    async def _forward(self, scope: Scope, receive: Receive, send: Send, limit: int, declared: bool) -> None:
-        if declared:
-            await self.app(scope, receive, send)
-            return
-        # No Content-Length (chunked): read up to the limit here, then replay.
-        messages, size = [], 0
-        while True:
-            message = await receive()
-            messages.append(message)
-            size += len(message.get("body", b""))
-            if size > limit:
-                await self._reject(send, limit, scope["path"])
-                return
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
-        await self.app(scope, _replay(messages, receive), send)
+        clock = _BodyClock(receive, send, self.body_timeout_s, scope["path"], limit)
+        await self.app(scope, clock.receive, clock.send)
 
     async def _reject(self, send: Send, limit: int, path: str) -> None:
-        body = error_body(
-            f"Request body exceeds the limit of {limit} bytes.", "invalid_request_error", "request_too_large"
-        )
-        await send_json(send, 413, shaped_error(path, 413, body))
+        await send_json(send, 413, shaped_error(path, 413, _too_large(limit)))
+
+
+def _too_large(limit: int) -> dict[str, Any]:
+    return error_body(f"Request body exceeds the limit of {limit} bytes.", "invalid_request_error", "request_too_large")
 
 
 class _BodyClock:
-    """Waits at most `timeout_s` for each piece of a request body still coming. When a piece
-    is late the client gets 408 from here, and the app is told the client left (a route
-    parsing the body would otherwise turn the error into its own 400); once the body is
-    whole, receive only waits for the client to leave, with no deadline."""
+    """Waits at most `timeout_s` for each piece of a request body still coming, and counts
+    its bytes as the app reads them. When a piece is late the client gets 408 from here,
+    and when the bytes pass `limit` (a body with no Content-Length: chunked) 413; either
+    way the app is told the client left (a route parsing the body would otherwise turn the
+    error into its own 400), and nothing past the limit was held. Once the body is whole,
+    receive only waits for the client to leave, with no deadline."""
 
-    def __init__(self, receive: Receive, send: Send, timeout_s: float, path: str) -> None:
+    def __init__(self, receive: Receive, send: Send, timeout_s: float, path: str, limit: int) -> None:
         self._receive, self._send = receive, send
-        self.timeout_s, self.path = timeout_s, path
+        self.timeout_s, self.path, self.limit = timeout_s, path, limit
         self.body_done = self.started = self.answered = False
+        self.size = 0
 
     async def receive(self) -> Message:
         if self.answered:
@@ -175,6 +164,10 @@ class _BodyClock:
             await self._answer_timeout()
             return {"type": "http.disconnect"}
         self.body_done = message["type"] != "http.request" or not message.get("more_body", False)
+        self.size += len(message.get("body", b""))
+        if self.size > self.limit:
+            await self._answer(413, _too_large(self.limit))
+            return {"type": "http.disconnect"}
         return message
 
     async def send(self, message: Message) -> None:
@@ -184,19 +177,13 @@ class _BodyClock:
         await self._send(message)
 
     async def _answer_timeout(self) -> None:
+        error = RequestTimeout(f"the request body stopped coming for {self.timeout_s:g} s (server.body_timeout_s)")
+        await self._answer(408, error_payload(error))
+
+    async def _answer(self, status: int, body: dict[str, Any]) -> None:
         self.answered = True
         if not self.started:
-            error = RequestTimeout(f"the request body stopped coming for {self.timeout_s:g} s (server.body_timeout_s)")
-            await send_json(self._send, 408, shaped_error(self.path, 408, error_payload(error)))
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    pending = list(messages)
-
-    async def replay() -> Message:
-        return pending.pop(0) if pending else await receive()
-
-    return replay
+            await send_json(self._send, status, shaped_error(self.path, status, body))
 
 
 def _incoming_request_id(scope: Scope) -> str | None:
