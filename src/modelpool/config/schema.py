@@ -667,6 +667,10 @@ class BatchApiConfig(_Strict):
     """Unfinished batches one key may have at once; one more is a 400 `too_many_batches`.
     A batch waiting for its turn holds no lines in memory (they are read as they run)."""
 
+    key_batches_kept: int = Field(default=1000, ge=1, le=100_000)
+    """Ended batches one key keeps to list and retrieve; making one more forgets its oldest
+    ended batch (its output and error files stay, in the key's quota)."""
+
     concurrency: int = Field(default=1, ge=1, le=16)
     """Requests of all batches together that run at once. Batch work goes to the pool as
     low-priority requests, so it fills idle capacity instead of competing with live callers."""

@@ -42,7 +42,7 @@ def add_batch_api(app: FastAPI, config: Config) -> BatchRunner | None:
     except (OSError, sqlite3.Error) as exc:  # a read-only home in a container: serve the rest, say why
         log.warning("the Batch and Files APIs are off: cannot use %s (%s)", root, exc)
         return None
-    runner = BatchRunner(db, store, check_line, settings.concurrency, settings.key_batches)
+    runner = BatchRunner(db, store, check_line, settings.concurrency, settings.key_batches, settings.key_batches_kept)
     runner.lock_path = root / "server.lock"  # taken when the server starts: one server per directory
     runner.execute = InProcessCalls(app).call
     app.state.files, app.state.batches = store, runner

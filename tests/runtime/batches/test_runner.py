@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from modelpool.errors import InvalidRequest, StoreFull
+from modelpool.errors import InvalidRequest, ObjectNotFound, StoreFull
 from modelpool.owner import Owner
 from modelpool.pool_api.batches import LineAnswer
 from modelpool.runtime.batches.database import Database
@@ -229,3 +229,25 @@ async def test_a_line_nested_too_deeply_is_a_400_naming_it(tmp_path: Path) -> No
         await files.add(ALICE, "deep.jsonl", "batch", io.BytesIO(deep.encode()))
     assert refused.value.status_code == 400
     assert list((tmp_path / "files").iterdir()) == []
+
+
+async def test_a_key_keeps_a_bounded_number_of_ended_batches(tmp_path: Path) -> None:
+    runner, file_id = await runner_with(tmp_path, [line("a")])
+    runner.key_batches_kept = 2
+
+    async def execute(owner: Owner, endpoint: str, body: bytes) -> LineAnswer:
+        return LineAnswer(200, "r", {})
+
+    runner.execute = execute
+    made = []
+    for _ in range(4):
+        made.append(await runner.create(ALICE, file_id, "/v1/embeddings", None))
+        await asyncio.wait_for(runner.idle(), timeout=5)
+    listed = [b.id for b in runner.list(ALICE, limit=100, after=None).data]
+    assert listed == [b.id for b in made[:0:-1]]  # the newest three: the one just made and two ended before it
+    with pytest.raises(ObjectNotFound):
+        runner.get(made[0].id, ALICE)
+    assert made[0].output_file_id is not None
+    assert runner.files.get(made[0].output_file_id, ALICE)  # its files stay, in the key's quota
+    again = BatchRunner(runner.db, FileStore(runner.db, tmp_path / "files", LIMITS), lambda e, b: "m", 1)
+    assert [b.id for b in again.list(ALICE, limit=100, after=None).data] == listed  # forgotten in SQLite too

@@ -16,8 +16,9 @@ from modelpool.pool_api.batches import LineError
 
 LineCheck = Callable[[str, dict[str, Any]], str]
 """(endpoint, body) → the model the body names; raises `InvalidRequest` saying what is wrong."""
-MAX_ERRORS = 1000
-"""Problems listed for one file at most (the rest are counted in the last entry)."""
+MAX_ERRORS = 100
+"""Problems listed for one file at most (the rest are counted in the last entry): a failed
+batch is kept with them, `batch_api.key_batches_kept` of them per key."""
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,13 @@ class BatchRunner:
     """A `BatchService`."""
 
     def __init__(
-        self, db: Database, files: FileStore, check: LineCheck, concurrency: int, key_batches: int = 100
+        self,
+        db: Database,
+        files: FileStore,
+        check: LineCheck,
+        concurrency: int,
+        key_batches: int = 100,
+        key_batches_kept: int = 1000,
     ) -> None:
         self.db = db
         self.files = files
@@ -68,11 +74,13 @@ class BatchRunner:
         """Set by the server once the app exists (it runs each line through the app)."""
         self.clock: Callable[[], float] = time.time
         self.key_batches = key_batches
+        """Unfinished batches one key may have (`batch_api.key_batches`)."""
+        self.key_batches_kept = key_batches_kept
+        """Ended batches one key keeps (`batch_api.key_batches_kept`): past it the oldest is forgotten."""
         self.lock_path: Path | None = None
         """A file whose lock `start` takes: a second server on the same directory would resume
         the same batches and run their lines twice, so it serves neither batches nor files."""
         self._lock: IO[bytes] | None = None
-        """Unfinished batches one key may have (`batch_api.key_batches`)."""
         self._turns = asyncio.Semaphore(concurrency)
         self._batches = {b.id: b for b in db.now(records.load_batches)}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -123,9 +131,18 @@ class BatchRunner:
         batch = BatchRecord(new_id("batch"), owner.name, endpoint, input_file_id, "24h", now, now + WINDOW_S,
                             metadata=metadata, counts=RequestCounts(total=source.lines))  # fmt: skip
         self._batches[batch.id] = batch
-        await self._save(batch)
+        forgotten = self._oldest_ended_past_the_bound(owner.name)
+        for old in forgotten:
+            del self._batches[old]
+        await self.db.run(lambda c: _forget_and_save(c, forgotten, batch))
         self._spawn(batch)
         return batch
+
+    def _oldest_ended_past_the_bound(self, owner: str) -> list[str]:
+        """The key's ended batches beyond `key_batches_kept`, oldest first (their files stay,
+        counted in the key's quota): a key making batches in a loop keeps a bounded number."""
+        ended = [b.id for b in self._batches.values() if b.owner == owner and b.status in TERMINAL]
+        return ended[: max(0, len(ended) - self.key_batches_kept)]
 
     def get(self, batch_id: str, caller: Owner) -> BatchRecord:
         self.files.check_on()  # off (another server holds the directory): 503
@@ -319,6 +336,13 @@ class BatchRunner:
 
     def _expired(self, batch: BatchRecord) -> bool:
         return self.clock() >= batch.expires_at
+
+
+def _forget_and_save(db: sqlite3.Connection, forgotten: list[str], batch: BatchRecord) -> None:
+    for batch_id in forgotten:
+        db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+        records.drop_results(db, batch_id)
+    records.save_batch(db, batch)
 
 
 def _end(db: sqlite3.Connection, batch: BatchRecord, made: list[FileRecord]) -> None:
