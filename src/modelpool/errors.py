@@ -274,6 +274,11 @@ class ModelNotReady(_RetryLater):
         super().__init__(message, retry_after_s=retry_after_s, param="model")
 
 
+class LoadAbandoned(ModelNotReady):
+    """A load started by requests that all left before room was made for it: it stops
+    rather than evict other models for nobody (the next request starts it again)."""
+
+
 class ModelLoadFailed(_RetryLater):
     status_code = 503
     code = "model_load_error"

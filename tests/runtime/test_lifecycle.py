@@ -50,6 +50,7 @@ POLICY = Policy(autoload=True, retry_cooldown_s=30.0, restart_backoff_s=2.0, max
         # What a load, a crash and an unload lead to.
         (Facts(L, NOW), Event.LOADED, Decision(R)),
         (Facts(L, NOW), Event.LOAD_FAILED, Decision(F, Action.CLEANUP)),
+        (Facts(L, NOW), Event.LOAD_ABANDONED, Decision(U, Action.CLEANUP)),  # no request waits: not a failure
         (Facts(R, NOW), Event.CRASHED, Decision(F, Action.CLEANUP)),
         (Facts(D, NOW), Event.CRASHED, Decision(D)),  # being stopped anyway
         (Facts(U, NOW), Event.CRASHED, Decision(U)),
@@ -70,9 +71,9 @@ def test_decide(facts: Facts, event: Event, expected: Decision) -> None:
 
 
 @pytest.mark.parametrize("state", list(SlotState))
-@pytest.mark.parametrize("event", [Event.LOADED, Event.LOAD_FAILED, Event.STOPPED])
+@pytest.mark.parametrize("event", [Event.LOADED, Event.LOAD_FAILED, Event.LOAD_ABANDONED, Event.STOPPED])
 def test_completion_events_change_only_the_state_they_complete(state: SlotState, event: Event) -> None:
-    completes = {Event.LOADED: L, Event.LOAD_FAILED: L, Event.STOPPED: D}[event]
+    completes = {Event.LOADED: L, Event.LOAD_FAILED: L, Event.LOAD_ABANDONED: L, Event.STOPPED: D}[event]
     decision = decide(Facts(state, NOW), event)
     if state is not completes:
         assert decision == Decision(state)

@@ -12,6 +12,7 @@ from modelpool.backends.base import MemoryEstimate
 from modelpool.errors import ShuttingDown
 from modelpool.inference import ChatMessage, ChatRequest
 from modelpool.pool_api.generation import collect
+from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.eviction import Budget
 from modelpool.runtime.lifecycle import SlotState
 from tests.fakes import FakeBackend, FakePool
@@ -104,3 +105,91 @@ async def test_shutdown_ends_a_pending_swap_at_once() -> None:
     async with asyncio.timeout(10):
         await closing
     assert wanted.state is not SlotState.READY
+
+
+async def test_a_load_whose_requests_all_left_stops_and_the_busy_resident_stays() -> None:
+    """A client that asks for another model and leaves (times out, disconnects) must not
+    have a busy resident drained for a load nobody waits for: two loads per tiny request."""
+    fakes = FakePool(memory_bytes=1000)
+    step = asyncio.Event()
+    resident = fakes.slot(FakeBackend(memory=600, step=step), "resident")
+    wanted = fakes.slot(FakeBackend(memory=600), "wanted")
+    pool = fakes.pool()
+    running = await pool.chat("resident", REQUEST)
+    asked = asyncio.create_task(pool.chat("wanted", REQUEST))
+    await until(lambda: wanted.state is SlotState.LOADING, "the pending swap the request started")
+    asked.cancel()  # the client left
+    await until(lambda: wanted.state is SlotState.UNLOADED, "the load to stop")
+    assert resident.state is SlotState.READY  # not drained
+    assert wanted.record.error is None  # stopped, not failed: the next request loads it afresh
+    step.set()
+    assert (await collect(running)).text.split() == ["one", "two", "three"]
+    await collect(await pool.chat("wanted", REQUEST))  # asked again, and waited for: the swap goes ahead
+    assert (resident.state, wanted.state) == (SlotState.UNLOADED, SlotState.READY)
+
+
+class _GatedEstimate(FakeBackend):
+    gate: asyncio.Event
+
+    async def estimate_memory(self) -> MemoryEstimate:
+        await self.gate.wait()  # the load is under way, not yet making room
+        return await super().estimate_memory()
+
+
+async def test_an_idle_resident_is_not_evicted_for_a_load_whose_requests_left() -> None:
+    fakes = FakePool(memory_bytes=1000)
+    resident = fakes.slot(FakeBackend(memory=600), "resident")
+    gated = _GatedEstimate(memory=600)
+    gated.gate = asyncio.Event()
+    wanted = fakes.slot(gated, "wanted")
+    pool = fakes.pool()
+    await collect(await pool.chat("resident", REQUEST))  # loaded, and idle now
+    asked = asyncio.create_task(pool.chat("wanted", REQUEST))
+    await until(lambda: wanted.state is SlotState.LOADING, "the load the request started")
+    asked.cancel()
+    gated.gate.set()
+    await until(lambda: wanted.state is SlotState.UNLOADED, "the load to stop")
+    assert resident.state is SlotState.READY
+
+
+async def test_an_admin_load_goes_on_without_requests_waiting() -> None:
+    fakes = FakePool(memory_bytes=1000)
+    fakes.capacity.swap_after_s = 0.0
+    step = asyncio.Event()
+    resident = fakes.slot(FakeBackend(memory=600, step=step), "resident")
+    wanted = fakes.slot(FakeBackend(memory=600), "wanted")
+    pool = fakes.pool()
+    running = await pool.chat("resident", REQUEST)
+    load = asyncio.create_task(wanted.ensure_ready(None, explicit=True))
+    await until(lambda: resident.state is SlotState.UNLOADING, "the busy resident to drain for the admin's load")
+    step.set()
+    await collect(running)
+    await load
+    assert wanted.state is SlotState.READY
+
+
+async def test_a_client_that_keeps_asking_and_leaving_still_gets_its_swap() -> None:
+    """The wait for room counts from the first ask while the asks keep coming: a client that
+    leaves after 20 s each time still gets its model after `swap_after_s` (30 s) of asking."""
+    fakes = FakePool(memory_bytes=1000)
+    fakes.capacity = Capacity(Budget(memory_bytes=1000), lambda: fakes.slots, swap_after_s=30.0,
+                              clock=fakes.clock.monotonic)  # fmt: skip
+    step = asyncio.Event()
+    resident = fakes.slot(FakeBackend(memory=600, step=step), "resident")
+    wanted = fakes.slot(FakeBackend(memory=600), "wanted")
+    pool = fakes.pool()
+    running = await pool.chat("resident", REQUEST)
+    first = asyncio.create_task(pool.chat("wanted", REQUEST))
+    await until(lambda: wanted.state is SlotState.LOADING, "the pending swap")
+    fakes.clock.advance(20)
+    first.cancel()
+    await until(lambda: wanted.state is SlotState.UNLOADED, "the first load to stop")
+    fakes.clock.advance(1)
+    second = asyncio.create_task(pool.chat("wanted", REQUEST))
+    await until(lambda: wanted.state is SlotState.LOADING, "the second ask's load")
+    fakes.clock.advance(10)  # 31 s since the first ask, 10 s since the second
+    await until(lambda: resident.state is SlotState.UNLOADING, "the busy resident to drain")
+    step.set()
+    await collect(running)
+    await collect(await second)
+    assert wanted.state is SlotState.READY

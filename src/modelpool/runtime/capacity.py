@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from modelpool.errors import InsufficientCapacity, ShuttingDown
+from modelpool.errors import InsufficientCapacity, LoadAbandoned, ShuttingDown
 from modelpool.runtime.eviction import Budget, Need, Resident, Swap, decide_swap
 from modelpool.runtime.memory_accounts import MemoryAccounts
 from modelpool.runtime.slot import ModelSlot
@@ -45,6 +45,10 @@ class Capacity:
         """How the RAM and GPU budgets were reached, for people ("75% of 23.5 GiB of RAM")."""
         self._slots = slots
         self._room = asyncio.Lock()
+        self._abandoned: dict[str, tuple[float, float]] = {}
+        """Per model, when its abandoned load began to wait for room and when it stopped: a
+        load asked again soon after goes on from there, so a client that keeps asking and
+        leaving still gets its swap after `swap_after_s` of asking."""
 
     def models_budget(self) -> Budget:
         """What the models may use: the budget less what the process holds before any model
@@ -64,8 +68,23 @@ class Capacity:
         """Unload least recently used idle models until `need` fits; while the models in the
         way are busy, wait for them (they serve their own requests first) up to
         `swap_after_s`, then drain them (`eviction.decide_swap`). InsufficientCapacity when
-        nothing could make room."""
-        started = self._clock()
+        nothing could make room; LoadAbandoned when no request waits for the load any more
+        and room would cost another model (a request asking again resumes the wait)."""
+        started = self._wait_began(slot.id)
+        try:
+            await self._make_room(slot, need, started)
+        except LoadAbandoned:
+            self._abandoned[slot.id] = (started, self._clock())
+            raise
+
+    def _wait_began(self, model_id: str) -> float:
+        now = self._clock()
+        earlier = self._abandoned.pop(model_id, None)
+        if earlier is not None and now - earlier[1] <= self.swap_after_s:
+            return earlier[0]
+        return now
+
+    async def _make_room(self, slot: ModelSlot, need: Need, started: float) -> None:
         while True:
             if slot.closing:
                 raise ShuttingDown(f"the server is shutting down: model '{slot.id}' will not load")
@@ -76,6 +95,11 @@ class Capacity:
                 decision = decide_swap(need, residents, self.models_budget(), waited, self.swap_after_s)
                 if decision.action is Swap.REFUSE:
                     raise InsufficientCapacity(self._refusal(slot, need, residents))
+                if (decision.victims or decision.action is Swap.WAIT) and not slot.wanted():
+                    # Its requests all left (timed out, disconnected): another model would go,
+                    # or a busy one be drained, for nobody; the next request loads it again.
+                    raise LoadAbandoned(f"model '{slot.id}' stopped loading before making room: no request "
+                                        "waits for it any more; retry")  # fmt: skip
                 if decision.action is Swap.EVICT:
                     for victim in decision.victims:
                         await self._evict(others[victim], slot, waited)

@@ -31,6 +31,8 @@ class Event(str, Enum):
     """An explicit load (admin, preload): loads whatever autoload says."""
     LOADED = "loaded"
     LOAD_FAILED = "load_failed"
+    LOAD_ABANDONED = "load_abandoned"
+    """A load a request started stopped before it made room: nobody waits for it any more."""
     CRASHED = "crashed"
     """An engine process died unasked."""
     UNLOAD = "unload"
@@ -116,6 +118,8 @@ def decide(facts: Facts, event: Event) -> Decision:
         return Decision(SlotState.READY)
     if event is Event.LOAD_FAILED and state is SlotState.LOADING:
         return Decision(SlotState.FAILED, Action.CLEANUP)
+    if event is Event.LOAD_ABANDONED and state is SlotState.LOADING:
+        return Decision(SlotState.UNLOADED, Action.CLEANUP)  # not a failure: the next request loads afresh
     if event is Event.CRASHED and state is SlotState.READY:
         return Decision(SlotState.FAILED, Action.CLEANUP)
     if event is Event.UNLOAD:

@@ -31,7 +31,14 @@ from modelpool.capabilities import ModelCapabilities
 from modelpool.config.reload_diff import with_hot_fields
 from modelpool.config.schema import ModelConfig
 from modelpool.config.sources import HubLocation
-from modelpool.errors import ModelLoadFailed, ModelNotFound, ModelNotReady, ModelpoolError, ShuttingDown
+from modelpool.errors import (
+    LoadAbandoned,
+    ModelLoadFailed,
+    ModelNotFound,
+    ModelNotReady,
+    ModelpoolError,
+    ShuttingDown,
+)
 from modelpool.inference import EmbeddingRequest, Voice
 from modelpool.owner import DEFAULT_SCHEDULE, Priority, Schedule
 from modelpool.pool_api.timing import RequestTiming
@@ -249,6 +256,8 @@ class ModelSlot:
             return
         if decision.action is Action.REFUSE:
             raise self._refusal(decision)
+        if explicit:
+            self._work.asked_explicitly = True  # the load goes on even if its requests leave
         if decision.action is Action.LOAD:
             self._set_state(SlotState.LOADING)  # at once, so nobody sees "unloaded" meanwhile
             self._work.load = detached_task(self._load(decision.delay_s), name=f"load-{self.id}")  # not this request's
@@ -277,6 +286,10 @@ class ModelSlot:
             raise self.download.not_ready(self.id)
         raise ModelNotReady(f"model '{self.id}' is still loading; retry shortly")
 
+    def wanted(self) -> bool:
+        """Whether a load under way is still wanted: asked for explicitly, or a request waits."""
+        return self._work.asked_explicitly or self.admission.running > 0 or self.admission.waiting > 0
+
     def forgive_crashes(self) -> None:
         """An explicit load: a crash-looped model may start again at once."""
         if self.crashes.in_a_row:
@@ -301,11 +314,17 @@ class ModelSlot:
                 log.info("restarting after a crash", extra={"model": self.id, "in_s": round(delay, 2)})
                 await asyncio.sleep(delay)
             await self._start_replicas()
+        except LoadAbandoned:
+            await self._stop_replicas()
+            self._apply(Event.LOAD_ABANDONED)
+            log.info("load abandoned: no request waits for the model", extra={"model": self.id})
+            raise
         except BaseException as exc:
             await self._fail(exc)
             raise self._as_load_error(exc) from exc
         finally:
             self._work.load = None
+            self._work.asked_explicitly = False
         self.record.load_seconds = self._clock.monotonic() - started
         self.record.loaded_at = self._clock.time()
         self.last_used = self._clock.monotonic()

@@ -58,6 +58,9 @@ class SlotTasks:
         """The server is shutting down: no new requests; persistent engines are detached."""
         self.retired = False
         """A config reload removed the model: no new requests, no load again."""
+        self.asked_explicitly = False
+        """The load under way was asked for by an admin, a preload or a reload, not only by
+        requests: it goes on when no request waits for it."""
         self._background: set[asyncio.Task[None]] = set()
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
