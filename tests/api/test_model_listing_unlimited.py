@@ -4,6 +4,7 @@ take nothing from a key's requests budget and are not counted in its usage, so a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from modelpool.config.schema import AuthConfig
@@ -36,3 +37,22 @@ async def test_listing_models_spends_no_budget_and_counts_no_usage() -> None:
         statuses = [(await http.post("/v1/embeddings", json=body, headers=APP)).status_code for _ in range(3)]
         assert statuses == [404, 404, 429]
         assert (await http.get("/v1/models", headers=APP)).status_code == 200  # listing goes on meanwhile
+
+
+async def test_a_files_metadata_is_read_freely_but_each_download_of_its_content_is_a_request(
+    tmp_path: Path,
+) -> None:
+    auth: dict[str, Any] = {"keys": [{"name": "app", "key_env": "APP", "scopes": ["inference"],
+                                      "requests_per_minute": 3}]}  # fmt: skip
+    keys = KeyRing.from_config(AuthConfig.model_validate(auth), SECRETS)
+    cli = {"starter_models": False, "auth": auth, "batch_api": {"dir": str(tmp_path)}}
+    async with serving(cli, keys=keys) as (_, http):
+        line = b'{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {}}\n'
+        form = {"data": {"purpose": "batch"}, "files": {"file": ("in.jsonl", line)}}
+        upload = await http.post("/v1/files", **form, headers=APP)  # type: ignore[arg-type]
+        assert upload.status_code == 200, upload.text  # a request: 2 left
+        file_id = upload.json()["id"]
+        for _ in range(5):  # metadata, as often as a client likes
+            assert (await http.get(f"/v1/files/{file_id}", headers=APP)).status_code == 200
+        downloads = [(await http.get(f"/v1/files/{file_id}/content", headers=APP)).status_code for _ in range(3)]
+        assert downloads == [200, 200, 429]

@@ -229,12 +229,14 @@ def _limited(scope: Scope) -> bool:
     if scope["type"] not in ("http", "websocket") or needed_scope(scope["path"]) is not KeyScope.INFERENCE:
         return False
     path: str = scope["path"]
-    listing = path == "/v1/models" or path.startswith(_READ_FREELY)
+    listing = (path == "/v1/models" or path.startswith(_READ_FREELY)) and not path.endswith("/content")
     return not (listing and scope.get("method") in ("GET", "HEAD"))
 
 
 _READ_FREELY = ("/v1/models/", "/v1/files", "/v1/batches")
-"""Reads that are metadata (a model, a file, a batch's progress): a client polls them freely."""
+"""Reads that are metadata (a model, a file, a batch's progress): a client polls them freely.
+A file's content (`/v1/files/{id}/content`, up to `batch_api.max_file_bytes`) is not: each
+download is a request of the key's budget."""
 
 
 def _address(scope: Scope) -> str | None:

@@ -251,3 +251,13 @@ async def test_a_key_keeps_a_bounded_number_of_ended_batches(tmp_path: Path) -> 
     assert runner.files.get(made[0].output_file_id, ALICE)  # its files stay, in the key's quota
     again = BatchRunner(runner.db, FileStore(runner.db, tmp_path / "files", LIMITS), lambda e, b: "m", 1)
     assert [b.id for b in again.list(ALICE, limit=100, after=None).data] == listed  # forgotten in SQLite too
+
+
+async def test_an_admin_cannot_make_a_batch_of_another_keys_file(tmp_path: Path) -> None:
+    """It would be made, then fail as 'deleted': the runner reads the file as the batch's key."""
+    runner, file_id = await runner_with(tmp_path, [line("a")])
+    admin = Owner("ops", admin=True)
+    assert runner.files.get(file_id, admin)  # the admin sees it ...
+    with pytest.raises(InvalidRequest, match="belongs to another key") as refused:
+        await runner.create(admin, file_id, "/v1/embeddings", None)  # ... but does not run it as itself
+    assert refused.value.param == "input_file_id" and runner.list(admin, 10, None).data == []

@@ -123,6 +123,9 @@ class BatchRunner:
         if source.purpose != "batch":
             raise InvalidRequest(f"File {input_file_id} has purpose '{source.purpose}', not 'batch'.",
                                  param="input_file_id")  # fmt: skip
+        if source.owner != owner.name:  # an admin sees every key's files, but a batch reads its own key's
+            raise InvalidRequest(f"File {input_file_id} belongs to another key: a batch runs as the key that "
+                                 "makes it, from a file that key uploaded.", param="input_file_id")  # fmt: skip
         unfinished = sum(1 for b in self._batches.values() if b.owner == owner.name and b.status not in TERMINAL)
         if unfinished >= self.key_batches:
             raise TooManyBatches(f"This key has {unfinished} unfinished batches, the most allowed "
