@@ -15,7 +15,7 @@ from asgi_lifespan import LifespanManager
 
 from modelpool.config import load_config
 from modelpool.server.app import create_app
-from modelpool.wire.common import MAX_CONTENT_PARTS, MAX_MESSAGES
+from modelpool.wire.common import MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_STOP_SEQUENCES
 
 TOO_MANY = 300_000
 LOOP_HELD_AT_MOST_S = 0.6
@@ -79,3 +79,45 @@ async def test_a_conversation_at_the_cap_is_taken(client: httpx.AsyncClient) -> 
     payload = body("/v1/chat/completions", MAX_MESSAGES)
     response = await client.post("/v1/chat/completions", content=payload, headers={"content-type": "application/json"})
     assert response.status_code == 404  # validated whole, then: no model of that name
+
+
+def stop_body(route: str, stops: list[str]) -> dict[str, object]:
+    turn = {"role": "user", "content": "hi"}
+    if route == "/v1/responses":
+        return {"model": "x", "input": "hi", "decoding": {"stop": stops}}
+    if route == "/v1/messages":
+        return {"model": "x", "max_tokens": 5, "messages": [turn], "stop_sequences": stops}
+    return {"model": "x", "messages": [turn], "stop": stops}
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+async def test_too_many_stop_sequences_are_refused_before_they_are_validated(
+    client: httpx.AsyncClient, route: str
+) -> None:
+    """Each stop sequence is also scanned at every generated token, on the engine's thread."""
+    payload = json.dumps(stop_body(route, ["q"] * TOO_MANY)).encode()
+    started = time.thread_time()
+    response = await client.post(route, content=payload, headers={"content-type": "application/json"})
+    took = time.thread_time() - started
+    assert response.status_code == 400, response.text
+    assert f"at most {MAX_STOP_SEQUENCES} items" in response.text
+    assert took < LOOP_HELD_AT_MOST_S
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+async def test_an_empty_stop_sequence_is_refused(client: httpx.AsyncClient, route: str) -> None:
+    response = await client.post(route, json=stop_body(route, ["ok", ""]))
+    assert response.status_code == 400, response.text
+    assert "stop sequences must not be empty" in response.text
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+async def test_a_top_k_past_what_engines_take_is_a_400(client: httpx.AsyncClient, route: str) -> None:
+    body = stop_body(route, ["."])
+    if route == "/v1/responses":
+        body["decoding"] = {"top_k": 2**64}
+    else:
+        body["top_k"] = 2**64
+    response = await client.post(route, json=body)
+    assert response.status_code == 400, response.text
+    assert "top_k" in response.text

@@ -16,6 +16,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.config import JsonDict
 
 from modelpool.config.durations import parse_duration
 from modelpool.config.schema import ADAPTER_NAME_PATTERN
@@ -27,6 +28,8 @@ from modelpool.wire.beam import DETERMINISTIC, MAX_LENGTH_PENALTY, MIN_LENGTH_PE
 from modelpool.wire.numbers import as_integers, integer_fields
 
 MAX_STOP_SEQUENCES = 16
+MAX_TOP_K = 2**31 - 1
+"""`top_k` past any vocabulary: what every engine takes as a C int (a bigger number would overflow there)."""
 MAX_MESSAGES = 10_000
 """Most messages (input items, turns) one request may carry. pydantic checks a list's
 length before its items, so a body of 300,000 tiny messages is refused in microseconds
@@ -77,6 +80,20 @@ def _utf8_encodable(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_utf8_encodable)]
 """A string that engines can encode: JSON allows lone surrogates, UTF-8 does not."""
+
+StopSequences = Text | Annotated[list[Text], Field(max_length=MAX_STOP_SEQUENCES)] | None
+"""`stop`: one sequence or a list of at most MAX_STOP_SEQUENCES, whose length pydantic
+checks before its items (a body of millions of them would hold the event loop while each
+is validated, and the engine would scan them all at every token); none empty: `checked_stop`."""
+STOP_SCHEMA: JsonDict = {"minLength": 1, "maxItems": MAX_STOP_SEQUENCES, "items": {"minLength": 1}}
+
+
+def checked_stop(value: str | list[str] | None) -> str | list[str] | None:
+    """A field validator's check of `StopSequences`: an empty sequence would stop at once."""
+    stops = [value] if isinstance(value, str) else value or []
+    if any(s == "" for s in stops):
+        raise ValueError("stop sequences must not be empty")
+    return value
 
 
 def _request_duration(value: Any) -> float:
@@ -137,14 +154,13 @@ class GenerationFields(PoolFields):
     stream_options: StreamOptions | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=0, le=MAX_TOP_K)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
-    stop: Text | list[Text] | None = Field(default=None, json_schema_extra={
-        "minLength": 1, "maxItems": MAX_STOP_SEQUENCES, "items": {"minLength": 1}})  # fmt: skip
+    stop: StopSequences = Field(default=None, json_schema_extra=STOP_SCHEMA)
     n: int | None = Field(default=None, json_schema_extra={"minimum": 1, "maximum": 1})
     logit_bias: dict[str, float] | None = Field(default=None, json_schema_extra={"maxProperties": 0})
     user: str | None = None
@@ -171,12 +187,7 @@ class GenerationFields(PoolFields):
     @field_validator("stop")
     @classmethod
     def _sane_stop(cls, value: str | list[str] | None) -> str | list[str] | None:
-        stops = [value] if isinstance(value, str) else value or []
-        if len(stops) > MAX_STOP_SEQUENCES:
-            raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
-        if any(s == "" for s in stops):
-            raise ValueError("stop sequences must not be empty")
-        return value
+        return checked_stop(value)
 
     @field_validator("logit_bias")
     @classmethod

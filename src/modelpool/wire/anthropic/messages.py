@@ -15,7 +15,15 @@ from pydantic import Field, field_validator
 from modelpool.errors import InvalidRequest
 from modelpool.inference import ChatRequest, OutputFormat, SamplingParams, Tool, ToolChoice
 from modelpool.wire.anthropic.blocks import Ignored, MessageParam, TextBlock, to_chat_messages
-from modelpool.wire.common import MAX_MESSAGES, MAX_STOP_SEQUENCES, PoolFields, Text, WireModel, left_out
+from modelpool.wire.common import (
+    MAX_MESSAGES,
+    MAX_STOP_SEQUENCES,
+    MAX_TOP_K,
+    PoolFields,
+    Text,
+    WireModel,
+    left_out,
+)
 from modelpool.wire.tools import (
     FUNCTION_NAME,
     ChoiceMode,
@@ -135,7 +143,7 @@ class MessagesBody(ConversationBody):
     stop_sequences: list[Text] | None = Field(default=None, max_length=MAX_STOP_SEQUENCES)
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=0, le=MAX_TOP_K)
     metadata: Metadata | None = None
     stream: bool = False
     service_tier: Literal["auto", "standard_only"] | None = None

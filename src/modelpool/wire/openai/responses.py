@@ -16,10 +16,14 @@ from modelpool.wire.beam import DETERMINISTIC, MAX_LENGTH_PENALTY, MIN_LENGTH_PE
 from modelpool.wire.common import (
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
+    MAX_TOP_K,
+    STOP_SCHEMA,
     PoolFields,
+    StopSequences,
     Text,
     WireModel,
     check_min_tokens,
+    checked_stop,
     first_given,
     left_out,
 )
@@ -149,16 +153,21 @@ class Decoding(WireModel):
     """Above 1: the engine's own beam search (CTranslate2, transformers; see wire.beam)."""
     length_penalty: float | None = Field(default=None, ge=MIN_LENGTH_PENALTY, le=MAX_LENGTH_PENALTY)
     """Beam search only: hypotheses compare by log-probability / length ** length_penalty (1)."""
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=0, le=MAX_TOP_K)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
     max_tokens: int | None = Field(default=None, ge=1)
-    stop: Text | list[Text] | None = None
+    stop: StopSequences = Field(default=None, json_schema_extra=STOP_SCHEMA)
     ignore_eos: bool = False
     """As on chat completions: generate until max_tokens, past end-of-sequence."""
     min_tokens: int = Field(default=0, ge=0)
     """As on chat completions: no end-of-sequence or stop sequence before this many tokens."""
+
+    @field_validator("stop")
+    @classmethod
+    def _sane_stop(cls, value: str | list[str] | None) -> str | list[str] | None:
+        return checked_stop(value)
 
 
 class TextFormat(WireModel):
