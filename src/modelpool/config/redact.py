@@ -7,9 +7,16 @@ from typing import Any
 from modelpool.config.schema import Config
 
 REDACTED = "***"
-_SECRET_WORDS = ("secret", "password", "token", "api_key", "apikey", "authorization")
+_SECRET_WORDS = ("secret", "password", "passwd", "pass", "token", "api_key", "apikey", "authorization",
+                 "credential", "private")  # fmt: skip
 # `api_key_env: NAME` names an env var; the name is not a secret and helps debugging.
 _NOT_SECRET_SUFFIXES = ("_env", "_tokens", "_token_id", "_token_ids")
+_ENVIRONMENTS = ("env",)
+"""Mappings of environment variables given to engines: every value is masked, whatever its
+name (`OPENAI_KEY`, `DB_URL` with a password in it), and the names kept."""
+_ARGUMENT_LISTS = ("extra_args", "args")
+"""Command lines: the value of a flag with a secret-looking name is masked (`--api-key X`,
+`--hf-token=X`)."""
 
 
 def redacted_config(config: Config) -> dict[str, Any]:
@@ -17,10 +24,10 @@ def redacted_config(config: Config) -> dict[str, Any]:
 
 
 def is_secret_key(key: str) -> bool:
-    lowered = key.lower()
+    lowered = key.lower().lstrip("-").replace("-", "_")
     if lowered.endswith(_NOT_SECRET_SUFFIXES):
         return False
-    return any(word in lowered for word in _SECRET_WORDS)
+    return lowered.endswith("key") or any(word in lowered for word in _SECRET_WORDS)
 
 
 def redact(value: Any) -> Any:
@@ -37,4 +44,35 @@ def _redact(value: Any) -> Any:
 
 
 def _redact_dict(value: dict[str, Any]) -> dict[str, Any]:
-    return {k: (REDACTED if is_secret_key(str(k)) and v is not None else _redact(v)) for k, v in value.items()}
+    return {str(k): _redact_entry(str(k), v) for k, v in value.items()}
+
+
+def _redact_entry(key: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if is_secret_key(key) and not isinstance(value, (bool, int, float)):  # a limit or a switch is no secret
+        return REDACTED
+    if key in _ENVIRONMENTS and isinstance(value, dict):
+        return {name: REDACTED for name in value}
+    if key in _ARGUMENT_LISTS and isinstance(value, list):
+        return _redacted_arguments(value)
+    return _redact(value)
+
+
+def _redacted_arguments(arguments: list[Any]) -> list[Any]:
+    shown: list[Any] = []
+    masking_next = False
+    for argument in arguments:
+        if masking_next:
+            shown.append(REDACTED)
+            masking_next = False
+            continue
+        if isinstance(argument, str) and argument.startswith("-"):
+            flag, equals, _ = argument.partition("=")
+            if is_secret_key(flag):
+                if equals:
+                    shown.append(f"{flag}={REDACTED}")
+                    continue
+                masking_next = True
+        shown.append(argument)
+    return shown
