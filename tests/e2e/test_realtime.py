@@ -7,6 +7,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -312,3 +313,62 @@ async def test_the_sync_facade_transcribes_live(server: tuple[FastAPI, str], sen
     results = await asyncio.to_thread(transcribe)
     assert [type(r) for r in results][-1] is LiveUtterance
     assert word_error_rate(SENTENCE, results[-1].text) <= 0.10
+
+
+async def test_a_client_gone_with_a_full_queue_has_none_of_it_worked_through(
+    server: tuple[FastAPI, str], sentence: bytes, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each append here holds 31 s of audio, past the 30 s an utterance may last, so each
+    is a whole transcription. The client sends them faster than they are worked through,
+    never reads, and goes away: its queued audio is not worked through (at most the
+    transcription the worker was starting runs), and the session ends as a disconnect,
+    not as an error (the test above drops a client that keeps pace, with nothing queued)."""
+    app, url = server
+    pool, stats = app.state.pool, app.state.realtime
+    calls: list[float] = []
+    transcribe = pool.transcribe_samples
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(time.monotonic())
+        return await transcribe(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "transcribe_samples", counted)
+    stats.peak_queued = 0
+    long_audio = (sentence * 20)[: 31 * RATE * 2]
+    assert len(append(long_audio)) < MAX_APPEND_CHARS
+    ws = await connect(url, max_size=None)
+    await session(ws, turn_detection=None)
+
+    async def flood() -> None:
+        for _ in range(stats.queue_bound + 6):
+            await ws.send(append(long_audio))
+
+    sender = asyncio.create_task(flood())
+    await until(lambda: stats.peak_queued == stats.queue_bound, "the session's queue to fill", timeout_s=60)
+    ws.transport.abort()
+    sender.cancel()
+    gone = len(calls)
+    await until(lambda: stats.open_sessions == 0, "the session to end", timeout_s=60)
+    assert len(calls) - gone <= 1, f"{len(calls) - gone} transcriptions ran after the client left"
+    assert pool.status(STT_MODEL).in_flight == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+        await sender
+
+
+async def test_live_sessions_are_capped_and_a_closed_one_frees_its_place() -> None:
+    app = served_app(realtime_sessions=1)
+    async with live_server(app) as base:
+        url = base.replace("http", "ws", 1) + "/v1/realtime?intent=transcription"
+        async with connect(url) as first:
+            assert (await receive(first))["type"] == "transcription_session.created"
+            async with connect(url) as second:
+                refused = await receive(second)
+                assert refused["type"] == "error" and refused["error"]["code"] == "too_many_sessions"
+                assert "server.realtime_sessions" in refused["error"]["message"]
+                with pytest.raises(ConnectionClosed):
+                    await second.recv()
+                assert second.close_code == 1013
+        await until(lambda: app.state.realtime.open_sessions == 0, "the first session to end")
+        async with connect(url) as third:
+            assert (await receive(third))["type"] == "transcription_session.created"

@@ -117,6 +117,15 @@ class ServerConfig(_Strict):
     """A live transcription session (`/v1/realtime`) that sends nothing for this long is
     closed (an `error` event, then close code 1000)."""
 
+    realtime_sessions: int = Field(default=32, ge=1)
+    """Live transcription sessions open at once, all keys together; one more is told
+    `too_many_sessions` and closed with code 1013 (try again later). Each holds its queue of
+    events (up to ~20 MB) and a worker thread's share while it sends."""
+
+    realtime_sessions_per_key: int = Field(default=8, ge=1)
+    """Live transcription sessions one API key may hold open at once (with `auth.keys`; the
+    anonymous caller of a server without keys is bound by `realtime_sessions` only)."""
+
     realtime_queue_events: int = Field(default=8, ge=1)
     """Client events a live transcription session holds while its model works. When they
     are full the server stops reading the socket, so TCP slows a client that sends faster

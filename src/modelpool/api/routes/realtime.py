@@ -8,7 +8,12 @@ order (decode, VAD, transcriptions through the pool). When the client goes away 
 is cancelled, which closes a running transcription and gives the model back at once. A
 session that sends nothing for `server.realtime_idle_timeout_s` gets an `error` event and
 is closed with code 1000; one that has sent more than `server.max_audio_seconds` of audio
-in all gets a 413 `error` event naming the limit and is closed with code 1008.
+in all gets a 413 `error` event naming the limit and is closed with code 1008. A client
+that goes away with its queue full has none of that audio worked through: the worker's
+next take frees the reader, which sees the disconnect and ends the session (the one
+transcription being started is cancelled). At most `server.realtime_sessions` sessions are
+open at once, and `server.realtime_sessions_per_key` per API key; one more is told so and
+closed with code 1013.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -43,6 +48,7 @@ from modelpool.wire.openai.realtime import (
 router = APIRouter()
 IDLE_CLOSE_CODE = 1000
 POLICY_CLOSE_CODE = 1008
+TRY_AGAIN_LATER_CODE = 1013
 log = logging.getLogger("modelpool.api")
 
 
@@ -54,6 +60,29 @@ class RealtimeStats:
     open_sessions: int = 0
     peak_queued: int = 0
     """The most client events any session's queue has held."""
+    by_key: dict[str, int] = field(default_factory=dict)
+    """Open sessions per API key (named keys only)."""
+
+    def refusal(self, key: str | None, server: ServerConfig) -> str | None:
+        """Why one more session may not open now (None: it may)."""
+        if self.open_sessions >= server.realtime_sessions:
+            return f"{self.open_sessions} live sessions are open, the most allowed (server.realtime_sessions)"
+        if key and self.by_key.get(key, 0) >= server.realtime_sessions_per_key:
+            return (f"this key holds {self.by_key[key]} live sessions, the most allowed "
+                    "(server.realtime_sessions_per_key)")  # fmt: skip
+        return None
+
+    def opened(self, key: str | None) -> None:
+        self.open_sessions += 1
+        if key:
+            self.by_key[key] = self.by_key.get(key, 0) + 1
+
+    def closed(self, key: str | None) -> None:
+        self.open_sessions -= 1
+        if key:
+            left = self.by_key.pop(key) - 1
+            if left:
+                self.by_key[key] = left
 
 
 @router.websocket("/v1/realtime")
@@ -65,7 +94,21 @@ async def realtime(websocket: WebSocket, intent: str | None = None) -> None:
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
     app = websocket.app
-    await Session(websocket, app.state.pool, app.state.realtime, app.state.config.server, app.state.live_sessions).run()
+    stats: RealtimeStats = app.state.realtime
+    key = websocket.scope.get("state", {}).get("key_name")
+    refused = stats.refusal(key, app.state.config.server)
+    if refused is not None:
+        error = {"message": f"{refused}: try again later", "type": "invalid_request_error", "param": None,
+                 "code": "too_many_sessions", "event_id": None}  # fmt: skip
+        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+            await websocket.send_text(json.dumps(server_event("error", error=error)))
+            await websocket.close(code=TRY_AGAIN_LATER_CODE, reason="too many live sessions")
+        return
+    stats.opened(key)
+    try:
+        await Session(websocket, app.state.pool, stats, app.state.config.server, app.state.live_sessions).run()
+    finally:
+        stats.closed(key)
 
 
 class Session:
@@ -85,7 +128,6 @@ class Session:
         """The worker is handling an event (the session is not idle while it waits for results)."""
 
     async def run(self) -> None:
-        self.stats.open_sessions += 1
         reader = asyncio.create_task(self._read(), name="realtime-reader")
         worker = asyncio.create_task(self._work(), name="realtime-worker")
         try:
@@ -95,7 +137,6 @@ class Session:
             for task in (reader, worker):
                 task.cancel()
             results = await asyncio.gather(reader, worker, return_exceptions=True)
-            self.stats.open_sessions -= 1
         for result in results:
             if isinstance(result, BaseException) and not isinstance(
                 result, (asyncio.CancelledError, WebSocketDisconnect)
