@@ -98,12 +98,13 @@ class ServerConfig(_Strict):
 
     response_store_size: int = Field(default=1024, ge=0)
     """Responses kept for `previous_response_id` (LRU, in memory; 0 keeps none). Each key
-    reads only the responses it stored (a key with the admin scope reads all)."""
+    reads only the responses it stored (a key with the admin scope reads all). Past it the
+    key holding the most gives up its least recently used: one key cannot push out another's."""
 
     response_store_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
     """Memory the stored responses may take together, estimated from each stored
-    conversation's text and images; past it the least recently used are dropped, and a
-    single conversation larger than it is not stored."""
+    conversation's text and images; past it the key holding the most bytes gives up its
+    least recently used, and a single conversation larger than it is not stored."""
 
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     """On SIGTERM/SIGINT, how long in-flight requests may run before the server stops anyway."""

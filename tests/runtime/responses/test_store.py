@@ -76,3 +76,26 @@ def test_the_estimate_counts_text_calls_and_images() -> None:
     assert conversation_bytes((image,)) > 50_000
     assert conversation_bytes((call,)) > 7_000
     assert conversation_bytes((text, image)) == conversation_bytes((text,)) + conversation_bytes((image,))
+
+
+def test_a_key_that_stores_without_end_pushes_out_its_own_not_anothers() -> None:
+    store = ResponseStore(4, PLENTY)
+    store.put("a1", stored("a", "alice"))
+    store.put("a2", stored("a", "alice"))
+    for index in range(10):
+        store.put(f"b{index}", stored("b", "bob"))
+    assert store.get("a1", ALICE) is not None and store.get("a2", ALICE) is not None
+    assert [name for name in (f"b{i}" for i in range(10)) if store.get(name, BOB)] == ["b8", "b9"]
+    store.put("a3", stored("a", "alice"))  # the count is full and level: the larger holder gives way
+    assert store.get("a3", ALICE) is not None and len(store) == 4
+
+
+def test_by_bytes_the_key_holding_the_most_bytes_gives_way() -> None:
+    small, large = stored("x" * 100, "alice"), stored("x" * 10_000, "bob")
+    store = ResponseStore(1000, 3 * large.size + 5 * small.size)
+    for index in range(5):
+        store.put(f"a{index}", stored("x" * 100, "alice"))
+    for index in range(10):
+        store.put(f"b{index}", stored("x" * 10_000, "bob"))
+    assert all(store.get(f"a{index}", ALICE) is not None for index in range(5))
+    assert store.bytes <= store.max_bytes
