@@ -346,8 +346,7 @@ async def test_a_hot_change_beside_a_waiting_reload_leaves_the_engines_settings_
             HeldEchoBackend.gate.set()
             async for _ in lines:
                 pass
-        await until(lambda: not pool.pending_reloads(), "the idle model to take its new config")
-        assert pool.slot("m").config.options == {"prefix": "new "}
+        await until(lambda: pool.slot("m").config.options == {"prefix": "new "}, "the idle model to reload")
         assert pool.slot("m").config.memory_bytes == 12345
         assert pool.slot("m").config.description == "second"  # the waiting reload took the hot change too
         reply = (await answer(client, "m")).json()
@@ -376,3 +375,30 @@ async def test_a_hot_change_is_checked_as_at_start_up_and_changes_what_the_model
         models = (await client.get("/v1/models")).json()
         assert thinking_modes(models) == ["default", "enabled", "disabled"]
         assert next(m for m in models["data"] if m["id"] == "m")["capabilities"]["thinking_default"] is False
+
+
+async def test_a_model_busy_past_reload_wait_s_is_drained_and_what_waits_gets_the_new_config(tmp_path: Path) -> None:
+    """Steady traffic (here: a request waiting behind a held stream, so the model is never
+    idle) must not keep the old config serving for ever."""
+    path = tmp_path / "models.yaml"
+    write(path, {"m": {"options": {"prefix": "old "}, "max_concurrency": 1}}, pool={"reap_interval_s": 0.02,
+                                                                                   "reload_wait_s": 0.2})  # fmt: skip
+    async with served(path) as (app, client):
+        HeldEchoBackend.gate = asyncio.Event()
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "one"}]}
+        async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
+            lines = stream.aiter_lines()
+            while "old" not in await anext(lines):
+                pass
+            waiting = asyncio.create_task(answer(client, "m"))  # queued behind the held stream
+            pool: ModelPool = app.state.pool
+            await until(lambda: pool.slot("m").admission.waiting == 1, "the second request to wait in line")
+            write(path, {"m": {"options": {"prefix": "new "}, "max_concurrency": 1}},
+                  pool={"reap_interval_s": 0.02, "reload_wait_s": 0.2})  # fmt: skip
+            assert (await reload(client))["reloading"] == [{"id": "m", "fields": ["options"]}]
+            await until(lambda: pool.slot("m").state is SlotState.UNLOADING, "the busy model to drain")
+            HeldEchoBackend.gate.set()
+            rest = "".join([line async for line in lines])
+        assert "[DONE]" in rest  # the running stream finished on the old engine
+        reply = (await waiting).json()
+        assert reply["choices"][0]["message"]["content"].startswith("new hello"), reply

@@ -11,9 +11,6 @@ _SECRET_WORDS = ("secret", "password", "passwd", "pass", "token", "api_key", "ap
                  "credential", "private")  # fmt: skip
 # `api_key_env: NAME` names an env var; the name is not a secret and helps debugging.
 _NOT_SECRET_SUFFIXES = ("_env", "_tokens", "_token_id", "_token_ids")
-_ENVIRONMENTS = ("env",)
-"""Mappings of environment variables given to engines: every value is masked, whatever its
-name (`OPENAI_KEY`, `DB_URL` with a password in it), and the names kept."""
 _ARGUMENT_LISTS = ("extra_args", "args")
 """Command lines: the value of a flag with a secret-looking name is masked (`--api-key X`,
 `--hf-token=X`)."""
@@ -52,8 +49,6 @@ def _redact_entry(key: str, value: Any) -> Any:
         return None
     if is_secret_key(key) and not isinstance(value, (bool, int, float)):  # a limit or a switch is no secret
         return REDACTED
-    if key in _ENVIRONMENTS and isinstance(value, dict):
-        return {name: REDACTED for name in value}
     if key in _ARGUMENT_LISTS and isinstance(value, list):
         return _redacted_arguments(value)
     return _redact(value)

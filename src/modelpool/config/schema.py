@@ -394,6 +394,11 @@ class PoolConfig(_Strict):
     busy model cannot keep another out forever (see docs/scheduling.md)."""
     reap_interval_s: float = Field(default=1.0, gt=0)
     """How often idle models are checked against their keep_alive."""
+    reload_wait_s: float = Field(default=60.0, ge=0, le=86400)
+    """A model a config reload changed keeps serving its old settings until it is idle; after
+    this many seconds still busy it is drained anyway (its running requests finish on the
+    old engine, those waiting are served by the new one), so steady traffic cannot keep an
+    old config (an adapter the operator removed, say) serving for ever."""
 
 
 class BatchConfig(_Strict):

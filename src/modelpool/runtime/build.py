@@ -72,6 +72,7 @@ def build_pool(
         model_wait_s=config.server.model_wait_s,
         resolve=model_capabilities,
         reap_interval_s=config.pool.reap_interval_s,
+        reload_wait_s=config.pool.reload_wait_s,
         images=image_policy(config),
         videos=video_policy(config),
         max_audio_seconds=config.server.max_audio_seconds,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from modelpool.backends.base import (
@@ -48,6 +49,18 @@ class _Counted(Protocol):
     def prompt_tokens(self) -> int: ...
 
 
+@dataclass(frozen=True)
+class PendingReload:
+    """A model's new settings waiting for its next idle moment, and since when."""
+
+    config: ModelConfig
+    capabilities: ModelCapabilities
+    since: float
+
+    def replaced(self, config: ModelConfig, capabilities: ModelCapabilities) -> PendingReload:
+        return PendingReload(config, capabilities, self.since)
+
+
 class PoolBase:
     """The pool's models and the one way onto a model's turn; the request, admin and
     lifetime operations (`ModelPool`) are built on it."""
@@ -62,6 +75,7 @@ class PoolBase:
         model_wait_s: float | None,
         resolve: Callable[[ModelConfig], ModelCapabilities],
         reap_interval_s: float = 1.0,
+        reload_wait_s: float = 60.0,
         images: ImagePolicy | None = None,
         videos: VideoPolicy | None = None,
         max_audio_seconds: float | None = None,
@@ -76,6 +90,8 @@ class PoolBase:
         self.clock = clock
         self.observe = RequestObservers(metrics, clock)
         self.reap_interval_s = reap_interval_s
+        self.reload_wait_s = reload_wait_s
+        """How long a changed model may stay busy on its old config before it is drained."""
         self.images = images or ImagePolicy()
         """Where images in requests may come from, and their limits."""
         self.videos = videos or VideoPolicy()
@@ -90,7 +106,7 @@ class PoolBase:
         """Each model as the config file says, before any override: what overrides may not widen."""
         self._names = {name: slot for slot in slots for name in [slot.id, *slot.config.aliases]}
         self._tasks: list[asyncio.Task[Any]] = []
-        self._pending: dict[str, tuple[ModelConfig, ModelCapabilities]] = {}
+        self._pending: dict[str, PendingReload] = {}
         """A config reload's new settings for a model, waiting for its next idle moment (`pool_reload`)."""
         self._retiring: set[ModelSlot] = set()
         """Models a config reload removed that are still draining."""

@@ -19,7 +19,7 @@ from modelpool.config.reload_diff import ConfigDiff, with_hot_fields
 from modelpool.config.schema import Config, ModelConfig
 from modelpool.errors import ConfigError
 from modelpool.runtime.detached import detached_task
-from modelpool.runtime.pool_base import PoolBase
+from modelpool.runtime.pool_base import PendingReload, PoolBase
 from modelpool.runtime.slot import ModelSlot
 from modelpool.tasks import Task
 
@@ -70,13 +70,19 @@ class PoolReload(PoolBase):
         for model_id in diff.added:
             assert self.new_slot is not None  # prepare refused otherwise
             self._slots[model_id] = self.new_slot(models[model_id], prepared.resolved[model_id])
+        now = self.clock.monotonic()
         for change in diff.hot:
             slot = self._slots[change.id]
             slot.retune(models[change.id], self._hot_capabilities(slot, models[change.id]))
             if change.id in self._pending:  # a reload still waiting takes the hot change with it
-                self._pending[change.id] = (models[change.id], prepared.resolved[change.id])
+                self._pending[change.id] = self._pending[change.id].replaced(models[change.id],
+                                                                             prepared.resolved[change.id])  # fmt: skip
         for change in diff.reloading:
-            self._pending[change.id] = (models[change.id], prepared.resolved[change.id])
+            earlier = self._pending.get(change.id)
+            config, capabilities = models[change.id], prepared.resolved[change.id]
+            # Waiting since the first reload it missed: reloads in a row do not restart the wait.
+            self._pending[change.id] = (earlier.replaced(config, capabilities) if earlier is not None
+                                        else PendingReload(config, capabilities, now))  # fmt: skip
         self._configured = dict(models)
         self._names = {name: self._slots[model_id] for model_id, model in models.items()
                        for name in (model_id, *model.aliases)}  # fmt: skip
@@ -88,16 +94,21 @@ class PoolReload(PoolBase):
 
     async def apply_pending(self) -> list[str]:
         """Reload every model with a pending config that is idle now (no request running or
-        waiting, not loading); a model that was loaded (or preloads) loads again with it.
-        Returns their ids. The reaper calls this on every round."""
+        waiting, not loading), or busy past `reload_wait_s` (drained: its running requests
+        finish, those waiting load it again with the new config); a model that was loaded
+        (or preloads) loads again with it. Returns their ids. The reaper calls this on every
+        round."""
         started = []
-        for model_id, (config, capabilities) in list(self._pending.items()):
+        now = self.clock.monotonic()
+        for model_id, pending in list(self._pending.items()):
             slot = self._slots.get(model_id)
-            if slot is None or slot.busy or self._closing:
+            if slot is None or self._closing or (slot.busy and now - pending.since < self.reload_wait_s):
                 continue
             del self._pending[model_id]  # before any await: a concurrent call skips it
+            config, capabilities = pending.config, pending.capabilities
             reload_now = slot.holds_memory() or config.preload
-            log.info("model reloading with its new config", extra={"model": model_id})
+            log.info("model reloading with its new config",
+                     extra={"model": model_id, "drained_busy": slot.busy})  # fmt: skip
             await slot.reconfigure(config, capabilities)
             slot.forgive_crashes()
             if reload_now:
