@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from fastapi import FastAPI
@@ -29,7 +30,7 @@ from modelpool.wire.openai.realtime import MAX_APPEND_CHARS, MAX_EVENT_CHARS
 from tests.conftest import STT_MODEL, TTS_MODEL
 from tests.e2e.realtime_audio import CHUNK_S, chunks_of, silence, speech_at
 from tests.live_server import live_server
-from tests.polling import until
+from tests.polling import until, until_answered
 from tests.speech_metrics import word_error_rate
 
 SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank."
@@ -372,3 +373,18 @@ async def test_live_sessions_are_capped_and_a_closed_one_frees_its_place() -> No
         await until(lambda: app.state.realtime.open_sessions == 0, "the first session to end")
         async with connect(url) as third:
             assert (await receive(third))["type"] == "transcription_session.created"
+
+
+async def test_a_sessions_usage_is_kept_under_its_model(server: tuple[FastAPI, str], sentence: bytes) -> None:
+    _, url = server
+    async with connect(url) as ws:
+        await session(ws)
+        await stream(ws, sentence + silence(1.0, RATE), 0, [])
+        await events_until_completed(ws)
+    async with httpx.AsyncClient(base_url=url.replace("ws", "http", 1).split("/v1/")[0]) as http:
+
+        async def kept_under_its_model() -> bool:
+            reply = await http.get("/v1/admin/usage", params={"start_time": 0, "group_by": "model"})
+            return STT_MODEL in {row["model"] for row in reply.json()["windowed"]}
+
+        await until_answered(kept_under_its_model, "the session's usage under its model")

@@ -203,6 +203,8 @@ class Session:
             if rate != self.resampler.input_rate:
                 self.resampler = Pcm16Resampler(rate, VAD_RATE)
             self.state.apply(rate, live)
+            if live.model is not None:  # the session's usage is kept under it (the model last chosen)
+                self.websocket.scope.setdefault("state", {})["model_id"] = live.model
             await self._send(server_event("transcription_session.updated", session=self.state.render()))
         elif kind == "input_audio_buffer.commit":
             await self.transcriber.commit()
