@@ -58,15 +58,22 @@ async def test_another_key_cannot_continue_a_stored_response() -> None:
         assert refused[0] == refused[1], "another key's response must read as an unknown one"
         assert (refused[0]["code"], refused[0]["param"]) == ("previous_response_not_found", "previous_response_id")
         own, admin, fresh = await continued(alice, first.id), await continued(ops, first.id), await continued(bob, None)
+        for action in (bob.responses.retrieve, bob.responses.delete):  # nor read or erase it by its id
+            with pytest.raises(openai.NotFoundError) as caught:
+                await action(first.id)
+            body = caught.value.body
+            assert isinstance(body, dict) and (body["code"], body["param"]) == ("not_found", "response_id")
+            assert body["message"] == f"Response with id '{first.id}' not found."  # as for an id never made
+        assert (await alice.responses.retrieve(first.id)).id == (await ops.responses.retrieve(first.id)).id
     assert own.usage.input_tokens == admin.usage.input_tokens > fresh.usage.input_tokens  # with alice's history
 
 
 async def test_the_byte_budget_drops_the_oldest_stored_responses() -> None:
-    budget = 3_000
+    budget = 6_000
     async with serving(chat_only(response_store_bytes=budget), keyring()) as (app, http):
         alice = sdk(http, SECRETS["alice"])
         ids = []
-        for i in range(5):  # ~1 KB each as stored (two messages): the budget holds two or three
+        for i in range(5):  # ~2 KB each as stored (two messages, the response as returned): two fit
             response = await continued(alice, None, f"{i}: " + "remember this. " * 10)
             ids.append(response.id)
             assert app.state.responses.bytes <= budget

@@ -239,3 +239,29 @@ async def check_counts_take_the_thinking_default(client, real: int, think: int) 
     assert len(tokenized.json()["tokens"]) == real
     off = {"model": "thinks", "messages": hello, "chat_template_kwargs": {"enable_thinking": False}}
     assert len((await client.post("/tokenize", json=off)).json()["tokens"]) == real - think
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_stored_response_is_retrieved_as_returned_and_deleted(oai: openai.AsyncOpenAI, stream: bool) -> None:
+    # Room to complete: the SDK's stream wants a `response.completed` event.
+    asked: dict[str, Any] = {"model": CHAT_MODEL, "input": "Name a color.", "instructions": "Answer in one word.",
+                             "max_output_tokens": 30, "temperature": 0}  # fmt: skip
+    if stream:
+        async with oai.responses.stream(**asked) as events:
+            created = await events.get_final_response()
+    else:
+        created = await oai.responses.create(**asked)
+    found = await oai.responses.retrieve(created.id)
+    assert (found.id, found.output_text, found.status) == (created.id, created.output_text, created.status)
+    assert found.usage == created.usage
+    await oai.responses.delete(created.id)
+    with pytest.raises(openai.NotFoundError) as gone:
+        await oai.responses.retrieve(created.id)
+    assert gone.value.body is not None and "not found" in str(gone.value.body)
+    with pytest.raises(openai.NotFoundError):
+        await oai.responses.delete(created.id)
+    with pytest.raises(openai.NotFoundError):  # nor may the conversation be continued
+        await oai.responses.create(**{**asked, "previous_response_id": created.id})
+    not_stored = await oai.responses.create(**asked, store=False)
+    with pytest.raises(openai.NotFoundError):
+        await oai.responses.retrieve(not_stored.id)

@@ -103,8 +103,9 @@ class ServerConfig(_Strict):
 
     response_store_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
     """Memory the stored responses may take together, estimated from each stored
-    conversation's text and images; past it the key holding the most bytes gives up its
-    least recently used, and a single conversation larger than it is not stored."""
+    conversation's text and images and the response object kept for retrieval; past it the
+    key holding the most bytes gives up its least recently used, and a single conversation
+    larger than it is not stored."""
 
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     """On SIGTERM/SIGINT, how long in-flight requests may run before the server stops anyway."""

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from modelpool.inference import ChatMessage, ImageInput, TextPart, VideoInput
 from modelpool.owner import Owner
@@ -21,11 +23,14 @@ class StoredResponse:
     """Everything said so far, this response's answer included."""
     owner: str = ""
     """The key that stored it (its config `name`; "" without keys)."""
+    response: Mapping[str, Any] | None = None
+    """The response object as the client got it (`GET /v1/responses/{id}` returns it)."""
     size: int = field(init=False)
-    """Estimated bytes of memory the conversation holds."""
+    """Estimated bytes of memory the conversation and the response object hold."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "size", conversation_bytes(self.conversation))
+        rendered = 0 if self.response is None else len(json.dumps(self.response)) + _OBJECT_BYTES
+        object.__setattr__(self, "size", conversation_bytes(self.conversation) + rendered)
 
 
 class ResponseStorage(Protocol):
@@ -37,6 +42,9 @@ class ResponseStorage(Protocol):
 
     def put(self, response_id: str, stored: StoredResponse) -> bool:
         """Keep `stored`; False when it is not kept."""
+
+    def delete(self, response_id: str, caller: Owner) -> bool:
+        """Forget the response if `caller` may read it (False alike otherwise)."""
 
 
 def conversation_bytes(conversation: tuple[ChatMessage, ...]) -> int:

@@ -4,15 +4,16 @@ tools (`function_call` items out, `function_call_output` items in) and `text.for
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import StringConstraints
 
 from modelpool.api.deps import metrics_field, note_model, pool_of, unless_disconnected
 from modelpool.api.limits import limits_of
 from modelpool.api.sse import EventStreamResponse
-from modelpool.errors import ResponseNotFound
+from modelpool.errors import ObjectNotFound, ResponseNotFound
 from modelpool.inference import ChatMessage, Usage
 from modelpool.owner import Owner, owner_of
 from modelpool.pool_api.generation import collect
@@ -24,6 +25,8 @@ from modelpool.wire.openai.responses import ResponsesBody
 from modelpool.wire.sizes import translated
 from modelpool.wire.tools import check_tool_results
 
+ResponseId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+"""A response id as ours look (`resp_…`): anything else is no id of ours."""
 router = APIRouter(responses=declared(POOL_ERRORS, media={SSE: sse_events()}, rules=(  # JSON, or SSE with `stream`
     MODEL_LIMITS, "exactly one of input or messages", "messages end with a user message",
     "a function_call_output answers a call made before it")))
@@ -43,11 +46,12 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
     draft = ResponseDraft(body, chat, stream.model_id, int(time.time()))
 
     def finish(usage: Usage, finish_reason: str | None) -> dict[str, Any]:
+        metrics = metrics_field(request, True, stream.timing)
+        response = draft.response(status_of(finish_reason), usage, finish_reason, **metrics)
         if body.store:
             answer = ChatMessage("assistant", draft.text, tool_calls=tuple(c.call() for c in draft.calls))
-            store.put(draft.id, StoredResponse(draft.model, (*said, answer), owner.name))
-        metrics = metrics_field(request, True, stream.timing)
-        return draft.response(status_of(finish_reason), usage, finish_reason, **metrics)
+            store.put(draft.id, StoredResponse(draft.model, (*said, answer), owner.name, response))
+        return response
 
     if body.stream:
         events = response_events(stream, draft, stream.aclose, finish)
@@ -56,6 +60,28 @@ async def create_response(body: ResponsesBody, request: Request) -> Response:
         generation = await unless_disconnected(request, collect(stream))
     draft.take(generation)
     return JSONResponse(finish(generation.usage, generation.finish_reason))
+
+
+@router.get("/v1/responses/{response_id}", responses=declared((400, 404)))
+async def retrieve_response(response_id: ResponseId, request: Request) -> JSONResponse:
+    """A stored response as it was returned (the key's own; the admin scope reads all)."""
+    found = store_of(request).get(response_id, owner_of(request.scope))
+    if found is None or found.response is None:
+        raise _not_stored(response_id)
+    return JSONResponse(dict(found.response))
+
+
+@router.delete("/v1/responses/{response_id}", responses=declared((400, 404)))
+async def delete_response(response_id: ResponseId, request: Request) -> JSONResponse:
+    """Forget a stored response (a conversation may hold what the user would not keep)."""
+    if not store_of(request).delete(response_id, owner_of(request.scope)):
+        raise _not_stored(response_id)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+def _not_stored(response_id: str) -> ObjectNotFound:
+    """One answer whether it never existed, was dropped or is another key's."""
+    return ObjectNotFound(f"Response with id '{response_id}' not found.", param="response_id")
 
 
 def _history(store: ResponseStorage, body: ResponsesBody, owner: Owner) -> list[ChatMessage]:

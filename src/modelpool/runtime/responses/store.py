@@ -57,6 +57,14 @@ class ResponseStore:
             self._drop(next(iter(largest.ids)))
         return True
 
+    def delete(self, response_id: str, caller: Owner) -> bool:
+        """Forget the response if `caller` may read it (False alike otherwise)."""
+        found = self._items.get(response_id)
+        if found is None or not caller.sees(found.owner):
+            return False
+        self._drop(response_id)
+        return True
+
     def _drop(self, response_id: str) -> None:
         dropped = self._items.pop(response_id, None)
         if dropped is None:
