@@ -75,6 +75,21 @@ async def answer(client: httpx.AsyncClient, model: str, text: str = "hello") -> 
     return await client.post("/v1/chat/completions", json=body)
 
 
+@contextlib.asynccontextmanager
+async def held_stream(
+    client: httpx.AsyncClient, model: str, text: str, seen: str
+) -> AsyncIterator[tuple[AsyncIterator[str], asyncio.Event]]:
+    """A streamed chat held open, read up to the first line holding `seen`: the rest of its
+    lines, and the gate that lets it finish when set."""
+    gate = HeldEchoBackend.gate = asyncio.Event()
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": text}]}
+    async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
+        lines = stream.aiter_lines()
+        while seen not in await anext(lines):
+            pass
+        yield lines, gate
+
+
 async def model_ids(client: httpx.AsyncClient) -> set[str]:
     return {model["id"] for model in (await client.get("/v1/models")).json()["data"]}
 
@@ -143,18 +158,13 @@ async def test_a_removed_model_drains_its_stream_and_goes(tmp_path: Path) -> Non
     path = tmp_path / "models.yaml"
     write(path, {"keep": {}, "drop": {}})
     async with served(path) as (app, client):
-        HeldEchoBackend.gate = asyncio.Event()
-        body = {"model": "drop", "stream": True, "messages": [{"role": "user", "content": "a b"}]}
-        async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
-            lines = stream.aiter_lines()
-            while "data: {" not in await anext(lines):
-                pass
+        async with held_stream(client, "drop", "a b", "data: {") as (lines, gate):
             write(path, {"keep": {}})
             assert (await reload(client))["removed"] == ["drop"]
             assert (await answer(client, "drop")).status_code == 404
             pool: ModelPool = app.state.pool
             assert [slot.id for slot in pool.resident_slots()] == ["keep", "drop"]  # draining
-            HeldEchoBackend.gate.set()
+            gate.set()
             rest = "".join([line async for line in lines])
         assert "[DONE]" in rest
         await until(lambda: [slot.id for slot in pool.resident_slots()] == ["keep"], "the removed model to go")
@@ -168,17 +178,12 @@ async def test_a_request_in_line_for_a_removed_model_gets_404_and_the_model_neve
     async with served(path) as (app, client):
         pool: ModelPool = app.state.pool
         drop = pool.slot("drop")
-        HeldEchoBackend.gate = asyncio.Event()
-        body = {"model": "drop", "stream": True, "messages": [{"role": "user", "content": "a b"}]}
-        async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
-            lines = stream.aiter_lines()
-            while "data: {" not in await anext(lines):
-                pass
+        async with held_stream(client, "drop", "a b", "data: {") as (lines, gate):
             in_line = asyncio.create_task(answer(client, "drop", "queued"))
             await until(lambda: drop.admission.waiting == 1, "the second request to wait in line")
             write(path, {"keep": {}})
             assert (await reload(client))["removed"] == ["drop"]
-            HeldEchoBackend.gate.set()
+            gate.set()
             rest = "".join([line async for line in lines])
         assert "[DONE]" in rest  # the running one finished
         refused = await in_line
@@ -326,12 +331,7 @@ async def test_a_hot_change_beside_a_waiting_reload_leaves_the_engines_settings_
     path = tmp_path / "models.yaml"
     write(path, {"m": {"options": {"prefix": "old "}}})
     async with served(path) as (app, client):
-        HeldEchoBackend.gate = asyncio.Event()
-        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "one"}]}
-        async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
-            lines = stream.aiter_lines()
-            while "old" not in await anext(lines):
-                pass
+        async with held_stream(client, "m", "one", "old") as (lines, gate):
             changed = {"options": {"prefix": "new "}, "memory_bytes": 12345}
             write(path, {"m": changed})
             assert (await reload(client))["reloading"] == [{"id": "m", "fields": ["memory_bytes", "options"]}]
@@ -343,7 +343,7 @@ async def test_a_hot_change_beside_a_waiting_reload_leaves_the_engines_settings_
             assert slot.config.options == {"prefix": "old "}  # the engine's own stay until it reloads
             assert slot.config.memory_bytes is None
             assert pool.pending_reloads() == ["m"]
-            HeldEchoBackend.gate.set()
+            gate.set()
             async for _ in lines:
                 pass
         await until(lambda: pool.slot("m").config.options == {"prefix": "new "}, "the idle model to reload")
@@ -384,12 +384,7 @@ async def test_a_model_busy_past_reload_wait_s_is_drained_and_what_waits_gets_th
     write(path, {"m": {"options": {"prefix": "old "}, "max_concurrency": 1}}, pool={"reap_interval_s": 0.02,
                                                                                    "reload_wait_s": 0.2})  # fmt: skip
     async with served(path) as (app, client):
-        HeldEchoBackend.gate = asyncio.Event()
-        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "one"}]}
-        async with client.stream("POST", "/v1/chat/completions", json=body) as stream:
-            lines = stream.aiter_lines()
-            while "old" not in await anext(lines):
-                pass
+        async with held_stream(client, "m", "one", "old") as (lines, gate):
             waiting = asyncio.create_task(answer(client, "m"))  # queued behind the held stream
             pool: ModelPool = app.state.pool
             await until(lambda: pool.slot("m").admission.waiting == 1, "the second request to wait in line")
@@ -397,7 +392,7 @@ async def test_a_model_busy_past_reload_wait_s_is_drained_and_what_waits_gets_th
                   pool={"reap_interval_s": 0.02, "reload_wait_s": 0.2})  # fmt: skip
             assert (await reload(client))["reloading"] == [{"id": "m", "fields": ["options"]}]
             await until(lambda: pool.slot("m").state is SlotState.UNLOADING, "the busy model to drain")
-            HeldEchoBackend.gate.set()
+            gate.set()
             rest = "".join([line async for line in lines])
         assert "[DONE]" in rest  # the running stream finished on the old engine
         reply = (await waiting).json()
