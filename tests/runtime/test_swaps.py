@@ -10,15 +10,30 @@ import pytest
 
 from modelpool.backends.base import MemoryEstimate
 from modelpool.errors import ShuttingDown
-from modelpool.inference import ChatMessage, ChatRequest
+from modelpool.inference import ChatMessage, ChatRequest, GenerationChunk
 from modelpool.pool_api.generation import collect
 from modelpool.runtime.capacity import Capacity
 from modelpool.runtime.eviction import Budget
+from modelpool.runtime.lease import LeasedStream
 from modelpool.runtime.lifecycle import SlotState
+from modelpool.runtime.pool import ModelPool
+from modelpool.runtime.slot import ModelSlot
 from tests.fakes import FakeBackend, FakePool
 from tests.polling import until
 
 REQUEST = ChatRequest((ChatMessage("user", "one two three"),))
+
+
+async def a_busy_resident(
+    fakes: FakePool,
+) -> tuple[asyncio.Event, ModelSlot, ModelSlot, ModelPool, LeasedStream[GenerationChunk]]:
+    """Two models of 600 in a pool that holds one: `resident`, loaded and running a request
+    held by `step`, and `wanted`, not loaded."""
+    step = asyncio.Event()
+    resident = fakes.slot(FakeBackend(memory=600, step=step), "resident")
+    wanted = fakes.slot(FakeBackend(memory=600), "wanted")
+    pool = fakes.pool()
+    return step, resident, wanted, pool, await pool.chat("resident", REQUEST)
 
 
 async def test_a_pending_swap_waits_while_the_resident_has_work_and_the_residents_requests_go_first() -> None:
@@ -41,11 +56,7 @@ async def test_a_pending_swap_waits_while_the_resident_has_work_and_the_resident
 async def test_past_swap_after_s_the_busy_resident_is_drained_not_cut_off() -> None:
     fakes = FakePool(memory_bytes=1000)
     fakes.capacity.swap_after_s = 0.0  # the bound is already past
-    step = asyncio.Event()
-    resident = fakes.slot(FakeBackend(memory=600, step=step), "resident")
-    wanted = fakes.slot(FakeBackend(memory=600), "wanted")
-    pool = fakes.pool()
-    running = await pool.chat("resident", REQUEST)
+    step, resident, wanted, pool, running = await a_busy_resident(fakes)
     swap = asyncio.create_task(pool.chat("wanted", REQUEST))
     await until(lambda: resident.state is SlotState.UNLOADING, "the busy resident to drain")
     step.set()
@@ -111,11 +122,7 @@ async def test_a_load_whose_requests_all_left_stops_and_the_busy_resident_stays(
     """A client that asks for another model and leaves (times out, disconnects) must not
     have a busy resident drained for a load nobody waits for: two loads per tiny request."""
     fakes = FakePool(memory_bytes=1000)
-    step = asyncio.Event()
-    resident = fakes.slot(FakeBackend(memory=600, step=step), "resident")
-    wanted = fakes.slot(FakeBackend(memory=600), "wanted")
-    pool = fakes.pool()
-    running = await pool.chat("resident", REQUEST)
+    step, resident, wanted, pool, running = await a_busy_resident(fakes)
     asked = asyncio.create_task(pool.chat("wanted", REQUEST))
     await until(lambda: wanted.state is SlotState.LOADING, "the pending swap the request started")
     asked.cancel()  # the client left
@@ -155,11 +162,7 @@ async def test_an_idle_resident_is_not_evicted_for_a_load_whose_requests_left() 
 async def test_an_admin_load_goes_on_without_requests_waiting() -> None:
     fakes = FakePool(memory_bytes=1000)
     fakes.capacity.swap_after_s = 0.0
-    step = asyncio.Event()
-    resident = fakes.slot(FakeBackend(memory=600, step=step), "resident")
-    wanted = fakes.slot(FakeBackend(memory=600), "wanted")
-    pool = fakes.pool()
-    running = await pool.chat("resident", REQUEST)
+    step, resident, wanted, _, running = await a_busy_resident(fakes)
     load = asyncio.create_task(wanted.ensure_ready(None, explicit=True))
     await until(lambda: resident.state is SlotState.UNLOADING, "the busy resident to drain for the admin's load")
     step.set()
@@ -174,11 +177,7 @@ async def test_a_client_that_keeps_asking_and_leaving_still_gets_its_swap() -> N
     fakes = FakePool(memory_bytes=1000)
     fakes.capacity = Capacity(Budget(memory_bytes=1000), lambda: fakes.slots, swap_after_s=30.0,
                               clock=fakes.clock.monotonic)  # fmt: skip
-    step = asyncio.Event()
-    resident = fakes.slot(FakeBackend(memory=600, step=step), "resident")
-    wanted = fakes.slot(FakeBackend(memory=600), "wanted")
-    pool = fakes.pool()
-    running = await pool.chat("resident", REQUEST)
+    step, resident, wanted, pool, running = await a_busy_resident(fakes)
     first = asyncio.create_task(pool.chat("wanted", REQUEST))
     await until(lambda: wanted.state is SlotState.LOADING, "the pending swap")
     fakes.clock.advance(20)
