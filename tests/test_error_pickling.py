@@ -23,6 +23,7 @@ SPECIAL: dict[str, ModelpoolError] = {
     "RateLimited": errors.RateLimited("slow down", limit="tokens", retry_after_s=1.25),
     "UpstreamError": errors.UpstreamError(503, "upstream broke", error_type="server_error", code="boom"),
     "ModelNotReady": errors.ModelNotReady("loading", retry_after_s=7),
+    "LoadAbandoned": errors.LoadAbandoned("nobody waits for it any more", retry_after_s=3),
     "ExtraNotInstalled": errors.ExtraNotInstalled("The MCP server", "mcp"),
 }
 
