@@ -20,6 +20,7 @@ from modelpool.runtime.batches.database import Database
 from modelpool.runtime.batches.files import FileLimits, FileStore
 from modelpool.runtime.batches.lines import read_lines
 from modelpool.runtime.batches.runner import WINDOW_S, BatchRunner, TooManyBatches
+from tests.polling import until
 
 ALICE = Owner("alice")
 LIMITS = FileLimits(max_bytes=10_000, max_lines=10, max_line_bytes=1000, key_bytes=100_000, key_files=10)
@@ -204,20 +205,24 @@ async def test_a_cancel_while_the_file_is_checked_is_kept(tmp_path: Path) -> Non
 
 
 async def test_uploads_ending_together_cannot_all_pass_the_quota(tmp_path: Path) -> None:
+    """Every upload's database write is held until each upload has either reached its write
+    or been refused: the moment a second upload used to slip past the quota check."""
     db = Database(tmp_path / "b.sqlite")
     files = FileStore(db, tmp_path / "files", LIMITS)
-    run = db.run
+    run, writes, held = db.run, asyncio.Event(), [0]
 
-    async def slow_run(work: Any) -> Any:  # the database's write: the moment a second upload used to slip in
-        await asyncio.sleep(0.2)
+    async def held_run(work: Any) -> Any:
+        held[0] += 1
+        await writes.wait()
         return await run(work)
 
-    files.db.run = slow_run  # type: ignore[method-assign]
+    files.db.run = held_run  # type: ignore[method-assign]
     upload = "".join(line(f"{i:04}" + "y" * 300) for i in range(5)).encode()
     files.limits = replace(LIMITS, key_bytes=len(upload) * 5 // 2)  # room for two
-    results = await asyncio.gather(
-        *(files.add(ALICE, f"{i}.jsonl", "batch", io.BytesIO(upload)) for i in range(5)), return_exceptions=True
-    )
+    uploads = [asyncio.create_task(files.add(ALICE, f"{i}.jsonl", "batch", io.BytesIO(upload))) for i in range(5)]
+    await until(lambda: held[0] + sum(task.done() for task in uploads) == 5, "every upload to write or be refused")
+    writes.set()
+    results = await asyncio.gather(*uploads, return_exceptions=True)
     assert sorted(type(r).__name__ for r in results) == ["FileRecord"] * 2 + ["StoreFull"] * 3, results
 
 
